@@ -1,0 +1,20 @@
+//! shakedown's model and op catalogue.
+//!
+//! Everything here is pure: values in, values out, no IO, no clock, no OS randomness.
+//! - [`model`]: the expected state of the stack (sites, members, versions, who is down).
+//! - [`op`]: the catalogue of ops, each with a precondition and an effect on the model.
+//! - [`profile`]: named tiers (plan length, op weights, bounds), loaded from TOML.
+//! - [`generate`]: plans from (seed, profile) with proptest strategies over ChaCha,
+//!   as a reference state machine: the next op is drawn from the current model.
+//!
+//! Architecture invariant: this crate never does IO and never reads the OS RNG.
+
+pub mod generate;
+pub mod model;
+pub mod op;
+pub mod profile;
+
+pub use generate::{generate, next_op_strategy, Plan, Weights};
+pub use model::{Member, MemberId, MemberState, Model, SiteId, Version};
+pub use op::{Op, OpKind, PreconditionError};
+pub use profile::{Profile, ProfileError};

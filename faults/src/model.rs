@@ -1,0 +1,237 @@
+//! The model: what shakedown expects the stack to look like. No IO.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::op::{Op, PreconditionError};
+
+/// A logical member id (`m0`, `m1`, …). Fresh ids are handed out by the model for new
+/// members (rolling replace), so an id is never reused within a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MemberId(pub u32);
+
+impl fmt::Display for MemberId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "m{}", self.0)
+    }
+}
+
+impl FromStr for MemberId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.strip_prefix('m')
+            .and_then(|n| n.parse().ok())
+            .map(MemberId)
+            .ok_or_else(|| format!("invalid member name {s:?}: expected m<number>"))
+    }
+}
+
+/// A site (failure domain), `0..sites`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SiteId(pub u8);
+
+impl fmt::Display for SiteId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "site{}", self.0)
+    }
+}
+
+/// A `major.minor` component version, written `"3.4"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version {
+    pub major: u16,
+    pub minor: u16,
+}
+
+impl Version {
+    pub const fn new(major: u16, minor: u16) -> Self {
+        Version { major, minor }
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl FromStr for Version {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("invalid version {s:?}: expected MAJOR.MINOR such as \"3.5\"");
+        let (a, b) = s.split_once('.').ok_or_else(bad)?;
+        Ok(Version { major: a.parse().map_err(|_| bad())?, minor: b.parse().map_err(|_| bad())? })
+    }
+}
+
+impl Serialize for Version {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Version {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Process state of a member as the model expects it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemberState {
+    Running,
+    /// SIGSTOPped: the process exists but answers nothing.
+    Paused,
+    /// Killed with SIGKILL: no process; its data stays on its disk.
+    Crashed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub id: MemberId,
+    pub site: SiteId,
+    pub version: Version,
+    pub state: MemberState,
+}
+
+impl Member {
+    pub fn is_up(&self) -> bool {
+        self.state == MemberState::Running
+    }
+}
+
+/// The expected state of the stack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Model {
+    pub sites: u8,
+    pub members: BTreeMap<MemberId, Member>,
+    /// The next fresh member id.
+    pub next_member: u32,
+    /// The most members that may be down at once (paused or crashed) in this plan.
+    pub max_down: usize,
+    /// The versions the stack can run, oldest first.
+    pub versions: Vec<Version>,
+}
+
+impl Model {
+    /// A freshly started stack: `members` members spread round-robin over `sites` sites,
+    /// all running the oldest version.
+    pub fn new(sites: u8, members: u32, versions: Vec<Version>, max_down: usize) -> Model {
+        assert!(sites > 0 && members > 0 && !versions.is_empty(), "checked by Profile::validate");
+        let version = versions[0];
+        let members = (0..members)
+            .map(|i| {
+                let id = MemberId(i);
+                (id, Member { id, site: SiteId((i % sites as u32) as u8), version, state: MemberState::Running })
+            })
+            .collect::<BTreeMap<_, _>>();
+        Model { sites, next_member: members.len() as u32, members, max_down, versions }
+    }
+
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Votes needed for a majority of the current membership.
+    pub fn quorum(&self) -> usize {
+        self.size() / 2 + 1
+    }
+
+    pub fn down(&self) -> usize {
+        self.members.values().filter(|m| !m.is_up()).count()
+    }
+
+    pub fn up(&self) -> usize {
+        self.size() - self.down()
+    }
+
+    /// Quorum is expected to hold: enough members are up.
+    pub fn quorum_expected(&self) -> bool {
+        self.up() >= self.quorum()
+    }
+
+    /// The service behind the endpoint is expected to answer linearizable reads.
+    pub fn service_expected_up(&self) -> bool {
+        self.quorum_expected()
+    }
+
+    /// The newest version any member runs.
+    pub fn newest_version(&self) -> Version {
+        self.members.values().map(|m| m.version).max().unwrap_or(self.versions[0])
+    }
+
+    /// The oldest version any member runs.
+    pub fn oldest_version(&self) -> Version {
+        self.members.values().map(|m| m.version).min().unwrap_or(self.versions[0])
+    }
+
+    pub fn member(&self, id: MemberId) -> Result<&Member, PreconditionError> {
+        self.members.get(&id).ok_or(PreconditionError::NoSuchMember(id))
+    }
+
+    /// Whether quorum is expected to hold at every moment while `op` executes, not only
+    /// before and after it: rolling ops take one member down at a time.
+    pub fn quorum_throughout(&self, op: &Op) -> bool {
+        let transient = match op {
+            Op::RollingUpgrade { .. } | Op::RollingReplace => 1,
+            _ => 0,
+        };
+        let mut after = self.clone();
+        after.apply(op).is_ok()
+            && self.quorum_expected()
+            && after.quorum_expected()
+            && self.up() >= self.quorum() + transient
+    }
+
+    /// Checks `op`'s precondition, then applies its expected effect.
+    pub fn apply(&mut self, op: &Op) -> Result<(), PreconditionError> {
+        self.check(op)?;
+        match *op {
+            Op::Crash { member } => self.set_state(member, MemberState::Crashed),
+            Op::Restart { member } | Op::Resume { member } => self.set_state(member, MemberState::Running),
+            Op::Pause { member } => self.set_state(member, MemberState::Paused),
+            Op::RollingUpgrade { to } => self.members.values_mut().for_each(|m| m.version = to),
+            Op::RollingReplace => {
+                let version = self.newest_version();
+                for (old, new) in self.replacements() {
+                    let site = self.members.remove(&old).map(|m| m.site).unwrap_or(SiteId(0));
+                    self.members.insert(new, Member { id: new, site, version, state: MemberState::Running });
+                }
+                self.next_member += self.members.len() as u32;
+            }
+        }
+        Ok(())
+    }
+
+    /// The (old, new) member pairs of a rolling replace from this state, in the order the
+    /// replace runs: old members by id, new ids handed out in that order.
+    pub fn replacements(&self) -> Vec<(MemberId, MemberId)> {
+        self.members.keys().enumerate().map(|(i, &old)| (old, MemberId(self.next_member + i as u32))).collect()
+    }
+
+    /// Heals every fault: paused members resume, crashed members restart.
+    /// Returns the ops that do it, in order, as an operator would run them.
+    pub fn heal_ops(&self) -> Vec<Op> {
+        self.members
+            .values()
+            .filter_map(|m| match m.state {
+                MemberState::Running => None,
+                MemberState::Paused => Some(Op::Resume { member: m.id }),
+                MemberState::Crashed => Some(Op::Restart { member: m.id }),
+            })
+            .collect()
+    }
+
+    fn set_state(&mut self, id: MemberId, state: MemberState) {
+        if let Some(m) = self.members.get_mut(&id) {
+            m.state = state;
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! Profiles: named tiers (plan length, op weights, members, bounds), written in TOML.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Model, Version};
+use crate::op::OpKind;
+
+/// A named tier: which ops with which weights, how long plans are, the bounds of every wait,
+/// and which invariants are checked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Plan length (ops).
+    pub steps: usize,
+    #[serde(default = "default_three")]
+    pub sites: u8,
+    #[serde(default = "default_three_u32")]
+    pub members: u32,
+    /// Versions the stack can run, oldest first; the stack starts on the first.
+    pub versions: Vec<Version>,
+    /// The most members down at once. Default: as many as keeps quorum.
+    #[serde(default)]
+    pub max_down: Option<usize>,
+    /// Pinned op weights. Kinds left out are drawn from the seed (swarm testing);
+    /// a weight of 0 disables a kind.
+    #[serde(default)]
+    pub weights: BTreeMap<OpKind, u32>,
+    #[serde(default)]
+    pub timeouts: Timeouts,
+    #[serde(default)]
+    pub workload: Workload,
+    /// Invariant names checked after every step. Default: all of them.
+    #[serde(default)]
+    pub invariants: Option<Vec<String>>,
+}
+
+/// Every wait is bounded; these are the bounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// How long the stack may take to satisfy every invariant after a step.
+    #[serde(with = "human")]
+    pub converge: Duration,
+    /// Deadline of one linearizable read through the endpoint.
+    #[serde(with = "human")]
+    pub probe: Duration,
+    /// How long the healed stack may take to converge after the last op.
+    #[serde(with = "human")]
+    pub liveness: Duration,
+    /// How long one op may take to execute.
+    #[serde(with = "human")]
+    pub op: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            converge: Duration::from_secs(10),
+            probe: Duration::from_secs(2),
+            liveness: Duration::from_secs(30),
+            op: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The client that keeps writing through the endpoint during the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Workload {
+    /// Pause between two writes.
+    #[serde(with = "human")]
+    pub interval: Duration,
+    /// Deadline of one write.
+    #[serde(with = "human")]
+    pub timeout: Duration,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Workload { interval: Duration::from_millis(5), timeout: Duration::from_secs(1) }
+    }
+}
+
+fn default_three() -> u8 {
+    3
+}
+fn default_three_u32() -> u32 {
+    3
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProfileError {
+    #[error("profile is not valid TOML: {0}")]
+    Parse(String),
+    #[error("profile {name:?}: {problem}")]
+    Invalid { name: String, problem: String },
+}
+
+impl Profile {
+    pub fn from_toml(text: &str) -> Result<Profile, ProfileError> {
+        let p: Profile = toml::from_str(text).map_err(|e| ProfileError::Parse(e.to_string()))?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a profile always serializes")
+    }
+
+    pub fn validate(&self) -> Result<(), ProfileError> {
+        let bad = |problem: String| Err(ProfileError::Invalid { name: self.name.clone(), problem });
+        if self.steps == 0 {
+            return bad("steps must be at least 1".into());
+        }
+        if self.sites == 0 || self.members == 0 {
+            return bad("sites and members must be at least 1".into());
+        }
+        if self.members > 9 {
+            return bad(format!("members = {} is more than the 9 a testbed supports", self.members));
+        }
+        if self.versions.is_empty() {
+            return bad("versions must name at least one version, e.g. versions = [\"3.4\", \"3.5\"]".into());
+        }
+        if self.versions.windows(2).any(|w| w[0] >= w[1]) {
+            return bad("versions must be listed oldest first, without repeats".into());
+        }
+        if let Some(d) = self.max_down {
+            if d > self.members as usize {
+                return bad(format!("max_down = {d} is more than the {} members", self.members));
+            }
+        }
+        for (name, d) in [("converge", self.timeouts.converge), ("probe", self.timeouts.probe), ("liveness", self.timeouts.liveness), ("op", self.timeouts.op)] {
+            if d.is_zero() {
+                return bad(format!("timeouts.{name} must be more than zero"));
+            }
+        }
+        if self.workload.timeout.is_zero() {
+            return bad("workload.timeout must be more than zero".into());
+        }
+        Ok(())
+    }
+
+    /// max_down as configured, or the most that keeps quorum.
+    pub fn max_down(&self) -> usize {
+        self.max_down.unwrap_or(self.members as usize - (self.members as usize / 2 + 1))
+    }
+
+    /// The model of a freshly started stack for this profile.
+    pub fn initial_model(&self) -> Model {
+        Model::new(self.sites, self.members, self.versions.clone(), self.max_down())
+    }
+}
+
+/// serde for durations written the human way: "500ms", "10s", "2m".
+mod human {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_duration(*d))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e}")))
+    }
+}

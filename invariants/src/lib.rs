@@ -1,0 +1,293 @@
+//! shakedown's invariants: pure checks of an [`Observation`] against the [`Model`].
+//!
+//! Architecture invariant: this crate never does IO. The targets observe; this crate judges.
+
+pub mod observation;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use shakedown_faults::{MemberId, Model};
+
+pub use observation::{Durability, ListedMember, MemberStatus, Observation, Probe, ServingSample};
+
+/// The registered invariants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InvariantId {
+    /// Exactly one leader among reachable members; members serving ≥ quorum whenever the model
+    /// says quorum holds, at the end of a step and at every sample taken during it.
+    Quorum,
+    /// The etcd member list equals the model's members: nothing stale, nothing missing.
+    Membership,
+    /// Members agree on the KV hash at a common revision.
+    Consistency,
+    /// A linearizable read through the endpoint succeeds within the deadline whenever the model
+    /// says the service is up.
+    Reachability,
+    /// Every acknowledged write is readable with its value.
+    Durability,
+}
+
+impl InvariantId {
+    pub const ALL: [InvariantId; 5] = [
+        InvariantId::Quorum,
+        InvariantId::Membership,
+        InvariantId::Consistency,
+        InvariantId::Reachability,
+        InvariantId::Durability,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            InvariantId::Quorum => "quorum",
+            InvariantId::Membership => "membership",
+            InvariantId::Consistency => "consistency",
+            InvariantId::Reachability => "reachability",
+            InvariantId::Durability => "durability",
+        }
+    }
+
+    /// Checks this invariant. [`Verdict::Fail`] may still go away as the stack converges;
+    /// [`Verdict::Definite`] cannot.
+    pub fn check(self, model: &Model, obs: &Observation) -> Verdict {
+        match self {
+            InvariantId::Quorum => quorum(model, obs),
+            InvariantId::Membership => membership(model, obs),
+            InvariantId::Consistency => consistency(obs),
+            InvariantId::Reachability => reachability(model, obs),
+            InvariantId::Durability => durability(obs),
+        }
+    }
+}
+
+impl fmt::Display for InvariantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for InvariantId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        InvariantId::ALL.into_iter().find(|i| i.name() == s).ok_or_else(|| {
+            let known: Vec<_> = InvariantId::ALL.iter().map(|i| i.name()).collect();
+            format!("unknown invariant {s:?}; known invariants: {}", known.join(", "))
+        })
+    }
+}
+
+/// The outcome of one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    /// Broken now; may still converge.
+    Fail(String),
+    /// Broken for good: a sample taken during the step, or an acknowledged write missing from a
+    /// successful linearizable read. Waiting cannot fix it.
+    Definite(String),
+}
+
+impl Verdict {
+    pub fn is_pass(&self) -> bool {
+        matches!(self, Verdict::Pass)
+    }
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            Verdict::Pass => None,
+            Verdict::Fail(m) | Verdict::Definite(m) => Some(m),
+        }
+    }
+}
+
+/// A broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    pub invariant: InvariantId,
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.invariant, self.message)
+    }
+}
+
+/// Checks `ids` in order; returns every failure.
+pub fn check_all(ids: &[InvariantId], model: &Model, obs: &Observation) -> Vec<(InvariantId, Verdict)> {
+    ids.iter().map(|&id| (id, id.check(model, obs))).filter(|(_, v)| !v.is_pass()).collect()
+}
+
+fn quorum(model: &Model, obs: &Observation) -> Verdict {
+    // During the step: a majority of the membership kept serving at every sample, when the model
+    // says quorum holds throughout the step. One slow sample is noise; two in a row are not.
+    if obs.quorum_throughout {
+        let mut run = Vec::new();
+        for s in &obs.serving_samples {
+            if s.serving.len() < s.cluster_size / 2 + 1 {
+                run.push(s);
+                if run.len() >= 2 {
+                    let first = run[0];
+                    return Verdict::Definite(format!(
+                        "quorum lost during the step: at +{}ms only {} of {} members were serving ({}), for {} consecutive samples",
+                        first.at_ms,
+                        first.serving.len(),
+                        first.cluster_size,
+                        names(&first.serving),
+                        run.len()
+                    ));
+                }
+            } else {
+                run.clear();
+            }
+        }
+    }
+    let reachable: Vec<&MemberStatus> = obs.members.iter().filter(|m| m.reachable).collect();
+    let leaders: BTreeSet<u64> = reachable.iter().filter_map(|m| m.leader).collect();
+    if leaders.len() > 1 {
+        let who: Vec<String> = reachable.iter().map(|m| format!("{} sees {:?}", m.name, m.leader.map(|l| format!("{l:x}")))).collect();
+        return Verdict::Fail(format!("{} different leaders among reachable members: {}", leaders.len(), who.join(", ")));
+    }
+    if !model.quorum_expected() {
+        return Verdict::Pass;
+    }
+    let Some(&leader) = leaders.iter().next() else {
+        return Verdict::Fail(format!(
+            "no leader, although {} of {} members are expected up (quorum {})",
+            model.up(),
+            model.size(),
+            model.quorum()
+        ));
+    };
+    let healthy: Vec<&str> = reachable
+        .iter()
+        .filter(|m| m.leader == Some(leader) && m.member.is_some_and(|id| model.members.contains_key(&id)))
+        .map(|m| m.name.as_str())
+        .collect();
+    if healthy.len() < model.quorum() {
+        return Verdict::Fail(format!(
+            "only {} healthy voting members ({}) of {}; quorum is {}",
+            healthy.len(),
+            healthy.join(", "),
+            model.size(),
+            model.quorum()
+        ));
+    }
+    Verdict::Pass
+}
+
+fn names(ids: &[String]) -> String {
+    if ids.is_empty() {
+        "none".into()
+    } else {
+        ids.join(", ")
+    }
+}
+
+fn membership(model: &Model, obs: &Observation) -> Verdict {
+    let Some(list) = &obs.member_list else {
+        if model.quorum_expected() {
+            return Verdict::Fail("no member answered the member list request".into());
+        }
+        return Verdict::Pass;
+    };
+    let listed: BTreeMap<String, &ListedMember> = list.iter().map(|m| (m.name.clone(), m)).collect();
+    let expected: BTreeSet<String> = model.members.keys().map(|id| id.to_string()).collect();
+    // A member added but not started yet has an empty name; list it by peer URL.
+    let stale: Vec<String> = listed
+        .iter()
+        .filter(|(name, _)| !expected.contains(*name))
+        .map(|(name, m)| if name.is_empty() { format!("unstarted member {:x} ({})", m.id, m.peer_urls.join(",")) } else { format!("{name} ({:x})", m.id) })
+        .collect();
+    let missing: Vec<&String> = expected.iter().filter(|n| !listed.contains_key(*n)).collect();
+    if stale.is_empty() && missing.is_empty() {
+        return Verdict::Pass;
+    }
+    let mut parts = Vec::new();
+    if !stale.is_empty() {
+        parts.push(format!("stale member(s) not in the model: {}", stale.join(", ")));
+    }
+    if !missing.is_empty() {
+        parts.push(format!("missing member(s): {}", missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+    }
+    Verdict::Fail(format!("member list differs from the model: {}", parts.join("; ")))
+}
+
+fn consistency(obs: &Observation) -> Verdict {
+    let mut by_rev: BTreeMap<i64, BTreeMap<u32, Vec<&str>>> = BTreeMap::new();
+    for m in &obs.members {
+        if let Some((rev, hash)) = m.hash {
+            by_rev.entry(rev).or_default().entry(hash).or_default().push(&m.name);
+        }
+    }
+    for (rev, hashes) in by_rev {
+        if hashes.len() > 1 {
+            let detail: Vec<String> = hashes.iter().map(|(h, who)| format!("{h:08x} on {}", who.join(","))).collect();
+            return Verdict::Fail(format!("members disagree on the KV hash at revision {rev}: {}", detail.join("; ")));
+        }
+    }
+    Verdict::Pass
+}
+
+fn reachability(model: &Model, obs: &Observation) -> Verdict {
+    if !model.service_expected_up() {
+        return Verdict::Pass;
+    }
+    if obs.probes.is_empty() {
+        return Verdict::Fail("no probe ran".into());
+    }
+    let failed: Vec<&Probe> = obs.probes.iter().filter(|p| p.error.is_some()).collect();
+    if failed.is_empty() {
+        return Verdict::Pass;
+    }
+    let detail: Vec<String> = failed.iter().map(|p| format!("{} after {}ms", p.error.as_deref().unwrap_or_default(), p.latency_ms)).collect();
+    Verdict::Fail(format!(
+        "{} of {} linearizable reads through the endpoint failed although the model says the service is up: {}",
+        failed.len(),
+        obs.probes.len(),
+        detail.join("; ")
+    ))
+}
+
+fn durability(obs: &Observation) -> Verdict {
+    let Some(d) = &obs.durability else {
+        return Verdict::Pass;
+    };
+    if let Some(err) = &d.read_error {
+        return Verdict::Fail(format!("could not read back the acknowledged writes: {err}"));
+    }
+    let mut lost = Vec::new();
+    let mut wrong = Vec::new();
+    for (key, value) in &d.acked {
+        match d.read.get(key) {
+            None => lost.push(key.as_str()),
+            Some(v) if v != value => wrong.push(key.as_str()),
+            Some(_) => {}
+        }
+    }
+    if lost.is_empty() && wrong.is_empty() {
+        return Verdict::Pass;
+    }
+    let sample = |v: &[&str]| v.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+    Verdict::Definite(format!(
+        "{} of {} acknowledged writes lost ({}{}), {} read back with a different value{}",
+        lost.len(),
+        d.acked.len(),
+        sample(&lost),
+        if lost.len() > 3 { ", …" } else { "" },
+        wrong.len(),
+        if wrong.is_empty() { String::new() } else { format!(" ({})", sample(&wrong)) }
+    ))
+}
+
+/// Members of the model the observation says are not serving: for progress lines and forensics.
+pub fn unreachable_members(model: &Model, obs: &Observation) -> Vec<MemberId> {
+    model
+        .members
+        .keys()
+        .filter(|id| !obs.members.iter().any(|m| m.member == Some(**id) && m.reachable))
+        .copied()
+        .collect()
+}

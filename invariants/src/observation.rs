@@ -1,0 +1,76 @@
+//! What a target reports after a step. Plain data: targets fill it in, invariants judge it.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use shakedown_faults::MemberId;
+
+/// Everything a target observed for one check.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Observation {
+    /// One entry per member process the target knows of (model members and any it still runs).
+    pub members: Vec<MemberStatus>,
+    /// etcd's member list as the leader (or any reachable member) reports it.
+    pub member_list: Option<Vec<ListedMember>>,
+    /// Linearizable reads through the endpoint, each on a fresh connection.
+    pub probes: Vec<Probe>,
+    /// The acknowledged writes and what a linearizable read returned for them.
+    #[serde(skip)]
+    pub durability: Option<Durability>,
+    /// Samples taken while the step executed.
+    pub serving_samples: Vec<ServingSample>,
+    /// Whether the model says quorum holds at every moment of the step.
+    pub quorum_throughout: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemberStatus {
+    /// The etcd member name (`m0`).
+    pub name: String,
+    /// The model id, when the name is one.
+    pub member: Option<MemberId>,
+    /// Answered the status request in time.
+    pub reachable: bool,
+    /// The leader this member sees (etcd member id), if any.
+    pub leader: Option<u64>,
+    pub etcd_id: Option<u64>,
+    pub revision: i64,
+    pub raft_index: u64,
+    pub version: Option<String>,
+    /// (revision, hash) from HashKV at a revision common to all reachable members.
+    pub hash: Option<(i64, u32)>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ListedMember {
+    pub id: u64,
+    pub name: String,
+    pub peer_urls: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Probe {
+    pub latency_ms: u64,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Durability {
+    /// Every write the workload acknowledged: key → value.
+    pub acked: Vec<(String, String)>,
+    /// What a linearizable read of the workload's prefix returned.
+    pub read: HashMap<String, String>,
+    pub read_error: Option<String>,
+}
+
+/// Which members answered at one instant during a step.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServingSample {
+    /// Milliseconds since the step started.
+    pub at_ms: u64,
+    /// Names of the members that answered a status request in time.
+    pub serving: Vec<String>,
+    /// Size of the etcd membership at that instant.
+    pub cluster_size: usize,
+}

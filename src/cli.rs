@@ -1,0 +1,539 @@
+//! Commands: plan, run, replay, testbed, reap, profiles.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::json;
+use shakedown::binaries::{self, BinaryOverrides};
+use shakedown::events::EventLog;
+use shakedown::exit::{Exit, Fatal};
+use shakedown::faults::{generate, Plan, Profile, Version};
+use shakedown::profiles;
+use shakedown::record::{now_rfc3339, Failure, FailureKind, SeedRecord, FORMAT};
+use shakedown::run::{self, Outcome};
+use shakedown::target::local::{reap, DiskMode, LocalTarget, PlantedBug, Testbed, TestbedConfig};
+use shakedown::target::{Target, TargetError};
+
+#[derive(Parser, Debug)]
+#[command(name = "shakedown", version, about = "Seeded fault plans against a real etcd stack: invariants after every step, failing seeds recorded and replayable.", after_help = EXIT_CODES)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// Log format on stderr (level from RUST_LOG, default info).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+}
+
+const EXIT_CODES: &str = "Exit codes:\n  0    every invariant held\n  1    an invariant was violated (a seed record was written)\n  2    usage error or bad input (unknown profile, malformed seed record)\n  3    liveness failure: the stack did not converge within a bound\n  4    environment or set-up failure (binary missing, no loop device, port taken)\n  5    internal error (a bug in shakedown)\n  130  interrupted (Ctrl-C / SIGTERM); the stack was torn down";
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print the plan for a seed without running it.
+    Plan {
+        #[arg(long)]
+        seed: u64,
+        /// A shipped profile name or a profile .toml file.
+        #[arg(long, default_value = "default")]
+        profile: String,
+        /// Override the profile's plan length.
+        #[arg(long)]
+        steps: Option<usize>,
+        #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
+        format: PlanFormat,
+    },
+    /// Generate a plan from a seed and run it against a target.
+    Run {
+        #[arg(long, value_enum, default_value_t = TargetKind::Local)]
+        target: TargetKind,
+        /// The seed (drawn and printed when omitted).
+        #[arg(long)]
+        seed: Option<u64>,
+        #[arg(long)]
+        steps: Option<usize>,
+        #[arg(long, default_value = "default")]
+        profile: String,
+        #[command(flatten)]
+        opts: RunOpts,
+    },
+    /// Re-execute the op list of a seed record exactly, and report whether it fails the same way.
+    Replay {
+        file: PathBuf,
+        /// Replay N times and report the reproduction rate.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        times: u32,
+        #[command(flatten)]
+        opts: RunOpts,
+    },
+    /// Run the local stack by hand.
+    Testbed {
+        #[command(subcommand)]
+        action: TestbedAction,
+    },
+    /// Remove what killed runs left behind (processes, mounts, loop devices) under the runs directory.
+    Reap {
+        #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
+        runs_dir: PathBuf,
+    },
+    /// List the shipped profiles.
+    Profiles,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TestbedAction {
+    /// Start the stack and leave it running; prints the endpoint.
+    Up {
+        #[command(flatten)]
+        opts: RunOpts,
+        #[arg(long, default_value = "default")]
+        profile: String,
+    },
+    /// Tear down the testbed started by `testbed up`.
+    Down {
+        #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
+        runs_dir: PathBuf,
+    },
+    /// Show the members and the endpoint of the running testbed.
+    Status {
+        #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
+        runs_dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum PlanFormat {
+    Text,
+    Toml,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum TargetKind {
+    Local,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunOpts {
+    /// Where seed records of failing runs are written.
+    #[arg(long, env = "SHAKEDOWN_SEEDS_DIR", default_value = "seeds")]
+    seeds_dir: PathBuf,
+    /// Where run directories (plan, event log, member logs) are created.
+    #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
+    runs_dir: PathBuf,
+    /// Switch on a planted bug in the local target: upgrade-no-wait, replace-keeps-old-member,
+    /// endpoint-no-health-check, ack-before-write.
+    #[arg(long, value_parser = parse_bug)]
+    testbed_bug: Option<PlantedBug>,
+    /// An etcd binary for a version, e.g. --etcd 3.5=/opt/etcd-3.5/etcd (repeatable).
+    #[arg(long = "etcd", value_name = "VERSION=PATH", value_parser = parse_etcd)]
+    etcd: Vec<(Version, PathBuf)>,
+    /// The haproxy binary.
+    #[arg(long, env = "SHAKEDOWN_HAPROXY")]
+    haproxy: Option<PathBuf>,
+    /// Member disks: loop-mounted ext4 images (root) or plain directories; auto picks.
+    #[arg(long, value_enum, default_value_t = DiskArg::Auto)]
+    disks: DiskArg,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DiskArg {
+    Auto,
+    Loop,
+    Plain,
+}
+
+fn parse_bug(s: &str) -> Result<PlantedBug, String> {
+    s.parse()
+}
+
+fn parse_etcd(s: &str) -> Result<(Version, PathBuf), String> {
+    let (v, p) = s.split_once('=').ok_or("expected VERSION=PATH, e.g. 3.5=/usr/local/bin/etcd")?;
+    Ok((v.parse()?, PathBuf::from(p)))
+}
+
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,shakedown=info"));
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => b.with_target(false).init(),
+        LogFormat::Json => b.json().init(),
+    }
+}
+
+pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
+    let json_logs = matches!(cli.log_format, LogFormat::Json);
+    match cli.command {
+        Command::Plan { seed, profile, steps, format } => {
+            let profile = with_steps(profiles::load(&profile)?, steps)?;
+            let plan = generate(seed, &profile);
+            match format {
+                PlanFormat::Toml => print!("{}", toml::to_string(&plan).expect("plans serialize")),
+                PlanFormat::Text => {
+                    println!("seed {} · profile {} · {} ops · weights {}", plan.seed, plan.profile, plan.ops.len(), weights_text(&plan));
+                    for (i, op) in plan.ops.iter().enumerate() {
+                        println!("{:>4}  {op}", i + 1);
+                    }
+                }
+            }
+            Ok(Exit::Pass)
+        }
+        Command::Run { target: TargetKind::Local, seed, steps, profile, opts } => {
+            let profile = with_steps(profiles::load(&profile)?, steps)?;
+            let seed = seed.unwrap_or_else(draw_seed);
+            let plan = generate(seed, &profile);
+            let res = execute_local(&opts, &profile, &plan, opts.testbed_bug, json_logs).await?;
+            report_run(&opts, res)
+        }
+        Command::Replay { file, times, opts } => replay(&file, times, &opts, json_logs).await,
+        Command::Testbed { action } => testbed(action).await,
+        Command::Reap { runs_dir } => {
+            let n = reap_runs(&runs_dir)?;
+            println!("reaped {n} run director{}", if n == 1 { "y" } else { "ies" });
+            Ok(Exit::Pass)
+        }
+        Command::Profiles => {
+            for (name, text) in profiles::BUILTIN {
+                let p = profiles::parse(text)?;
+                println!("{name:<10} {}", p.description);
+            }
+            Ok(Exit::Pass)
+        }
+    }
+}
+
+fn with_steps(mut p: Profile, steps: Option<usize>) -> Result<Profile, Fatal> {
+    if let Some(s) = steps {
+        if s == 0 {
+            return Err(Fatal::usage("--steps must be at least 1"));
+        }
+        p.steps = s;
+    }
+    Ok(p)
+}
+
+fn weights_text(plan: &Plan) -> String {
+    plan.weights.iter().map(|(k, w)| format!("{k}={w}")).collect::<Vec<_>>().join(" ")
+}
+
+/// A seed for runs that were not given one. It is printed before anything runs.
+fn draw_seed() -> u64 {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0) as u64;
+    let mut x = nanos ^ ((std::process::id() as u64) << 32);
+    // splitmix64 finaliser
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d049bb133111eb);
+    x ^ (x >> 31)
+}
+
+fn new_run_id() -> String {
+    format!("sd-{:08x}", draw_seed() as u32)
+}
+
+/// What one execution produced.
+struct RunResult {
+    outcome: Result<Outcome, Interrupted>,
+    run_id: String,
+    run_dir: PathBuf,
+    started: String,
+    versions: BTreeMap<String, String>,
+    profile: Profile,
+    plan: Plan,
+    bug: Option<PlantedBug>,
+}
+
+#[derive(Debug)]
+struct Interrupted;
+
+fn create_run_dir(runs_dir: &Path, run_id: &str) -> Result<PathBuf, Fatal> {
+    let dir = runs_dir.join(run_id);
+    std::fs::create_dir_all(&dir).map_err(|e| Fatal::environment(format!("cannot create run directory {}: {e}", dir.display())))?;
+    let dir = dir.canonicalize().map_err(|e| Fatal::environment(format!("cannot resolve {}: {e}", dir.display())))?;
+    let owner = json!({"run_id": run_id, "pid": std::process::id(), "started": now_rfc3339(), "shakedown_version": env!("CARGO_PKG_VERSION")});
+    std::fs::write(dir.join("run.json"), owner.to_string()).map_err(|e| Fatal::environment(format!("cannot write run.json: {e}")))?;
+    Ok(dir)
+}
+
+fn testbed_config(opts: &RunOpts, profile: &Profile, run_id: &str, run_dir: &Path, bug: Option<PlantedBug>) -> Result<TestbedConfig, Fatal> {
+    let overrides = BinaryOverrides { etcd: opts.etcd.iter().cloned().collect(), haproxy: opts.haproxy.clone() };
+    let binaries = binaries::discover(&profile.versions, &overrides)?;
+    let (detected, why) = DiskMode::detect();
+    let disks = match opts.disks {
+        DiskArg::Auto => {
+            if let Some(why) = why {
+                tracing::warn!("{why}");
+            }
+            detected
+        }
+        DiskArg::Loop if detected != DiskMode::Loop => {
+            return Err(Fatal::environment(format!("--disks loop is not possible here: {}", why.unwrap_or_default())))
+        }
+        DiskArg::Loop => DiskMode::Loop,
+        DiskArg::Plain => DiskMode::Plain,
+    };
+    Ok(TestbedConfig { run_id: run_id.into(), run_dir: run_dir.into(), binaries, disks, bug, heartbeat_ms: 50, election_ms: 500 })
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let term = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// Runs `plan` on a fresh local stack; tears it down whatever happens.
+async fn execute_local(opts: &RunOpts, profile: &Profile, plan: &Plan, bug: Option<PlantedBug>, json_logs: bool) -> Result<RunResult, Fatal> {
+    let invariants = profiles::invariants(profile)?;
+    let run_id = new_run_id();
+    let run_dir = create_run_dir(&opts.runs_dir, &run_id)?;
+    // The plan is on disk before anything executes.
+    std::fs::write(run_dir.join("plan.toml"), toml::to_string(plan).expect("plans serialize"))
+        .and_then(|_| std::fs::write(run_dir.join("profile.toml"), profile.to_toml()))
+        .map_err(|e| Fatal::environment(format!("cannot write the plan into {}: {e}", run_dir.display())))?;
+    let started = now_rfc3339();
+    let bug_text = bug.map(|b| format!(" · planted bug {b}")).unwrap_or_default();
+    progress_line(
+        json_logs,
+        &format!("seed {} · profile {} · {} ops · run {run_id}{bug_text}\nweights {}\nrun directory {}", plan.seed, profile.name, plan.ops.len(), weights_text(plan), run_dir.display()),
+    );
+    let cfg = testbed_config(opts, profile, &run_id, &run_dir, bug)?;
+    let mut events = EventLog::create(&run_dir.join("events.jsonl"));
+    events.emit("run-start", json!({"run_id": run_id, "seed": plan.seed, "profile": profile.name, "weights": plan.weights, "ops": plan.ops.len(), "testbed_bug": bug}));
+    let model = profile.initial_model();
+    let t0 = std::time::Instant::now();
+    let mut target = tokio::select! {
+        t = LocalTarget::start(cfg, profile, &model, Duration::from_secs(30)) => t.map_err(|e| Fatal::environment(format!("cannot bring the local stack up: {e}")))?,
+        _ = shutdown_signal() => {
+            return Ok(RunResult { outcome: Err(Interrupted), run_id, run_dir, started, versions: BTreeMap::new(), profile: profile.clone(), plan: plan.clone(), bug });
+        }
+    };
+    let bring_up_ms = t0.elapsed().as_millis();
+    events.emit("bring-up", json!({"ms": bring_up_ms as u64, "endpoint": target.testbed.endpoint_url()}));
+    progress_line(json_logs, &format!("stack up in {bring_up_ms}ms · endpoint {}", target.testbed.endpoint_url()));
+    let versions = target.component_versions();
+    let mut progress = |l: &str| progress_line(json_logs, l);
+    let outcome = tokio::select! {
+        r = run::execute(&mut target, plan, profile, &invariants, &mut events, &mut progress) => Some(r),
+        _ = shutdown_signal() => None,
+    };
+    let t_down = std::time::Instant::now();
+    target.teardown().await;
+    events.emit("teardown", json!({"ms": t_down.elapsed().as_millis() as u64, "workload": target.workload_stats()}));
+    let outcome = match outcome {
+        None => {
+            progress_line(json_logs, "interrupted: the stack was torn down");
+            Err(Interrupted)
+        }
+        Some(Ok(o)) => Ok(o),
+        Some(Err(TargetError::Unsupported(m))) => return Err(Fatal::usage(m)),
+        Some(Err(e)) => return Err(Fatal::environment(e.to_string())),
+    };
+    events.emit("run-end", json!({"outcome": format!("{outcome:?}")}));
+    Ok(RunResult { outcome, run_id, run_dir, started, versions, profile: profile.clone(), plan: plan.clone(), bug })
+}
+
+fn progress_line(json_logs: bool, text: &str) {
+    if json_logs {
+        tracing::info!(progress = text);
+    } else {
+        eprintln!("{text}");
+    }
+}
+
+fn exit_for(f: &Failure) -> Exit {
+    match f.kind {
+        FailureKind::Violation => Exit::Violation,
+        FailureKind::Liveness => Exit::Liveness,
+    }
+}
+
+fn describe(f: &Failure) -> String {
+    let what = match (f.kind, f.invariant) {
+        (FailureKind::Violation, Some(i)) => format!("invariant {i} violated"),
+        (FailureKind::Liveness, _) => "liveness failure".into(),
+        (FailureKind::Violation, None) => "violation".into(),
+    };
+    format!("{what} at step {} ({}): {}", f.step, f.op, f.message)
+}
+
+fn record_of(r: &RunResult, failure: &Failure) -> SeedRecord {
+    SeedRecord {
+        format: FORMAT,
+        shakedown_version: env!("CARGO_PKG_VERSION").into(),
+        seed: r.plan.seed,
+        target: "local".into(),
+        run_id: r.run_id.clone(),
+        started: r.started.clone(),
+        testbed_bug: r.bug,
+        versions: r.versions.clone(),
+        failure: failure.clone(),
+        profile: r.profile.clone(),
+        plan: r.plan.clone(),
+    }
+}
+
+fn report_run(opts: &RunOpts, r: RunResult) -> Result<Exit, Fatal> {
+    match &r.outcome {
+        Err(Interrupted) => {
+            println!("interrupted; plan and logs are in {}", r.run_dir.display());
+            Ok(Exit::Interrupted)
+        }
+        Ok(Outcome::Pass { steps }) => {
+            println!("PASS: seed {} · {steps} steps · every invariant held after every step, and the healed stack converged", r.plan.seed);
+            println!("run directory: {}", r.run_dir.display());
+            Ok(Exit::Pass)
+        }
+        Ok(Outcome::Failed(f)) => {
+            println!("FAIL: seed {} · {}", r.plan.seed, describe(f));
+            println!("run directory: {}", r.run_dir.display());
+            let record = record_of(&r, f);
+            let path = match record.write(&opts.seeds_dir) {
+                Ok(p) => p,
+                Err(e) => {
+                    // Never lose the sequence: fall back to the run directory.
+                    eprintln!("warning: cannot write the seed record into {}: {e}; writing it into the run directory", opts.seeds_dir.display());
+                    record.write(&r.run_dir).map_err(|e| Fatal::environment(format!("cannot write the seed record: {e}")))?
+                }
+            };
+            println!("seed record: {}", path.display());
+            println!("shakedown replay {}", path.display());
+            Ok(exit_for(f))
+        }
+    }
+}
+
+async fn replay(file: &Path, times: u32, opts: &RunOpts, json_logs: bool) -> Result<Exit, Fatal> {
+    let record = SeedRecord::load(file)?;
+    let bug = opts.testbed_bug.or(record.testbed_bug);
+    let expected = &record.failure;
+    println!("replaying {} · seed {} · {} ops · recorded: {}", file.display(), record.seed, record.plan.ops.len(), describe(expected));
+    let mut reproduced = 0;
+    let mut exit = Exit::Pass;
+    for i in 1..=times {
+        let r = execute_local(opts, &record.profile, &record.plan, bug, json_logs).await?;
+        let verdict = match &r.outcome {
+            Err(Interrupted) => {
+                println!("interrupted after {} of {times} replays", i - 1);
+                return Ok(Exit::Interrupted);
+            }
+            Ok(Outcome::Pass { .. }) => "did not reproduce: every invariant held".to_string(),
+            Ok(Outcome::Failed(f)) => {
+                exit = exit_for(f);
+                if f.kind == expected.kind && f.step == expected.step && f.invariant == expected.invariant {
+                    reproduced += 1;
+                    format!("reproduced: {}", describe(f))
+                } else {
+                    format!("failed differently: {}", describe(f))
+                }
+            }
+        };
+        println!("replay {i}/{times}: {verdict} (run directory {})", r.run_dir.display());
+    }
+    println!("reproduced {reproduced} of {times} ({:.0}%)", 100.0 * reproduced as f64 / times as f64);
+    Ok(exit)
+}
+
+fn current_testbed(runs_dir: &Path) -> Result<PathBuf, Fatal> {
+    let ptr = runs_dir.join("current-testbed");
+    let dir = std::fs::read_to_string(&ptr).map_err(|_| Fatal::usage(format!("no testbed is up (no {}): start one with `shakedown testbed up`", ptr.display())))?;
+    Ok(PathBuf::from(dir.trim()))
+}
+
+async fn testbed(action: TestbedAction) -> Result<Exit, Fatal> {
+    match action {
+        TestbedAction::Up { opts, profile } => {
+            let profile = profiles::load(&profile)?;
+            if let Ok(dir) = current_testbed(&opts.runs_dir) {
+                if dir.exists() {
+                    return Err(Fatal::usage(format!("a testbed is already up in {}: `shakedown testbed down` first", dir.display())));
+                }
+            }
+            let run_id = new_run_id();
+            let run_dir = create_run_dir(&opts.runs_dir, &run_id)?;
+            let cfg = testbed_config(&opts, &profile, &run_id, &run_dir, opts.testbed_bug)?;
+            let tb = Testbed::up(cfg, &profile.initial_model(), Duration::from_secs(30)).await.map_err(|e| Fatal::environment(format!("cannot bring the local stack up: {e}")))?;
+            std::fs::write(opts.runs_dir.join("current-testbed"), run_dir.to_string_lossy().as_bytes()).map_err(|e| Fatal::environment(e.to_string()))?;
+            println!("testbed {run_id} up in {}", run_dir.display());
+            println!("endpoint  {}", tb.endpoint_url());
+            for m in tb.members.values() {
+                println!("{:<9} {} (site {}, etcd {}, data {})", m.name(), m.client_url(), m.site.0, m.version, m.disk.data_dir().display());
+            }
+            println!("try: ETCDCTL_API=3 etcdctl --endpoints {} endpoint status", tb.endpoint_url());
+            tb.detach();
+            Ok(Exit::Pass)
+        }
+        TestbedAction::Down { runs_dir } => {
+            let dir = current_testbed(&runs_dir)?;
+            let swept = reap::sweep(&dir);
+            let _ = std::fs::remove_dir_all(dir.join("disks"));
+            let _ = std::fs::remove_dir_all(dir.join("members"));
+            let _ = std::fs::remove_file(runs_dir.join("current-testbed"));
+            println!("testbed down: {} processes, {} mounts, {} loop devices removed", swept.processes.len(), swept.mounts.len(), swept.loops.len());
+            Ok(Exit::Pass)
+        }
+        TestbedAction::Status { runs_dir } => {
+            let dir = current_testbed(&runs_dir)?;
+            let cfg = std::fs::read_to_string(dir.join("haproxy.cfg")).map_err(|e| Fatal::usage(format!("testbed in {} has no haproxy.cfg: {e}", dir.display())))?;
+            let mut all_ok = true;
+            for line in cfg.lines().map(str::trim) {
+                let parts: Vec<&str> = line.split_whitespace().collect();
+                let (name, addr) = match parts.as_slice() {
+                    ["bind", addr] => ("endpoint", *addr),
+                    ["server", name, addr, ..] => (*name, *addr),
+                    _ => continue,
+                };
+                let url = format!("http://{addr}");
+                match shakedown::target::local::etcd::status(&url, Duration::from_secs(1)).await {
+                    Ok(s) => println!("{name:<9} {url:<28} ok   etcd {} leader {:x} revision {}", s.version(), s.leader(), s.header().map(|h| h.revision()).unwrap_or(0)),
+                    Err(e) => {
+                        all_ok = false;
+                        println!("{name:<9} {url:<28} DOWN {e}");
+                    }
+                }
+            }
+            Ok(if all_ok { Exit::Pass } else { Exit::Liveness })
+        }
+    }
+}
+
+/// Sweeps every run directory whose owner process is gone.
+fn reap_runs(runs_dir: &Path) -> Result<usize, Fatal> {
+    let Ok(entries) = std::fs::read_dir(runs_dir) else { return Ok(0) };
+    let mut n = 0;
+    for e in entries.filter_map(|e| e.ok()) {
+        let dir = e.path();
+        let Ok(owner) = std::fs::read_to_string(dir.join("run.json")) else { continue };
+        let owner: serde_json::Value = serde_json::from_str(&owner).unwrap_or_default();
+        let pid = owner.get("pid").and_then(|p| p.as_u64()).unwrap_or(0);
+        let alive = pid != 0
+            && pid != std::process::id() as u64
+            && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("shakedown"));
+        if alive {
+            continue;
+        }
+        let dir = dir.canonicalize().unwrap_or(dir);
+        let swept = reap::sweep(&dir);
+        let had_disks = dir.join("disks").exists() || dir.join("members").exists();
+        let _ = std::fs::remove_dir_all(dir.join("disks"));
+        let _ = std::fs::remove_dir_all(dir.join("members"));
+        if !swept.is_empty() || had_disks {
+            println!("{}: {} processes, {} mounts, {} loop devices", dir.display(), swept.processes.len(), swept.mounts.len(), swept.loops.len());
+            n += 1;
+        }
+    }
+    Ok(n)
+}

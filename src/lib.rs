@@ -1,0 +1,17 @@
+//! shakedown: seeded fault plans against real infrastructure stacks, invariants after every
+//! step, failing seeds recorded and replayable.
+//!
+//! The pure parts live in `shakedown-faults` (model, ops, generation) and
+//! `shakedown-invariants` (checks). This crate does the IO: targets, the run engine,
+//! recording, replay and the CLI.
+
+pub mod binaries;
+pub mod events;
+pub mod exit;
+pub mod profiles;
+pub mod record;
+pub mod run;
+pub mod target;
+
+pub use shakedown_faults as faults;
+pub use shakedown_invariants as invariants;

@@ -1,0 +1,112 @@
+//! Seed records: the TOML file written when a run fails, replayable on its own — seed, profile
+//! (inline), component versions, the explicit op list, the failing step and the violation.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use shakedown_faults::{Plan, Profile};
+use shakedown_invariants::InvariantId;
+
+use crate::exit::Fatal;
+use crate::target::local::PlantedBug;
+
+/// The seed record format this shakedown reads and writes.
+pub const FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    /// A safety invariant broke after (or during) a step.
+    Violation,
+    /// After healing, the stack did not converge within the bound; or an op's own wait ran out.
+    Liveness,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Failure {
+    pub kind: FailureKind,
+    /// 1-based index of the failing op; 0 = right after bring-up; ops + 1 = after healing.
+    pub step: usize,
+    /// The op of that step, as text.
+    pub op: String,
+    pub invariant: Option<InvariantId>,
+    pub message: String,
+    /// When it was detected (RFC 3339, UTC).
+    pub at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeedRecord {
+    pub format: u32,
+    pub shakedown_version: String,
+    pub seed: u64,
+    pub target: String,
+    pub run_id: String,
+    /// When the run started (RFC 3339, UTC).
+    pub started: String,
+    /// The planted bug the run had switched on, if any.
+    pub testbed_bug: Option<PlantedBug>,
+    /// Component versions the failure was seen with.
+    pub versions: BTreeMap<String, String>,
+    pub failure: Failure,
+    pub profile: Profile,
+    pub plan: Plan,
+}
+
+impl SeedRecord {
+    /// Where this record goes in `dir`: `seed-<seed>-<invariant or kind>-<run id>.toml`.
+    pub fn path_in(&self, dir: &Path) -> PathBuf {
+        let what = self.failure.invariant.map(|i| i.to_string()).unwrap_or_else(|| format!("{:?}", self.failure.kind).to_lowercase());
+        dir.join(format!("seed-{}-{what}-{}.toml", self.seed, self.run_id))
+    }
+
+    pub fn to_toml(&self) -> String {
+        let body = toml::to_string(self).expect("a seed record always serializes");
+        format!("# shakedown seed record: replay with `shakedown replay <this file>`\n{body}")
+    }
+
+    /// Writes the record atomically (temp file + rename), so a crash never leaves half a record.
+    pub fn write(&self, dir: &Path) -> std::io::Result<PathBuf> {
+        std::fs::create_dir_all(dir)?;
+        let path = self.path_in(dir);
+        let tmp = path.with_extension("toml.tmp");
+        std::fs::write(&tmp, self.to_toml())?;
+        std::fs::rename(&tmp, &path)?;
+        Ok(path)
+    }
+
+    /// Reads and checks a record: format version, shape, profile and plan preconditions.
+    pub fn load(path: &Path) -> Result<SeedRecord, Fatal> {
+        let text = std::fs::read_to_string(path).map_err(|e| Fatal::usage(format!("cannot read seed record {}: {e}", path.display())))?;
+        Self::parse(&text).map_err(|e| Fatal::usage(format!("{}: {e}", path.display())))
+    }
+
+    pub fn parse(text: &str) -> Result<SeedRecord, String> {
+        let value: toml::Table = text.parse().map_err(|e: toml::de::Error| format!("not a valid seed record (malformed or truncated TOML): {}", e.message()))?;
+        match value.get("format").and_then(|v| v.as_integer()) {
+            None => return Err("not a shakedown seed record: no integer `format` key".into()),
+            Some(f) if f != FORMAT as i64 => {
+                return Err(format!(
+                    "seed record format {f} is not supported by shakedown {} (it reads format {FORMAT}); use the shakedown version that wrote it",
+                    env!("CARGO_PKG_VERSION")
+                ))
+            }
+            Some(_) => {}
+        }
+        let record: SeedRecord = toml::from_str(text).map_err(|e| format!("not a valid seed record: {}", e.message()))?;
+        record.profile.validate().map_err(|e| e.to_string())?;
+        crate::profiles::invariants(&record.profile).map_err(|e| e.to_string())?;
+        if let Err((i, e)) = record.plan.validate(record.profile.initial_model()) {
+            return Err(format!("the recorded plan is not valid: step {} ({}) breaks its precondition: {e}", i + 1, record.plan.ops[i]));
+        }
+        Ok(record)
+    }
+}
+
+/// Now as RFC 3339 UTC (seconds).
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}

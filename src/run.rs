@@ -1,0 +1,176 @@
+//! The run engine: executes a plan on a target, checking every invariant after every step with a
+//! bounded wait for convergence; then heals and requires convergence (liveness).
+
+use std::time::Duration;
+
+use serde_json::json;
+use shakedown_faults::{Model, Op, Plan, Profile};
+use shakedown_invariants::{check_all, unreachable_members, InvariantId, Observation, ServingSample, Verdict};
+use tokio::time::Instant;
+
+use crate::events::EventLog;
+use crate::record::{now_rfc3339, Failure, FailureKind};
+use crate::target::{Target, TargetError};
+
+/// How a plan execution ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Pass { steps: usize },
+    Failed(Failure),
+}
+
+/// Where progress lines go (stderr for people, nowhere for tests).
+pub trait Progress {
+    fn line(&mut self, text: &str);
+}
+
+impl<F: FnMut(&str)> Progress for F {
+    fn line(&mut self, text: &str) {
+        self(text)
+    }
+}
+
+/// Result of checking all invariants until they pass or the bound runs out.
+enum Checked {
+    Pass { attempts: u32 },
+    Fail { invariant: InvariantId, message: String, obs: Box<Observation> },
+}
+
+/// Observes and checks until every invariant passes, a definite failure is seen, or `limit`
+/// runs out. Retries are spaced 50 ms apart.
+async fn check_until<T: Target>(
+    target: &mut T,
+    model: &Model,
+    invariants: &[InvariantId],
+    samples: &[ServingSample],
+    quorum_throughout: bool,
+    require_all_up: bool,
+    limit: Duration,
+) -> Checked {
+    let deadline = Instant::now() + limit;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let mut obs = target.observe(model, invariants).await;
+        obs.serving_samples = samples.to_vec();
+        obs.quorum_throughout = quorum_throughout;
+        let mut failures = check_all(invariants, model, &obs);
+        if require_all_up && failures.is_empty() {
+            let down = unreachable_members(model, &obs);
+            if !down.is_empty() {
+                let names: Vec<String> = down.iter().map(|m| m.to_string()).collect();
+                failures.push((InvariantId::Quorum, Verdict::Fail(format!("member(s) {} not serving after healing", names.join(", ")))));
+            }
+        }
+        if failures.is_empty() {
+            return Checked::Pass { attempts };
+        }
+        let definite = failures.iter().find(|(_, v)| matches!(v, Verdict::Definite(_)));
+        if definite.is_some() || Instant::now() >= deadline {
+            let (invariant, verdict) = definite.unwrap_or(&failures[0]).clone();
+            let message = verdict.message().unwrap_or_default().to_string();
+            let message = if definite.is_none() { format!("{message} (still failing after {}s)", limit.as_secs_f32()) } else { message };
+            return Checked::Fail { invariant, message, obs: Box::new(obs) };
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn failure(kind: FailureKind, step: usize, op: &str, invariant: Option<InvariantId>, message: String) -> Failure {
+    Failure { kind, step, op: op.to_string(), invariant, message, at: now_rfc3339() }
+}
+
+/// Executes `plan` from the freshly started stack `profile` describes.
+/// Errors are environment problems (the machine, not the stack); findings are `Outcome::Failed`.
+pub async fn execute<T: Target>(
+    target: &mut T,
+    plan: &Plan,
+    profile: &Profile,
+    invariants: &[InvariantId],
+    events: &mut EventLog,
+    progress: &mut dyn Progress,
+) -> Result<Outcome, TargetError> {
+    let mut model = profile.initial_model();
+    let total = plan.ops.len();
+    let width = total.to_string().len();
+    let converge = profile.timeouts.converge;
+
+    // Step 0: the freshly started stack must satisfy every invariant.
+    let t0 = Instant::now();
+    match check_until(target, &model, invariants, &[], true, true, converge).await {
+        Checked::Pass { attempts } => {
+            events.emit("check", json!({"step": 0, "verdict": "pass", "attempts": attempts, "ms": t0.elapsed().as_millis() as u64}));
+            progress.line(&format!("[{:>width$}/{total}] bring-up checks ok in {}ms", 0, t0.elapsed().as_millis()));
+        }
+        Checked::Fail { invariant, message, obs } => {
+            events.emit("check", json!({"step": 0, "verdict": "fail", "invariant": invariant, "message": message, "observation": *obs}));
+            return Ok(Outcome::Failed(failure(FailureKind::Violation, 0, "bring-up", Some(invariant), message)));
+        }
+    }
+
+    for (i, op) in plan.ops.iter().enumerate() {
+        let step = i + 1;
+        let before = model.clone();
+        if let Err(e) = model.apply(op) {
+            // Plans are validated before they run; reaching this is a bug.
+            panic!("step {step} ({op}) breaks its precondition after validation: {e}");
+        }
+        if let Err(reason) = target.supports(op.kind()) {
+            return Err(TargetError::Unsupported(format!("step {step}: {op} is unavailable on the {} target: {reason}", target.name())));
+        }
+        events.emit("op-start", json!({"step": step, "op": op, "text": op.to_string()}));
+        let t_op = Instant::now();
+        let report = match target.execute(op, &before, &model).await {
+            Ok(r) => r,
+            Err(TargetError::Stack(msg)) => {
+                events.emit("op-end", json!({"step": step, "ms": t_op.elapsed().as_millis() as u64, "error": msg}));
+                return Ok(Outcome::Failed(failure(FailureKind::Liveness, step, &op.to_string(), None, msg)));
+            }
+            Err(e) => return Err(e),
+        };
+        let op_ms = t_op.elapsed().as_millis();
+        events.emit("op-end", json!({"step": step, "ms": op_ms as u64, "samples": report.serving_samples.len()}));
+        let t_check = Instant::now();
+        let checked = check_until(target, &model, invariants, &report.serving_samples, before.quorum_throughout(op), false, converge).await;
+        let check_ms = t_check.elapsed().as_millis();
+        match checked {
+            Checked::Pass { attempts } => {
+                events.emit("check", json!({"step": step, "verdict": "pass", "attempts": attempts, "ms": check_ms as u64, "workload": target.workload_stats()}));
+                progress.line(&format!("[{step:>width$}/{total}] {:<28} {:>6}ms  checks ok in {check_ms}ms", op.to_string(), op_ms));
+            }
+            Checked::Fail { invariant, message, obs } => {
+                events.emit("check", json!({"step": step, "verdict": "fail", "invariant": invariant, "message": message, "ms": check_ms as u64, "observation": *obs}));
+                progress.line(&format!("[{step:>width$}/{total}] {:<28} {:>6}ms  VIOLATION {invariant}: {message}", op.to_string(), op_ms));
+                return Ok(Outcome::Failed(failure(FailureKind::Violation, step, &op.to_string(), Some(invariant), message)));
+            }
+        }
+    }
+
+    // Liveness: heal every fault, then require convergence with every member serving.
+    let heal: Vec<Op> = model.heal_ops();
+    let step = total + 1;
+    let t_heal = Instant::now();
+    for op in &heal {
+        let before = model.clone();
+        model.apply(op).expect("heal ops satisfy their preconditions");
+        events.emit("heal", json!({"op": op, "text": op.to_string()}));
+        match target.execute(op, &before, &model).await {
+            Ok(_) => {}
+            Err(TargetError::Stack(msg)) => return Ok(Outcome::Failed(failure(FailureKind::Liveness, step, &format!("heal: {op}"), None, msg))),
+            Err(e) => return Err(e),
+        }
+    }
+    let heal_text = if heal.is_empty() { "heal (nothing to heal)".to_string() } else { format!("heal ({})", heal.iter().map(|o| o.to_string()).collect::<Vec<_>>().join(", ")) };
+    match check_until(target, &model, invariants, &[], false, true, profile.timeouts.liveness).await {
+        Checked::Pass { attempts } => {
+            events.emit("liveness", json!({"verdict": "pass", "attempts": attempts, "ms": t_heal.elapsed().as_millis() as u64, "workload": target.workload_stats()}));
+            progress.line(&format!("[{:>width$}/{total}] {heal_text}: converged in {}ms", "✓", t_heal.elapsed().as_millis()));
+            Ok(Outcome::Pass { steps: total })
+        }
+        Checked::Fail { invariant, message, obs } => {
+            events.emit("liveness", json!({"verdict": "fail", "invariant": invariant, "message": message, "observation": *obs}));
+            let message = format!("after healing, the stack did not converge within {}s: {invariant}: {message}", profile.timeouts.liveness.as_secs());
+            Ok(Outcome::Failed(failure(FailureKind::Liveness, step, &heal_text, Some(invariant), message)))
+        }
+    }
+}
