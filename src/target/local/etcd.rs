@@ -1,0 +1,69 @@
+//! Talking to etcd members and the endpoint with the etcd-client crate, every call bounded.
+
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, StatusResponse};
+use tokio::time::{timeout, Instant};
+
+/// A client for one URL. The connection is made lazily by the first request.
+pub async fn connect(url: &str, request_timeout: Duration) -> Result<Client, String> {
+    let opts = ConnectOptions::new()
+        .with_connect_timeout(request_timeout.min(Duration::from_millis(500)))
+        .with_timeout(request_timeout);
+    match timeout(request_timeout, Client::connect([url], Some(opts))).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(format!("cannot connect to {url}: {e}")),
+        Err(_) => Err(format!("cannot connect to {url}: timed out after {}ms", request_timeout.as_millis())),
+    }
+}
+
+/// Runs `fut` with a deadline, flattening both failure kinds into a message.
+pub async fn bounded<T, F>(what: &str, limit: Duration, fut: F) -> Result<T, String>
+where
+    F: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    match timeout(limit, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!("{what}: no answer within {}ms", limit.as_millis())),
+    }
+}
+
+/// Status of the member at `url` on a fresh connection.
+pub async fn status(url: &str, limit: Duration) -> Result<StatusResponse, String> {
+    let mut c = connect(url, limit).await?;
+    bounded("status", limit, c.status()).await
+}
+
+/// Waits until the member at `url` sees a leader and has committed at least what the cluster had
+/// committed when the wait began (as seen from `reference_url`, e.g. the leader). Bounded by `limit`.
+pub async fn wait_caught_up(url: &str, others: &[String], limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    let step = Duration::from_millis(500);
+    // The commit index the cluster had when the wait began.
+    let mut target: Option<u64> = None;
+    let mut last = String::from("no answer yet");
+    while Instant::now() < deadline {
+        if target.is_none() {
+            for o in others {
+                if let Ok(s) = status(o, step).await {
+                    if s.leader() != 0 {
+                        target = Some(s.raft_index());
+                        break;
+                    }
+                }
+            }
+        }
+        match status(url, step).await {
+            Ok(s) if s.leader() == 0 => last = "member answers but sees no leader".into(),
+            Ok(s) => match target {
+                Some(t) if s.raft_index() >= t => return Ok(()),
+                Some(t) => last = format!("member at raft index {} of {t}", s.raft_index()),
+                None => last = "no other member sees a leader".into(),
+            },
+            Err(e) => last = e,
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Err(format!("{url} not healthy and caught up within {}ms: {last}", limit.as_millis()))
+}

@@ -1,0 +1,522 @@
+//! The local target: a real stack on this machine (see [`testbed`]), faults done for real
+//! (SIGKILL, SIGSTOP, rolling restarts onto another etcd binary, member add/remove), observed
+//! through the etcd API.
+
+pub mod disk;
+pub mod etcd;
+pub mod reap;
+pub mod testbed;
+pub mod workload;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use etcd_client::GetOptions;
+use serde_json::json;
+use shakedown_faults::{MemberId, Model, Op, OpKind, Profile};
+use shakedown_invariants::{Durability, InvariantId, ListedMember, MemberStatus, Observation, Probe, ServingSample};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+pub use crate::target::TargetError as LocalError;
+use crate::target::{StepReport, Target};
+pub use disk::DiskMode;
+pub use testbed::{Testbed, TestbedConfig};
+use workload::Workload;
+
+/// A documented way to make one of the local target's own operations wrong, to show that the
+/// invariants catch a real class of provider bug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlantedBug {
+    /// The rolling upgrade does not wait for the upgraded member to be healthy before taking the
+    /// next one down. Caught by `quorum`.
+    UpgradeNoWait,
+    /// The rolling replace forgets to remove the old member from the etcd cluster. Caught by
+    /// `membership`.
+    ReplaceKeepsOldMember,
+    /// The endpoint (HAProxy) has no health checks, so it keeps routing to a member that cannot
+    /// answer. Caught by `reachability`.
+    EndpointNoHealthCheck,
+    /// The write path acknowledges a write before etcd does. Caught by `durability`.
+    AckBeforeWrite,
+}
+
+impl PlantedBug {
+    pub const ALL: [PlantedBug; 4] = [
+        PlantedBug::UpgradeNoWait,
+        PlantedBug::ReplaceKeepsOldMember,
+        PlantedBug::EndpointNoHealthCheck,
+        PlantedBug::AckBeforeWrite,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PlantedBug::UpgradeNoWait => "upgrade-no-wait",
+            PlantedBug::ReplaceKeepsOldMember => "replace-keeps-old-member",
+            PlantedBug::EndpointNoHealthCheck => "endpoint-no-health-check",
+            PlantedBug::AckBeforeWrite => "ack-before-write",
+        }
+    }
+
+    /// The invariant meant to catch it.
+    pub fn caught_by(self) -> InvariantId {
+        match self {
+            PlantedBug::UpgradeNoWait => InvariantId::Quorum,
+            PlantedBug::ReplaceKeepsOldMember => InvariantId::Membership,
+            PlantedBug::EndpointNoHealthCheck => InvariantId::Reachability,
+            PlantedBug::AckBeforeWrite => InvariantId::Durability,
+        }
+    }
+
+    /// An op kind whose execution exposes the bug (what a test plan must contain).
+    pub fn trigger(self) -> Option<OpKind> {
+        match self {
+            PlantedBug::UpgradeNoWait => Some(OpKind::RollingUpgrade),
+            PlantedBug::ReplaceKeepsOldMember => Some(OpKind::RollingReplace),
+            PlantedBug::EndpointNoHealthCheck => Some(OpKind::Pause),
+            PlantedBug::AckBeforeWrite => None,
+        }
+    }
+}
+
+impl fmt::Display for PlantedBug {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PlantedBug {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PlantedBug::ALL.into_iter().find(|b| b.name() == s).ok_or_else(|| {
+            let known: Vec<_> = PlantedBug::ALL.iter().map(|b| b.name()).collect();
+            format!("unknown planted bug {s:?}; known: {}", known.join(", "))
+        })
+    }
+}
+
+/// Bounds used by the local target's own waits.
+#[derive(Debug, Clone)]
+pub struct LocalBounds {
+    /// One status/hash/member-list request to a member.
+    pub request: Duration,
+    /// One linearizable read through the endpoint.
+    pub probe: Duration,
+    /// A whole op, including its waits for health.
+    pub op: Duration,
+    /// How often members are sampled while an op runs.
+    pub sample_every: Duration,
+}
+
+impl LocalBounds {
+    pub fn from_profile(p: &Profile) -> LocalBounds {
+        LocalBounds { request: Duration::from_millis(500), probe: p.timeouts.probe, op: p.timeouts.op, sample_every: Duration::from_millis(50) }
+    }
+}
+
+pub struct LocalTarget {
+    pub testbed: Testbed,
+    workload: Workload,
+    bounds: LocalBounds,
+    probe_seq: u64,
+}
+
+impl LocalTarget {
+    /// Brings the stack up and starts the workload.
+    pub async fn start(cfg: TestbedConfig, profile: &Profile, model: &Model, bring_up_limit: Duration) -> Result<LocalTarget, LocalError> {
+        let bug = cfg.bug;
+        let prefix = format!("/shakedown/{}/w/", cfg.run_id);
+        let testbed = Testbed::up(cfg, model, bring_up_limit).await?;
+        let workload = Workload::start(
+            testbed.endpoint_url(),
+            prefix,
+            profile.workload.interval,
+            profile.workload.timeout,
+            bug == Some(PlantedBug::AckBeforeWrite),
+        );
+        Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), probe_seq: 0 })
+    }
+
+    fn url_of(&self, id: MemberId) -> Result<String, LocalError> {
+        self.testbed.members.get(&id).map(|m| m.client_url()).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.testbed.members.values().map(|m| m.client_url()).collect()
+    }
+
+    /// A client to any member that answers, preferring the leader.
+    async fn cluster_client(&self) -> Result<etcd_client::Client, LocalError> {
+        let mut fallback = None;
+        for url in self.urls() {
+            if let Ok(s) = etcd::status(&url, self.bounds.request).await {
+                let c = etcd::connect(&url, self.bounds.request).await.map_err(LocalError::Stack)?;
+                if s.leader() == s.header().map(|h| h.member_id()).unwrap_or(0) {
+                    return Ok(c);
+                }
+                fallback.get_or_insert(c);
+            }
+        }
+        fallback.ok_or_else(|| LocalError::Stack("no member answers".into()))
+    }
+
+    /// A membership change, retried within the op bound: etcd refuses reconfiguration while a
+    /// member (re)connected less than 5 s ago ("unhealthy cluster"); operators such as KCP retry.
+    async fn reconfigure<T, F, Fut>(&self, what: &str, call: F) -> Result<T, String>
+    where
+        F: Fn(etcd_client::Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let deadline = Instant::now() + self.bounds.op;
+        loop {
+            let res = match self.cluster_client().await {
+                Ok(c) => etcd::bounded(what, self.bounds.request * 4, call(c)).await,
+                Err(e) => Err(e.to_string()),
+            };
+            match res {
+                Ok(v) => return Ok(v),
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!("{what} refused, retrying: {e}");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// etcd's member id of the member named `name`.
+    async fn etcd_id(&self, name: &str) -> Result<Option<u64>, LocalError> {
+        let mut c = self.cluster_client().await?;
+        let list = etcd::bounded("member list", self.bounds.request, c.member_list()).await.map_err(LocalError::Stack)?;
+        Ok(list.members().iter().find(|m| m.name() == name).map(|m| m.id()))
+    }
+
+    /// Moves leadership off `id` if it leads (best effort: etcd also does it on SIGTERM).
+    async fn move_leader_off(&self, id: MemberId) {
+        let Ok(url) = self.url_of(id) else { return };
+        let Ok(s) = etcd::status(&url, self.bounds.request).await else { return };
+        let me = s.header().map(|h| h.member_id()).unwrap_or(0);
+        if s.leader() != me || me == 0 {
+            return;
+        }
+        let Ok(mut c) = etcd::connect(&url, self.bounds.request).await else { return };
+        let Ok(list) = etcd::bounded("member list", self.bounds.request, c.member_list()).await else { return };
+        if let Some(to) = list.members().iter().find(|m| m.id() != me && !m.name().is_empty()) {
+            let res = etcd::bounded("move leader", Duration::from_secs(3), c.move_leader(to.id())).await;
+            tracing::debug!(from = %id, to = to.name(), ?res, "moved leadership");
+        }
+    }
+
+    async fn rolling_upgrade(&mut self, after: &Model) -> Result<(), LocalError> {
+        let ids: Vec<MemberId> = self.testbed.members.keys().copied().collect();
+        for id in ids {
+            let to = after.member(id).map_err(|e| LocalError::Stack(e.to_string()))?.version;
+            if self.testbed.members[&id].version == to {
+                continue;
+            }
+            self.move_leader_off(id).await;
+            self.testbed.stop(id, Duration::from_secs(10)).await?;
+            self.testbed.members.get_mut(&id).expect("listed above").version = to;
+            let cluster = self.testbed.initial_cluster(None);
+            self.testbed.spawn_member(id, &cluster, "existing")?;
+            if self.testbed.cfg.bug == Some(PlantedBug::UpgradeNoWait) {
+                continue;
+            }
+            let url = self.url_of(id)?;
+            let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
+            etcd::wait_caught_up(&url, &others, self.bounds.op).await.map_err(|e| LocalError::Stack(format!("upgraded {id}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    async fn rolling_replace(&mut self, before: &Model, after: &Model) -> Result<(), LocalError> {
+        for (old, new) in before.replacements() {
+            let spec = after.member(new).map_err(|e| LocalError::Stack(e.to_string()))?.clone();
+            let (name, peer) = {
+                let m = self.testbed.add_member(new, spec.site, spec.version)?;
+                (m.name(), m.peer_url())
+            };
+            // Announce the new member, then start it with the cluster as etcd reports it.
+            let added = match self.reconfigure("member add", |mut c| { let peer = peer.clone(); async move { c.member_add([peer.as_str()], None).await } }).await {
+                Ok(a) => a,
+                Err(e) => {
+                    self.testbed.remove_member(new).ok();
+                    return Err(LocalError::Stack(format!("adding {new}: {e}")));
+                }
+            };
+            let new_etcd_id = added.member().map(|m| m.id()).unwrap_or(0);
+            let cluster: Vec<String> = added
+                .member_list()
+                .iter()
+                .map(|m| {
+                    let n = if m.id() == new_etcd_id { name.clone() } else { m.name().to_string() };
+                    format!("{n}={}", m.peer_urls().first().cloned().unwrap_or_default())
+                })
+                .collect();
+            self.testbed.spawn_member(new, &cluster.join(","), "existing")?;
+            let url = self.url_of(new)?;
+            let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
+            etcd::wait_caught_up(&url, &others, self.bounds.op).await.map_err(|e| LocalError::Stack(format!("new member {new}: {e}")))?;
+            self.move_leader_off(old).await;
+            if self.testbed.cfg.bug != Some(PlantedBug::ReplaceKeepsOldMember) {
+                let old_id = self.etcd_id(&old.to_string()).await?.ok_or_else(|| LocalError::Stack(format!("{old} is not in the member list")))?;
+                self.reconfigure("member remove", |mut c| async move { c.member_remove(old_id).await })
+                    .await
+                    .map_err(|e| LocalError::Stack(format!("removing {old}: {e}")))?;
+            }
+            self.testbed.stop(old, Duration::from_secs(5)).await?;
+            self.testbed.remove_member(old)?;
+            self.testbed.start_haproxy()?;
+        }
+        Ok(())
+    }
+
+    async fn probes(&mut self) -> Vec<Probe> {
+        // One fresh connection per endpoint server: HAProxy's round robin sends each to a
+        // different member, so a member the endpoint should have routed around is hit.
+        let n = self.testbed.members.len().max(1);
+        let endpoint = self.testbed.endpoint_url();
+        let limit = self.bounds.probe;
+        self.probe_seq += 1;
+        let key = format!("/shakedown/{}/probe", self.testbed.cfg.run_id);
+        let futs = (0..n).map(|_| {
+            let (endpoint, key) = (endpoint.clone(), key.clone());
+            async move {
+                let t0 = Instant::now();
+                let res = async {
+                    let mut c = etcd::connect(&endpoint, limit).await?;
+                    etcd::bounded("linearizable read", limit, c.get(key.as_str(), None)).await
+                }
+                .await;
+                Probe { latency_ms: t0.elapsed().as_millis() as u64, error: res.err() }
+            }
+        });
+        futures_join_all(futs).await
+    }
+
+    async fn durability(&self) -> Durability {
+        let acked = self.workload.acked();
+        let limit = self.bounds.probe;
+        let res = async {
+            let mut c = etcd::connect(&self.testbed.endpoint_url(), limit).await?;
+            etcd::bounded("read back", limit.max(Duration::from_secs(2)), c.get(self.workload.prefix.as_str(), Some(GetOptions::new().with_prefix()))).await
+        }
+        .await;
+        match res {
+            Ok(resp) => Durability {
+                read: resp
+                    .kvs()
+                    .iter()
+                    .map(|kv| (String::from_utf8_lossy(kv.key()).to_string(), String::from_utf8_lossy(kv.value()).to_string()))
+                    .collect(),
+                acked,
+                read_error: None,
+            },
+            Err(e) => Durability { acked, read: HashMap::new(), read_error: Some(e) },
+        }
+    }
+}
+
+/// Joins futures concurrently, in order (a tiny join_all, to avoid a dependency for one call).
+async fn futures_join_all<F: std::future::Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output>
+where
+    F: Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futs.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("observation task does not panic"));
+    }
+    out
+}
+
+/// Samples which members serve, every `every`, until `stop` fires. Member URLs are learned from
+/// the member list as it changes (a rolling replace adds members while it runs).
+async fn sample_serving(initial: Vec<String>, request: Duration, every: Duration, mut stop: watch::Receiver<bool>) -> Vec<ServingSample> {
+    let t0 = Instant::now();
+    let mut urls: BTreeSet<String> = initial.into_iter().collect();
+    let mut samples = Vec::new();
+    // Bounded: at most one sample per `every` for at most the op bound, which the caller enforces.
+    loop {
+        let tick = Instant::now();
+        let futs = urls.iter().cloned().map(|u| async move {
+            let s = etcd::status(&u, request).await;
+            (u, s)
+        });
+        // A sample cut short by the end of the op is dropped rather than waited for.
+        let results = tokio::select! {
+            r = futures_join_all(futs) => r,
+            _ = stop.changed() => break,
+        };
+        let mut serving = Vec::new();
+        let mut list_from = None;
+        for (u, r) in &results {
+            if let Ok(s) = r {
+                serving.push((u.clone(), s.header().map(|h| h.member_id()).unwrap_or(0)));
+                list_from.get_or_insert(u.clone());
+            }
+        }
+        let mut size = urls.len();
+        let mut names: BTreeMap<u64, String> = BTreeMap::new();
+        if let Some(u) = list_from {
+            if let Ok(mut c) = etcd::connect(&u, request).await {
+                if let Ok(list) = etcd::bounded("member list", request, c.member_list()).await {
+                    size = list.members().len();
+                    for m in list.members() {
+                        names.insert(m.id(), m.name().to_string());
+                        urls.extend(m.client_urls().iter().cloned());
+                    }
+                }
+            }
+        }
+        samples.push(ServingSample {
+            at_ms: t0.elapsed().as_millis() as u64,
+            serving: serving.iter().map(|(u, id)| names.get(id).cloned().unwrap_or_else(|| u.clone())).collect(),
+            cluster_size: size,
+        });
+        if *stop.borrow() {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(tick + every) => {}
+            _ = stop.changed() => {}
+        }
+    }
+    samples
+}
+
+impl Target for LocalTarget {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn component_versions(&self) -> BTreeMap<String, String> {
+        let b = &self.testbed.cfg.binaries;
+        let mut v: BTreeMap<String, String> = b.etcd.iter().map(|(k, e)| (format!("etcd-{k}"), e.full_version.clone())).collect();
+        v.insert("haproxy".into(), b.haproxy_version.clone());
+        v.insert("disks".into(), format!("{:?}", self.testbed.cfg.disks).to_lowercase());
+        v
+    }
+
+    fn supports(&self, _kind: OpKind) -> Result<(), String> {
+        // Every core op needs only processes this run started; none needs root.
+        Ok(())
+    }
+
+    async fn execute(&mut self, op: &Op, before: &Model, after: &Model) -> Result<StepReport, LocalError> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let sampler = tokio::spawn(sample_serving(self.urls(), Duration::from_millis(300), self.bounds.sample_every, stop_rx));
+        let limit = self.bounds.op;
+        let res = tokio::time::timeout(limit, async {
+            match *op {
+                Op::Crash { member } => self.testbed.kill(member),
+                Op::Restart { member } => {
+                    let cluster = self.testbed.initial_cluster(None);
+                    self.testbed.spawn_member(member, &cluster, "existing")
+                }
+                Op::Pause { member } => self.testbed.signal(member, libc::SIGSTOP),
+                Op::Resume { member } => self.testbed.signal(member, libc::SIGCONT),
+                Op::RollingUpgrade { .. } => self.rolling_upgrade(after).await,
+                Op::RollingReplace => self.rolling_replace(before, after).await,
+            }
+        })
+        .await
+        .unwrap_or_else(|_| Err(LocalError::Stack(format!("{op} did not finish within {}s", limit.as_secs()))));
+        let _ = stop_tx.send(true);
+        let serving_samples = match tokio::time::timeout(Duration::from_secs(2), sampler).await {
+            Ok(Ok(s)) => s,
+            _ => vec![],
+        };
+        res.map(|()| StepReport { serving_samples })
+    }
+
+    async fn observe(&mut self, model: &Model, invariants: &[InvariantId]) -> Observation {
+        let wants = |i: InvariantId| invariants.contains(&i);
+        let request = self.bounds.request;
+        let members: Vec<(String, String)> = self.testbed.members.values().map(|m| (m.name(), m.client_url())).collect();
+        let status_futs = members.iter().cloned().map(|(name, url)| async move {
+            let r = etcd::status(&url, request).await;
+            (name, url, r)
+        });
+        let statuses = futures_join_all(status_futs).await;
+        let mut obs = Observation::default();
+        let mut leader_url = None;
+        for (name, url, r) in &statuses {
+            let member = name.parse::<MemberId>().ok();
+            obs.members.push(match r {
+                Ok(s) => {
+                    let me = s.header().map(|h| h.member_id());
+                    if s.leader() != 0 && me == Some(s.leader()) {
+                        leader_url = Some(url.clone());
+                    }
+                    MemberStatus {
+                        name: name.clone(),
+                        member,
+                        reachable: true,
+                        leader: (s.leader() != 0).then_some(s.leader()),
+                        etcd_id: me,
+                        revision: s.header().map(|h| h.revision()).unwrap_or(0),
+                        raft_index: s.raft_index(),
+                        version: Some(s.version().to_string()),
+                        hash: None,
+                        error: None,
+                    }
+                }
+                Err(e) => MemberStatus { name: name.clone(), member, reachable: false, leader: None, etcd_id: None, revision: 0, raft_index: 0, version: None, hash: None, error: Some(e.clone()) },
+            });
+        }
+        let any_url = leader_url.or_else(|| statuses.iter().find(|(_, _, r)| r.is_ok()).map(|(_, u, _)| u.clone()));
+        if wants(InvariantId::Membership) || wants(InvariantId::Quorum) {
+            if let Some(url) = &any_url {
+                if let Ok(mut c) = etcd::connect(url, request).await {
+                    if let Ok(list) = etcd::bounded("member list", request, c.member_list()).await {
+                        obs.member_list = Some(
+                            list.members().iter().map(|m| ListedMember { id: m.id(), name: m.name().to_string(), peer_urls: m.peer_urls().to_vec() }).collect(),
+                        );
+                    }
+                }
+            }
+        }
+        if wants(InvariantId::Consistency) {
+            let rev = obs.members.iter().filter(|m| m.reachable && m.revision > 0).map(|m| m.revision).min();
+            if let Some(rev) = rev {
+                let futs = statuses.iter().filter(|(_, _, r)| r.is_ok()).map(|(name, url, _)| {
+                    let (name, url) = (name.clone(), url.clone());
+                    async move {
+                        let r = async {
+                            let mut c = etcd::connect(&url, request).await?;
+                            etcd::bounded("hash kv", request, c.hash_kv(rev)).await
+                        }
+                        .await;
+                        (name, r.map(|h| h.hash()))
+                    }
+                });
+                for (name, r) in futures_join_all(futs).await {
+                    if let (Ok(h), Some(m)) = (r, obs.members.iter_mut().find(|m| m.name == name)) {
+                        m.hash = Some((rev, h));
+                    }
+                }
+            }
+        }
+        if wants(InvariantId::Reachability) && model.service_expected_up() {
+            obs.probes = self.probes().await;
+        }
+        if wants(InvariantId::Durability) {
+            obs.durability = Some(self.durability().await);
+        }
+        obs
+    }
+
+    fn workload_stats(&self) -> serde_json::Value {
+        json!(self.workload.stats())
+    }
+
+    async fn teardown(&mut self) {
+        self.workload.stop().await;
+        self.testbed.teardown();
+    }
+}

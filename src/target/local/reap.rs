@@ -1,0 +1,73 @@
+//! Removing what a run left behind, recognised by its run directory: every process the local
+//! target starts names a path inside the run directory on its command line, every mount point
+//! and every loop device's backing file lies inside it. Nothing else is touched.
+
+use std::path::{Path, PathBuf};
+
+use super::disk::{loops_under, mounts_under, run_cmd};
+
+/// What a sweep found and removed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Swept {
+    pub processes: Vec<(i32, String)>,
+    pub mounts: Vec<PathBuf>,
+    pub loops: Vec<String>,
+}
+
+impl Swept {
+    pub fn is_empty(&self) -> bool {
+        self.processes.is_empty() && self.mounts.is_empty() && self.loops.is_empty()
+    }
+}
+
+/// Processes (pid, command line) whose command line mentions `run_dir`.
+pub fn processes_of(run_dir: &Path) -> Vec<(i32, String)> {
+    let marker = run_dir.to_string_lossy().to_string();
+    let me = std::process::id() as i32;
+    let Ok(entries) = std::fs::read_dir("/proc") else { return vec![] };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .filter(|&pid| pid != me)
+        .filter_map(|pid| {
+            let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
+            cmd.contains(&marker).then(|| (pid, cmd.trim().to_string()))
+        })
+        .collect()
+}
+
+/// Kills every process of the run, unmounts its filesystems and detaches its loop devices.
+pub fn sweep(run_dir: &Path) -> Swept {
+    let mut swept = Swept { processes: processes_of(run_dir), ..Default::default() };
+    for (pid, _) in &swept.processes {
+        // SAFETY: plain kill(2) on a pid we just found; SIGKILL also ends stopped processes.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    // Give the kernel a bounded moment to release the files the processes held open.
+    for _ in 0..100 {
+        if swept.processes.iter().all(|(pid, _)| !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(*pid)) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    for m in mounts_under(run_dir) {
+        let p = m.to_string_lossy().to_string();
+        if run_cmd("umount", &[&p]).is_err() {
+            let _ = run_cmd("umount", &["-l", &p]);
+        }
+        swept.mounts.push(m);
+    }
+    for dev in loops_under(run_dir) {
+        let _ = run_cmd("losetup", &["-d", &dev]);
+        swept.loops.push(dev);
+    }
+    swept
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}

@@ -1,0 +1,385 @@
+//! The local testbed: real etcd members (one per site, each on its own loop-mounted ext4 disk,
+//! each site its own loopback subnet) behind a real HAProxy with health checks.
+//!
+//! Addresses: run slot S (unique per live run, held by a lock file) gives the endpoint
+//! `127.S.0.1:2379` and member `mN` of site `k` the address `127.S.(k+1).(10+N)`.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::hash::{Hash, Hasher};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::os::unix::io::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use shakedown_faults::{MemberId, Model, SiteId, Version};
+use tokio::time::Instant;
+
+use super::disk::{Disk, DiskMode};
+use super::{reap, LocalError, PlantedBug};
+use crate::binaries::Binaries;
+
+pub const CLIENT_PORT: u16 = 2379;
+pub const PEER_PORT: u16 = 2380;
+
+#[derive(Debug, Clone)]
+pub struct TestbedConfig {
+    pub run_id: String,
+    pub run_dir: PathBuf,
+    pub binaries: Binaries,
+    pub disks: DiskMode,
+    pub bug: Option<PlantedBug>,
+    pub heartbeat_ms: u32,
+    pub election_ms: u32,
+}
+
+#[derive(Debug)]
+pub struct MemberProc {
+    pub id: MemberId,
+    pub site: SiteId,
+    pub version: Version,
+    pub ip: Ipv4Addr,
+    pub disk: Disk,
+    child: Option<Child>,
+}
+
+impl MemberProc {
+    pub fn name(&self) -> String {
+        self.id.to_string()
+    }
+    pub fn client_url(&self) -> String {
+        format!("http://{}:{CLIENT_PORT}", self.ip)
+    }
+    pub fn peer_url(&self) -> String {
+        format!("http://{}:{PEER_PORT}", self.ip)
+    }
+    pub fn pid(&self) -> Option<i32> {
+        self.child.as_ref().map(|c| c.id() as i32)
+    }
+}
+
+pub struct Testbed {
+    pub cfg: TestbedConfig,
+    pub slot: u8,
+    _slot_lock: File,
+    pub members: BTreeMap<MemberId, MemberProc>,
+    haproxy: Option<Child>,
+    /// HAProxy processes replaced by a reload; they exit on their own (hard-stop-after).
+    retired: Vec<Child>,
+    torn_down: bool,
+}
+
+/// Takes a free run slot: a lock file held for the life of the run, and a free endpoint address.
+fn take_slot(run_id: &str) -> Result<(u8, File), LocalError> {
+    let dir = std::env::temp_dir().join("shakedown-slots");
+    std::fs::create_dir_all(&dir).map_err(|e| LocalError::Environment(format!("cannot create {}: {e}", dir.display())))?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    run_id.hash(&mut h);
+    let start = (h.finish() % 180) as u8;
+    for i in 0..180u8 {
+        let slot = 64 + (start + i) % 180;
+        let path = dir.join(format!("slot-{slot}.lock"));
+        let Ok(file) = OpenOptions::new().create(true).truncate(false).write(true).open(&path) else { continue };
+        // SAFETY: flock on a file descriptor we own; released when the file closes or we die.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            continue;
+        }
+        let endpoint = SocketAddrV4::new(Ipv4Addr::new(127, slot, 0, 1), CLIENT_PORT);
+        if TcpListener::bind(endpoint).is_ok() {
+            return Ok((slot, file));
+        }
+    }
+    Err(LocalError::Environment("no free run slot (127.64-243.x.x): too many shakedown runs on this machine?".into()))
+}
+
+fn log_file(run_dir: &Path, name: &str) -> Result<(File, File), LocalError> {
+    let path = run_dir.join("logs").join(format!("{name}.log"));
+    let f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| LocalError::Environment(format!("cannot open {}: {e}", path.display())))?;
+    let g = f.try_clone().map_err(|e| LocalError::Environment(e.to_string()))?;
+    Ok((f, g))
+}
+
+impl Testbed {
+    pub fn member_ip(&self, id: MemberId, site: SiteId) -> Ipv4Addr {
+        Ipv4Addr::new(127, self.slot, site.0 + 1, 10 + (id.0 % 240) as u8)
+    }
+
+    pub fn endpoint_addr(&self) -> SocketAddrV4 {
+        SocketAddrV4::new(Ipv4Addr::new(127, self.slot, 0, 1), CLIENT_PORT)
+    }
+
+    pub fn endpoint_url(&self) -> String {
+        format!("http://{}", self.endpoint_addr())
+    }
+
+    /// Starts the stack the model describes and waits until it is healthy (bounded by `limit`).
+    /// On any failure everything created so far is torn down.
+    pub async fn up(cfg: TestbedConfig, model: &Model, limit: Duration) -> Result<Testbed, LocalError> {
+        for sub in ["logs", "members"] {
+            let d = cfg.run_dir.join(sub);
+            std::fs::create_dir_all(&d).map_err(|e| LocalError::Environment(format!("cannot create {}: {e}", d.display())))?;
+        }
+        let (slot, lock) = take_slot(&cfg.run_id)?;
+        let mut tb = Testbed { cfg, slot, _slot_lock: lock, members: BTreeMap::new(), haproxy: None, retired: vec![], torn_down: false };
+        match tb.bring_up(model, limit).await {
+            Ok(()) => Ok(tb),
+            Err(e) => {
+                tb.teardown();
+                Err(e)
+            }
+        }
+    }
+
+    async fn bring_up(&mut self, model: &Model, limit: Duration) -> Result<(), LocalError> {
+        let deadline = Instant::now() + limit;
+        // Disks in parallel: mkfs dominates.
+        let run_dir = self.cfg.run_dir.clone();
+        let mode = self.cfg.disks;
+        let ids: Vec<MemberId> = model.members.keys().copied().collect();
+        let disks = tokio::task::spawn_blocking(move || {
+            std::thread::scope(|s| {
+                let hs: Vec<_> = ids.iter().map(|id| s.spawn(|| Disk::create(&run_dir, &id.to_string(), mode))).collect();
+                hs.into_iter().map(|h| h.join().expect("disk thread does not panic")).collect::<Vec<_>>()
+            })
+        })
+        .await
+        .map_err(|e| LocalError::Environment(format!("disk setup task failed: {e}")))?;
+        let mut first_err = None;
+        for (m, disk) in model.members.values().zip(disks) {
+            match disk {
+                Ok(disk) => {
+                    let ip = self.member_ip(m.id, m.site);
+                    self.members.insert(m.id, MemberProc { id: m.id, site: m.site, version: m.version, ip, disk, child: None });
+                }
+                Err(e) => first_err = first_err.or(Some(e)),
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        let cluster = self.initial_cluster(None);
+        let ids: Vec<MemberId> = self.members.keys().copied().collect();
+        for id in ids {
+            self.spawn_member(id, &cluster, "new")?;
+        }
+        self.start_haproxy()?;
+        let urls: Vec<String> = self.members.values().map(|m| m.client_url()).collect();
+        for url in &urls {
+            let left = deadline.saturating_duration_since(Instant::now());
+            super::etcd::wait_caught_up(url, &urls, left)
+                .await
+                .map_err(|e| LocalError::Environment(format!("stack did not become healthy: {e} (see {}/logs)", self.cfg.run_dir.display())))?;
+        }
+        Ok(())
+    }
+
+    /// `name=peer-url,…` for the members the testbed runs, plus an extra one.
+    pub fn initial_cluster(&self, extra: Option<(&str, &str)>) -> String {
+        let mut parts: Vec<String> = self.members.values().map(|m| format!("{}={}", m.name(), m.peer_url())).collect();
+        if let Some((n, u)) = extra {
+            parts.push(format!("{n}={u}"));
+        }
+        parts.join(",")
+    }
+
+    /// Adds a member process record with a fresh disk (not started).
+    pub fn add_member(&mut self, id: MemberId, site: SiteId, version: Version) -> Result<&MemberProc, LocalError> {
+        let disk = Disk::create(&self.cfg.run_dir, &id.to_string(), self.cfg.disks)?;
+        let ip = self.member_ip(id, site);
+        self.members.insert(id, MemberProc { id, site, version, ip, disk, child: None });
+        Ok(&self.members[&id])
+    }
+
+    /// Starts member `id`'s etcd (its version's binary) on its data directory.
+    pub fn spawn_member(&mut self, id: MemberId, initial_cluster: &str, state: &str) -> Result<(), LocalError> {
+        let m = self.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
+        let bin = &self.cfg.binaries.etcd.get(&m.version).ok_or_else(|| LocalError::Environment(format!("no etcd {} binary", m.version)))?.path;
+        let (out, err) = log_file(&self.cfg.run_dir, &m.name())?;
+        let data = m.disk.data_dir();
+        let child = Command::new(bin)
+            .args(["--name", &m.name()])
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--listen-client-urls", &m.client_url(), "--advertise-client-urls", &m.client_url()])
+            .args(["--listen-peer-urls", &m.peer_url(), "--initial-advertise-peer-urls", &m.peer_url()])
+            .args(["--initial-cluster", initial_cluster, "--initial-cluster-state", state])
+            .args(["--initial-cluster-token", &self.cfg.run_id])
+            .args(["--heartbeat-interval", &self.cfg.heartbeat_ms.to_string()])
+            .args(["--election-timeout", &self.cfg.election_ms.to_string()])
+            .args(["--logger", "zap", "--log-outputs", "stderr"])
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| LocalError::Environment(format!("cannot start {} ({}): {e}", bin.display(), m.name())))?;
+        tracing::debug!(member = %id, pid = child.id(), version = %m.version, "started etcd");
+        self.members.get_mut(&id).expect("checked above").child = Some(child);
+        Ok(())
+    }
+
+    /// Sends `sig` to member `id`'s process.
+    pub fn signal(&mut self, id: MemberId, sig: i32) -> Result<(), LocalError> {
+        let pid = self.members.get(&id).and_then(|m| m.pid()).ok_or_else(|| LocalError::Stack(format!("{id} has no process")))?;
+        // SAFETY: kill(2) on our own child's pid.
+        if unsafe { libc::kill(pid, sig) } != 0 {
+            return Err(LocalError::Environment(format!("kill({pid}, {sig}) failed: {}", std::io::Error::last_os_error())));
+        }
+        Ok(())
+    }
+
+    /// `kill -9` and reap member `id`'s process.
+    pub fn kill(&mut self, id: MemberId) -> Result<(), LocalError> {
+        let m = self.members.get_mut(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
+        if let Some(mut c) = m.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        Ok(())
+    }
+
+    /// Graceful stop: SIGCONT + SIGTERM (etcd hands leadership over), SIGKILL after `grace`.
+    pub async fn stop(&mut self, id: MemberId, grace: Duration) -> Result<(), LocalError> {
+        let m = self.members.get_mut(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
+        let Some(mut c) = m.child.take() else { return Ok(()) };
+        let pid = c.id() as i32;
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(pid, libc::SIGCONT);
+            libc::kill(pid, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tracing::warn!(member = %id, "did not stop within {}ms of SIGTERM; killing it", grace.as_millis());
+        let _ = c.kill();
+        let _ = c.wait();
+        Ok(())
+    }
+
+    /// Removes member `id` from the testbed: kills its process and releases its disk.
+    pub fn remove_member(&mut self, id: MemberId) -> Result<(), LocalError> {
+        self.kill(id)?;
+        if let Some(m) = self.members.remove(&id) {
+            m.disk.release();
+        }
+        Ok(())
+    }
+
+    /// Whether member `id` has a live (possibly stopped) process.
+    pub fn is_running(&mut self, id: MemberId) -> bool {
+        match self.members.get_mut(&id).and_then(|m| m.child.as_mut()) {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    fn haproxy_config(&self) -> String {
+        let check = if self.cfg.bug == Some(PlantedBug::EndpointNoHealthCheck) { "" } else { " check" };
+        let mut cfg = format!(
+            "# shakedown run {run}\n\
+             global\n  maxconn 2000\n  hard-stop-after 2s\n  log stderr format raw daemon notice\n\n\
+             defaults\n  mode tcp\n  log global\n  timeout connect 500ms\n  timeout client 60s\n  timeout server 60s\n  timeout check 300ms\n  retries 2\n  option redispatch\n\n\
+             frontend etcd\n  bind {ep}\n  default_backend members\n\n\
+             backend members\n  balance roundrobin\n  option httpchk GET /health\n  http-check expect status 200\n  \
+             default-server inter 100ms fall 2 rise 1 on-marked-down shutdown-sessions\n",
+            run = self.cfg.run_id,
+            ep = self.endpoint_addr(),
+        );
+        for m in self.members.values() {
+            cfg.push_str(&format!("  server {} {}:{CLIENT_PORT}{check}\n", m.name(), m.ip));
+        }
+        cfg
+    }
+
+    /// Writes the HAProxy config for the current members and (re)starts HAProxy; a reload hands
+    /// over from the old process with -sf.
+    pub fn start_haproxy(&mut self) -> Result<(), LocalError> {
+        let path = self.cfg.run_dir.join("haproxy.cfg");
+        std::fs::write(&path, self.haproxy_config()).map_err(|e| LocalError::Environment(format!("cannot write {}: {e}", path.display())))?;
+        let (out, err) = log_file(&self.cfg.run_dir, "haproxy")?;
+        let mut cmd = Command::new(&self.cfg.binaries.haproxy);
+        cmd.arg("-db").arg("-f").arg(&path);
+        if let Some(old) = &self.haproxy {
+            cmd.args(["-sf", &old.id().to_string()]);
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| LocalError::Environment(format!("cannot start haproxy ({}): {e}", self.cfg.binaries.haproxy.display())))?;
+        if let Some(old) = self.haproxy.replace(child) {
+            self.retired.push(old);
+        }
+        self.retired.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
+        // Bounded wait for the frontend to accept connections.
+        let addr = self.endpoint_addr();
+        for _ in 0..200 {
+            if std::net::TcpStream::connect_timeout(&addr.into(), Duration::from_millis(50)).is_ok() {
+                return Ok(());
+            }
+            if let Some(Ok(Some(status))) = self.haproxy.as_mut().map(|c| c.try_wait()) {
+                return Err(LocalError::Environment(format!("haproxy exited ({status}); see {}/logs/haproxy.log", self.cfg.run_dir.display())));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err(LocalError::Environment(format!("haproxy does not accept connections on {addr} after 2s")))
+    }
+
+    /// Leaves the stack running after this value is dropped (`shakedown testbed up`);
+    /// `shakedown testbed down` or `shakedown reap` removes it later by its run directory.
+    pub fn detach(mut self) {
+        self.torn_down = true;
+        for m in self.members.values_mut() {
+            m.child.take();
+        }
+        self.haproxy.take();
+        self.retired.clear();
+    }
+
+    /// Kills every process, releases every disk, then sweeps the run directory for anything
+    /// left. Idempotent; runs from Drop too, so a panic or an early return still cleans up.
+    pub fn teardown(&mut self) {
+        if self.torn_down {
+            return;
+        }
+        self.torn_down = true;
+        let mut children: Vec<Child> = self.members.values_mut().filter_map(|m| m.child.take()).collect();
+        children.extend(self.haproxy.take());
+        children.append(&mut self.retired);
+        for c in &mut children {
+            let _ = c.kill();
+        }
+        for c in &mut children {
+            let _ = c.wait();
+        }
+        for m in self.members.values() {
+            m.disk.release();
+        }
+        self.members.clear();
+        let left = reap::sweep(&self.cfg.run_dir);
+        if !left.is_empty() {
+            tracing::warn!("teardown swept leftovers: {left:?}");
+        }
+        let _ = std::fs::remove_dir_all(self.cfg.run_dir.join("disks"));
+        let _ = std::fs::remove_dir_all(self.cfg.run_dir.join("members"));
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}

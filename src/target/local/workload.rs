@@ -1,0 +1,117 @@
+//! The workload: a client that keeps writing unique keys through the endpoint for the whole run
+//! and records which writes etcd acknowledged.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::Client;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::etcd::{bounded, connect};
+
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub attempted: AtomicU64,
+    pub acked: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+/// A snapshot of the workload's counters.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct StatsSnapshot {
+    pub attempted: u64,
+    pub acked: u64,
+    pub failed: u64,
+}
+
+pub struct Workload {
+    pub prefix: String,
+    acked: Arc<Mutex<Vec<(String, String)>>>,
+    stats: Arc<Stats>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Workload {
+    /// Starts writing `<prefix><seq>` keys to `endpoint` every `interval`.
+    /// With `ack_before_write` (a planted bug) a write counts as acknowledged before etcd answers.
+    pub fn start(endpoint: String, prefix: String, interval: Duration, write_timeout: Duration, ack_before_write: bool) -> Workload {
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let stats = Arc::new(Stats::default());
+        let (stop, mut stopped) = watch::channel(false);
+        let (a, s, p) = (acked.clone(), stats.clone(), prefix.clone());
+        let task = tokio::spawn(async move {
+            let mut client: Option<Client> = None;
+            for seq in 0u64.. {
+                if *stopped.borrow() {
+                    break;
+                }
+                let key = format!("{p}{seq:010}");
+                let value = format!("v{seq}");
+                s.attempted.fetch_add(1, Ordering::Relaxed);
+                if client.is_none() {
+                    client = connect(&endpoint, write_timeout).await.ok();
+                }
+                let Some(c) = client.as_mut() else {
+                    s.failed.fetch_add(1, Ordering::Relaxed);
+                    tokio::select! { _ = tokio::time::sleep(Duration::from_millis(50)) => {}, _ = stopped.changed() => {} }
+                    continue;
+                };
+                if ack_before_write {
+                    a.lock().expect("acked lock").push((key.clone(), value.clone()));
+                    s.acked.fetch_add(1, Ordering::Relaxed);
+                }
+                let res = bounded("put", write_timeout, c.put(key.as_str(), value.as_str(), None)).await;
+                match res {
+                    Ok(_) if !ack_before_write => {
+                        a.lock().expect("acked lock").push((key, value));
+                        s.acked.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::trace!("workload write {seq} failed: {e}");
+                        s.failed.fetch_add(1, Ordering::Relaxed);
+                        // A fresh connection lets the endpoint route around a dead member.
+                        client = None;
+                    }
+                }
+                tokio::select! { _ = tokio::time::sleep(interval) => {}, _ = stopped.changed() => {} }
+            }
+        });
+        Workload { prefix, acked, stats, stop, task: Some(task) }
+    }
+
+    /// Every acknowledged write so far, in order.
+    pub fn acked(&self) -> Vec<(String, String)> {
+        self.acked.lock().expect("acked lock").clone()
+    }
+
+    pub fn stats(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            attempted: self.stats.attempted.load(Ordering::Relaxed),
+            acked: self.stats.acked.load(Ordering::Relaxed),
+            failed: self.stats.failed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops writing; waits (bounded) for the write in flight.
+    pub async fn stop(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.task.take() {
+            let abort = t.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(3), t).await.is_err() {
+                abort.abort();
+            }
+        }
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! Targets: the stacks under test. One trait, backends as siblings (`local`; `kube` later).
+
+pub mod local;
+
+use std::collections::BTreeMap;
+
+use shakedown_faults::{Model, Op, OpKind};
+use shakedown_invariants::{InvariantId, Observation, ServingSample};
+
+/// Why a target could not do what was asked.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TargetError {
+    /// The machine cannot do it: a command failed, a binary is missing, no permission.
+    #[error("{0}")]
+    Environment(String),
+    /// The stack did not do what the op waits for within its bound (a member never became
+    /// healthy, a reconfiguration was refused): a finding about the stack.
+    #[error("{0}")]
+    Stack(String),
+    /// The target does not support the op here (with the reason).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// What a target saw while executing one op.
+#[derive(Debug, Clone, Default)]
+pub struct StepReport {
+    /// Which members were serving, sampled while the op ran.
+    pub serving_samples: Vec<ServingSample>,
+}
+
+/// A stack under test.
+///
+/// Architecture invariant: a target never decides whether an invariant holds; it executes ops
+/// and reports observations, and `shakedown-invariants` judges them against the model.
+#[allow(async_fn_in_trait)]
+pub trait Target {
+    fn name(&self) -> &'static str;
+
+    /// Component name → version, for seed records.
+    fn component_versions(&self) -> BTreeMap<String, String>;
+
+    /// `Err(reason)` when this target cannot execute ops of `kind` here.
+    fn supports(&self, kind: OpKind) -> Result<(), String>;
+
+    /// Executes `op`, which takes the stack from `before` to `after` in the model.
+    async fn execute(&mut self, op: &Op, before: &Model, after: &Model) -> Result<StepReport, TargetError>;
+
+    /// Observes what the listed invariants need.
+    async fn observe(&mut self, model: &Model, invariants: &[InvariantId]) -> Observation;
+
+    /// One-line workload statistics for progress output and the event log.
+    fn workload_stats(&self) -> serde_json::Value;
+
+    /// Tears everything down. Idempotent.
+    async fn teardown(&mut self);
+}
