@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use shakedown_faults::{Model, Op, Plan, Profile};
-use shakedown_invariants::{check_all, unreachable_members, InvariantId, Observation, ServingSample, Verdict};
+use shakedown_invariants::{check_all, unreachable_members, InvariantId, Observation, Verdict};
 use tokio::time::Instant;
 
 use crate::events::EventLog;
@@ -32,7 +32,7 @@ impl<F: FnMut(&str)> Progress for F {
 
 /// Result of checking all invariants until they pass or the bound runs out.
 enum Checked {
-    Pass { attempts: u32 },
+    Pass { attempts: u32, samples: Vec<(u64, usize, usize)> },
     Fail { invariant: InvariantId, message: String, obs: Box<Observation> },
 }
 
@@ -42,7 +42,6 @@ async fn check_until<T: Target>(
     target: &mut T,
     model: &Model,
     invariants: &[InvariantId],
-    samples: &[ServingSample],
     quorum_throughout: bool,
     require_all_up: bool,
     limit: Duration,
@@ -52,7 +51,6 @@ async fn check_until<T: Target>(
     loop {
         attempts += 1;
         let mut obs = target.observe(model, invariants).await;
-        obs.serving_samples = samples.to_vec();
         obs.quorum_throughout = quorum_throughout;
         let mut failures = check_all(invariants, model, &obs);
         if require_all_up && failures.is_empty() {
@@ -63,7 +61,8 @@ async fn check_until<T: Target>(
             }
         }
         if failures.is_empty() {
-            return Checked::Pass { attempts };
+            let samples = obs.serving_samples.iter().map(|s| (s.at_ms, s.serving.len(), s.cluster_size)).collect();
+            return Checked::Pass { attempts, samples };
         }
         let definite = failures.iter().find(|(_, v)| matches!(v, Verdict::Definite(_)));
         if definite.is_some() || Instant::now() >= deadline {
@@ -97,8 +96,8 @@ pub async fn execute<T: Target>(
 
     // Step 0: the freshly started stack must satisfy every invariant.
     let t0 = Instant::now();
-    match check_until(target, &model, invariants, &[], true, true, converge).await {
-        Checked::Pass { attempts } => {
+    match check_until(target, &model, invariants, true, true, converge).await {
+        Checked::Pass { attempts, .. } => {
             events.emit("check", json!({"step": 0, "verdict": "pass", "attempts": attempts, "ms": t0.elapsed().as_millis() as u64}));
             progress.line(&format!("[{:>width$}/{total}] bring-up checks ok in {}ms", 0, t0.elapsed().as_millis()));
         }
@@ -120,22 +119,24 @@ pub async fn execute<T: Target>(
         }
         events.emit("op-start", json!({"step": step, "op": op, "text": op.to_string()}));
         let t_op = Instant::now();
-        let report = match target.execute(op, &before, &model).await {
-            Ok(r) => r,
+        match target.execute(op, &before, &model).await {
+            Ok(()) => {}
             Err(TargetError::Stack(msg)) => {
+                target.end_step().await;
                 events.emit("op-end", json!({"step": step, "ms": t_op.elapsed().as_millis() as u64, "error": msg}));
                 return Ok(Outcome::Failed(failure(FailureKind::Liveness, step, &op.to_string(), None, msg)));
             }
             Err(e) => return Err(e),
-        };
+        }
         let op_ms = t_op.elapsed().as_millis();
-        events.emit("op-end", json!({"step": step, "ms": op_ms as u64, "samples": report.serving_samples.len()}));
+        events.emit("op-end", json!({"step": step, "ms": op_ms as u64}));
         let t_check = Instant::now();
-        let checked = check_until(target, &model, invariants, &report.serving_samples, before.quorum_throughout(op), false, converge).await;
+        let checked = check_until(target, &model, invariants, before.quorum_throughout(op), false, converge).await;
+        target.end_step().await;
         let check_ms = t_check.elapsed().as_millis();
         match checked {
-            Checked::Pass { attempts } => {
-                events.emit("check", json!({"step": step, "verdict": "pass", "attempts": attempts, "ms": check_ms as u64, "workload": target.workload_stats()}));
+            Checked::Pass { attempts, samples } => {
+                events.emit("check", json!({"step": step, "verdict": "pass", "attempts": attempts, "serving_samples": samples, "ms": check_ms as u64, "workload": target.workload_stats()}));
                 progress.line(&format!("[{step:>width$}/{total}] {:<28} {:>6}ms  checks ok in {check_ms}ms", op.to_string(), op_ms));
             }
             Checked::Fail { invariant, message, obs } => {
@@ -161,8 +162,10 @@ pub async fn execute<T: Target>(
         }
     }
     let heal_text = if heal.is_empty() { "heal (nothing to heal)".to_string() } else { format!("heal ({})", heal.iter().map(|o| o.to_string()).collect::<Vec<_>>().join(", ")) };
-    match check_until(target, &model, invariants, &[], false, true, profile.timeouts.liveness).await {
-        Checked::Pass { attempts } => {
+    let checked = check_until(target, &model, invariants, false, true, profile.timeouts.liveness).await;
+    target.end_step().await;
+    match checked {
+        Checked::Pass { attempts, .. } => {
             events.emit("liveness", json!({"verdict": "pass", "attempts": attempts, "ms": t_heal.elapsed().as_millis() as u64, "workload": target.workload_stats()}));
             progress.line(&format!("[{:>width$}/{total}] {heal_text}: converged in {}ms", "✓", t_heal.elapsed().as_millis()));
             Ok(Outcome::Pass { steps: total })

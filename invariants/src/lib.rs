@@ -121,27 +121,18 @@ pub fn check_all(ids: &[InvariantId], model: &Model, obs: &Observation) -> Vec<(
 }
 
 fn quorum(model: &Model, obs: &Observation) -> Verdict {
-    // During the step: a majority of the membership kept serving at every sample, when the model
-    // says quorum holds throughout the step. One slow sample is noise; two in a row are not.
+    // During the step: a majority of the membership kept serving at every instant, when the
+    // model says quorum holds throughout the step.
     if obs.quorum_throughout {
-        let mut run = Vec::new();
-        for s in &obs.serving_samples {
-            if s.serving.len() < s.cluster_size / 2 + 1 {
-                run.push(s);
-                if run.len() >= 2 {
-                    let first = run[0];
-                    return Verdict::Definite(format!(
-                        "quorum lost during the step: at +{}ms only {} of {} members were serving ({}), for {} consecutive samples",
-                        first.at_ms,
-                        first.serving.len(),
-                        first.cluster_size,
-                        names(&first.serving),
-                        run.len()
-                    ));
-                }
-            } else {
-                run.clear();
-            }
+        if let Some(s) = obs.serving_samples.iter().find(|s| s.serving.len() < s.cluster_size / 2 + 1) {
+            let until = obs.serving_samples.iter().find(|l| l.at_ms > s.at_ms && l.serving.len() >= l.cluster_size / 2 + 1).map(|l| format!("until +{}ms", l.at_ms)).unwrap_or_else(|| "to the end of the samples".into());
+            return Verdict::Definite(format!(
+                "quorum lost during the step: from +{}ms {until} only {} of {} members were serving ({})",
+                s.at_ms,
+                s.serving.len(),
+                s.cluster_size,
+                names(&s.serving),
+            ));
         }
     }
     let reachable: Vec<&MemberStatus> = obs.members.iter().filter(|m| m.reachable).collect();

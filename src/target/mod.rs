@@ -5,7 +5,7 @@ pub mod local;
 use std::collections::BTreeMap;
 
 use shakedown_faults::{Model, Op, OpKind};
-use shakedown_invariants::{InvariantId, Observation, ServingSample};
+use shakedown_invariants::{InvariantId, Observation};
 
 /// Why a target could not do what was asked.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -22,13 +22,6 @@ pub enum TargetError {
     Unsupported(String),
 }
 
-/// What a target saw while executing one op.
-#[derive(Debug, Clone, Default)]
-pub struct StepReport {
-    /// Which members were serving, sampled while the op ran.
-    pub serving_samples: Vec<ServingSample>,
-}
-
 /// A stack under test.
 ///
 /// Architecture invariant: a target never decides whether an invariant holds; it executes ops
@@ -43,10 +36,14 @@ pub trait Target {
     /// `Err(reason)` when this target cannot execute ops of `kind` here.
     fn supports(&self, kind: OpKind) -> Result<(), String>;
 
-    /// Executes `op`, which takes the stack from `before` to `after` in the model.
-    async fn execute(&mut self, op: &Op, before: &Model, after: &Model) -> Result<StepReport, TargetError>;
+    /// Executes `op`, which takes the stack from `before` to `after` in the model. A target may
+    /// start sampling the stack here; samples go into every observation until [`Target::end_step`].
+    async fn execute(&mut self, op: &Op, before: &Model, after: &Model) -> Result<(), TargetError>;
 
-    /// Observes what the listed invariants need.
+    /// The step's checks are done: stop what `execute` started for the step.
+    async fn end_step(&mut self);
+
+    /// Observes what the listed invariants need, including the samples of the current step.
     async fn observe(&mut self, model: &Model, invariants: &[InvariantId]) -> Observation;
 
     /// One-line workload statistics for progress output and the event log.

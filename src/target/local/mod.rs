@@ -9,6 +9,7 @@ pub mod testbed;
 pub mod workload;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -21,7 +22,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 pub use crate::target::TargetError as LocalError;
-use crate::target::{StepReport, Target};
+use crate::target::Target;
 pub use disk::DiskMode;
 pub use testbed::{Testbed, TestbedConfig};
 use workload::Workload;
@@ -113,7 +114,7 @@ pub struct LocalBounds {
 
 impl LocalBounds {
     pub fn from_profile(p: &Profile) -> LocalBounds {
-        LocalBounds { request: Duration::from_millis(500), probe: p.timeouts.probe, op: p.timeouts.op, sample_every: Duration::from_millis(50) }
+        LocalBounds { request: Duration::from_millis(500), probe: p.timeouts.probe, op: p.timeouts.op, sample_every: Duration::from_millis(10) }
     }
 }
 
@@ -122,6 +123,7 @@ pub struct LocalTarget {
     workload: Workload,
     bounds: LocalBounds,
     probe_seq: u64,
+    sampler: Option<Sampler>,
 }
 
 impl LocalTarget {
@@ -137,7 +139,7 @@ impl LocalTarget {
             profile.workload.timeout,
             bug == Some(PlantedBug::AckBeforeWrite),
         );
-        Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), probe_seq: 0 })
+        Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), probe_seq: 0, sampler: None })
     }
 
     fn url_of(&self, id: MemberId) -> Result<String, LocalError> {
@@ -334,59 +336,156 @@ where
     out
 }
 
-/// Samples which members serve, every `every`, until `stop` fires. Member URLs are learned from
-/// the member list as it changes (a rolling replace adds members while it runs).
-async fn sample_serving(initial: Vec<String>, request: Duration, every: Duration, mut stop: watch::Receiver<bool>) -> Vec<ServingSample> {
-    let t0 = Instant::now();
-    let mut urls: BTreeSet<String> = initial.into_iter().collect();
-    let mut samples = Vec::new();
-    // Bounded: at most one sample per `every` for at most the op bound, which the caller enforces.
-    loop {
-        let tick = Instant::now();
-        let futs = urls.iter().cloned().map(|u| async move {
-            let s = etcd::status(&u, request).await;
-            (u, s)
-        });
-        // A sample cut short by the end of the op is dropped rather than waited for.
-        let results = tokio::select! {
-            r = futures_join_all(futs) => r,
-            _ = stop.changed() => break,
-        };
-        let mut serving = Vec::new();
-        let mut list_from = None;
-        for (u, r) in &results {
-            if let Ok(s) = r {
-                serving.push((u.clone(), s.header().map(|h| h.member_id()).unwrap_or(0)));
-                list_from.get_or_insert(u.clone());
-            }
+/// One member's serving state changes, as (ms since the step began, serving).
+type Flips = Arc<Mutex<Vec<(u64, bool)>>>;
+
+/// Watches one member every `every`. A refused connection or an error answer marks it not
+/// serving (at the time of the attempt); an answer marks it serving (at the time of the answer);
+/// a request that merely times out changes nothing, so a slow machine cannot fake an outage.
+/// The first state is "not serving" until the member answers once.
+async fn watch_member(url: String, t0: Instant, every: Duration, flips: Flips, mut stop: watch::Receiver<bool>) {
+    let addr = url.trim_start_matches("http://").to_string();
+    let mut client: Option<etcd_client::Client> = None;
+    let mut last: Option<bool> = None;
+    let push = |at: Instant, serving: bool, last: &mut Option<bool>| {
+        if *last != Some(serving) {
+            *last = Some(serving);
+            flips.lock().expect("flips lock").push((at.duration_since(t0).as_millis() as u64, serving));
         }
-        let mut size = urls.len();
-        let mut names: BTreeMap<u64, String> = BTreeMap::new();
-        if let Some(u) = list_from {
-            if let Ok(mut c) = etcd::connect(&u, request).await {
-                if let Ok(list) = etcd::bounded("member list", request, c.member_list()).await {
-                    size = list.members().len();
-                    for m in list.members() {
-                        names.insert(m.id(), m.name().to_string());
-                        urls.extend(m.client_urls().iter().cloned());
+    };
+    while !*stop.borrow() {
+        let tick = Instant::now();
+        let connect = tokio::time::timeout(Duration::from_millis(100), tokio::net::TcpStream::connect(&addr)).await;
+        match connect {
+            Ok(Err(_)) => push(tick, false, &mut last),
+            Err(_) => {}
+            Ok(Ok(_)) => {
+                if client.is_none() {
+                    client = etcd::connect(&url, Duration::from_millis(250)).await.ok();
+                }
+                if let Some(c) = client.as_mut() {
+                    match tokio::time::timeout(Duration::from_millis(250), c.status()).await {
+                        Ok(Ok(_)) => push(Instant::now(), true, &mut last),
+                        Ok(Err(_)) => {
+                            push(tick, false, &mut last);
+                            client = None;
+                        }
+                        Err(_) => {}
                     }
                 }
             }
-        }
-        samples.push(ServingSample {
-            at_ms: t0.elapsed().as_millis() as u64,
-            serving: serving.iter().map(|(u, id)| names.get(id).cloned().unwrap_or_else(|| u.clone())).collect(),
-            cluster_size: size,
-        });
-        if *stop.borrow() {
-            break;
         }
         tokio::select! {
             _ = tokio::time::sleep_until(tick + every) => {}
             _ = stop.changed() => {}
         }
     }
-    samples
+}
+
+/// Watches every member and the membership until `stop` fires; new members (a rolling replace
+/// adds them) are watched as the member list shows them.
+async fn sample_serving(initial: Vec<(String, String)>, every: Duration, stop: watch::Receiver<bool>, membership: Arc<Mutex<Vec<(u64, BTreeMap<String, String>)>>>, watched: Arc<Mutex<BTreeMap<String, Flips>>>) {
+    let t0 = Instant::now();
+    let mut names: BTreeMap<String, String> = initial.iter().map(|(n, u)| (u.clone(), n.clone())).collect();
+    let mut tasks = Vec::new();
+    let mut stop_rx = stop.clone();
+    loop {
+        for (url, _) in names.iter() {
+            let mut w = watched.lock().expect("watched lock");
+            if !w.contains_key(url) {
+                let flips: Flips = Arc::new(Mutex::new(Vec::new()));
+                w.insert(url.clone(), flips.clone());
+                tasks.push(tokio::spawn(watch_member(url.clone(), t0, every, flips, stop.clone())));
+            }
+        }
+        // The membership, from any member that answers.
+        for url in names.keys().cloned().collect::<Vec<_>>() {
+            let Ok(mut c) = etcd::connect(&url, Duration::from_millis(250)).await else { continue };
+            if let Ok(list) = etcd::bounded("member list", Duration::from_millis(250), c.member_list()).await {
+                let members: BTreeMap<String, String> = list
+                    .members()
+                    .iter()
+                    .filter_map(|m| m.client_urls().first().map(|u| (u.clone(), if m.name().is_empty() { u.clone() } else { m.name().to_string() })))
+                    .collect();
+                let unstarted = list.members().iter().filter(|m| m.client_urls().is_empty()).count();
+                let mut view = members.clone();
+                for i in 0..unstarted {
+                    view.insert(format!("unstarted-{i}"), format!("unstarted member {i}"));
+                }
+                names.extend(members);
+                membership.lock().expect("membership lock").push((t0.elapsed().as_millis() as u64, view));
+                break;
+            }
+        }
+        if *stop_rx.borrow() {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = stop_rx.changed() => {}
+        }
+    }
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(1), t).await;
+    }
+}
+
+/// Merges per-member flips and membership snapshots into samples: one per change, each listing
+/// the members serving at that instant among the members of the cluster at that instant.
+fn merge_samples(membership: &[(u64, BTreeMap<String, String>)], watched: &BTreeMap<String, Flips>) -> Vec<ServingSample> {
+    let mut times: BTreeSet<u64> = membership.iter().map(|(t, _)| *t).collect();
+    let flips: BTreeMap<&String, Vec<(u64, bool)>> = watched.iter().map(|(u, f)| (u, f.lock().expect("flips lock").clone())).collect();
+    times.extend(flips.values().flat_map(|v| v.iter().map(|(t, _)| *t)));
+    let mut out = Vec::new();
+    for t in times {
+        // The membership as last seen at or before t.
+        let Some((_, members)) = membership.iter().rev().find(|(mt, _)| *mt <= t) else { continue };
+        // Until every member has answered or refused once, the picture is incomplete.
+        let all_known = members.keys().all(|u| u.starts_with("unstarted") || flips.get(u).is_some_and(|f| f.first().is_some_and(|(ft, _)| *ft <= t)));
+        if !all_known {
+            continue;
+        }
+        let serving: Vec<String> = members
+            .iter()
+            .filter(|(u, _)| flips.get(u).and_then(|f| f.iter().rev().find(|(ft, _)| *ft <= t)).is_some_and(|(_, s)| *s))
+            .map(|(_, n)| n.clone())
+            .collect();
+        out.push(ServingSample { at_ms: t, serving, cluster_size: members.len() });
+    }
+    out
+}
+
+/// The serving sampler of the current step: runs from the start of an op until the engine ends
+/// the step (after its checks), so a quorum loss that outlives the op is seen too.
+struct Sampler {
+    stop: watch::Sender<bool>,
+    membership: Arc<Mutex<Vec<(u64, BTreeMap<String, String>)>>>,
+    watched: Arc<Mutex<BTreeMap<String, Flips>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Sampler {
+    fn start(members: Vec<(String, String)>, every: Duration) -> Sampler {
+        let (stop, rx) = watch::channel(false);
+        let membership = Arc::new(Mutex::new(Vec::new()));
+        let watched = Arc::new(Mutex::new(BTreeMap::new()));
+        let task = tokio::spawn(sample_serving(members, every, rx, membership.clone(), watched.clone()));
+        Sampler { stop, membership, watched, task }
+    }
+
+    fn samples(&self) -> Vec<ServingSample> {
+        let membership = self.membership.lock().expect("membership lock").clone();
+        let watched = self.watched.lock().expect("watched lock").clone();
+        merge_samples(&membership, &watched)
+    }
+
+    async fn finish(self) {
+        let _ = self.stop.send(true);
+        let abort = self.task.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(2), self.task).await.is_err() {
+            abort.abort();
+        }
+    }
 }
 
 impl Target for LocalTarget {
@@ -407,9 +506,11 @@ impl Target for LocalTarget {
         Ok(())
     }
 
-    async fn execute(&mut self, op: &Op, before: &Model, after: &Model) -> Result<StepReport, LocalError> {
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let sampler = tokio::spawn(sample_serving(self.urls(), Duration::from_millis(300), self.bounds.sample_every, stop_rx));
+    async fn execute(&mut self, op: &Op, before: &Model, after: &Model) -> Result<(), LocalError> {
+        if self.sampler.is_none() {
+            let members = self.testbed.members.values().map(|m| (m.name(), m.client_url())).collect();
+            self.sampler = Some(Sampler::start(members, self.bounds.sample_every));
+        }
         let limit = self.bounds.op;
         let res = tokio::time::timeout(limit, async {
             match *op {
@@ -426,12 +527,13 @@ impl Target for LocalTarget {
         })
         .await
         .unwrap_or_else(|_| Err(LocalError::Stack(format!("{op} did not finish within {}s", limit.as_secs()))));
-        let _ = stop_tx.send(true);
-        let serving_samples = match tokio::time::timeout(Duration::from_secs(2), sampler).await {
-            Ok(Ok(s)) => s,
-            _ => vec![],
-        };
-        res.map(|()| StepReport { serving_samples })
+        res
+    }
+
+    async fn end_step(&mut self) {
+        if let Some(s) = self.sampler.take() {
+            s.finish().await;
+        }
     }
 
     async fn observe(&mut self, model: &Model, invariants: &[InvariantId]) -> Observation {
@@ -444,6 +546,9 @@ impl Target for LocalTarget {
         });
         let statuses = futures_join_all(status_futs).await;
         let mut obs = Observation::default();
+        if let Some(s) = &self.sampler {
+            obs.serving_samples = s.samples();
+        }
         let mut leader_url = None;
         for (name, url, r) in &statuses {
             let member = name.parse::<MemberId>().ok();
@@ -516,6 +621,7 @@ impl Target for LocalTarget {
     }
 
     async fn teardown(&mut self) {
+        self.end_step().await;
         self.workload.stop().await;
         self.testbed.teardown();
     }
