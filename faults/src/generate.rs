@@ -73,9 +73,10 @@ pub fn draw_weights(runner: &mut TestRunner, profile: &Profile) -> Weights {
 
 /// A strategy for the next op from `model`: a weighted union over the kinds that have a valid
 /// op, each arm choosing uniformly among that kind's valid ops. If no kind with a positive
-/// weight has a valid op, every valid kind gets weight 1 (so a plan never gets stuck).
-/// `None` when no op at all is valid.
-pub fn next_op_strategy(model: &Model, weights: &Weights) -> Option<BoxedStrategy<Op>> {
+/// weight has a valid op, every valid kind the profile did not switch off (weight pinned to 0)
+/// gets weight 1, so swarm weights never get a plan stuck. `None` when no op is possible: the
+/// plan then ends early.
+pub fn next_op_strategy(model: &Model, weights: &Weights, switched_off: &[OpKind]) -> Option<BoxedStrategy<Op>> {
     let mut arms = Vec::new();
     let mut fallback = Vec::new();
     for kind in OpKind::ALL {
@@ -87,7 +88,9 @@ pub fn next_op_strategy(model: &Model, weights: &Weights) -> Option<BoxedStrateg
         if w > 0 {
             arms.push((w, proptest::sample::select(candidates.clone()).boxed()));
         }
-        fallback.push((1, proptest::sample::select(candidates).boxed()));
+        if !switched_off.contains(&kind) {
+            fallback.push((1, proptest::sample::select(candidates).boxed()));
+        }
     }
     let arms = if arms.is_empty() { fallback } else { arms };
     if arms.is_empty() {
@@ -105,9 +108,10 @@ pub fn generate(seed: u64, profile: &Profile) -> Plan {
 pub fn generate_from(seed: u64, profile: &Profile, mut model: Model, steps: usize) -> Plan {
     let mut runner = TestRunner::new_with_rng(Config::default(), rng_for(seed));
     let weights = draw_weights(&mut runner, profile);
+    let switched_off: Vec<OpKind> = profile.weights.iter().filter(|(_, &w)| w == 0).map(|(&k, _)| k).collect();
     let mut ops = Vec::with_capacity(steps);
     for _ in 0..steps {
-        let Some(strategy) = next_op_strategy(&model, &weights) else { break };
+        let Some(strategy) = next_op_strategy(&model, &weights, &switched_off) else { break };
         let op = draw(&mut runner, &strategy);
         model.apply(&op).expect("generated ops satisfy their precondition");
         ops.push(op);

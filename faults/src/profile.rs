@@ -135,6 +135,13 @@ impl Profile {
                 return bad(format!("max_down = {d} is more than the {} members", self.members));
             }
         }
+        if self.max_down() == 0 {
+            return bad(format!(
+                "max_down is 0 for {} members: no fault could run; set max_down = 1 or more (more than {} loses quorum: destructive plans)",
+                self.members,
+                self.members - (self.members / 2 + 1)
+            ));
+        }
         for (name, d) in [("converge", self.timeouts.converge), ("probe", self.timeouts.probe), ("liveness", self.timeouts.liveness), ("op", self.timeouts.op)] {
             if d.is_zero() {
                 return bad(format!("timeouts.{name} must be more than zero"));

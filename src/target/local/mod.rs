@@ -41,7 +41,8 @@ pub enum PlantedBug {
     /// The endpoint (HAProxy) has no health checks, so it keeps routing to a member that cannot
     /// answer. Caught by `reachability`.
     EndpointNoHealthCheck,
-    /// The write path acknowledges a write before etcd does. Caught by `durability`.
+    /// The write path acknowledges a write before etcd does (write-behind: acknowledged when
+    /// queued, sent 100 ms later). Caught by `durability` at the first check.
     AckBeforeWrite,
 }
 
@@ -339,10 +340,10 @@ where
 /// One member's serving state changes, as (ms since the step began, serving).
 type Flips = Arc<Mutex<Vec<(u64, bool)>>>;
 
-/// Watches one member every `every`. A refused connection or an error answer marks it not
-/// serving (at the time of the attempt); an answer marks it serving (at the time of the answer);
-/// a request that merely times out changes nothing, so a slow machine cannot fake an outage.
-/// The first state is "not serving" until the member answers once.
+/// Watches one member every `every`. A refused connection marks it not serving (at the time of
+/// the attempt); an answer marks it serving (at the time of the answer); a request that times
+/// out or fails changes nothing, so a slow machine cannot fake an outage. A member that never
+/// answers (paused) counts as not serving once the first 300 ms of the step have passed.
 async fn watch_member(url: String, t0: Instant, every: Duration, flips: Flips, mut stop: watch::Receiver<bool>) {
     let addr = url.trim_start_matches("http://").to_string();
     let mut client: Option<etcd_client::Client> = None;
@@ -366,10 +367,9 @@ async fn watch_member(url: String, t0: Instant, every: Duration, flips: Flips, m
                 if let Some(c) = client.as_mut() {
                     match tokio::time::timeout(Duration::from_millis(250), c.status()).await {
                         Ok(Ok(_)) => push(Instant::now(), true, &mut last),
-                        Ok(Err(_)) => {
-                            push(tick, false, &mut last);
-                            client = None;
-                        }
+                        // An error answer from a listening member is no evidence either way
+                        // (a fresh channel may not be ready yet): try again on a new client.
+                        Ok(Err(_)) => client = None,
                         Err(_) => {}
                     }
                 }
@@ -440,9 +440,9 @@ fn merge_samples(membership: &[(u64, BTreeMap<String, String>)], watched: &BTree
     for t in times {
         // The membership as last seen at or before t.
         let Some((_, members)) = membership.iter().rev().find(|(mt, _)| *mt <= t) else { continue };
-        // Until every member has answered or refused once, the picture is incomplete.
+        // Until every member has answered or refused once (or 300 ms passed), the picture is incomplete.
         let all_known = members.keys().all(|u| u.starts_with("unstarted") || flips.get(u).is_some_and(|f| f.first().is_some_and(|(ft, _)| *ft <= t)));
-        if !all_known {
+        if !all_known && t < 300 {
             continue;
         }
         let serving: Vec<String> = members

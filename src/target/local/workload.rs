@@ -36,7 +36,8 @@ pub struct Workload {
 
 impl Workload {
     /// Starts writing `<prefix><seq>` keys to `endpoint` every `interval`.
-    /// With `ack_before_write` (a planted bug) a write counts as acknowledged before etcd answers.
+    /// With `ack_before_write` (a planted bug) a write counts as acknowledged when it is queued,
+    /// 100 ms before it is sent to etcd.
     pub fn start(endpoint: String, prefix: String, interval: Duration, write_timeout: Duration, ack_before_write: bool) -> Workload {
         let acked = Arc::new(Mutex::new(Vec::new()));
         let stats = Arc::new(Stats::default());
@@ -60,16 +61,24 @@ impl Workload {
                     continue;
                 };
                 if ack_before_write {
+                    // Planted bug: write-behind. The write is acknowledged when queued and only
+                    // reaches etcd 100 ms later, whatever happens in between.
                     a.lock().expect("acked lock").push((key.clone(), value.clone()));
                     s.acked.fetch_add(1, Ordering::Relaxed);
+                    let mut c = c.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        let _ = bounded("put", write_timeout, c.put(key.as_str(), value.as_str(), None)).await;
+                    });
+                    tokio::select! { _ = tokio::time::sleep(interval) => {}, _ = stopped.changed() => {} }
+                    continue;
                 }
                 let res = bounded("put", write_timeout, c.put(key.as_str(), value.as_str(), None)).await;
                 match res {
-                    Ok(_) if !ack_before_write => {
+                    Ok(_) => {
                         a.lock().expect("acked lock").push((key, value));
                         s.acked.fetch_add(1, Ordering::Relaxed);
                     }
-                    Ok(_) => {}
                     Err(e) => {
                         tracing::trace!("workload write {seq} failed: {e}");
                         s.failed.fetch_add(1, Ordering::Relaxed);
