@@ -9,7 +9,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
-use shakedown_faults::{MemberId, Model};
+use shakedown_faults::{MemberId, MemberState, Model};
 
 pub use observation::{Durability, ListedMember, MemberStatus, Observation, Probe, ServingSample};
 
@@ -20,6 +20,9 @@ pub enum InvariantId {
     /// Exactly one leader among reachable members; members serving ≥ quorum whenever the model
     /// says quorum holds, at the end of a step and at every sample taken during it.
     Quorum,
+    /// Every member answers as the model expects: running members answer and see a leader,
+    /// paused and crashed members do not answer.
+    Members,
     /// The etcd member list equals the model's members: nothing stale, nothing missing.
     Membership,
     /// Members agree on the KV hash at a common revision.
@@ -32,8 +35,9 @@ pub enum InvariantId {
 }
 
 impl InvariantId {
-    pub const ALL: [InvariantId; 5] = [
+    pub const ALL: [InvariantId; 6] = [
         InvariantId::Quorum,
+        InvariantId::Members,
         InvariantId::Membership,
         InvariantId::Consistency,
         InvariantId::Reachability,
@@ -43,6 +47,7 @@ impl InvariantId {
     pub fn name(self) -> &'static str {
         match self {
             InvariantId::Quorum => "quorum",
+            InvariantId::Members => "members",
             InvariantId::Membership => "membership",
             InvariantId::Consistency => "consistency",
             InvariantId::Reachability => "reachability",
@@ -55,6 +60,7 @@ impl InvariantId {
     pub fn check(self, model: &Model, obs: &Observation) -> Verdict {
         match self {
             InvariantId::Quorum => quorum(model, obs),
+            InvariantId::Members => members(model, obs),
             InvariantId::Membership => membership(model, obs),
             InvariantId::Consistency => consistency(obs),
             InvariantId::Reachability => reachability(model, obs),
@@ -167,6 +173,32 @@ fn quorum(model: &Model, obs: &Observation) -> Verdict {
         ));
     }
     Verdict::Pass
+}
+
+fn members(model: &Model, obs: &Observation) -> Verdict {
+    let mut wrong = Vec::new();
+    for m in model.members.values() {
+        let seen = obs.members.iter().find(|s| s.member == Some(m.id));
+        let answers = seen.is_some_and(|s| s.reachable);
+        match m.state {
+            MemberState::Running if !answers => {
+                let why = seen.and_then(|s| s.error.clone()).unwrap_or_else(|| "not running".into());
+                wrong.push(format!("{} is expected running but does not answer ({why})", m.id));
+            }
+            MemberState::Running if model.quorum_expected() && seen.is_some_and(|s| s.leader.is_none()) => {
+                wrong.push(format!("{} is expected running but sees no leader", m.id));
+            }
+            MemberState::Paused | MemberState::Crashed if answers => {
+                wrong.push(format!("{} is expected {} but answers", m.id, if m.state == MemberState::Paused { "paused" } else { "crashed" }));
+            }
+            _ => {}
+        }
+    }
+    if wrong.is_empty() {
+        Verdict::Pass
+    } else {
+        Verdict::Fail(wrong.join("; "))
+    }
 }
 
 fn names(ids: &[String]) -> String {

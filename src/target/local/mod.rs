@@ -240,6 +240,9 @@ impl LocalTarget {
             let spec = after.member(new).map_err(|e| LocalError::Stack(e.to_string()))?.clone();
             let (name, peer) = {
                 let m = self.testbed.add_member(new, spec.site, spec.version)?;
+                if let Some(s) = &self.sampler {
+                    s.watch(&m.client_url());
+                }
                 (m.name(), m.peer_url())
             };
             // Announce the new member, then start it with the cluster as etcd reports it.
@@ -384,19 +387,22 @@ async fn watch_member(url: String, t0: Instant, every: Duration, flips: Flips, m
 
 /// Watches every member and the membership until `stop` fires; new members (a rolling replace
 /// adds them) are watched as the member list shows them.
-async fn sample_serving(initial: Vec<(String, String)>, every: Duration, stop: watch::Receiver<bool>, membership: Arc<Mutex<Vec<(u64, BTreeMap<String, String>)>>>, watched: Arc<Mutex<BTreeMap<String, Flips>>>) {
-    let t0 = Instant::now();
+fn spawn_watcher(url: &str, t0: Instant, every: Duration, watched: &Arc<Mutex<BTreeMap<String, Flips>>>, stop: watch::Receiver<bool>) {
+    let mut w = watched.lock().expect("watched lock");
+    if !w.contains_key(url) {
+        let flips: Flips = Arc::new(Mutex::new(Vec::new()));
+        w.insert(url.to_string(), flips.clone());
+        // Watchers end when `stop` fires; they are bounded by the step.
+        tokio::spawn(watch_member(url.to_string(), t0, every, flips, stop));
+    }
+}
+
+async fn sample_serving(initial: Vec<(String, String)>, t0: Instant, every: Duration, stop: watch::Receiver<bool>, membership: Arc<Mutex<Vec<(u64, BTreeMap<String, String>)>>>, watched: Arc<Mutex<BTreeMap<String, Flips>>>) {
     let mut names: BTreeMap<String, String> = initial.iter().map(|(n, u)| (u.clone(), n.clone())).collect();
-    let mut tasks = Vec::new();
     let mut stop_rx = stop.clone();
     loop {
-        for (url, _) in names.iter() {
-            let mut w = watched.lock().expect("watched lock");
-            if !w.contains_key(url) {
-                let flips: Flips = Arc::new(Mutex::new(Vec::new()));
-                w.insert(url.clone(), flips.clone());
-                tasks.push(tokio::spawn(watch_member(url.clone(), t0, every, flips, stop.clone())));
-            }
+        for url in names.keys() {
+            spawn_watcher(url, t0, every, &watched, stop.clone());
         }
         // The membership, from any member that answers.
         for url in names.keys().cloned().collect::<Vec<_>>() {
@@ -424,9 +430,6 @@ async fn sample_serving(initial: Vec<(String, String)>, every: Duration, stop: w
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             _ = stop_rx.changed() => {}
         }
-    }
-    for t in tasks {
-        let _ = tokio::time::timeout(Duration::from_secs(1), t).await;
     }
 }
 
@@ -458,7 +461,9 @@ fn merge_samples(membership: &[(u64, BTreeMap<String, String>)], watched: &BTree
 /// The serving sampler of the current step: runs from the start of an op until the engine ends
 /// the step (after its checks), so a quorum loss that outlives the op is seen too.
 struct Sampler {
+    t0: Instant,
     stop: watch::Sender<bool>,
+    every: Duration,
     membership: Arc<Mutex<Vec<(u64, BTreeMap<String, String>)>>>,
     watched: Arc<Mutex<BTreeMap<String, Flips>>>,
     task: tokio::task::JoinHandle<()>,
@@ -469,8 +474,14 @@ impl Sampler {
         let (stop, rx) = watch::channel(false);
         let membership = Arc::new(Mutex::new(Vec::new()));
         let watched = Arc::new(Mutex::new(BTreeMap::new()));
-        let task = tokio::spawn(sample_serving(members, every, rx, membership.clone(), watched.clone()));
-        Sampler { stop, membership, watched, task }
+        let t0 = Instant::now();
+        let task = tokio::spawn(sample_serving(members, t0, every, rx, membership.clone(), watched.clone()));
+        Sampler { t0, stop, every, membership, watched, task }
+    }
+
+    /// Starts watching a member right away (a member the target is about to add).
+    fn watch(&self, url: &str) {
+        spawn_watcher(url, self.t0, self.every, &self.watched, self.stop.subscribe());
     }
 
     fn samples(&self) -> Vec<ServingSample> {
