@@ -259,7 +259,8 @@ fn create_run_dir(runs_dir: &Path, run_id: &str) -> Result<PathBuf, Fatal> {
     Ok(dir)
 }
 
-fn testbed_config(opts: &RunOpts, profile: &Profile, run_id: &str, run_dir: &Path, bug: Option<PlantedBug>) -> Result<TestbedConfig, Fatal> {
+/// Checks the machine can run the stack (binaries, disks) before anything is created.
+fn environment(opts: &RunOpts, profile: &Profile) -> Result<(binaries::Binaries, DiskMode), Fatal> {
     let overrides = BinaryOverrides { etcd: opts.etcd.iter().cloned().collect(), haproxy: opts.haproxy.clone() };
     let binaries = binaries::discover(&profile.versions, &overrides)?;
     let (detected, why) = DiskMode::detect();
@@ -276,7 +277,12 @@ fn testbed_config(opts: &RunOpts, profile: &Profile, run_id: &str, run_dir: &Pat
         DiskArg::Loop => DiskMode::Loop,
         DiskArg::Plain => DiskMode::Plain,
     };
-    Ok(TestbedConfig { run_id: run_id.into(), run_dir: run_dir.into(), binaries, disks, bug, heartbeat_ms: 50, election_ms: 500 })
+    Ok((binaries, disks))
+}
+
+fn testbed_config(env: (binaries::Binaries, DiskMode), run_id: &str, run_dir: &Path, bug: Option<PlantedBug>) -> TestbedConfig {
+    let (binaries, disks) = env;
+    TestbedConfig { run_id: run_id.into(), run_dir: run_dir.into(), binaries, disks, bug, heartbeat_ms: 50, election_ms: 500 }
 }
 
 async fn shutdown_signal() {
@@ -298,6 +304,7 @@ async fn shutdown_signal() {
 /// Runs `plan` on a fresh local stack; tears it down whatever happens.
 async fn execute_local(opts: &RunOpts, profile: &Profile, plan: &Plan, bug: Option<PlantedBug>, json_logs: bool) -> Result<RunResult, Fatal> {
     let invariants = profiles::invariants(profile)?;
+    let env = environment(opts, profile)?;
     let run_id = new_run_id();
     let run_dir = create_run_dir(&opts.runs_dir, &run_id)?;
     // The plan is on disk before anything executes.
@@ -310,7 +317,7 @@ async fn execute_local(opts: &RunOpts, profile: &Profile, plan: &Plan, bug: Opti
         json_logs,
         &format!("seed {} · profile {} · {} ops · run {run_id}{bug_text}\nweights {}\nrun directory {}", plan.seed, profile.name, plan.ops.len(), weights_text(plan), run_dir.display()),
     );
-    let cfg = testbed_config(opts, profile, &run_id, &run_dir, bug)?;
+    let cfg = testbed_config(env, &run_id, &run_dir, bug);
     let mut events = EventLog::create(&run_dir.join("events.jsonl"));
     events.emit("run-start", json!({"run_id": run_id, "seed": plan.seed, "profile": profile.name, "weights": plan.weights, "ops": plan.ops.len(), "testbed_bug": bug}));
     let model = profile.initial_model();
@@ -462,9 +469,10 @@ async fn testbed(action: TestbedAction) -> Result<Exit, Fatal> {
                     return Err(Fatal::usage(format!("a testbed is already up in {}: `shakedown testbed down` first", dir.display())));
                 }
             }
+            let env = environment(&opts, &profile)?;
             let run_id = new_run_id();
             let run_dir = create_run_dir(&opts.runs_dir, &run_id)?;
-            let cfg = testbed_config(&opts, &profile, &run_id, &run_dir, opts.testbed_bug)?;
+            let cfg = testbed_config(env, &run_id, &run_dir, opts.testbed_bug);
             let tb = Testbed::up(cfg, &profile.initial_model(), Duration::from_secs(30)).await.map_err(|e| Fatal::environment(format!("cannot bring the local stack up: {e}")))?;
             std::fs::write(opts.runs_dir.join("current-testbed"), run_dir.to_string_lossy().as_bytes()).map_err(|e| Fatal::environment(e.to_string()))?;
             println!("testbed {run_id} up in {}", run_dir.display());

@@ -151,6 +151,12 @@ impl LocalTarget {
         self.testbed.members.values().map(|m| m.client_url()).collect()
     }
 
+    fn confirm_serving(&self, url: &str) {
+        if let Some(s) = &self.sampler {
+            s.confirm(url);
+        }
+    }
+
     /// A client to any member that answers, preferring the leader.
     async fn cluster_client(&self) -> Result<etcd_client::Client, LocalError> {
         let mut fallback = None;
@@ -231,6 +237,7 @@ impl LocalTarget {
             let url = self.url_of(id)?;
             let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
             etcd::wait_caught_up(&url, &others, self.bounds.op).await.map_err(|e| LocalError::Stack(format!("upgraded {id}: {e}")))?;
+            self.confirm_serving(&url);
         }
         Ok(())
     }
@@ -266,6 +273,7 @@ impl LocalTarget {
             let url = self.url_of(new)?;
             let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
             etcd::wait_caught_up(&url, &others, self.bounds.op).await.map_err(|e| LocalError::Stack(format!("new member {new}: {e}")))?;
+            self.confirm_serving(&url);
             self.move_leader_off(old).await;
             if self.testbed.cfg.bug != Some(PlantedBug::ReplaceKeepsOldMember) {
                 let old_id = self.etcd_id(&old.to_string()).await?.ok_or_else(|| LocalError::Stack(format!("{old} is not in the member list")))?;
@@ -437,7 +445,14 @@ async fn sample_serving(initial: Vec<(String, String)>, t0: Instant, every: Dura
 /// the members serving at that instant among the members of the cluster at that instant.
 fn merge_samples(membership: &[(u64, BTreeMap<String, String>)], watched: &BTreeMap<String, Flips>) -> Vec<ServingSample> {
     let mut times: BTreeSet<u64> = membership.iter().map(|(t, _)| *t).collect();
-    let flips: BTreeMap<&String, Vec<(u64, bool)>> = watched.iter().map(|(u, f)| (u, f.lock().expect("flips lock").clone())).collect();
+    let flips: BTreeMap<&String, Vec<(u64, bool)>> = watched
+        .iter()
+        .map(|(u, f)| {
+            let mut v = f.lock().expect("flips lock").clone();
+            v.sort_by_key(|(t, _)| *t);
+            (u, v)
+        })
+        .collect();
     times.extend(flips.values().flat_map(|v| v.iter().map(|(t, _)| *t)));
     let mut out = Vec::new();
     for t in times {
@@ -482,6 +497,14 @@ impl Sampler {
     /// Starts watching a member right away (a member the target is about to add).
     fn watch(&self, url: &str) {
         spawn_watcher(url, self.t0, self.every, &self.watched, self.stop.subscribe());
+    }
+
+    /// The target itself just saw the member at `url` answer (its own wait for health): that is
+    /// evidence too, and earlier than the watcher's next poll.
+    fn confirm(&self, url: &str) {
+        if let Some(f) = self.watched.lock().expect("watched lock").get(url) {
+            f.lock().expect("flips lock").push((self.t0.elapsed().as_millis() as u64, true));
+        }
     }
 
     fn samples(&self) -> Vec<ServingSample> {

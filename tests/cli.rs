@@ -1,0 +1,158 @@
+//! The command line without a stack: plans, profiles, bad input and its exit codes.
+
+mod common;
+
+use common::{bin, dirs, run, text};
+
+#[test]
+fn plan_is_deterministic_and_matches_the_library() {
+    let a = bin().args(["plan", "--seed", "42", "--format", "toml"]).output().unwrap();
+    let b = bin().args(["plan", "--seed", "42", "--format", "toml"]).output().unwrap();
+    assert!(a.status.success());
+    assert_eq!(a.stdout, b.stdout);
+    let profile = shakedown::profiles::load("default").unwrap();
+    let lib = toml::to_string(&shakedown::faults::generate(42, &profile)).unwrap();
+    assert_eq!(text(&a.stdout), lib);
+}
+
+#[test]
+fn plan_text_lists_seed_weights_and_ops() {
+    let out = bin().args(["plan", "--seed", "7", "--steps", "5"]).output().unwrap();
+    let s = text(&out.stdout);
+    assert!(s.starts_with("seed 7 · profile default · 5 ops · weights crash="), "{s}");
+    assert_eq!(s.lines().count(), 6, "{s}");
+}
+
+#[test]
+fn unknown_profile_is_a_usage_error_listing_the_known_ones() {
+    let out = bin().args(["plan", "--seed", "1", "--profile", "nightlyy"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("unknown profile \"nightlyy\": known profiles are default, smoke, nightly"), "{err}");
+}
+
+#[test]
+fn profile_file_with_an_unknown_op_or_invariant_is_rejected() {
+    let d = dirs();
+    std::fs::create_dir_all(&d.runs).unwrap();
+    let p = d.runs.join("p.toml");
+    std::fs::write(&p, "name = \"mine\"\nsteps = 3\nversions = [\"3.4\"]\n[weights]\nreboot = 2\n").unwrap();
+    let out = bin().args(["plan", "--seed", "1", "--profile", p.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("reboot"), "{}", text(&out.stderr));
+    std::fs::write(&p, "name = \"mine\"\nsteps = 3\nversions = [\"3.4\"]\ninvariants = [\"latency\"]\n").unwrap();
+    let out = bin().args(["plan", "--seed", "1", "--profile", p.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("unknown invariant \"latency\"; known invariants: quorum"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn every_shipped_profile_loads_and_every_op_appears_in_one() {
+    let mut seen = std::collections::BTreeSet::new();
+    for (name, _) in shakedown::profiles::BUILTIN {
+        let p = shakedown::profiles::load(name).unwrap();
+        for seed in 0..50 {
+            seen.extend(shakedown::faults::generate(seed, &p).ops.iter().map(|o| o.kind()));
+        }
+    }
+    assert_eq!(seen, shakedown::faults::OpKind::ALL.into_iter().collect());
+}
+
+fn replay_file(contents: &str) -> (std::process::Output, common::Dirs) {
+    let d = dirs();
+    std::fs::create_dir_all(&d.seeds).unwrap();
+    let f = d.seeds.join("bad.toml");
+    std::fs::write(&f, contents).unwrap();
+    let out = run(&["replay", f.to_str().unwrap()], &d);
+    (out, d)
+}
+
+fn good_record() -> String {
+    let profile = shakedown::profiles::load("default").unwrap();
+    let plan = shakedown::faults::generate(3, &profile);
+    let rec = shakedown::record::SeedRecord {
+        format: shakedown::record::FORMAT,
+        shakedown_version: "0.1.0".into(),
+        seed: 3,
+        target: "local".into(),
+        run_id: "sd-test".into(),
+        started: "2026-11-30T00:00:00Z".into(),
+        testbed_bug: None,
+        versions: Default::default(),
+        failure: shakedown::record::Failure {
+            kind: shakedown::record::FailureKind::Violation,
+            step: 2,
+            op: "crash(m0)".into(),
+            invariant: Some(shakedown::invariants::InvariantId::Quorum),
+            message: "x".into(),
+            at: "2026-11-30T00:00:01Z".into(),
+        },
+        profile,
+        plan,
+    };
+    rec.to_toml()
+}
+
+#[test]
+fn seed_record_round_trips() {
+    let text = good_record();
+    let rec = shakedown::record::SeedRecord::parse(&text).unwrap();
+    assert_eq!(rec.to_toml(), text);
+    assert!(text.contains("[[plan.ops]]") && text.contains("[failure]"), "{text}");
+}
+
+#[test]
+fn malformed_seed_record_is_a_usage_error_and_nothing_runs() {
+    let (out, d) = replay_file("this is [ not toml");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("not a valid seed record (malformed or truncated TOML)"), "{}", text(&out.stderr));
+    assert!(!d.runs.exists(), "no run directory for a rejected record");
+}
+
+#[test]
+fn truncated_seed_record_is_rejected() {
+    let full = good_record();
+    let (out, _d) = replay_file(&full[..full.len() / 2]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("seed record"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn seed_record_from_another_format_version_is_rejected_clearly() {
+    let (out, _d) = replay_file(&good_record().replace("format = 1", "format = 9"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("seed record format 9 is not supported"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn seed_record_whose_plan_breaks_a_precondition_is_rejected() {
+    let bad = good_record().replacen("[[plan.ops]]", "[[plan.ops]]\nop = \"restart\"\nmember = 0\n\n[[plan.ops]]", 1);
+    let (out, _d) = replay_file(&bad);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("step 1 (restart(m0)) breaks its precondition"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn missing_etcd_binary_is_an_environment_error_naming_the_fix() {
+    let d = dirs();
+    let out = run(&["run", "--seed", "1", "--steps", "2", "--etcd", "3.5=/nonexistent/etcd"], &d);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(text(&out.stderr).contains("/nonexistent/etcd is not an etcd 3.5 binary"), "{}", text(&out.stderr));
+    assert!(!d.runs.exists(), "nothing is created when the environment cannot run the stack");
+}
+
+#[test]
+fn unknown_planted_bug_is_a_usage_error() {
+    let out = bin().args(["run", "--testbed-bug", "typo"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("known: upgrade-no-wait"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn help_documents_the_exit_codes() {
+    let out = bin().arg("--help").output().unwrap();
+    let s = text(&out.stdout);
+    for line in ["0    every invariant held", "1    an invariant was violated", "2    usage error", "3    liveness failure", "4    environment", "130  interrupted"] {
+        assert!(s.contains(line), "missing {line:?} in\n{s}");
+    }
+}

@@ -1,0 +1,89 @@
+//! Helpers for tests that run the real `shakedown` binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_shakedown"));
+    c.env("RUST_LOG", "warn");
+    c
+}
+
+pub fn run(args: &[&str], dirs: &Dirs) -> Output {
+    let out = bin()
+        .args(args)
+        .arg("--runs-dir")
+        .arg(&dirs.runs)
+        .arg("--seeds-dir")
+        .arg(&dirs.seeds)
+        .output()
+        .expect("shakedown runs");
+    eprintln!("$ shakedown {}\n--- stdout\n{}--- stderr\n{}", args.join(" "), text(&out.stdout), text(&out.stderr));
+    out
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).to_string()
+}
+
+pub struct Dirs {
+    _tmp: tempfile::TempDir,
+    pub runs: PathBuf,
+    pub seeds: PathBuf,
+}
+
+pub fn dirs() -> Dirs {
+    let tmp = tempfile::Builder::new().prefix("shakedown-test-").tempdir().expect("tempdir");
+    let runs = tmp.path().join("runs");
+    let seeds = tmp.path().join("seeds");
+    Dirs { runs, seeds, _tmp: tmp }
+}
+
+/// Everything of a run still on the machine: processes naming the path, mounts and loop devices
+/// under it.
+pub fn leftovers(root: &Path) -> Vec<String> {
+    let root_s = root.canonicalize().unwrap_or(root.to_path_buf()).to_string_lossy().to_string();
+    let mut left = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = stat.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z'));
+        if cmd.contains(&root_s) && !zombie {
+            left.push(format!("process {pid}: {cmd}"));
+        }
+    }
+    for line in std::fs::read_to_string("/proc/mounts").unwrap().lines() {
+        if line.contains(&root_s) {
+            left.push(format!("mount: {line}"));
+        }
+    }
+    for e in std::fs::read_dir("/sys/block").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if let Ok(b) = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")) {
+            if b.contains(&root_s) {
+                left.push(format!("loop device /dev/{name}: {}", b.trim()));
+            }
+        }
+    }
+    left
+}
+
+/// The only run directory under `runs`.
+pub fn only_run_dir(runs: &Path) -> PathBuf {
+    let dirs: Vec<PathBuf> = std::fs::read_dir(runs).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    assert_eq!(dirs.len(), 1, "expected one run directory in {}: {dirs:?}", runs.display());
+    dirs.into_iter().next().unwrap()
+}
+
+pub fn seed_records(seeds: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(seeds) else { return vec![] };
+    let mut v: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "toml")).collect();
+    v.sort();
+    v
+}
