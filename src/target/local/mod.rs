@@ -416,16 +416,18 @@ async fn sample_serving(initial: Vec<(String, String)>, t0: Instant, every: Dura
         for url in names.keys().cloned().collect::<Vec<_>>() {
             let Ok(mut c) = etcd::connect(&url, Duration::from_millis(250)).await else { continue };
             if let Ok(list) = etcd::bounded("member list", Duration::from_millis(250), c.member_list()).await {
+                // A member added but not started yet has no client URL: on this testbed it is its
+                // peer URL with the client port.
                 let members: BTreeMap<String, String> = list
                     .members()
                     .iter()
-                    .filter_map(|m| m.client_urls().first().map(|u| (u.clone(), if m.name().is_empty() { u.clone() } else { m.name().to_string() })))
+                    .filter_map(|m| {
+                        let client = m.client_urls().first().cloned().or_else(|| m.peer_urls().first().map(|p| p.replace(&format!(":{}", testbed::PEER_PORT), &format!(":{}", testbed::CLIENT_PORT))))?;
+                        let name = if m.name().is_empty() { format!("unstarted {client}") } else { m.name().to_string() };
+                        Some((client, name))
+                    })
                     .collect();
-                let unstarted = list.members().iter().filter(|m| m.client_urls().is_empty()).count();
-                let mut view = members.clone();
-                for i in 0..unstarted {
-                    view.insert(format!("unstarted-{i}"), format!("unstarted member {i}"));
-                }
+                let view = members.clone();
                 names.extend(members);
                 membership.lock().expect("membership lock").push((t0.elapsed().as_millis() as u64, view));
                 break;
@@ -459,7 +461,7 @@ fn merge_samples(membership: &[(u64, BTreeMap<String, String>)], watched: &BTree
         // The membership as last seen at or before t.
         let Some((_, members)) = membership.iter().rev().find(|(mt, _)| *mt <= t) else { continue };
         // Until every member has answered or refused once (or 300 ms passed), the picture is incomplete.
-        let all_known = members.keys().all(|u| u.starts_with("unstarted") || flips.get(u).is_some_and(|f| f.first().is_some_and(|(ft, _)| *ft <= t)));
+        let all_known = members.keys().all(|u| flips.get(u).is_some_and(|f| f.first().is_some_and(|(ft, _)| *ft <= t)));
         if !all_known && t < 300 {
             continue;
         }

@@ -1,0 +1,206 @@
+//! The real local stack: real etcd 3.4 and 3.5, real HAProxy, real loop devices. Needs root and
+//! the packages `.ci/run` installs. Tests run one at a time (a lock), each in its own directories.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::{dirs, leftovers, only_run_dir, run, seed_records, text};
+use shakedown::faults::{generate, OpKind};
+use shakedown::record::SeedRecord;
+use shakedown::target::local::PlantedBug;
+
+static STACK: Mutex<()> = Mutex::new(());
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    STACK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The first seed (from 1) whose default plan has `kind` within its first 8 ops, and the plan
+/// length that ends right after it.
+fn seed_with(kind: OpKind) -> (u64, usize) {
+    let profile = shakedown::profiles::load("default").unwrap();
+    (1..1000u64)
+        .find_map(|seed| generate(seed, &profile).ops.iter().take(8).position(|op| op.kind() == kind).map(|i| (seed, i + 1)))
+        .expect("some seed has the op early")
+}
+
+fn events(run_dir: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn seed_1_twenty_steps_passes_with_every_invariant_checked_after_every_step() {
+    let _l = lock();
+    let d = dirs();
+    let out = run(&["run", "--seed", "1", "--steps", "20"], &d);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("PASS: seed 1 · 20 steps"));
+    let run_dir = only_run_dir(&d.runs);
+    // The plan was written, and is the plan of seed 1.
+    let plan: shakedown::faults::Plan = toml::from_str(&std::fs::read_to_string(run_dir.join("plan.toml")).unwrap()).unwrap();
+    let mut profile = shakedown::profiles::load("default").unwrap();
+    profile.steps = 20;
+    assert_eq!(plan, generate(1, &profile));
+    // Every step 0..=20 has a passing check; the run ends with a passing liveness check.
+    let ev = events(&run_dir);
+    let checked: Vec<u64> = ev.iter().filter(|e| e["event"] == "check" && e["verdict"] == "pass").map(|e| e["step"].as_u64().unwrap()).collect();
+    assert_eq!(checked, (0..=20).collect::<Vec<_>>());
+    assert!(ev.iter().any(|e| e["event"] == "liveness" && e["verdict"] == "pass"));
+    // The workload wrote and etcd acknowledged.
+    let end = ev.iter().find(|e| e["event"] == "teardown").unwrap();
+    assert!(end["workload"]["acked"].as_u64().unwrap() > 100, "{end}");
+    // The rolling upgrade really ran etcd 3.5 on the data 3.4 wrote.
+    let logs = std::fs::read_dir(run_dir.join("logs")).unwrap().flatten().map(|e| std::fs::read_to_string(e.path()).unwrap()).collect::<String>();
+    assert!(logs.contains("\"etcd-version\":\"3.4.") && logs.contains("\"etcd-version\":\"3.5."));
+    assert!(seed_records(&d.seeds).is_empty());
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+    assert!(!run_dir.join("disks").exists() && !run_dir.join("members").exists());
+}
+
+fn planted_bug_is_caught_recorded_and_replayed(bug: PlantedBug) {
+    let _l = lock();
+    let d = dirs();
+    let (seed, steps) = match bug.trigger() {
+        Some(kind) => seed_with(kind),
+        None => (1, 3),
+    };
+    let (seed_s, steps_s) = (seed.to_string(), steps.to_string());
+    let out = run(&["run", "--seed", &seed_s, "--steps", &steps_s, "--testbed-bug", bug.name()], &d);
+    assert_eq!(out.status.code(), Some(1), "{bug} must be caught as a violation");
+    let stdout = text(&out.stdout);
+    let records = seed_records(&d.seeds);
+    assert_eq!(records.len(), 1, "one seed record");
+    let record = SeedRecord::load(&records[0]).unwrap();
+    assert_eq!(record.failure.invariant, Some(bug.caught_by()), "{bug} caught by the wrong invariant: {:?}", record.failure);
+    assert_eq!(record.testbed_bug, Some(bug));
+    assert_eq!(record.seed, seed);
+    assert!(record.versions.contains_key("etcd-3.4") && record.versions.contains_key("haproxy"));
+    // The last line printed is the replay command.
+    assert_eq!(stdout.lines().last().unwrap(), format!("shakedown replay {}", records[0].display()));
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+
+    let out = run(&["replay", records[0].to_str().unwrap()], &d);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("replay 1/1: reproduced:"), "{stdout}");
+    assert!(stdout.contains("reproduced 1 of 1 (100%)"), "{stdout}");
+    assert_eq!(seed_records(&d.seeds).len(), 1, "replay does not write new records");
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}
+
+#[test]
+fn planted_upgrade_no_wait_is_caught_by_quorum() {
+    planted_bug_is_caught_recorded_and_replayed(PlantedBug::UpgradeNoWait);
+}
+
+#[test]
+fn planted_replace_keeps_old_member_is_caught_by_membership() {
+    planted_bug_is_caught_recorded_and_replayed(PlantedBug::ReplaceKeepsOldMember);
+}
+
+#[test]
+fn planted_endpoint_no_health_check_is_caught_by_reachability() {
+    planted_bug_is_caught_recorded_and_replayed(PlantedBug::EndpointNoHealthCheck);
+}
+
+#[test]
+fn planted_ack_before_write_is_caught_by_durability() {
+    planted_bug_is_caught_recorded_and_replayed(PlantedBug::AckBeforeWrite);
+}
+
+/// Starts a long run and waits (bounded) until its first step's checks are done.
+fn start_long_run(d: &common::Dirs) -> std::process::Child {
+    let mut child = common::bin()
+        .args(["run", "--seed", "11", "--steps", "200", "--profile", "smoke"])
+        .arg("--runs-dir")
+        .arg(&d.runs)
+        .arg("--seeds-dir")
+        .arg(&d.seeds)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            if line.contains("checks ok") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(60)).expect("the run reaches its first step");
+    child
+}
+
+#[test]
+fn sigint_and_sigterm_tear_down_everything() {
+    let _l = lock();
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        let d = dirs();
+        let mut child = start_long_run(&d);
+        assert!(!leftovers(&d.runs).is_empty(), "the stack is running");
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "shakedown did not stop after signal {sig}");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!(status.code(), Some(130), "signal {sig}");
+        assert_eq!(leftovers(&d.runs), Vec::<String>::new(), "signal {sig}");
+    }
+}
+
+#[test]
+fn kill_9_leaves_things_that_reap_removes() {
+    let _l = lock();
+    let d = dirs();
+    let mut child = start_long_run(&d);
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    let left = leftovers(&d.runs);
+    assert!(left.iter().any(|l| l.contains("etcd")), "etcd outlives a kill -9: {left:?}");
+    let out = common::bin().arg("reap").arg("--runs-dir").arg(&d.runs).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("reaped 1 run directory"), "{}", text(&out.stdout));
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}
+
+#[test]
+fn plain_disks_run_without_loop_devices() {
+    let _l = lock();
+    let d = dirs();
+    let (seed, steps) = seed_with(OpKind::Crash);
+    let out = run(&["run", "--seed", &seed.to_string(), "--steps", &steps.to_string(), "--disks", "plain"], &d);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let run_dir = only_run_dir(&d.runs);
+    assert!(std::fs::read_to_string(run_dir.join("logs/m0.log")).unwrap().contains("members/m0/data"));
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}
+
+#[test]
+fn testbed_up_status_down() {
+    let _l = lock();
+    let d = dirs();
+    let runs = d.runs.to_str().unwrap();
+    let up = common::bin().args(["testbed", "up", "--runs-dir", runs]).output().unwrap();
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up.stderr));
+    assert!(text(&up.stdout).contains("endpoint  http://127."), "{}", text(&up.stdout));
+    let status = common::bin().args(["testbed", "status", "--runs-dir", runs]).output().unwrap();
+    assert_eq!(status.status.code(), Some(0), "{}", text(&status.stdout));
+    assert_eq!(text(&status.stdout).matches(" ok ").count(), 4, "{}", text(&status.stdout));
+    let again = common::bin().args(["testbed", "up", "--runs-dir", runs]).output().unwrap();
+    assert_eq!(again.status.code(), Some(2), "a second testbed up is refused");
+    let down = common::bin().args(["testbed", "down", "--runs-dir", runs]).output().unwrap();
+    assert_eq!(down.status.code(), Some(0));
+    assert!(text(&down.stdout).contains("testbed down: 4 processes, 3 mounts, 3 loop devices removed"), "{}", text(&down.stdout));
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}
