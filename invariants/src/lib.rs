@@ -13,6 +13,9 @@ use shakedown_faults::{MemberId, MemberState, Model};
 
 pub use observation::{Durability, ListedMember, MemberStatus, Observation, Probe, ServingSample};
 
+/// The shortest quorum loss during a step that counts as a violation (milliseconds).
+pub const MIN_LOSS_WINDOW_MS: u64 = 25;
+
 /// The registered invariants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -128,17 +131,32 @@ pub fn check_all(ids: &[InvariantId], model: &Model, obs: &Observation) -> Vec<(
 
 fn quorum(model: &Model, obs: &Observation) -> Verdict {
     // During the step: a majority of the membership kept serving at every instant, when the
-    // model says quorum holds throughout the step.
+    // model says quorum holds throughout the step. Windows shorter than MIN_LOSS_WINDOW_MS are
+    // below the samplers' resolution (a member's answer and another's refusal a few ms apart).
     if obs.quorum_throughout {
-        if let Some(s) = obs.serving_samples.iter().find(|s| s.serving.len() < s.cluster_size / 2 + 1) {
-            let until = obs.serving_samples.iter().find(|l| l.at_ms > s.at_ms && l.serving.len() >= l.cluster_size / 2 + 1).map(|l| format!("until +{}ms", l.at_ms)).unwrap_or_else(|| "to the end of the samples".into());
-            return Verdict::Definite(format!(
-                "quorum lost during the step: from +{}ms {until} only {} of {} members were serving ({})",
-                s.at_ms,
-                s.serving.len(),
-                s.cluster_size,
-                names(&s.serving),
-            ));
+        let lost = |s: &ServingSample| s.serving.len() < s.cluster_size / 2 + 1;
+        let samples = &obs.serving_samples;
+        let mut i = 0;
+        while i < samples.len() {
+            if !lost(&samples[i]) {
+                i += 1;
+                continue;
+            }
+            let start = &samples[i];
+            let end = samples[i..].iter().find(|l| !lost(l));
+            let end_ms = end.map_or(obs.samples_until_ms, |e| e.at_ms);
+            let long_enough = end_ms.saturating_sub(start.at_ms) >= MIN_LOSS_WINDOW_MS;
+            if long_enough {
+                let until = end.map(|l| format!("until +{}ms", l.at_ms)).unwrap_or_else(|| format!("until at least +{end_ms}ms"));
+                return Verdict::Definite(format!(
+                    "quorum lost during the step: from +{}ms {until} only {} of {} members were serving ({})",
+                    start.at_ms,
+                    start.serving.len(),
+                    start.cluster_size,
+                    names(&start.serving),
+                ));
+            }
+            i += samples[i..].iter().position(|l| !lost(l)).unwrap_or(samples.len() - i);
         }
     }
     let reachable: Vec<&MemberStatus> = obs.members.iter().filter(|m| m.reachable).collect();

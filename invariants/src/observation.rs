@@ -17,8 +17,11 @@ pub struct Observation {
     /// The acknowledged writes and what a linearizable read returned for them.
     #[serde(skip)]
     pub durability: Option<Durability>,
-    /// Samples taken while the step executed.
+    /// Samples taken since the step began: one per change.
     pub serving_samples: Vec<ServingSample>,
+    /// Milliseconds since the step began when this observation was taken (the samples cover
+    /// up to here).
+    pub samples_until_ms: u64,
     /// Whether the model says quorum holds at every moment of the step.
     pub quorum_throughout: bool,
 }

@@ -36,6 +36,7 @@ fn healthy() -> Observation {
         }),
         serving_samples: vec![ServingSample { at_ms: 0, serving: vec!["m0".into(), "m1".into(), "m2".into()], cluster_size: 3 }],
         quorum_throughout: true,
+        samples_until_ms: 0,
     }
 }
 
@@ -98,11 +99,26 @@ fn quorum_loss_during_the_step_is_definite() {
 }
 
 #[test]
+fn quorum_loss_shorter_than_the_sampling_resolution_is_not_judged() {
+    let mut o = healthy();
+    o.serving_samples.push(ServingSample { at_ms: 80, serving: vec!["m2".into()], cluster_size: 3 });
+    o.serving_samples.push(ServingSample { at_ms: 84, serving: vec!["m1".into(), "m2".into()], cluster_size: 3 });
+    assert!(verdict(InvariantId::Quorum, &model(), &o).is_pass());
+    // Still lost when the observation was taken: judged by the time up to the observation.
+    o.serving_samples.push(ServingSample { at_ms: 90, serving: vec!["m2".into()], cluster_size: 3 });
+    o.samples_until_ms = 100;
+    assert!(verdict(InvariantId::Quorum, &model(), &o).is_pass());
+    o.samples_until_ms = 130;
+    assert!(matches!(verdict(InvariantId::Quorum, &model(), &o), Verdict::Definite(m) if m.contains("from +90ms until at least +130ms")));
+}
+
+#[test]
 fn quorum_during_a_replace_uses_the_membership_size_of_the_instant() {
     let mut o = healthy();
     o.serving_samples = vec![ServingSample { at_ms: 5, serving: vec!["m0".into(), "m1".into(), "m2".into()], cluster_size: 4 }];
     assert!(verdict(InvariantId::Quorum, &model(), &o).is_pass(), "3 of 4 is quorum");
     o.serving_samples = vec![ServingSample { at_ms: 5, serving: vec!["m0".into(), "m1".into()], cluster_size: 4 }];
+    o.samples_until_ms = 500;
     assert!(matches!(verdict(InvariantId::Quorum, &model(), &o), Verdict::Definite(_)));
 }
 

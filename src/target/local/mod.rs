@@ -512,6 +512,12 @@ impl Sampler {
     fn samples(&self) -> Vec<ServingSample> {
         let membership = self.membership.lock().expect("membership lock").clone();
         let watched = self.watched.lock().expect("watched lock").clone();
+        if tracing::enabled!(tracing::Level::TRACE) {
+            for (u, f) in &watched {
+                tracing::trace!(url = u.as_str(), flips = ?f.lock().expect("flips lock"), "serving flips");
+            }
+            tracing::trace!(?membership, "membership snapshots");
+        }
         merge_samples(&membership, &watched)
     }
 
@@ -584,6 +590,7 @@ impl Target for LocalTarget {
         let mut obs = Observation::default();
         if let Some(s) = &self.sampler {
             obs.serving_samples = s.samples();
+            obs.samples_until_ms = s.t0.elapsed().as_millis() as u64;
         }
         let mut leader_url = None;
         for (name, url, r) in &statuses {
