@@ -1,0 +1,106 @@
+//! `cargo bench --bench core`: the core issue's targets, measured on this machine.
+//!
+//! - plan generation rate (ops/s, median of 7 batches);
+//! - three-member local stack: bring-up until healthy, and teardown (medians of N runs);
+//! - invariant checks after a step on a healthy stack (observe + judge; median and p99).
+//!
+//! Needs what `scripts/install-deps.sh` installs, and root for loop-mounted disks
+//! (without root it measures plain-directory disks and says so). Writes
+//! `target/bench/core.json` beside the printed table. `SHAKEDOWN_BENCH_RUNS` sets N (default 5).
+
+use std::time::{Duration, Instant};
+
+use shakedown::binaries::{discover, BinaryOverrides};
+use shakedown::faults::generate;
+use shakedown::invariants::{check_all, InvariantId};
+use shakedown::target::local::{DiskMode, LocalTarget, Testbed, TestbedConfig};
+use shakedown::target::Target;
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn main() {
+    let runs: usize = std::env::var("SHAKEDOWN_BENCH_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+    let profile = shakedown::profiles::load("nightly").unwrap();
+
+    // Plan generation.
+    let mut rates = Vec::new();
+    for b in 0..7u64 {
+        let t = Instant::now();
+        let mut ops = 0usize;
+        for seed in 0..200u64 {
+            ops += generate(b * 1000 + seed, &profile).ops.len();
+        }
+        rates.push(ops as f64 / t.elapsed().as_secs_f64());
+    }
+    let gen_rate = median(&mut rates);
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let binaries = discover(&profile.versions, &BinaryOverrides::default()).expect("binaries (run scripts/install-deps.sh)");
+    let (disks, why) = DiskMode::detect();
+    if let Some(why) = why {
+        eprintln!("note: {why}");
+    }
+    let root = tempfile::Builder::new().prefix("shakedown-bench-").tempdir().unwrap();
+    let cfg = |i: usize| {
+        let run_dir = root.path().join(format!("run{i}"));
+        std::fs::create_dir_all(&run_dir).unwrap();
+        TestbedConfig { run_id: format!("sd-bench{i}"), run_dir, binaries: binaries.clone(), disks, bug: None, heartbeat_ms: 50, election_ms: 500 }
+    };
+    let model = profile.initial_model();
+
+    // Bring-up and teardown.
+    let (mut up, mut down) = (Vec::new(), Vec::new());
+    for i in 0..runs {
+        let t = Instant::now();
+        let mut tb = rt.block_on(Testbed::up(cfg(i), &model, Duration::from_secs(30))).expect("bring-up");
+        up.push(t.elapsed().as_secs_f64() * 1000.0);
+        let t = Instant::now();
+        tb.teardown();
+        down.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+
+    // Invariant checks on a healthy stack with the workload running.
+    let mut checks = Vec::new();
+    rt.block_on(async {
+        let mut target = LocalTarget::start(cfg(runs), &profile, &model, Duration::from_secs(30)).await.expect("bring-up");
+        for _ in 0..100 {
+            let t = Instant::now();
+            let obs = target.observe(&model, &InvariantId::ALL).await;
+            let failures = check_all(&InvariantId::ALL, &model, &obs);
+            checks.push(t.elapsed().as_secs_f64() * 1000.0);
+            assert!(failures.is_empty(), "healthy stack fails: {failures:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        target.teardown().await;
+    });
+
+    let disk_note = format!("{disks:?}").to_lowercase();
+    let rows = [
+        ("plan generation", format!("{:.0} ops/s", gen_rate), "≥ 100,000 ops/s"),
+        ("bring-up (3 members, healthy)", format!("median {:.0} ms (min {:.0}, max {:.0})", median(&mut up.clone()), pct(&mut up.clone(), 0.0), pct(&mut up.clone(), 1.0)), "≤ 2 s"),
+        ("teardown", format!("median {:.0} ms (min {:.0}, max {:.0})", median(&mut down.clone()), pct(&mut down.clone(), 0.0), pct(&mut down.clone(), 1.0)), "≤ 1 s"),
+        ("invariant checks (healthy)", format!("median {:.1} ms, p99 {:.1} ms", median(&mut checks.clone()), pct(&mut checks.clone(), 0.99)), "≤ 50 ms median"),
+    ];
+    println!("shakedown core benchmark · {runs} stack runs · disks: {disk_note}");
+    println!("{:<32} {:<44} {}", "measure", "result", "target");
+    for (a, b, c) in &rows {
+        println!("{a:<32} {b:<44} {c}");
+    }
+    let json = serde_json::json!({
+        "runs": runs, "disks": disk_note,
+        "plan_generation_ops_per_s": gen_rate,
+        "bring_up_ms": up, "teardown_ms": down, "check_ms": checks,
+    });
+    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("core.json"), serde_json::to_string_pretty(&json).unwrap()).unwrap();
+    println!("written: {}", out.join("core.json").display());
+}

