@@ -68,7 +68,7 @@ async fn check_until<T: Target>(
         if definite.is_some() || Instant::now() >= deadline {
             let (invariant, verdict) = definite.unwrap_or(&failures[0]).clone();
             let message = verdict.message().unwrap_or_default().to_string();
-            let message = if definite.is_none() { format!("{message} (still failing after {}s)", limit.as_secs_f32()) } else { message };
+            let message = if definite.is_none() && !limit.is_zero() { format!("{message} (still failing after {}s)", limit.as_secs_f32()) } else { message };
             return Checked::Fail { invariant, message, obs: Box::new(obs) };
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -122,8 +122,18 @@ pub async fn execute<T: Target>(
         match target.execute(op, &before, &model).await {
             Ok(()) => {}
             Err(TargetError::Stack(msg)) => {
-                target.end_step().await;
                 events.emit("op-end", json!({"step": step, "ms": t_op.elapsed().as_millis() as u64, "error": msg}));
+                // The op's own wait ran out. If an invariant already says what is wrong, that is
+                // the more precise finding; otherwise it is a liveness failure.
+                let checked = check_until(target, &model, invariants, before.quorum_throughout(op), false, Duration::ZERO).await;
+                target.end_step().await;
+                if let Checked::Fail { invariant, message, obs } = checked {
+                    events.emit("check", json!({"step": step, "verdict": "fail", "invariant": invariant, "message": message, "observation": *obs}));
+                    let message = format!("{message} (and the op failed: {msg})");
+                    progress.line(&format!("[{step:>width$}/{total}] {:<28} VIOLATION {invariant}: {message}", op.to_string()));
+                    return Ok(Outcome::Failed(failure(FailureKind::Violation, step, &op.to_string(), Some(invariant), message)));
+                }
+                progress.line(&format!("[{step:>width$}/{total}] {:<28} LIVENESS: {msg}", op.to_string()));
                 return Ok(Outcome::Failed(failure(FailureKind::Liveness, step, &op.to_string(), None, msg)));
             }
             Err(e) => return Err(e),

@@ -20,14 +20,14 @@ pub const MIN_LOSS_WINDOW_MS: u64 = 25;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum InvariantId {
-    /// Exactly one leader among reachable members; members serving ≥ quorum whenever the model
-    /// says quorum holds, at the end of a step and at every sample taken during it.
-    Quorum,
+    /// The etcd member list equals the model's members: nothing stale, nothing missing.
+    Membership,
     /// Every member answers as the model expects: running members answer and see a leader,
     /// paused and crashed members do not answer.
     Members,
-    /// The etcd member list equals the model's members: nothing stale, nothing missing.
-    Membership,
+    /// Exactly one leader among reachable members; members serving ≥ quorum whenever the model
+    /// says quorum holds, at the end of a step and at every instant during it.
+    Quorum,
     /// Members agree on the KV hash at a common revision.
     Consistency,
     /// A linearizable read through the endpoint succeeds within the deadline whenever the model
@@ -38,10 +38,12 @@ pub enum InvariantId {
 }
 
 impl InvariantId {
+    /// In checking order: structure first (who is in the cluster, who answers), so the first
+    /// failure reported is the most direct one.
     pub const ALL: [InvariantId; 6] = [
-        InvariantId::Quorum,
-        InvariantId::Members,
         InvariantId::Membership,
+        InvariantId::Members,
+        InvariantId::Quorum,
         InvariantId::Consistency,
         InvariantId::Reachability,
         InvariantId::Durability,

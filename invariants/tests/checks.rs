@@ -195,5 +195,5 @@ fn invariant_names_round_trip_and_unknown_names_list_the_known_ones() {
         assert_eq!(id.name().parse::<InvariantId>().unwrap(), id);
     }
     let err = "latency".parse::<InvariantId>().unwrap_err();
-    assert!(err.contains("quorum, members, membership, consistency, reachability, durability"), "{err}");
+    assert!(err.contains("membership, members, quorum, consistency, reachability, durability"), "{err}");
 }
