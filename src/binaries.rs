@@ -13,6 +13,14 @@ use crate::exit::Fatal;
 pub struct EtcdBinary {
     pub path: PathBuf,
     pub full_version: String,
+    /// The snapshot-restore tool shipped beside it: `etcdutl` (3.5+) or `etcdctl` (3.4).
+    pub restore_tool: Option<PathBuf>,
+}
+
+/// `etcdutl` or `etcdctl` next to an etcd binary.
+fn restore_tool_beside(etcd: &Path) -> Option<PathBuf> {
+    let dir = etcd.parent()?;
+    ["etcdutl", "etcdctl"].iter().map(|n| dir.join(n)).find(|p| p.is_file())
 }
 
 /// Explicit locations from flags or the environment.
@@ -77,7 +85,7 @@ pub fn discover(versions: &[Version], overrides: &BinaryOverrides) -> Result<Bin
         let matches = |p: &Path| etcd_version(p).filter(|full| full.starts_with(&format!("{v}.")));
         let found = match explicit {
             Some(p) => match matches(&p) {
-                Some(full) => EtcdBinary { path: p, full_version: full },
+                Some(full) => EtcdBinary { restore_tool: restore_tool_beside(&p), path: p, full_version: full },
                 None => {
                     return Err(Fatal::environment(format!(
                         "{} is not an etcd {v} binary (its --version does not say {v}.x): pass the right path with --etcd {v}=PATH or {env_name}",
@@ -87,7 +95,7 @@ pub fn discover(versions: &[Version], overrides: &BinaryOverrides) -> Result<Bin
             },
             None => candidates()
                 .into_iter()
-                .find_map(|p| matches(&p).map(|full| EtcdBinary { path: p, full_version: full }))
+                .find_map(|p| matches(&p).map(|full| EtcdBinary { restore_tool: restore_tool_beside(&p), path: p, full_version: full }))
                 .ok_or_else(|| {
                     Fatal::environment(format!(
                         "etcd {v} binary not found: {}, or pass --etcd {v}=PATH (or set {env_name})",

@@ -107,15 +107,26 @@ pub async fn execute<T: Target>(
         }
     }
 
+    let mut skipped = 0usize;
     for (i, op) in plan.ops.iter().enumerate() {
         let step = i + 1;
+        // An op the target cannot run here is skipped and said so; later ops that depended on
+        // it no longer satisfy their precondition and are skipped too. The rest still runs.
+        if let Err(reason) = target.supports(op) {
+            events.emit("op-skipped", json!({"step": step, "op": op, "reason": reason}));
+            progress.line(&format!("[{step:>width$}/{total}] {:<28} skipped: unavailable on the {} target here: {reason}", op.to_string(), target.name()));
+            skipped += 1;
+            continue;
+        }
         let before = model.clone();
         if let Err(e) = model.apply(op) {
-            // Plans are validated before they run; reaching this is a bug.
-            panic!("step {step} ({op}) breaks its precondition after validation: {e}");
-        }
-        if let Err(reason) = target.supports(op.kind()) {
-            return Err(TargetError::Unsupported(format!("step {step}: {op} is unavailable on the {} target: {reason}", target.name())));
+            if skipped == 0 {
+                // Plans are validated before they run; reaching this is a bug.
+                panic!("step {step} ({op}) breaks its precondition after validation: {e}");
+            }
+            events.emit("op-skipped", json!({"step": step, "op": op, "reason": e.to_string()}));
+            progress.line(&format!("[{step:>width$}/{total}] {:<28} skipped: {e} (an earlier op was skipped)", op.to_string()));
+            continue;
         }
         events.emit("op-start", json!({"step": step, "op": op, "text": op.to_string()}));
         let t_op = Instant::now();

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{dirs, leftovers, only_run_dir, run, seed_records, text};
-use shakedown::faults::{generate, OpKind};
+use shakedown::faults::{generate, Op, OpKind};
 use shakedown::record::SeedRecord;
 use shakedown::target::local::PlantedBug;
 
@@ -19,13 +19,31 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
     STACK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The first seed (from 1) whose default plan has `kind` within its first 8 ops, and the plan
-/// length that ends right after it.
-fn seed_with(kind: OpKind) -> (u64, usize) {
+/// The first seed (from 1) whose default plan shows what `steps` looks for within its first 10
+/// ops, and the plan length it needs (`steps` returns it).
+fn seed_where(steps: impl Fn(&[Op]) -> Option<usize>) -> (u64, usize) {
     let profile = shakedown::profiles::load("default").unwrap();
-    (1..1000u64)
-        .find_map(|seed| generate(seed, &profile).ops.iter().take(8).position(|op| op.kind() == kind).map(|i| (seed, i + 1)))
-        .expect("some seed has the op early")
+    (1..5000u64)
+        .find_map(|seed| steps(&generate(seed, &profile).ops[..10]).map(|n| (seed, n)))
+        .expect("some seed has it early")
+}
+
+fn seed_with(kind: OpKind) -> (u64, usize) {
+    seed_where(|ops| ops.iter().position(|op| op.kind() == kind).map(|i| i + 1))
+}
+
+/// The plan prefix that exposes a planted bug: up to its trigger (for a site isolation, up to
+/// the recovery that follows it).
+fn seed_for(bug: PlantedBug) -> (u64, usize) {
+    match bug {
+        PlantedBug::AckBeforeWrite => (1, 3),
+        PlantedBug::RecoverLeavesRule => seed_where(|ops| {
+            let i = ops.iter().position(|op| bug.triggered_by(op))?;
+            let Op::SiteOutage { site, .. } = ops[i] else { return None };
+            ops[i..].iter().position(|op| *op == Op::SiteRecover { site }).map(|j| i + j + 1)
+        }),
+        _ => seed_where(|ops| ops.iter().position(|op| bug.triggered_by(op)).map(|i| i + 1)),
+    }
 }
 
 fn events(run_dir: &std::path::Path) -> Vec<serde_json::Value> {
@@ -76,10 +94,7 @@ fn quick_profile(d: &common::Dirs) -> String {
 /// Runs the plan that exposes `bug` up to `attempts` times (a timing bug need not show in every
 /// run); returns the output of the first run that failed.
 fn run_until_caught(bug: PlantedBug, d: &common::Dirs, attempts: usize) -> (std::process::Output, u64) {
-    let (seed, steps) = match bug.trigger() {
-        Some(kind) => seed_with(kind),
-        None => (1, 3),
-    };
+    let (seed, steps) = seed_for(bug);
     let (seed_s, steps_s) = (seed.to_string(), steps.to_string());
     let profile = quick_profile(d);
     for attempt in 1..=attempts {
@@ -141,6 +156,21 @@ fn planted_endpoint_no_health_check_is_caught_by_reachability() {
 #[test]
 fn planted_ack_before_write_is_caught_by_durability() {
     planted_bug_is_caught_recorded_and_replayed(PlantedBug::AckBeforeWrite);
+}
+
+#[test]
+fn planted_recover_leaves_rule_is_caught_by_leaks() {
+    planted_bug_is_caught_recorded_and_replayed(PlantedBug::RecoverLeavesRule);
+}
+
+#[test]
+fn planted_reattach_on_shutdown_disk_is_caught_by_members() {
+    planted_bug_is_caught_recorded_and_replayed(PlantedBug::ReattachOnShutdownDisk);
+}
+
+#[test]
+fn planted_restore_partial_is_caught_by_members() {
+    planted_bug_is_caught_recorded_and_replayed(PlantedBug::RestorePartial);
 }
 
 /// Starts a long run and waits (bounded) until its first step's checks are done.

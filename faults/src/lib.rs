@@ -15,6 +15,6 @@ pub mod op;
 pub mod profile;
 
 pub use generate::{generate, next_op_strategy, Plan, Weights};
-pub use model::{Member, MemberId, MemberState, Model, SiteId, Version};
-pub use op::{Op, OpKind, PreconditionError};
+pub use model::{Answers, BackupId, DiskState, Member, MemberId, MemberState, Model, OutageMode, SiteId, Version};
+pub use op::{Op, OpKind, PreconditionError, MAX_BACKUPS};
 pub use profile::{Profile, ProfileError};

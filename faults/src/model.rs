@@ -93,18 +93,61 @@ pub enum MemberState {
     Crashed,
 }
 
+/// A member's disk as the model expects it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiskState {
+    Attached,
+    /// Shut down under the member (FS_IOC_SHUTDOWN): every read and write fails with EIO.
+    Detached,
+}
+
+/// How a site is out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutageMode {
+    /// All traffic to and from the site's subnet is dropped; its processes keep running.
+    Isolate,
+    /// Every process of the site is killed at once.
+    PowerLoss,
+}
+
+impl fmt::Display for OutageMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OutageMode::Isolate => "isolate",
+            OutageMode::PowerLoss => "power-loss",
+        })
+    }
+}
+
+/// A backup taken by a plan (`b0`, `b1`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct BackupId(pub u32);
+
+impl fmt::Display for BackupId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "b{}", self.0)
+    }
+}
+
+/// Whether a member is expected to answer requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answers {
+    Yes,
+    No,
+    /// Either is fine (a member whose disk was shut down may die at once or later).
+    Either,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Member {
     pub id: MemberId,
     pub site: SiteId,
     pub version: Version,
     pub state: MemberState,
-}
-
-impl Member {
-    pub fn is_up(&self) -> bool {
-        self.state == MemberState::Running
-    }
+    pub disk: DiskState,
 }
 
 /// The expected state of the stack.
@@ -118,6 +161,15 @@ pub struct Model {
     pub max_down: usize,
     /// The versions the stack can run, oldest first.
     pub versions: Vec<Version>,
+    /// Sites that are out, and how.
+    #[serde(default)]
+    pub outages: BTreeMap<SiteId, OutageMode>,
+    /// Backups taken so far, oldest first.
+    #[serde(default)]
+    pub backups: Vec<BackupId>,
+    /// Restores done so far, in order (each from one of `backups`).
+    #[serde(default)]
+    pub restores: Vec<BackupId>,
 }
 
 impl Model {
@@ -129,10 +181,10 @@ impl Model {
         let members = (0..members)
             .map(|i| {
                 let id = MemberId(i);
-                (id, Member { id, site: SiteId((i % sites as u32) as u8), version, state: MemberState::Running })
+                (id, Member { id, site: SiteId((i % sites as u32) as u8), version, state: MemberState::Running, disk: DiskState::Attached })
             })
             .collect::<BTreeMap<_, _>>();
-        Model { sites, next_member: members.len() as u32, members, max_down, versions }
+        Model { sites, next_member: members.len() as u32, members, max_down, versions, outages: BTreeMap::new(), backups: vec![], restores: vec![] }
     }
 
     pub fn size(&self) -> usize {
@@ -144,8 +196,39 @@ impl Model {
         self.size() / 2 + 1
     }
 
+    /// A member is up when its process runs, its disk is attached and its site is not out.
+    pub fn is_up(&self, m: &Member) -> bool {
+        m.state == MemberState::Running && m.disk == DiskState::Attached && !self.outages.contains_key(&m.site)
+    }
+
+    /// Whether a request from outside the sites (shakedown, the endpoint) reaches the member and
+    /// gets an answer.
+    pub fn answers(&self, m: &Member) -> Answers {
+        if self.outages.contains_key(&m.site) {
+            return Answers::No;
+        }
+        match (m.state, m.disk) {
+            (MemberState::Running, DiskState::Attached) => Answers::Yes,
+            (MemberState::Running, DiskState::Detached) => Answers::Either,
+            _ => Answers::No,
+        }
+    }
+
+    /// Whether the member has a process (running, paused, or cut off with its site).
+    pub fn has_process(&self, m: &Member) -> Answers {
+        match (m.state, m.disk, self.outages.get(&m.site)) {
+            (_, _, Some(OutageMode::PowerLoss)) | (MemberState::Crashed, _, _) => Answers::No,
+            (_, DiskState::Detached, _) => Answers::Either,
+            _ => Answers::Yes,
+        }
+    }
+
     pub fn down(&self) -> usize {
-        self.members.values().filter(|m| !m.is_up()).count()
+        self.members.values().filter(|m| !self.is_up(m)).count()
+    }
+
+    pub fn site_members(&self, site: SiteId) -> impl Iterator<Item = &Member> {
+        self.members.values().filter(move |m| m.site == site)
     }
 
     pub fn up(&self) -> usize {
@@ -181,6 +264,8 @@ impl Model {
     pub fn quorum_throughout(&self, op: &Op) -> bool {
         let transient = match op {
             Op::RollingUpgrade { .. } | Op::RollingReplace => 1,
+            // A restore takes the whole cluster down on purpose.
+            Op::Restore { .. } => return false,
             _ => 0,
         };
         let mut after = self.clone();
@@ -202,9 +287,42 @@ impl Model {
                 let version = self.newest_version();
                 for (old, new) in self.replacements() {
                     let site = self.members.remove(&old).map(|m| m.site).unwrap_or(SiteId(0));
-                    self.members.insert(new, Member { id: new, site, version, state: MemberState::Running });
+                    self.members.insert(new, Member { id: new, site, version, state: MemberState::Running, disk: DiskState::Attached });
                 }
                 self.next_member += self.members.len() as u32;
+            }
+            Op::SiteOutage { site, mode } => {
+                self.outages.insert(site, mode);
+                if mode == OutageMode::PowerLoss {
+                    self.members.values_mut().filter(|m| m.site == site).for_each(|m| m.state = MemberState::Crashed);
+                }
+            }
+            Op::SiteRecover { site } => {
+                if self.outages.remove(&site) == Some(OutageMode::PowerLoss) {
+                    self.members.values_mut().filter(|m| m.site == site).for_each(|m| m.state = MemberState::Running);
+                }
+            }
+            Op::DiskDetach { member } => {
+                if let Some(m) = self.members.get_mut(&member) {
+                    m.disk = DiskState::Detached;
+                }
+            }
+            Op::DiskReattach { member } => {
+                if let Some(m) = self.members.get_mut(&member) {
+                    m.disk = DiskState::Attached;
+                    m.state = MemberState::Running;
+                }
+            }
+            Op::Backup => {
+                let id = BackupId(self.backups.len() as u32);
+                self.backups.push(id);
+            }
+            Op::Restore { backup } => {
+                self.restores.push(backup);
+                self.members.values_mut().for_each(|m| {
+                    m.state = MemberState::Running;
+                    m.disk = DiskState::Attached;
+                });
             }
         }
         Ok(())
@@ -216,17 +334,23 @@ impl Model {
         self.members.keys().enumerate().map(|(i, &old)| (old, MemberId(self.next_member + i as u32))).collect()
     }
 
-    /// Heals every fault: paused members resume, crashed members restart.
-    /// Returns the ops that do it, in order, as an operator would run them.
+    /// Heals every fault, as an operator would: sites recover, detached disks are reattached,
+    /// paused members resume, crashed members restart. Returns the ops, in order.
     pub fn heal_ops(&self) -> Vec<Op> {
-        self.members
-            .values()
-            .filter_map(|m| match m.state {
-                MemberState::Running => None,
-                MemberState::Paused => Some(Op::Resume { member: m.id }),
-                MemberState::Crashed => Some(Op::Restart { member: m.id }),
-            })
-            .collect()
+        let mut ops: Vec<Op> = self.outages.keys().map(|&site| Op::SiteRecover { site }).collect();
+        let mut healed = self.clone();
+        for op in &ops {
+            let _ = healed.apply(op);
+        }
+        for m in healed.members.values() {
+            match (m.disk, m.state) {
+                (DiskState::Detached, _) => ops.push(Op::DiskReattach { member: m.id }),
+                (_, MemberState::Paused) => ops.push(Op::Resume { member: m.id }),
+                (_, MemberState::Crashed) => ops.push(Op::Restart { member: m.id }),
+                _ => {}
+            }
+        }
+        ops
     }
 
     fn set_state(&mut self, id: MemberId, state: MemberState) {

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{MemberId, MemberState, Model, Version};
+use crate::model::{BackupId, DiskState, MemberId, MemberState, Model, OutageMode, SiteId, Version};
 
 /// One step of a plan.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -26,7 +26,26 @@ pub enum Op {
     /// The KubeadmControlPlane way, one member at a time: add a new member on a fresh disk in
     /// the same site, wait until it caught up, remove the old member, stop it, release its disk.
     RollingReplace,
+    /// A whole site goes: cut off from everything (`isolate`) or every process killed
+    /// (`power-loss`).
+    SiteOutage { site: SiteId, mode: OutageMode },
+    /// The site comes back: rules removed, or its members started again.
+    SiteRecover { site: SiteId },
+    /// The member's filesystem is shut down under it (every read and write fails with EIO), as
+    /// when a cloud disk is detached from a running VM.
+    DiskDetach { member: MemberId },
+    /// Unmount, check, remount, restart; if the data is unusable, replace the member's data the
+    /// way an operator would (remove it from the cluster, fresh disk, add it back).
+    DiskReattach { member: MemberId },
+    /// A snapshot through etcd's maintenance API into the backup store, integrity verified.
+    Backup,
+    /// Stop the cluster, restore the backup into fresh data directories on every member as a
+    /// new cluster (new member and cluster IDs), start, wait for health.
+    Restore { backup: BackupId },
 }
+
+/// The most backups a plan keeps (each is a file in the run directory).
+pub const MAX_BACKUPS: usize = 8;
 
 /// The family of an op: what profiles weigh and reports count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -38,17 +57,29 @@ pub enum OpKind {
     Resume,
     RollingUpgrade,
     RollingReplace,
+    SiteOutage,
+    SiteRecover,
+    DiskDetach,
+    DiskReattach,
+    Backup,
+    Restore,
 }
 
 impl OpKind {
     /// Every registered op kind, in a fixed order (generation depends on it).
-    pub const ALL: [OpKind; 6] = [
+    pub const ALL: [OpKind; 12] = [
         OpKind::Crash,
         OpKind::Restart,
         OpKind::Pause,
         OpKind::Resume,
         OpKind::RollingUpgrade,
         OpKind::RollingReplace,
+        OpKind::SiteOutage,
+        OpKind::SiteRecover,
+        OpKind::DiskDetach,
+        OpKind::DiskReattach,
+        OpKind::Backup,
+        OpKind::Restore,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,6 +90,12 @@ impl OpKind {
             OpKind::Resume => "resume",
             OpKind::RollingUpgrade => "rolling-upgrade",
             OpKind::RollingReplace => "rolling-replace",
+            OpKind::SiteOutage => "site-outage",
+            OpKind::SiteRecover => "site-recover",
+            OpKind::DiskDetach => "disk-detach",
+            OpKind::DiskReattach => "disk-reattach",
+            OpKind::Backup => "backup",
+            OpKind::Restore => "restore",
         }
     }
 }
@@ -88,6 +125,12 @@ impl Op {
             Op::Resume { .. } => OpKind::Resume,
             Op::RollingUpgrade { .. } => OpKind::RollingUpgrade,
             Op::RollingReplace => OpKind::RollingReplace,
+            Op::SiteOutage { .. } => OpKind::SiteOutage,
+            Op::SiteRecover { .. } => OpKind::SiteRecover,
+            Op::DiskDetach { .. } => OpKind::DiskDetach,
+            Op::DiskReattach { .. } => OpKind::DiskReattach,
+            Op::Backup => OpKind::Backup,
+            Op::Restore { .. } => OpKind::Restore,
         }
     }
 }
@@ -95,11 +138,18 @@ impl Op {
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Op::Crash { member } | Op::Restart { member } | Op::Pause { member } | Op::Resume { member } => {
-                write!(f, "{}({member})", self.kind())
-            }
+            Op::Crash { member }
+            | Op::Restart { member }
+            | Op::Pause { member }
+            | Op::Resume { member }
+            | Op::DiskDetach { member }
+            | Op::DiskReattach { member } => write!(f, "{}({member})", self.kind()),
             Op::RollingUpgrade { to } => write!(f, "rolling-upgrade(to {to})"),
             Op::RollingReplace => f.write_str("rolling-replace"),
+            Op::SiteOutage { site, mode } => write!(f, "site-outage({site}, {mode})"),
+            Op::SiteRecover { site } => write!(f, "site-recover({site})"),
+            Op::Backup => f.write_str("backup"),
+            Op::Restore { backup } => write!(f, "restore({backup})"),
         }
     }
 }
@@ -117,22 +167,42 @@ pub enum PreconditionError {
     NotNewer { to: Version, oldest: Version },
     #[error("version {0} is not one of the profile's versions")]
     UnknownVersion(Version),
+    #[error("{0} is not a site of this stack")]
+    NoSuchSite(SiteId),
+    #[error("{site} is {}", if *.out { "already out" } else { "not out" })]
+    SiteState { site: SiteId, out: bool },
+    #[error("{member}'s disk is {}", if *.detached { "already detached" } else { "attached" })]
+    DiskState { member: MemberId, detached: bool },
+    #[error("no backup {0} has been taken")]
+    NoSuchBackup(BackupId),
+    #[error("the service is not expected up, so nothing can be backed up")]
+    ServiceDown,
+    #[error("already {0} backups, the most a plan keeps")]
+    TooManyBackups(usize),
+    #[error("{0} is out: ops on its members wait for it to recover")]
+    SiteOut(SiteId),
 }
 
 impl Model {
     /// The precondition of `op` in this state.
     pub fn check(&self, op: &Op) -> Result<(), PreconditionError> {
         let state_is = |member: MemberId, ok: &[MemberState], needed: &'static str| {
-            let actual = self.member(member)?.state;
-            if ok.contains(&actual) {
+            let m = self.member(member)?;
+            if self.outages.contains_key(&m.site) {
+                return Err(PreconditionError::SiteOut(m.site));
+            }
+            if m.disk == DiskState::Detached {
+                return Err(PreconditionError::DiskState { member, detached: true });
+            }
+            if ok.contains(&m.state) {
                 Ok(())
             } else {
-                Err(PreconditionError::WrongState { member, actual, needed })
+                Err(PreconditionError::WrongState { member, actual: m.state, needed })
             }
         };
-        // Taking one more member down (or, for rolling ops, one at a time) must stay within max_down.
-        let one_more_down = || {
-            let down = self.down() + 1;
+        // Taking `n` more members down (rolling ops: one at a time) must stay within max_down.
+        let more_down = |n: usize| {
+            let down = self.down() + n;
             if down > self.max_down {
                 Err(PreconditionError::TooManyDown { down, max_down: self.max_down })
             } else {
@@ -144,13 +214,13 @@ impl Model {
                 // Crashing a paused member does not add to the count of members down.
                 state_is(member, &[MemberState::Running, MemberState::Paused], "running or paused")?;
                 if self.member(member)?.state == MemberState::Running {
-                    one_more_down()?;
+                    more_down(1)?;
                 }
                 Ok(())
             }
             Op::Pause { member } => {
                 state_is(member, &[MemberState::Running], "running")?;
-                one_more_down()
+                more_down(1)
             }
             Op::Restart { member } => state_is(member, &[MemberState::Crashed], "crashed"),
             Op::Resume { member } => state_is(member, &[MemberState::Paused], "paused"),
@@ -162,19 +232,69 @@ impl Model {
                 if to <= oldest {
                     return Err(PreconditionError::NotNewer { to, oldest });
                 }
-                self.all_running()?;
-                one_more_down()
+                self.all_up()?;
+                more_down(1)
             }
             Op::RollingReplace => {
-                self.all_running()?;
-                one_more_down()
+                self.all_up()?;
+                more_down(1)
+            }
+            Op::SiteOutage { site, .. } => {
+                if site.0 >= self.sites {
+                    return Err(PreconditionError::NoSuchSite(site));
+                }
+                if self.outages.contains_key(&site) {
+                    return Err(PreconditionError::SiteState { site, out: true });
+                }
+                // Every member of the site must be up (a fault on top of a fault is not a site outage).
+                if let Some(m) = self.site_members(site).find(|m| !self.is_up(m)) {
+                    return Err(PreconditionError::WrongState { member: m.id, actual: m.state, needed: "up (a site outage takes up members down)" });
+                }
+                more_down(self.site_members(site).count())
+            }
+            Op::SiteRecover { site } => match self.outages.contains_key(&site) {
+                true => Ok(()),
+                false => Err(PreconditionError::SiteState { site, out: false }),
+            },
+            Op::DiskDetach { member } => {
+                state_is(member, &[MemberState::Running], "running")?;
+                more_down(1)
+            }
+            Op::DiskReattach { member } => {
+                let m = self.member(member)?;
+                if self.outages.contains_key(&m.site) {
+                    return Err(PreconditionError::SiteOut(m.site));
+                }
+                match m.disk {
+                    DiskState::Detached => Ok(()),
+                    DiskState::Attached => Err(PreconditionError::DiskState { member, detached: false }),
+                }
+            }
+            Op::Backup => {
+                if !self.service_expected_up() {
+                    return Err(PreconditionError::ServiceDown);
+                }
+                if self.backups.len() >= MAX_BACKUPS {
+                    return Err(PreconditionError::TooManyBackups(self.backups.len()));
+                }
+                Ok(())
+            }
+            Op::Restore { backup } => {
+                if !self.backups.contains(&backup) {
+                    return Err(PreconditionError::NoSuchBackup(backup));
+                }
+                self.all_up()
             }
         }
     }
 
-    fn all_running(&self) -> Result<(), PreconditionError> {
-        match self.members.values().find(|m| !m.is_up()) {
-            Some(m) => Err(PreconditionError::WrongState { member: m.id, actual: m.state, needed: "running (rolling ops need every member up)" }),
+    fn all_up(&self) -> Result<(), PreconditionError> {
+        if let Some(&site) = self.outages.keys().next() {
+            return Err(PreconditionError::SiteOut(site));
+        }
+        match self.members.values().find(|m| !self.is_up(m)) {
+            Some(m) if m.disk == DiskState::Detached => Err(PreconditionError::DiskState { member: m.id, detached: true }),
+            Some(m) => Err(PreconditionError::WrongState { member: m.id, actual: m.state, needed: "running (this op needs every member up)" }),
             None => Ok(()),
         }
     }
@@ -195,13 +315,16 @@ impl Model {
                 .map(|&to| Op::RollingUpgrade { to })
                 .filter(|op| self.check(op).is_ok())
                 .collect(),
-            OpKind::RollingReplace => {
-                if self.check(&Op::RollingReplace).is_ok() {
-                    vec![Op::RollingReplace]
-                } else {
-                    vec![]
-                }
-            }
+            OpKind::RollingReplace => vec![Op::RollingReplace].into_iter().filter(|op| self.check(op).is_ok()).collect(),
+            OpKind::SiteOutage => (0..self.sites)
+                .flat_map(|s| [OutageMode::Isolate, OutageMode::PowerLoss].map(|mode| Op::SiteOutage { site: SiteId(s), mode }))
+                .filter(|op| self.check(op).is_ok())
+                .collect(),
+            OpKind::SiteRecover => self.outages.keys().map(|&site| Op::SiteRecover { site }).collect(),
+            OpKind::DiskDetach => per_member(|member| Op::DiskDetach { member }),
+            OpKind::DiskReattach => per_member(|member| Op::DiskReattach { member }),
+            OpKind::Backup => vec![Op::Backup].into_iter().filter(|op| self.check(op).is_ok()).collect(),
+            OpKind::Restore => self.backups.iter().map(|&backup| Op::Restore { backup }).filter(|op| self.check(op).is_ok()).collect(),
         }
     }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 use shakedown_faults::generate::{generate_from, MAX_DRAWN_WEIGHT};
-use shakedown_faults::{generate, MemberId, MemberState, Model, Op, OpKind, Profile, Version};
+use shakedown_faults::{generate, BackupId, DiskState, MemberId, MemberState, Model, Op, OpKind, OutageMode, Profile, SiteId, Version, MAX_BACKUPS};
 
 const SHIPPED: &[&str] = &[
     include_str!("../../ci/profiles/default.toml"),
@@ -95,14 +95,15 @@ proptest! {
         prop_assert!(plan.validate(p.initial_model()).is_ok());
     }
 
-    /// With the default max_down, quorum is expected to hold after every op and throughout it.
+    /// With the default max_down, quorum is expected to hold after every op, and throughout
+    /// every op but a restore (which takes the cluster down on purpose).
     #[test]
     fn default_max_down_keeps_quorum_throughout(seed in any::<u64>()) {
         let p = profile(0);
         let plan = generate(seed, &p);
         let mut model = p.initial_model();
         for op in &plan.ops {
-            prop_assert!(model.quorum_throughout(op), "{op} in {model:?}");
+            prop_assert_eq!(model.quorum_throughout(op), !matches!(op, Op::Restore { .. }), "{} in {:?}", op, model);
             model.apply(op).unwrap();
             prop_assert!(model.quorum_expected());
         }
@@ -183,4 +184,74 @@ fn profile_errors_are_clear() {
     assert!(err.contains("max_down is 0"), "{err}");
     let err = Profile::from_toml("name = \"x\"\nsteps = 3\nversions = [\"3.4\"]\n[timeouts]\nconverge = \"soon\"").unwrap_err().to_string();
     assert!(err.contains("invalid duration"), "{err}");
+}
+
+#[test]
+fn site_outage_and_recovery() {
+    let mut m = model3();
+    m.apply(&Op::SiteOutage { site: SiteId(1), mode: OutageMode::PowerLoss }).unwrap();
+    assert_eq!(m.members[&MemberId(1)].state, MemberState::Crashed);
+    assert_eq!(m.down(), 1);
+    assert!(m.quorum_expected());
+    // No second outage of a site that is out, no second site beyond max_down, no op on its members.
+    assert!(m.check(&Op::SiteOutage { site: SiteId(1), mode: OutageMode::Isolate }).is_err());
+    assert!(m.check(&Op::SiteOutage { site: SiteId(0), mode: OutageMode::Isolate }).is_err());
+    assert!(m.check(&Op::Restart { member: MemberId(1) }).is_err());
+    assert!(m.check(&Op::SiteOutage { site: SiteId(3), mode: OutageMode::Isolate }).is_err(), "no such site");
+    // No recovery of a site that is up.
+    assert!(m.check(&Op::SiteRecover { site: SiteId(0) }).is_err());
+    m.apply(&Op::SiteRecover { site: SiteId(1) }).unwrap();
+    assert_eq!(m.members[&MemberId(1)].state, MemberState::Running);
+    assert_eq!(m.down(), 0);
+    m.apply(&Op::SiteOutage { site: SiteId(2), mode: OutageMode::Isolate }).unwrap();
+    assert_eq!(m.members[&MemberId(2)].state, MemberState::Running, "isolated members keep running");
+    assert_eq!(m.down(), 1);
+    assert_eq!(m.heal_ops(), vec![Op::SiteRecover { site: SiteId(2) }]);
+}
+
+#[test]
+fn disk_detach_and_reattach() {
+    let mut m = model3();
+    m.apply(&Op::DiskDetach { member: MemberId(0) }).unwrap();
+    assert_eq!(m.members[&MemberId(0)].disk, DiskState::Detached);
+    assert_eq!(m.down(), 1);
+    assert!(m.check(&Op::DiskDetach { member: MemberId(0) }).is_err(), "no detach of a detached disk");
+    assert!(m.check(&Op::Crash { member: MemberId(0) }).is_err());
+    assert!(m.check(&Op::RollingReplace).is_err());
+    assert_eq!(m.heal_ops(), vec![Op::DiskReattach { member: MemberId(0) }]);
+    m.apply(&Op::DiskReattach { member: MemberId(0) }).unwrap();
+    assert_eq!(m.members[&MemberId(0)].disk, DiskState::Attached);
+    assert!(m.check(&Op::DiskReattach { member: MemberId(0) }).is_err(), "no reattach of an attached disk");
+}
+
+#[test]
+fn backups_and_restores() {
+    let mut m = model3();
+    assert!(m.check(&Op::Restore { backup: BackupId(0) }).is_err(), "restore only from an existing backup");
+    m.apply(&Op::Backup).unwrap();
+    m.apply(&Op::Backup).unwrap();
+    assert_eq!(m.backups, vec![BackupId(0), BackupId(1)]);
+    m.apply(&Op::Pause { member: MemberId(2) }).unwrap();
+    assert!(m.check(&Op::Restore { backup: BackupId(0) }).is_err(), "restore needs every member up");
+    m.apply(&Op::Resume { member: MemberId(2) }).unwrap();
+    assert!(!m.quorum_throughout(&Op::Restore { backup: BackupId(0) }));
+    m.apply(&Op::Restore { backup: BackupId(0) }).unwrap();
+    assert_eq!(m.restores, vec![BackupId(0)]);
+    for _ in 2..MAX_BACKUPS {
+        m.apply(&Op::Backup).unwrap();
+    }
+    assert!(m.check(&Op::Backup).is_err(), "the backup store is bounded");
+}
+
+#[test]
+fn heal_recovers_sites_before_members() {
+    let mut m = Model::new(3, 3, vec![Version::new(3, 4)], 2);
+    m.apply(&Op::SiteOutage { site: SiteId(0), mode: OutageMode::PowerLoss }).unwrap();
+    m.apply(&Op::Pause { member: MemberId(1) }).unwrap();
+    assert_eq!(m.heal_ops(), vec![Op::SiteRecover { site: SiteId(0) }, Op::Resume { member: MemberId(1) }]);
+    let mut healed = m.clone();
+    for op in m.heal_ops() {
+        healed.apply(&op).unwrap();
+    }
+    assert_eq!(healed.down(), 0);
 }

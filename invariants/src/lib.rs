@@ -9,9 +9,9 @@ use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
-use shakedown_faults::{MemberId, MemberState, Model};
+use shakedown_faults::{Answers, BackupId, MemberId, Model, OutageMode};
 
-pub use observation::{Durability, ListedMember, MemberStatus, Observation, Probe, ServingSample};
+pub use observation::{Durability, Inventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample};
 
 /// The shortest quorum loss during a step that counts as a violation (milliseconds).
 pub const MIN_LOSS_WINDOW_MS: u64 = 25;
@@ -33,20 +33,25 @@ pub enum InvariantId {
     /// A linearizable read through the endpoint succeeds within the deadline whenever the model
     /// says the service is up.
     Reachability,
-    /// Every acknowledged write is readable with its value.
+    /// Every acknowledged write is readable with its value (after a restore: the writes before
+    /// the backup; writes after the backup and before the restore are gone).
     Durability,
+    /// What the target finds on the machine equals what the model expects: processes, mounts,
+    /// loop devices, data directories, partition rules, backup files. Nothing leaked, nothing lost.
+    Leaks,
 }
 
 impl InvariantId {
     /// In checking order: structure first (who is in the cluster, who answers), so the first
     /// failure reported is the most direct one.
-    pub const ALL: [InvariantId; 6] = [
+    pub const ALL: [InvariantId; 7] = [
         InvariantId::Membership,
         InvariantId::Members,
         InvariantId::Quorum,
         InvariantId::Consistency,
         InvariantId::Reachability,
         InvariantId::Durability,
+        InvariantId::Leaks,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +62,7 @@ impl InvariantId {
             InvariantId::Consistency => "consistency",
             InvariantId::Reachability => "reachability",
             InvariantId::Durability => "durability",
+            InvariantId::Leaks => "leaks",
         }
     }
 
@@ -70,6 +76,7 @@ impl InvariantId {
             InvariantId::Consistency => consistency(obs),
             InvariantId::Reachability => reachability(model, obs),
             InvariantId::Durability => durability(obs),
+            InvariantId::Leaks => leaks(model, obs),
         }
     }
 }
@@ -200,16 +207,20 @@ fn members(model: &Model, obs: &Observation) -> Verdict {
     for m in model.members.values() {
         let seen = obs.members.iter().find(|s| s.member == Some(m.id));
         let answers = seen.is_some_and(|s| s.reachable);
-        match m.state {
-            MemberState::Running if !answers => {
+        match model.answers(m) {
+            Answers::Yes if !answers => {
                 let why = seen.and_then(|s| s.error.clone()).unwrap_or_else(|| "not running".into());
                 wrong.push(format!("{} is expected running but does not answer ({why})", m.id));
             }
-            MemberState::Running if model.quorum_expected() && seen.is_some_and(|s| s.leader.is_none()) => {
+            Answers::Yes if model.quorum_expected() && seen.is_some_and(|s| s.leader.is_none()) => {
                 wrong.push(format!("{} is expected running but sees no leader", m.id));
             }
-            MemberState::Paused | MemberState::Crashed if answers => {
-                wrong.push(format!("{} is expected {} but answers", m.id, if m.state == MemberState::Paused { "paused" } else { "crashed" }));
+            Answers::No if answers => {
+                let why = match model.outages.get(&m.site) {
+                    Some(mode) => format!("its site {} is out ({mode})", m.site),
+                    None => format!("it is {:?}", m.state).to_lowercase(),
+                };
+                wrong.push(format!("{} answers although {why}", m.id));
             }
             _ => {}
         }
@@ -294,6 +305,40 @@ fn reachability(model: &Model, obs: &Observation) -> Verdict {
     ))
 }
 
+/// What the current data must say about the write acknowledged at position `i`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    Present,
+    Absent,
+    Either,
+}
+
+/// The expectation for the write at position `i`, following the chain of restores: after a
+/// restore from backup B, writes before B's snapshot are what they were expected to be then,
+/// writes during the snapshot or the restore may be either, writes between them are gone.
+pub fn expect_write(i: usize, marks: &Marks) -> Expect {
+    fn at(i: usize, marks: &Marks, restores: usize) -> Expect {
+        let Some(&(backup, r_start, r_end)) = marks.restores[..restores].last() else { return Expect::Present };
+        if i >= r_end {
+            return Expect::Present;
+        }
+        if i >= r_start {
+            return Expect::Either;
+        }
+        let Some(&(b_start, b_end)) = marks.backups.get(&backup) else { return Expect::Either };
+        if i >= b_end {
+            return Expect::Absent;
+        }
+        if i >= b_start {
+            return Expect::Either;
+        }
+        // Before the backup: as expected when the backup was taken (restores done before it).
+        let earlier = marks.restores[..restores].iter().take_while(|(_, _, end)| *end <= b_start).count();
+        at(i, marks, earlier)
+    }
+    at(i, marks, marks.restores.len())
+}
+
 fn durability(obs: &Observation) -> Verdict {
     let Some(d) = &obs.durability else {
         return Verdict::Pass;
@@ -303,26 +348,72 @@ fn durability(obs: &Observation) -> Verdict {
     }
     let mut lost = Vec::new();
     let mut wrong = Vec::new();
-    for (key, value) in &d.acked {
-        match d.read.get(key) {
-            None => lost.push(key.as_str()),
-            Some(v) if v != value => wrong.push(key.as_str()),
-            Some(_) => {}
+    let mut resurrected = Vec::new();
+    for (i, (key, value)) in d.acked.iter().enumerate() {
+        match (expect_write(i, &d.marks), d.read.get(key)) {
+            (Expect::Present, None) => lost.push(key.as_str()),
+            (Expect::Present | Expect::Either, Some(v)) if v != value => wrong.push(key.as_str()),
+            (Expect::Absent, Some(_)) => resurrected.push(key.as_str()),
+            _ => {}
         }
     }
-    if lost.is_empty() && wrong.is_empty() {
+    if lost.is_empty() && wrong.is_empty() && resurrected.is_empty() {
         return Verdict::Pass;
     }
-    let sample = |v: &[&str]| v.iter().take(3).copied().collect::<Vec<_>>().join(", ");
-    Verdict::Definite(format!(
-        "{} of {} acknowledged writes lost ({}{}), {} read back with a different value{}",
-        lost.len(),
-        d.acked.len(),
-        sample(&lost),
-        if lost.len() > 3 { ", …" } else { "" },
-        wrong.len(),
-        if wrong.is_empty() { String::new() } else { format!(" ({})", sample(&wrong)) }
-    ))
+    let sample = |v: &[&str]| {
+        let head = v.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+        if v.len() > 3 {
+            format!("{head}, …")
+        } else {
+            head
+        }
+    };
+    let mut parts = Vec::new();
+    if !lost.is_empty() {
+        parts.push(format!("{} of {} acknowledged writes lost ({})", lost.len(), d.acked.len(), sample(&lost)));
+    }
+    if !wrong.is_empty() {
+        parts.push(format!("{} read back with a different value ({})", wrong.len(), sample(&wrong)));
+    }
+    if !resurrected.is_empty() {
+        parts.push(format!("{} written after the restored backup are still there ({}): the restore did not restore", resurrected.len(), sample(&resurrected)));
+    }
+    Verdict::Definite(parts.join("; "))
+}
+
+fn leaks(model: &Model, obs: &Observation) -> Verdict {
+    let Some(inv) = &obs.inventory else {
+        return Verdict::Pass;
+    };
+    let mut problems = Vec::new();
+    let mut compare = |what: &str, found: &std::collections::BTreeSet<String>, must: Vec<String>, may: Vec<String>| {
+        let leaked: Vec<&String> = found.iter().filter(|f| !must.contains(f) && !may.contains(f)).collect();
+        let missing: Vec<&String> = must.iter().filter(|m| !found.contains(*m)).collect();
+        if !leaked.is_empty() {
+            problems.push(format!("{what} left behind: {}", leaked.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+        }
+        if !missing.is_empty() {
+            problems.push(format!("{what} missing: {}", missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+        }
+    };
+    let names = |f: &dyn Fn(&shakedown_faults::Member) -> bool| model.members.values().filter(|m| f(m)).map(|m| m.id.to_string()).collect::<Vec<_>>();
+    compare("etcd processes", &inv.processes, names(&|m| model.has_process(m) == Answers::Yes), names(&|m| model.has_process(m) == Answers::Either));
+    let all = names(&|_| true);
+    let disks = if inv.loop_disks { all.clone() } else { vec![] };
+    compare("mounts", &inv.mounts, disks.clone(), vec![]);
+    compare("loop devices", &inv.loop_devices, disks, vec![]);
+    compare("data directories", &inv.data_dirs, all, vec![]);
+    let isolated: Vec<String> = model.outages.iter().filter(|(_, m)| **m == OutageMode::Isolate).map(|(s, _)| s.to_string()).collect();
+    compare("partition rules", &inv.partition_rules, isolated, vec![]);
+    compare("backup files", &inv.backups, model.backups.iter().map(BackupId::to_string).collect(), vec![]);
+    if inv.haproxies == 0 {
+        problems.push("no HAProxy process".into());
+    }
+    if problems.is_empty() {
+        Verdict::Pass
+    } else {
+        Verdict::Fail(problems.join("; "))
+    }
 }
 
 /// Members of the model the observation says are not serving: for progress lines and forensics.

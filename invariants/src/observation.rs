@@ -1,9 +1,9 @@
 //! What a target reports after a step. Plain data: targets fill it in, invariants judge it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
-use shakedown_faults::MemberId;
+use shakedown_faults::{BackupId, MemberId};
 
 /// Everything a target observed for one check.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -24,6 +24,29 @@ pub struct Observation {
     pub samples_until_ms: u64,
     /// Whether the model says quorum holds at every moment of the step.
     pub quorum_throughout: bool,
+    /// What the target finds on the machine that belongs to this run.
+    pub inventory: Option<Inventory>,
+}
+
+/// Resources of the run found on the machine (not from the target's own bookkeeping).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inventory {
+    /// Member names with a live etcd process.
+    pub processes: BTreeSet<String>,
+    /// Live HAProxy processes (a reload hands over within seconds).
+    pub haproxies: usize,
+    /// Member names with a mounted disk.
+    pub mounts: BTreeSet<String>,
+    /// Member names with a loop device attached to their disk image.
+    pub loop_devices: BTreeSet<String>,
+    /// Member names with a data directory.
+    pub data_dirs: BTreeSet<String>,
+    /// Sites with partition rules (by the rules' comments).
+    pub partition_rules: BTreeSet<String>,
+    /// Backup files in the backup store (`b0`, …).
+    pub backups: BTreeSet<String>,
+    /// Whether the target uses loop-mounted disks (else plain directories: no mounts expected).
+    pub loop_disks: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -60,8 +83,10 @@ pub struct Probe {
 
 #[derive(Debug, Clone, Default)]
 pub struct Durability {
-    /// Every write the workload acknowledged: key → value.
+    /// Every write the workload acknowledged, in the order acknowledged: key → value.
     pub acked: Vec<(String, String)>,
+    /// Where backups and restores fall in `acked` (counts of acknowledged writes at the time).
+    pub marks: Marks,
     /// What a linearizable read of the workload's prefix returned.
     pub read: HashMap<String, String>,
     pub read_error: Option<String>,
@@ -76,4 +101,13 @@ pub struct ServingSample {
     pub serving: Vec<String>,
     /// Size of the etcd membership at that instant.
     pub cluster_size: usize,
+}
+
+/// Positions in the sequence of acknowledged writes: `n` means "after the first n acks".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// Backup → (acks when the snapshot started, acks when it ended).
+    pub backups: BTreeMap<BackupId, (usize, usize)>,
+    /// Restores in order: (backup, acks when the restore started, acks when the stack was back).
+    pub restores: Vec<(BackupId, usize, usize)>,
 }

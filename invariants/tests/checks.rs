@@ -1,9 +1,11 @@
 //! Each invariant: passes on a healthy observation, fails with a message that names the problem.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
-use shakedown_faults::{MemberId, Model, Op, Version};
-use shakedown_invariants::{check_all, Durability, InvariantId, ListedMember, MemberStatus, Observation, Probe, ServingSample, Verdict};
+use shakedown_faults::{BackupId, MemberId, Model, Op, OutageMode, SiteId, Version};
+use shakedown_invariants::{
+    check_all, expect_write, Durability, Expect, Inventory, InvariantId, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample, Verdict,
+};
 
 fn model() -> Model {
     Model::new(3, 3, vec![Version::new(3, 4), Version::new(3, 5)], 1)
@@ -32,11 +34,27 @@ fn healthy() -> Observation {
         durability: Some(Durability {
             acked: vec![("k1".into(), "v1".into())],
             read: HashMap::from([("k1".to_string(), "v1".to_string())]),
+            marks: Marks::default(),
             read_error: None,
         }),
         serving_samples: vec![ServingSample { at_ms: 0, serving: vec!["m0".into(), "m1".into(), "m2".into()], cluster_size: 3 }],
         quorum_throughout: true,
         samples_until_ms: 0,
+        inventory: Some(inventory()),
+    }
+}
+
+fn inventory() -> Inventory {
+    let names: BTreeSet<String> = (0..3).map(|i| format!("m{i}")).collect();
+    Inventory {
+        processes: names.clone(),
+        haproxies: 1,
+        mounts: names.clone(),
+        loop_devices: names.clone(),
+        data_dirs: names,
+        partition_rules: BTreeSet::new(),
+        backups: BTreeSet::new(),
+        loop_disks: true,
     }
 }
 
@@ -135,7 +153,7 @@ fn members_must_answer_as_the_model_expects() {
     m.apply(&Op::Restart { member: MemberId(0) }).unwrap();
     m.apply(&Op::Pause { member: MemberId(1) }).unwrap();
     let v = verdict(InvariantId::Members, &m, &healthy());
-    assert!(matches!(&v, Verdict::Fail(x) if x.contains("m1 is expected paused but answers")), "{v:?}");
+    assert!(matches!(&v, Verdict::Fail(x) if x.contains("m1 answers although it is paused")), "{v:?}");
 }
 
 #[test]
@@ -195,5 +213,120 @@ fn invariant_names_round_trip_and_unknown_names_list_the_known_ones() {
         assert_eq!(id.name().parse::<InvariantId>().unwrap(), id);
     }
     let err = "latency".parse::<InvariantId>().unwrap_err();
-    assert!(err.contains("membership, members, quorum, consistency, reachability, durability"), "{err}");
+    assert!(err.contains("membership, members, quorum, consistency, reachability, durability, leaks"), "{err}");
+}
+
+#[test]
+fn members_of_an_isolated_site_must_not_answer() {
+    let mut m = model();
+    m.apply(&Op::SiteOutage { site: SiteId(1), mode: OutageMode::Isolate }).unwrap();
+    let v = verdict(InvariantId::Members, &m, &healthy());
+    assert!(matches!(&v, Verdict::Fail(x) if x.contains("m1 answers although its site site1 is out (isolate)")), "{v:?}");
+}
+
+#[test]
+fn a_member_whose_disk_was_detached_may_answer_or_not() {
+    let mut m = model();
+    m.apply(&Op::DiskDetach { member: MemberId(2) }).unwrap();
+    assert!(verdict(InvariantId::Members, &m, &healthy()).is_pass());
+    let mut o = healthy();
+    o.members[2].reachable = false;
+    o.inventory.as_mut().unwrap().processes.remove("m2");
+    assert!(verdict(InvariantId::Members, &m, &o).is_pass());
+    assert!(verdict(InvariantId::Leaks, &m, &o).is_pass(), "a dead member on a detached disk is no leak");
+}
+
+#[test]
+fn leaks_name_what_is_left_behind_and_what_is_missing() {
+    let m = model();
+    let mut o = healthy();
+    let inv = o.inventory.as_mut().unwrap();
+    inv.partition_rules.insert("site1".into());
+    inv.loop_devices.insert("m7".into());
+    inv.processes.remove("m0");
+    let v = verdict(InvariantId::Leaks, &m, &o);
+    let msg = v.message().unwrap_or_default().to_string();
+    assert!(msg.contains("etcd processes missing: m0"), "{msg}");
+    assert!(msg.contains("loop devices left behind: m7"), "{msg}");
+    assert!(msg.contains("partition rules left behind: site1"), "{msg}");
+}
+
+#[test]
+fn leaks_follow_outages_and_backups_in_the_model() {
+    let mut m = model();
+    m.apply(&Op::SiteOutage { site: SiteId(0), mode: OutageMode::Isolate }).unwrap();
+    m.apply(&Op::Backup).unwrap();
+    let mut o = healthy();
+    assert!(!verdict(InvariantId::Leaks, &m, &o).is_pass(), "rule and backup file are expected");
+    let inv = o.inventory.as_mut().unwrap();
+    inv.partition_rules.insert("site0".into());
+    inv.backups.insert("b0".into());
+    assert!(verdict(InvariantId::Leaks, &m, &o).is_pass());
+    // Power loss: the site's processes are gone, its disks stay.
+    let mut m = model();
+    m.apply(&Op::SiteOutage { site: SiteId(2), mode: OutageMode::PowerLoss }).unwrap();
+    let mut o = healthy();
+    assert!(matches!(verdict(InvariantId::Leaks, &m, &o), Verdict::Fail(x) if x.contains("etcd processes left behind: m2")));
+    o.inventory.as_mut().unwrap().processes.remove("m2");
+    assert!(verdict(InvariantId::Leaks, &m, &o).is_pass());
+}
+
+#[test]
+fn plain_disks_expect_no_mounts() {
+    let mut o = healthy();
+    let inv = o.inventory.as_mut().unwrap();
+    inv.loop_disks = false;
+    assert!(matches!(verdict(InvariantId::Leaks, &model(), &o), Verdict::Fail(x) if x.contains("mounts left behind")));
+    let inv = o.inventory.as_mut().unwrap();
+    inv.mounts.clear();
+    inv.loop_devices.clear();
+    assert!(verdict(InvariantId::Leaks, &model(), &o).is_pass());
+}
+
+fn marks(backups: &[(u32, usize, usize)], restores: &[(u32, usize, usize)]) -> Marks {
+    Marks {
+        backups: backups.iter().map(|&(b, s, e)| (BackupId(b), (s, e))).collect(),
+        restores: restores.iter().map(|&(b, s, e)| (BackupId(b), s, e)).collect(),
+    }
+}
+
+#[test]
+fn durability_expectations_follow_backups_and_restores() {
+    // No restore: everything acknowledged must be there.
+    assert_eq!(expect_write(5, &Marks::default()), Expect::Present);
+    // b0 taken while acks 10..12 came in; restored while acks 20..25 came in.
+    let m = marks(&[(0, 10, 12)], &[(0, 20, 25)]);
+    assert_eq!(expect_write(9, &m), Expect::Present);
+    assert_eq!(expect_write(11, &m), Expect::Either);
+    assert_eq!(expect_write(15, &m), Expect::Absent);
+    assert_eq!(expect_write(22, &m), Expect::Either);
+    assert_eq!(expect_write(30, &m), Expect::Present);
+    // A second backup after the restore, then a restore of it: writes gone by the first
+    // restore stay gone; writes after the first restore and before b1 are there.
+    let m = marks(&[(0, 10, 12), (1, 40, 41)], &[(0, 20, 25), (1, 50, 55)]);
+    assert_eq!(expect_write(15, &m), Expect::Absent);
+    assert_eq!(expect_write(30, &m), Expect::Present);
+    assert_eq!(expect_write(45, &m), Expect::Absent);
+    assert_eq!(expect_write(9, &m), Expect::Present);
+    // Restoring the older b0 again brings back only what b0 had.
+    let m = marks(&[(0, 10, 12), (1, 40, 41)], &[(0, 20, 25), (0, 50, 55)]);
+    assert_eq!(expect_write(30, &m), Expect::Absent);
+    assert_eq!(expect_write(5, &m), Expect::Present);
+}
+
+#[test]
+fn durability_after_a_restore_flags_lost_and_resurrected_writes() {
+    let mut o = healthy();
+    let d = o.durability.as_mut().unwrap();
+    d.acked = (0..6).map(|i| (format!("k{i}"), format!("v{i}"))).collect();
+    d.marks = marks(&[(0, 2, 2)], &[(0, 4, 4)]);
+    // k0,k1 before the backup; k2,k3 after it (gone); k4,k5 after the restore.
+    d.read = [0, 1, 4, 5].iter().map(|i| (format!("k{i}"), format!("v{i}"))).collect();
+    assert!(verdict(InvariantId::Durability, &model(), &o).is_pass());
+    let d = o.durability.as_mut().unwrap();
+    d.read.insert("k3".into(), "v3".into());
+    d.read.remove("k0");
+    let v = verdict(InvariantId::Durability, &model(), &o);
+    let msg = v.message().unwrap_or_default();
+    assert!(msg.contains("1 of 6 acknowledged writes lost (k0)") && msg.contains("the restore did not restore"), "{msg}");
 }

@@ -4,7 +4,7 @@ pub mod local;
 
 use std::collections::BTreeMap;
 
-use shakedown_faults::{Model, Op, OpKind};
+use shakedown_faults::{Model, Op};
 use shakedown_invariants::{InvariantId, Observation};
 
 /// Why a target could not do what was asked.
@@ -33,8 +33,9 @@ pub trait Target {
     /// Component name → version, for seed records.
     fn component_versions(&self) -> BTreeMap<String, String>;
 
-    /// `Err(reason)` when this target cannot execute ops of `kind` here.
-    fn supports(&self, kind: OpKind) -> Result<(), String>;
+    /// `Err(reason)` when this target cannot execute `op` here (the engine skips it, says why,
+    /// and runs the rest of the plan).
+    fn supports(&self, op: &Op) -> Result<(), String>;
 
     /// Executes `op`, which takes the stack from `before` to `after` in the model. A target may
     /// start sampling the stack here; samples go into every observation until [`Target::end_step`].

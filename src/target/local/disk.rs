@@ -89,6 +89,22 @@ impl Disk {
         Ok(disk)
     }
 
+    /// Unmounts (lazily if it must), checks (e2fsck -p: fixes what is safe) and mounts again.
+    pub fn remount(&self) -> Result<(), LocalError> {
+        let Disk::Loop { device, mount, .. } = self else { return Ok(()) };
+        let m = mount.to_string_lossy().to_string();
+        if is_mounted(mount) && run_cmd("umount", &[&m]).is_err() {
+            run_cmd("umount", &["-l", &m])?;
+        }
+        // e2fsck exits 1 when it fixed something; 4 and up mean it could not.
+        let out = Command::new("e2fsck").args(["-p", device]).output().map_err(|e| LocalError::Environment(format!("cannot run e2fsck: {e}")))?;
+        if out.status.code().is_none_or(|c| c >= 4) {
+            return Err(LocalError::Stack(format!("e2fsck {device} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stdout).trim())));
+        }
+        run_cmd("mount", &["-o", "noatime", device, &m])?;
+        Ok(())
+    }
+
     /// The member's etcd data directory.
     pub fn data_dir(&self) -> PathBuf {
         match self {
@@ -158,4 +174,22 @@ pub fn loops_under(root: &Path) -> Vec<String> {
         .map(|n| format!("/dev/{n}"))
         .filter(|d| loop_backing(d).is_some_and(|b| b.starts_with(root)))
         .collect()
+}
+
+/// `FS_IOC_SHUTDOWN` = `_IOR('X', 125, __u32)`.
+const FS_IOC_SHUTDOWN: libc::c_ulong = 0x8004_587D;
+/// Shut down without flushing the log: the disk is gone, not cleanly detached.
+const FS_GOING_FLAGS_NOLOGFLUSH: u32 = 2;
+
+/// Shuts down the filesystem mounted at `mount`: from now on every read and write fails with EIO.
+pub fn shutdown(mount: &Path) -> Result<(), LocalError> {
+    use std::os::unix::io::AsRawFd;
+    let dir = std::fs::File::open(mount).map_err(|e| LocalError::Environment(format!("cannot open {}: {e}", mount.display())))?;
+    let flags: u32 = FS_GOING_FLAGS_NOLOGFLUSH;
+    // SAFETY: FS_IOC_SHUTDOWN reads one u32 from the pointer; `flags` lives across the call.
+    let rc = unsafe { libc::ioctl(dir.as_raw_fd(), FS_IOC_SHUTDOWN as _, &flags as *const u32) };
+    if rc != 0 {
+        return Err(LocalError::Environment(format!("FS_IOC_SHUTDOWN on {} failed: {}", mount.display(), std::io::Error::last_os_error())));
+    }
+    Ok(())
 }

@@ -2,8 +2,10 @@
 //! (SIGKILL, SIGSTOP, rolling restarts onto another etcd binary, member add/remove), observed
 //! through the etcd API.
 
+pub mod backup;
 pub mod disk;
 pub mod etcd;
+pub mod nft;
 pub mod reap;
 pub mod testbed;
 pub mod workload;
@@ -16,8 +18,8 @@ use std::time::Duration;
 
 use etcd_client::GetOptions;
 use serde_json::json;
-use shakedown_faults::{MemberId, Model, Op, OpKind, Profile};
-use shakedown_invariants::{Durability, InvariantId, ListedMember, MemberStatus, Observation, Probe, ServingSample};
+use shakedown_faults::{BackupId, MemberId, Model, Op, OutageMode, Profile, SiteId};
+use shakedown_invariants::{Durability, InvariantId, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -44,14 +46,26 @@ pub enum PlantedBug {
     /// The write path acknowledges a write before etcd does (write-behind: acknowledged when
     /// queued, sent 100 ms later). Caught by `durability` at the first check.
     AckBeforeWrite,
+    /// Site recovery removes the inbound partition rule but leaves the outbound one. Caught by
+    /// `leaks`.
+    RecoverLeavesRule,
+    /// Disk reattach restarts the member on the disk that is still shut down (no remount), and
+    /// does not replace it when it fails. Caught by `members`.
+    ReattachOnShutdownDisk,
+    /// Restore brings back only some members: the last keeps its old data and old cluster.
+    /// Caught by `members`.
+    RestorePartial,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 4] = [
+    pub const ALL: [PlantedBug; 7] = [
         PlantedBug::UpgradeNoWait,
         PlantedBug::ReplaceKeepsOldMember,
         PlantedBug::EndpointNoHealthCheck,
         PlantedBug::AckBeforeWrite,
+        PlantedBug::RecoverLeavesRule,
+        PlantedBug::ReattachOnShutdownDisk,
+        PlantedBug::RestorePartial,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +74,9 @@ impl PlantedBug {
             PlantedBug::ReplaceKeepsOldMember => "replace-keeps-old-member",
             PlantedBug::EndpointNoHealthCheck => "endpoint-no-health-check",
             PlantedBug::AckBeforeWrite => "ack-before-write",
+            PlantedBug::RecoverLeavesRule => "recover-leaves-rule",
+            PlantedBug::ReattachOnShutdownDisk => "reattach-on-shutdown-disk",
+            PlantedBug::RestorePartial => "restore-partial",
         }
     }
 
@@ -70,16 +87,22 @@ impl PlantedBug {
             PlantedBug::ReplaceKeepsOldMember => InvariantId::Membership,
             PlantedBug::EndpointNoHealthCheck => InvariantId::Reachability,
             PlantedBug::AckBeforeWrite => InvariantId::Durability,
+            PlantedBug::RecoverLeavesRule => InvariantId::Leaks,
+            PlantedBug::ReattachOnShutdownDisk | PlantedBug::RestorePartial => InvariantId::Members,
         }
     }
 
-    /// An op kind whose execution exposes the bug (what a test plan must contain).
-    pub fn trigger(self) -> Option<OpKind> {
+    /// Whether executing `op` exposes the bug (what a plan must contain to show it).
+    pub fn triggered_by(self, op: &Op) -> bool {
         match self {
-            PlantedBug::UpgradeNoWait => Some(OpKind::RollingUpgrade),
-            PlantedBug::ReplaceKeepsOldMember => Some(OpKind::RollingReplace),
-            PlantedBug::EndpointNoHealthCheck => Some(OpKind::Pause),
-            PlantedBug::AckBeforeWrite => None,
+            PlantedBug::UpgradeNoWait => matches!(op, Op::RollingUpgrade { .. }),
+            PlantedBug::ReplaceKeepsOldMember => matches!(op, Op::RollingReplace),
+            PlantedBug::EndpointNoHealthCheck => matches!(op, Op::Pause { .. }),
+            PlantedBug::AckBeforeWrite => true,
+            // Recovery from an isolation (the plan generator only recovers sites that are out).
+            PlantedBug::RecoverLeavesRule => matches!(op, Op::SiteOutage { mode: OutageMode::Isolate, .. }),
+            PlantedBug::ReattachOnShutdownDisk => matches!(op, Op::DiskReattach { .. }),
+            PlantedBug::RestorePartial => matches!(op, Op::Restore { .. }),
         }
     }
 }
@@ -125,6 +148,10 @@ pub struct LocalTarget {
     bounds: LocalBounds,
     probe_seq: u64,
     sampler: Option<Sampler>,
+    /// Where backups and restores fall in the workload's acknowledged writes.
+    marks: Marks,
+    /// How many restores this run did (each new cluster gets its own token).
+    restores: u32,
 }
 
 impl LocalTarget {
@@ -140,7 +167,7 @@ impl LocalTarget {
             profile.workload.timeout,
             bug == Some(PlantedBug::AckBeforeWrite),
         );
-        Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), probe_seq: 0, sampler: None })
+        Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), probe_seq: 0, sampler: None, marks: Marks::default(), restores: 0 })
     }
 
     fn url_of(&self, id: MemberId) -> Result<String, LocalError> {
@@ -288,6 +315,138 @@ impl LocalTarget {
         Ok(())
     }
 
+    fn bug(&self, bug: PlantedBug) -> bool {
+        self.testbed.cfg.bug == Some(bug)
+    }
+
+    async fn site_outage(&mut self, site: SiteId, mode: OutageMode) -> Result<(), LocalError> {
+        let ids: Vec<MemberId> = self.testbed.members.values().filter(|m| m.site == site).map(|m| m.id).collect();
+        match mode {
+            OutageMode::PowerLoss => ids.into_iter().try_for_each(|id| self.testbed.kill(id)),
+            OutageMode::Isolate => {
+                let (table, subnet, gid) = (self.testbed.nft_table(), self.testbed.site_subnet(site), self.testbed.site_gid(site));
+                nft::isolate(&table, &site.to_string(), subnet, gid)
+            }
+        }
+    }
+
+    async fn site_recover(&mut self, site: SiteId, before: &Model) -> Result<(), LocalError> {
+        match before.outages.get(&site) {
+            Some(OutageMode::Isolate) => nft::recover(&self.testbed.nft_table(), &site.to_string(), self.bug(PlantedBug::RecoverLeavesRule)),
+            Some(OutageMode::PowerLoss) => {
+                let ids: Vec<MemberId> = self.testbed.members.values().filter(|m| m.site == site).map(|m| m.id).collect();
+                let cluster = self.testbed.initial_cluster(None);
+                ids.into_iter().try_for_each(|id| self.testbed.spawn_member(id, &cluster, "existing"))
+            }
+            None => Err(LocalError::Stack(format!("{site} is not out"))),
+        }
+    }
+
+    async fn disk_reattach(&mut self, id: MemberId) -> Result<(), LocalError> {
+        // The member usually died on EIO; if it did not, it is stopped now.
+        self.testbed.kill(id)?;
+        let cluster = self.testbed.initial_cluster(None);
+        if self.bug(PlantedBug::ReattachOnShutdownDisk) {
+            return self.testbed.spawn_member(id, &cluster, "existing");
+        }
+        let url = self.url_of(id)?;
+        let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
+        let reused = match self.testbed.remount_disk(id) {
+            Ok(()) => {
+                self.testbed.spawn_member(id, &cluster, "existing")?;
+                let limit = self.bounds.op.min(Duration::from_secs(20));
+                etcd::wait_caught_up(&url, &others, limit).await
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        match reused {
+            Ok(()) => {
+                self.confirm_serving(&url);
+                Ok(())
+            }
+            Err(why) => {
+                // The data is unusable: replace the member as an operator would.
+                tracing::info!(member = %id, "data unusable after reattach ({why}); replacing the member");
+                self.testbed.kill(id)?;
+                let name = id.to_string();
+                if let Some(etcd_id) = self.etcd_id(&name).await? {
+                    self.reconfigure("member remove", |mut c| async move { c.member_remove(etcd_id).await }).await.map_err(|e| LocalError::Stack(format!("removing {id}: {e}")))?;
+                }
+                self.testbed.replace_disk(id)?;
+                let peer = self.testbed.members[&id].peer_url();
+                let added = self
+                    .reconfigure("member add", |mut c| {
+                        let peer = peer.clone();
+                        async move { c.member_add([peer.as_str()], None).await }
+                    })
+                    .await
+                    .map_err(|e| LocalError::Stack(format!("re-adding {id}: {e}")))?;
+                let new_etcd_id = added.member().map(|m| m.id()).unwrap_or(0);
+                let cluster: Vec<String> = added
+                    .member_list()
+                    .iter()
+                    .map(|m| format!("{}={}", if m.id() == new_etcd_id { name.clone() } else { m.name().to_string() }, m.peer_urls().first().cloned().unwrap_or_default()))
+                    .collect();
+                self.testbed.spawn_member(id, &cluster.join(","), "existing")?;
+                etcd::wait_caught_up(&url, &others, self.bounds.op).await.map_err(|e| LocalError::Stack(format!("replaced {id}: {e}")))?;
+                self.confirm_serving(&url);
+                Ok(())
+            }
+        }
+    }
+
+    fn backup_path(&self, b: BackupId) -> std::path::PathBuf {
+        self.testbed.cfg.run_dir.join("backups").join(format!("{b}.db"))
+    }
+
+    async fn backup(&mut self, after: &Model) -> Result<(), LocalError> {
+        let b = *after.backups.last().ok_or_else(|| LocalError::Stack("the model has no backup to take".into()))?;
+        let path = self.backup_path(b);
+        std::fs::create_dir_all(path.parent().expect("has a parent")).map_err(|e| LocalError::Environment(format!("cannot create the backup store: {e}")))?;
+        let start = self.workload.acked_len();
+        let mut c = self.cluster_client().await?;
+        let size = backup::take(&mut c, &path, self.bounds.op).await.map_err(LocalError::Stack)?;
+        self.marks.backups.insert(b, (start, self.workload.acked_len()));
+        tracing::debug!(backup = %b, bytes = size, "backup taken");
+        Ok(())
+    }
+
+    async fn restore(&mut self, b: BackupId) -> Result<(), LocalError> {
+        let path = self.backup_path(b);
+        // Refuse a damaged backup before touching the running cluster.
+        backup::verify(&path).map_err(|e| LocalError::Stack(format!("restore refused, the cluster was left untouched: {e}")))?;
+        let version = self.testbed.members.values().map(|m| m.version).max().ok_or_else(|| LocalError::Stack("no members".into()))?;
+        let tool = self.testbed.cfg.binaries.etcd.get(&version).and_then(|e| e.restore_tool.clone()).ok_or_else(|| {
+            LocalError::Environment(format!("no snapshot restore tool (etcdutl or etcdctl) beside the etcd {version} binary"))
+        })?;
+        let start = self.workload.acked_len();
+        let ids: Vec<MemberId> = self.testbed.members.keys().copied().collect();
+        for &id in &ids {
+            self.testbed.stop(id, Duration::from_secs(5)).await?;
+        }
+        self.restores += 1;
+        let token = format!("{}-r{}", self.testbed.cfg.run_id, self.restores);
+        let cluster = self.testbed.initial_cluster(None);
+        let restored: Vec<MemberId> = if self.bug(PlantedBug::RestorePartial) { ids[..ids.len() - 1].to_vec() } else { ids.clone() };
+        for &id in &restored {
+            self.testbed.replace_disk(id)?;
+            let m = &self.testbed.members[&id];
+            let data = m.disk.data_dir();
+            let _ = std::fs::remove_dir_all(&data);
+            backup::restore_into(&tool, &path, &m.name(), &cluster, &token, &m.peer_url(), &data)?;
+        }
+        for &id in &ids {
+            self.testbed.spawn_member(id, &cluster, "new")?;
+        }
+        let urls = self.urls();
+        for url in &urls {
+            etcd::wait_caught_up(url, &urls, self.bounds.op).await.map_err(|e| LocalError::Stack(format!("after restoring {b}: {e}")))?;
+            self.confirm_serving(url);
+        }
+        self.marks.restores.push((b, start, self.workload.acked_len()));
+        Ok(())
+    }
+
     async fn probes(&mut self) -> Vec<Probe> {
         // One fresh connection per endpoint server: HAProxy's round robin sends each to a
         // different member, so a member the endpoint should have routed around is hit.
@@ -327,9 +486,10 @@ impl LocalTarget {
                     .map(|kv| (String::from_utf8_lossy(kv.key()).to_string(), String::from_utf8_lossy(kv.value()).to_string()))
                     .collect(),
                 acked,
+                marks: self.marks.clone(),
                 read_error: None,
             },
-            Err(e) => Durability { acked, read: HashMap::new(), read_error: Some(e) },
+            Err(e) => Durability { acked, marks: self.marks.clone(), read: HashMap::new(), read_error: Some(e) },
         }
     }
 }
@@ -543,9 +703,17 @@ impl Target for LocalTarget {
         v
     }
 
-    fn supports(&self, _kind: OpKind) -> Result<(), String> {
-        // Every core op needs only processes this run started; none needs root.
-        Ok(())
+    fn supports(&self, op: &Op) -> Result<(), String> {
+        match op {
+            Op::SiteOutage { mode: OutageMode::Isolate, .. } if self.testbed.cfg.disks != DiskMode::Loop => {
+                Err("site isolation needs root (nftables and per-site group ids)".into())
+            }
+            Op::SiteOutage { mode: OutageMode::Isolate, .. } => nft::available(),
+            Op::DiskDetach { .. } | Op::DiskReattach { .. } if self.testbed.cfg.disks != DiskMode::Loop => {
+                Err("disk faults need loop-mounted disks (root)".into())
+            }
+            _ => Ok(()),
+        }
     }
 
     async fn execute(&mut self, op: &Op, before: &Model, after: &Model) -> Result<(), LocalError> {
@@ -565,6 +733,12 @@ impl Target for LocalTarget {
                 Op::Resume { member } => self.testbed.signal(member, libc::SIGCONT),
                 Op::RollingUpgrade { .. } => self.rolling_upgrade(after).await,
                 Op::RollingReplace => self.rolling_replace(before, after).await,
+                Op::SiteOutage { site, mode } => self.site_outage(site, mode).await,
+                Op::SiteRecover { site } => self.site_recover(site, before).await,
+                Op::DiskDetach { member } => self.testbed.shutdown_disk(member),
+                Op::DiskReattach { member } => self.disk_reattach(member).await,
+                Op::Backup => self.backup(after).await,
+                Op::Restore { backup } => self.restore(backup).await,
             }
         })
         .await
@@ -655,6 +829,9 @@ impl Target for LocalTarget {
         }
         if wants(InvariantId::Durability) {
             obs.durability = Some(self.durability().await);
+        }
+        if wants(InvariantId::Leaks) {
+            obs.inventory = Some(reap::inventory(&self.testbed.cfg.run_dir, &self.testbed.nft_table(), self.testbed.cfg.disks == DiskMode::Loop));
         }
         obs
     }

@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::disk::{loops_under, mounts_under, run_cmd};
+use shakedown_invariants::Inventory;
+
+use super::disk::{loop_backing, loops_under, mounts_under, run_cmd};
 
 /// What a sweep found and removed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -12,11 +14,12 @@ pub struct Swept {
     pub processes: Vec<(i32, String)>,
     pub mounts: Vec<PathBuf>,
     pub loops: Vec<String>,
+    pub nft_table: bool,
 }
 
 impl Swept {
     pub fn is_empty(&self) -> bool {
-        self.processes.is_empty() && self.mounts.is_empty() && self.loops.is_empty()
+        self.processes.is_empty() && self.mounts.is_empty() && self.loops.is_empty() && !self.nft_table
     }
 }
 
@@ -35,6 +38,38 @@ pub fn processes_of(run_dir: &Path) -> Vec<(i32, String)> {
             cmd.contains(&marker).then(|| (pid, cmd.trim().to_string()))
         })
         .collect()
+}
+
+/// What of the run is on the machine now, found from the machine itself (/proc, /proc/mounts,
+/// sysfs, nftables, the run directory), not from the target's bookkeeping.
+pub fn inventory(run_dir: &Path, nft_table: &str, loop_disks: bool) -> Inventory {
+    let members = run_dir.join("members");
+    let member_of = |p: &Path| p.strip_prefix(&members).ok().and_then(|r| r.components().next()).map(|c| c.as_os_str().to_string_lossy().to_string());
+    let mut inv = Inventory { loop_disks, ..Default::default() };
+    for (_, cmd) in processes_of(run_dir) {
+        if cmd.contains("haproxy") {
+            inv.haproxies += 1;
+        } else if let Some(name) = cmd.split(" --name ").nth(1).and_then(|r| r.split_whitespace().next()) {
+            inv.processes.insert(name.to_string());
+        }
+    }
+    inv.mounts = mounts_under(&members).iter().filter_map(|m| member_of(m)).collect();
+    let disks = run_dir.join("disks");
+    inv.loop_devices = loops_under(run_dir)
+        .iter()
+        .filter_map(|d| loop_backing(d))
+        .filter_map(|b| b.strip_prefix(&disks).ok().and_then(|f| f.to_str()).and_then(|f| f.strip_suffix(".img")).map(str::to_string))
+        .collect();
+    if let Ok(rd) = std::fs::read_dir(&members) {
+        inv.data_dirs = rd.flatten().filter(|e| e.path().join("data").is_dir()).map(|e| e.file_name().to_string_lossy().to_string()).collect();
+    }
+    if let Ok(rd) = std::fs::read_dir(run_dir.join("backups")) {
+        inv.backups = rd.flatten().filter_map(|e| e.file_name().to_str().and_then(|f| f.strip_suffix(".db")).map(str::to_string)).collect();
+    }
+    if loop_disks {
+        inv.partition_rules = super::nft::rules(nft_table).into_iter().collect();
+    }
+    inv
 }
 
 /// Kills every process of the run, unmounts its filesystems and detaches its loop devices.
@@ -61,6 +96,9 @@ pub fn sweep(run_dir: &Path) -> Swept {
     for dev in loops_under(run_dir) {
         let _ = run_cmd("losetup", &["-d", &dev]);
         swept.loops.push(dev);
+    }
+    if let Some(run_id) = run_dir.file_name().and_then(|n| n.to_str()) {
+        swept.nft_table = super::nft::delete_table(&super::nft::table_name(run_id));
     }
     swept
 }

@@ -196,6 +196,45 @@ impl Testbed {
         Ok(&self.members[&id])
     }
 
+    /// The group id every etcd of `site` runs with (site isolation drops traffic by it).
+    pub fn site_gid(&self, site: SiteId) -> u32 {
+        2_000_000 + self.slot as u32 * 16 + site.0 as u32
+    }
+
+    /// The /24 of `site`.
+    pub fn site_subnet(&self, site: SiteId) -> Ipv4Addr {
+        Ipv4Addr::new(127, self.slot, site.0 + 1, 0)
+    }
+
+    /// The nftables table of this run.
+    pub fn nft_table(&self) -> String {
+        super::nft::table_name(&self.cfg.run_id)
+    }
+
+    /// Shuts member `id`'s filesystem down (FS_IOC_SHUTDOWN, no log flush): every read and write
+    /// fails with EIO from now on, as when a disk is detached under a running machine.
+    pub fn shutdown_disk(&mut self, id: MemberId) -> Result<(), LocalError> {
+        let m = self.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
+        let Disk::Loop { mount, .. } = &m.disk else {
+            return Err(LocalError::Unsupported("disk faults need loop-mounted disks (root)".into()));
+        };
+        super::disk::shutdown(mount)
+    }
+
+    /// Unmounts member `id`'s disk, checks it (e2fsck -p) and mounts it again.
+    pub fn remount_disk(&mut self, id: MemberId) -> Result<(), LocalError> {
+        let m = self.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
+        m.disk.remount()
+    }
+
+    /// Gives member `id` a fresh, empty disk in place of its old one.
+    pub fn replace_disk(&mut self, id: MemberId) -> Result<(), LocalError> {
+        let m = self.members.get_mut(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
+        m.disk.release();
+        m.disk = Disk::create(&self.cfg.run_dir, &id.to_string(), self.cfg.disks)?;
+        Ok(())
+    }
+
     /// Starts member `id`'s etcd (its version's binary) on its data directory.
     pub fn spawn_member(&mut self, id: MemberId, initial_cluster: &str, state: &str) -> Result<(), LocalError> {
         let m = self.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
@@ -213,6 +252,7 @@ impl Testbed {
             .args(["--heartbeat-interval", &self.cfg.heartbeat_ms.to_string()])
             .args(["--election-timeout", &self.cfg.election_ms.to_string()])
             .args(["--logger", "zap", "--log-outputs", "stderr"])
+            .gid(if self.cfg.disks == DiskMode::Loop { self.site_gid(m.site) } else { unsafe { libc::getegid() } })
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -369,6 +409,7 @@ impl Testbed {
             m.disk.release();
         }
         self.members.clear();
+        super::nft::delete_table(&self.nft_table());
         let left = reap::sweep(&self.cfg.run_dir);
         if !left.is_empty() {
             tracing::warn!("teardown swept leftovers: {left:?}");

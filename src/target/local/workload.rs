@@ -97,6 +97,11 @@ impl Workload {
         self.acked.lock().expect("acked lock").clone()
     }
 
+    /// How many writes have been acknowledged so far (a position in `acked()`).
+    pub fn acked_len(&self) -> usize {
+        self.acked.lock().expect("acked lock").len()
+    }
+
     pub fn stats(&self) -> StatsSnapshot {
         StatsSnapshot {
             attempted: self.stats.attempted.load(Ordering::Relaxed),

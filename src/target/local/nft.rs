@@ -1,0 +1,88 @@
+//! Site isolation with nftables: one table per run (`inet shakedown_<run id>`), two rules per
+//! isolated site, each commented with the site's name.
+//!
+//! Traffic *to* the site's subnet from outside it is dropped by address. Traffic *from* the
+//! site's processes is dropped by the socket's group: every etcd of a site runs with the site's
+//! own group id, because on loopback a member dials its peers from 127.0.0.1, not from its own
+//! address.
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+
+use super::disk::run_cmd;
+use super::LocalError;
+
+/// The table of a run.
+pub fn table_name(run_id: &str) -> String {
+    format!("shakedown_{}", run_id.replace(['-', '.'], "_"))
+}
+
+/// Whether nftables can be used here (root and the nft binary), with the reason when not.
+pub fn available() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("site isolation needs root (nftables)".into());
+    }
+    match Command::new("nft").arg("--version").output() {
+        Ok(o) if o.status.success() => Ok(()),
+        _ => Err("site isolation needs nftables: apt-get install nftables".into()),
+    }
+}
+
+fn nft(args: &[&str]) -> Result<String, LocalError> {
+    run_cmd("nft", args)
+}
+
+/// Drops all traffic to and from `subnet` (a /24), except within it.
+pub fn isolate(table: &str, site: &str, subnet: Ipv4Addr, gid: u32) -> Result<(), LocalError> {
+    nft(&["add", "table", "inet", table])?;
+    nft(&["add", "chain", "inet", table, "out", "{ type filter hook output priority 0 ; policy accept ; }"])?;
+    let net = format!("{subnet}/24");
+    let into = format!("ip saddr != {net} ip daddr {net} drop comment \"{site} in\"");
+    let from = format!("meta skgid {gid} ip daddr != {net} drop comment \"{site} out\"");
+    for rule in [into, from] {
+        let mut args = vec!["add", "rule", "inet", table, "out"];
+        args.extend(rule.split(' '));
+        nft(&args)?;
+    }
+    Ok(())
+}
+
+/// Removes the rules of `site` (`only_inbound`: the planted bug that forgets the outbound rule).
+pub fn recover(table: &str, site: &str, forget_outbound: bool) -> Result<(), LocalError> {
+    let listing = nft(&["-a", "list", "chain", "inet", table, "out"])?;
+    for line in listing.lines() {
+        let is_site = line.contains(&format!("comment \"{site} in\"")) || (!forget_outbound && line.contains(&format!("comment \"{site} out\"")));
+        if !is_site {
+            continue;
+        }
+        if let Some(handle) = line.rsplit("# handle ").next().filter(|h| h.trim().chars().all(|c| c.is_ascii_digit())) {
+            nft(&["delete", "rule", "inet", table, "out", "handle", handle.trim()])?;
+        }
+    }
+    Ok(())
+}
+
+/// Sites that have rules in the run's table (from the rules' comments).
+pub fn rules(table: &str) -> Vec<String> {
+    let Ok(listing) = nft(&["list", "table", "inet", table]) else { return vec![] };
+    let mut sites: Vec<String> = listing
+        .lines()
+        .filter_map(|l| l.split("comment \"").nth(1))
+        .filter_map(|c| c.split_whitespace().next().map(str::to_string))
+        .collect();
+    sites.sort();
+    sites.dedup();
+    sites
+}
+
+/// Deletes the run's table if it exists. Returns whether it existed.
+pub fn delete_table(table: &str) -> bool {
+    let exists = Command::new("nft").args(["list", "table", "inet", table]).output().is_ok_and(|o| o.status.success());
+    if exists {
+        if let Err(e) = nft(&["delete", "table", "inet", table]) {
+            tracing::warn!("{e}");
+        }
+    }
+    exists
+}
