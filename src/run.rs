@@ -114,7 +114,7 @@ pub async fn execute<T: Target>(
         // it no longer satisfy their precondition and are skipped too. The rest still runs.
         if let Err(reason) = target.supports(op) {
             events.emit("op-skipped", json!({"step": step, "op": op, "reason": reason}));
-            progress.line(&format!("[{step:>width$}/{total}] {:<28} skipped: unavailable on the {} target here: {reason}", op.to_string(), target.name()));
+            progress.line(&format!("[{step:>width$}/{total}] {:<32} skipped: unavailable on the {} target here: {reason}", op.to_string(), target.name()));
             skipped += 1;
             continue;
         }
@@ -125,7 +125,7 @@ pub async fn execute<T: Target>(
                 panic!("step {step} ({op}) breaks its precondition after validation: {e}");
             }
             events.emit("op-skipped", json!({"step": step, "op": op, "reason": e.to_string()}));
-            progress.line(&format!("[{step:>width$}/{total}] {:<28} skipped: {e} (an earlier op was skipped)", op.to_string()));
+            progress.line(&format!("[{step:>width$}/{total}] {:<32} skipped: {e} (an earlier op was skipped)", op.to_string()));
             continue;
         }
         events.emit("op-start", json!({"step": step, "op": op, "text": op.to_string()}));
@@ -141,10 +141,10 @@ pub async fn execute<T: Target>(
                 if let Checked::Fail { invariant, message, obs } = checked {
                     events.emit("check", json!({"step": step, "verdict": "fail", "invariant": invariant, "message": message, "observation": *obs}));
                     let message = format!("{message} (and the op failed: {msg})");
-                    progress.line(&format!("[{step:>width$}/{total}] {:<28} VIOLATION {invariant}: {message}", op.to_string()));
+                    progress.line(&format!("[{step:>width$}/{total}] {:<32} VIOLATION {invariant}: {message}", op.to_string()));
                     return Ok(Outcome::Failed(failure(FailureKind::Violation, step, &op.to_string(), Some(invariant), message)));
                 }
-                progress.line(&format!("[{step:>width$}/{total}] {:<28} LIVENESS: {msg}", op.to_string()));
+                progress.line(&format!("[{step:>width$}/{total}] {:<32} LIVENESS: {msg}", op.to_string()));
                 return Ok(Outcome::Failed(failure(FailureKind::Liveness, step, &op.to_string(), None, msg)));
             }
             Err(e) => return Err(e),
@@ -158,11 +158,11 @@ pub async fn execute<T: Target>(
         match checked {
             Checked::Pass { attempts, samples } => {
                 events.emit("check", json!({"step": step, "verdict": "pass", "attempts": attempts, "serving_samples": samples, "ms": check_ms as u64, "workload": target.workload_stats()}));
-                progress.line(&format!("[{step:>width$}/{total}] {:<28} {:>6}ms  checks ok in {check_ms}ms", op.to_string(), op_ms));
+                progress.line(&format!("[{step:>width$}/{total}] {:<32} {:>6}ms  checks ok in {check_ms}ms", op.to_string(), op_ms));
             }
             Checked::Fail { invariant, message, obs } => {
                 events.emit("check", json!({"step": step, "verdict": "fail", "invariant": invariant, "message": message, "ms": check_ms as u64, "observation": *obs}));
-                progress.line(&format!("[{step:>width$}/{total}] {:<28} {:>6}ms  VIOLATION {invariant}: {message}", op.to_string(), op_ms));
+                progress.line(&format!("[{step:>width$}/{total}] {:<32} {:>6}ms  VIOLATION {invariant}: {message}", op.to_string(), op_ms));
                 return Ok(Outcome::Failed(failure(FailureKind::Violation, step, &op.to_string(), Some(invariant), message)));
             }
         }

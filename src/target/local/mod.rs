@@ -184,19 +184,23 @@ impl LocalTarget {
         }
     }
 
-    /// A client to any member that answers, preferring the leader.
+    /// A client to the leader, or to any member that answers when none leads. Members are asked
+    /// at once, so a member that does not answer costs one request bound, not one per member.
     async fn cluster_client(&self) -> Result<etcd_client::Client, LocalError> {
-        let mut fallback = None;
-        for url in self.urls() {
-            if let Ok(s) = etcd::status(&url, self.bounds.request).await {
-                let c = etcd::connect(&url, self.bounds.request).await.map_err(LocalError::Stack)?;
-                if s.leader() == s.header().map(|h| h.member_id()).unwrap_or(0) {
-                    return Ok(c);
-                }
-                fallback.get_or_insert(c);
-            }
-        }
-        fallback.ok_or_else(|| LocalError::Stack("no member answers".into()))
+        let request = self.bounds.request;
+        let answers = futures_join_all(self.urls().into_iter().map(|url| async move {
+            let s = etcd::status(&url, request).await.ok();
+            (url, s)
+        }))
+        .await;
+        let leads = |s: &etcd_client::StatusResponse| s.leader() != 0 && s.header().is_some_and(|h| h.member_id() == s.leader());
+        let pick = answers
+            .iter()
+            .find(|(_, s)| s.as_ref().is_some_and(leads))
+            .or_else(|| answers.iter().find(|(_, s)| s.is_some()))
+            .map(|(u, _)| u.clone())
+            .ok_or_else(|| LocalError::Stack("no member answers".into()))?;
+        etcd::connect(&pick, request).await.map_err(LocalError::Stack)
     }
 
     /// A membership change, retried within the op bound: etcd refuses reconfiguration while a
@@ -342,6 +346,10 @@ impl LocalTarget {
         }
     }
 
+    /// Unmount, check, remount; then the member's etcd data is discarded and the member re-added
+    /// empty (remove, add, start, catch up from the others). etcd cannot prove its data complete
+    /// after an abrupt detach, and a member restarted on it was seen to win an election and serve
+    /// a stale store (see ARCHITECTURE.md); an operator re-adds it instead.
     async fn disk_reattach(&mut self, id: MemberId) -> Result<(), LocalError> {
         // The member usually died on EIO; if it did not, it is stopped now.
         self.testbed.kill(id)?;
@@ -349,50 +357,37 @@ impl LocalTarget {
         if self.bug(PlantedBug::ReattachOnShutdownDisk) {
             return self.testbed.spawn_member(id, &cluster, "existing");
         }
+        if let Err(e) = self.testbed.remount_disk(id) {
+            tracing::info!(member = %id, "disk unusable after reattach ({e}); giving the member a fresh disk");
+            self.testbed.replace_disk(id)?;
+        }
+        let data = self.testbed.members[&id].disk.data_dir();
+        let _ = std::fs::remove_dir_all(&data);
+        std::fs::create_dir_all(&data).map_err(|e| LocalError::Environment(format!("cannot create {}: {e}", data.display())))?;
+        let name = id.to_string();
+        if let Some(etcd_id) = self.etcd_id(&name).await? {
+            self.reconfigure("member remove", |mut c| async move { c.member_remove(etcd_id).await }).await.map_err(|e| LocalError::Stack(format!("removing {id}: {e}")))?;
+        }
+        let peer = self.testbed.members[&id].peer_url();
+        let added = self
+            .reconfigure("member add", |mut c| {
+                let peer = peer.clone();
+                async move { c.member_add([peer.as_str()], None).await }
+            })
+            .await
+            .map_err(|e| LocalError::Stack(format!("re-adding {id}: {e}")))?;
+        let new_etcd_id = added.member().map(|m| m.id()).unwrap_or(0);
+        let cluster: Vec<String> = added
+            .member_list()
+            .iter()
+            .map(|m| format!("{}={}", if m.id() == new_etcd_id { name.clone() } else { m.name().to_string() }, m.peer_urls().first().cloned().unwrap_or_default()))
+            .collect();
+        self.testbed.spawn_member(id, &cluster.join(","), "existing")?;
         let url = self.url_of(id)?;
         let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
-        let reused = match self.testbed.remount_disk(id) {
-            Ok(()) => {
-                self.testbed.spawn_member(id, &cluster, "existing")?;
-                let limit = self.bounds.op.min(Duration::from_secs(20));
-                etcd::wait_caught_up(&url, &others, limit).await
-            }
-            Err(e) => Err(e.to_string()),
-        };
-        match reused {
-            Ok(()) => {
-                self.confirm_serving(&url);
-                Ok(())
-            }
-            Err(why) => {
-                // The data is unusable: replace the member as an operator would.
-                tracing::info!(member = %id, "data unusable after reattach ({why}); replacing the member");
-                self.testbed.kill(id)?;
-                let name = id.to_string();
-                if let Some(etcd_id) = self.etcd_id(&name).await? {
-                    self.reconfigure("member remove", |mut c| async move { c.member_remove(etcd_id).await }).await.map_err(|e| LocalError::Stack(format!("removing {id}: {e}")))?;
-                }
-                self.testbed.replace_disk(id)?;
-                let peer = self.testbed.members[&id].peer_url();
-                let added = self
-                    .reconfigure("member add", |mut c| {
-                        let peer = peer.clone();
-                        async move { c.member_add([peer.as_str()], None).await }
-                    })
-                    .await
-                    .map_err(|e| LocalError::Stack(format!("re-adding {id}: {e}")))?;
-                let new_etcd_id = added.member().map(|m| m.id()).unwrap_or(0);
-                let cluster: Vec<String> = added
-                    .member_list()
-                    .iter()
-                    .map(|m| format!("{}={}", if m.id() == new_etcd_id { name.clone() } else { m.name().to_string() }, m.peer_urls().first().cloned().unwrap_or_default()))
-                    .collect();
-                self.testbed.spawn_member(id, &cluster.join(","), "existing")?;
-                etcd::wait_caught_up(&url, &others, self.bounds.op).await.map_err(|e| LocalError::Stack(format!("replaced {id}: {e}")))?;
-                self.confirm_serving(&url);
-                Ok(())
-            }
-        }
+        etcd::wait_caught_up(&url, &others, self.bounds.op).await.map_err(|e| LocalError::Stack(format!("re-added {id}: {e}")))?;
+        self.confirm_serving(&url);
+        Ok(())
     }
 
     fn backup_path(&self, b: BackupId) -> std::path::PathBuf {
@@ -403,8 +398,9 @@ impl LocalTarget {
         let b = *after.backups.last().ok_or_else(|| LocalError::Stack("the model has no backup to take".into()))?;
         let path = self.backup_path(b);
         std::fs::create_dir_all(path.parent().expect("has a parent")).map_err(|e| LocalError::Environment(format!("cannot create the backup store: {e}")))?;
-        let start = self.workload.acked_len();
+        // From the leader: it has applied every acknowledged write; a follower may lag.
         let mut c = self.cluster_client().await?;
+        let start = self.workload.acked_len();
         let size = backup::take(&mut c, &path, self.bounds.op).await.map_err(LocalError::Stack)?;
         self.marks.backups.insert(b, (start, self.workload.acked_len()));
         tracing::debug!(backup = %b, bytes = size, "backup taken");
@@ -420,10 +416,18 @@ impl LocalTarget {
             LocalError::Environment(format!("no snapshot restore tool (etcdutl or etcdctl) beside the etcd {version} binary"))
         })?;
         let start = self.workload.acked_len();
+        let res = self.restore_cluster(&tool, &path, b).await;
+        // Recorded whether or not the restore succeeded: from `start` on, the data is expected
+        // to be the backup's.
+        self.marks.restores.push((b, start, self.workload.acked_len()));
+        res
+    }
+
+    async fn restore_cluster(&mut self, tool: &std::path::Path, path: &std::path::Path, b: BackupId) -> Result<(), LocalError> {
         let ids: Vec<MemberId> = self.testbed.members.keys().copied().collect();
-        for &id in &ids {
-            self.testbed.stop(id, Duration::from_secs(5)).await?;
-        }
+        // The data is about to be replaced: a hard stop (a graceful one hangs on the last member,
+        // which has no quorum left to hand leadership over).
+        ids.iter().try_for_each(|&id| self.testbed.kill(id))?;
         self.restores += 1;
         let token = format!("{}-r{}", self.testbed.cfg.run_id, self.restores);
         let cluster = self.testbed.initial_cluster(None);
@@ -433,7 +437,7 @@ impl LocalTarget {
             let m = &self.testbed.members[&id];
             let data = m.disk.data_dir();
             let _ = std::fs::remove_dir_all(&data);
-            backup::restore_into(&tool, &path, &m.name(), &cluster, &token, &m.peer_url(), &data)?;
+            backup::restore_into(tool, path, &m.name(), &cluster, &token, &m.peer_url(), &data)?;
         }
         for &id in &ids {
             self.testbed.spawn_member(id, &cluster, "new")?;
@@ -443,7 +447,6 @@ impl LocalTarget {
             etcd::wait_caught_up(url, &urls, self.bounds.op).await.map_err(|e| LocalError::Stack(format!("after restoring {b}: {e}")))?;
             self.confirm_serving(url);
         }
-        self.marks.restores.push((b, start, self.workload.acked_len()));
         Ok(())
     }
 
