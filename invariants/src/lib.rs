@@ -371,7 +371,8 @@ fn durability(obs: &Observation) -> Verdict {
     };
     let mut parts = Vec::new();
     if !lost.is_empty() {
-        parts.push(format!("{} of {} acknowledged writes lost ({})", lost.len(), d.acked.len(), sample(&lost)));
+        let first = d.acked.iter().position(|(k, _)| k == lost[0]).unwrap_or(0);
+        parts.push(format!("{} of {} acknowledged writes lost ({}; the first is ack #{first}{})", lost.len(), d.acked.len(), sample(&lost), context(&d.marks)));
     }
     if !wrong.is_empty() {
         parts.push(format!("{} read back with a different value ({})", wrong.len(), sample(&wrong)));
@@ -380,6 +381,20 @@ fn durability(obs: &Observation) -> Verdict {
         parts.push(format!("{} written after the restored backup are still there ({}): the restore did not restore", resurrected.len(), sample(&resurrected)));
     }
     Verdict::Definite(parts.join("; "))
+}
+
+/// The backup and restore positions, for messages.
+fn context(marks: &Marks) -> String {
+    let mut parts: Vec<String> = marks.backups.iter().map(|(b, (s, e))| format!("{b} taken during acks #{s}..#{e}")).collect();
+    parts.extend(marks.restores.iter().map(|(b, s, e)| match *e {
+        usize::MAX => format!("{b} restore begun at ack #{s} and not finished"),
+        e => format!("{b} restored during acks #{s}..#{e}"),
+    }));
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", parts.join(", "))
+    }
 }
 
 fn leaks(model: &Model, obs: &Observation) -> Verdict {

@@ -194,7 +194,7 @@ fn durability_lost_or_changed_acknowledged_writes_are_definite() {
     let mut o = healthy();
     o.durability.as_mut().unwrap().read.clear();
     let v = verdict(InvariantId::Durability, &model(), &o);
-    assert!(matches!(&v, Verdict::Definite(m) if m.contains("1 of 1 acknowledged writes lost (k1)")), "{v:?}");
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("1 of 1 acknowledged writes lost (k1; the first is ack #0)")), "{v:?}");
     let mut o = healthy();
     o.durability.as_mut().unwrap().read.insert("k1".into(), "other".into());
     let v = verdict(InvariantId::Durability, &model(), &o);
@@ -328,5 +328,5 @@ fn durability_after_a_restore_flags_lost_and_resurrected_writes() {
     d.read.remove("k0");
     let v = verdict(InvariantId::Durability, &model(), &o);
     let msg = v.message().unwrap_or_default();
-    assert!(msg.contains("1 of 6 acknowledged writes lost (k0)") && msg.contains("the restore did not restore"), "{msg}");
+    assert!(msg.contains("1 of 6 acknowledged writes lost (k0; the first is ack #0; b0 taken during acks #2..#2, b0 restored during acks #4..#4)") && msg.contains("the restore did not restore"), "{msg}");
 }

@@ -52,8 +52,8 @@ pub enum PlantedBug {
     /// Disk reattach restarts the member on the disk that is still shut down (no remount), and
     /// does not replace it when it fails. Caught by `members`.
     ReattachOnShutdownDisk,
-    /// Restore brings back only some members: the last keeps its old data and old cluster.
-    /// Caught by `members`.
+    /// Restore brings back only some members: the last keeps its old data and old cluster, so
+    /// the new cluster never hears from it. Caught by `membership`.
     RestorePartial,
 }
 
@@ -88,7 +88,8 @@ impl PlantedBug {
             PlantedBug::EndpointNoHealthCheck => InvariantId::Reachability,
             PlantedBug::AckBeforeWrite => InvariantId::Durability,
             PlantedBug::RecoverLeavesRule => InvariantId::Leaks,
-            PlantedBug::ReattachOnShutdownDisk | PlantedBug::RestorePartial => InvariantId::Members,
+            PlantedBug::ReattachOnShutdownDisk => InvariantId::Members,
+            PlantedBug::RestorePartial => InvariantId::Membership,
         }
     }
 
@@ -415,11 +416,13 @@ impl LocalTarget {
         let tool = self.testbed.cfg.binaries.etcd.get(&version).and_then(|e| e.restore_tool.clone()).ok_or_else(|| {
             LocalError::Environment(format!("no snapshot restore tool (etcdutl or etcdctl) beside the etcd {version} binary"))
         })?;
-        let start = self.workload.acked_len();
+        // Recorded before anything stops, open-ended until the stack is back: if the restore
+        // fails or is cut short, every write from its start on is uncertain.
+        self.marks.restores.push((b, self.workload.acked_len(), usize::MAX));
         let res = self.restore_cluster(&tool, &path, b).await;
-        // Recorded whether or not the restore succeeded: from `start` on, the data is expected
-        // to be the backup's.
-        self.marks.restores.push((b, start, self.workload.acked_len()));
+        if let Some(last) = self.marks.restores.last_mut() {
+            last.2 = self.workload.acked_len();
+        }
         res
     }
 
