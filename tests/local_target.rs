@@ -71,9 +71,6 @@ fn seed_1_twenty_steps_passes_with_every_invariant_checked_after_every_step() {
     // The workload wrote and etcd acknowledged.
     let end = ev.iter().find(|e| e["event"] == "teardown").unwrap();
     assert!(end["workload"]["acked"].as_u64().unwrap() > 100, "{end}");
-    // The rolling upgrade really ran etcd 3.5 on the data 3.4 wrote.
-    let logs = std::fs::read_dir(run_dir.join("logs")).unwrap().flatten().map(|e| std::fs::read_to_string(e.path()).unwrap()).collect::<String>();
-    assert!(logs.contains("\"etcd-version\":\"3.4.") && logs.contains("\"etcd-version\":\"3.5."));
     assert!(seed_records(&d.seeds).is_empty());
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
     assert!(!run_dir.join("disks").exists() && !run_dir.join("members").exists());
@@ -169,7 +166,7 @@ fn planted_reattach_on_shutdown_disk_is_caught_by_members() {
 }
 
 #[test]
-fn planted_restore_partial_is_caught_by_members() {
+fn planted_restore_partial_is_caught_by_membership() {
     planted_bug_is_caught_recorded_and_replayed(PlantedBug::RestorePartial);
 }
 
@@ -263,5 +260,179 @@ fn testbed_up_status_down() {
     let down = common::bin().args(["testbed", "down", "--runs-dir", runs]).output().unwrap();
     assert_eq!(down.status.code(), Some(0));
     assert!(text(&down.stdout).contains("testbed down: 4 processes, 3 mounts, 3 loop devices removed"), "{}", text(&down.stdout));
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}
+
+/// A plan of 40 ops in which every op kind of the catalogue appears, on the real stack.
+#[test]
+fn forty_step_plan_with_every_op_passes() {
+    let _l = lock();
+    let profile = shakedown::profiles::load("default").unwrap();
+    let all: std::collections::BTreeSet<OpKind> = OpKind::ALL.into_iter().collect();
+    let seed = (1..20_000u64)
+        .find(|&s| {
+            let ops = &generate(s, &profile).ops;
+            ops.len() >= 40 && ops[..40].iter().map(|o| o.kind()).collect::<std::collections::BTreeSet<_>>() == all
+        })
+        .expect("a seed whose first 40 ops use every kind");
+    let d = dirs();
+    let out = run(&["run", "--seed", &seed.to_string(), "--steps", "40"], &d);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let ev = events(&only_run_dir(&d.runs));
+    let checked = ev.iter().filter(|e| e["event"] == "check" && e["verdict"] == "pass").count();
+    assert_eq!(checked, 41, "a passing check after bring-up and after each of the 40 ops");
+    assert!(ev.iter().all(|e| e["event"] != "op-skipped"), "nothing skipped as root");
+    // The rolling upgrade really ran etcd 3.5 on the data 3.4 wrote.
+    let run_dir = only_run_dir(&d.runs);
+    let logs = std::fs::read_dir(run_dir.join("logs")).unwrap().flatten().map(|e| std::fs::read_to_string(e.path()).unwrap()).collect::<String>();
+    assert!(logs.contains("\"etcd-version\":\"3.4.") && logs.contains("\"etcd-version\":\"3.5."));
+    // Backups were verified files in the store while the run lasted; restores used them.
+    assert!(ev.iter().any(|e| e["event"] == "op-end" && e["step"].as_u64().is_some()));
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}
+
+/// A truncated or corrupt backup: restore refuses it and the running cluster is left as it was.
+#[test]
+fn restore_refuses_a_damaged_backup_and_leaves_the_cluster_untouched() {
+    use shakedown::faults::{BackupId, Op};
+    use shakedown::invariants::{check_all, InvariantId};
+    use shakedown::target::local::{DiskMode, LocalTarget, TestbedConfig};
+    use shakedown::target::{Target, TargetError};
+    let _l = lock();
+    let d = dirs();
+    let profile = shakedown::profiles::load("default").unwrap();
+    let binaries = shakedown::binaries::discover(&profile.versions, &Default::default()).unwrap();
+    let run_dir = d.runs.join("sd-damaged");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let run_dir = run_dir.canonicalize().unwrap();
+    let cfg = TestbedConfig { run_id: "sd-damaged".into(), run_dir: run_dir.clone(), binaries, disks: DiskMode::Loop, bug: None, heartbeat_ms: 50, election_ms: 500 };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut model = profile.initial_model();
+        let mut target = LocalTarget::start(cfg, &profile, &model, Duration::from_secs(30)).await.unwrap();
+        let before = model.clone();
+        model.apply(&Op::Backup).unwrap();
+        target.execute(&Op::Backup, &before, &model).await.unwrap();
+        target.end_step().await;
+        let file = run_dir.join("backups/b0.db");
+        for damage in ["truncate", "corrupt"] {
+            let mut bytes = std::fs::read(&file).unwrap();
+            let damaged = match damage {
+                "truncate" => bytes[..bytes.len() / 2].to_vec(),
+                _ => {
+                    let mid = bytes.len() / 2;
+                    bytes[mid] ^= 0xff;
+                    bytes.clone()
+                }
+            };
+            let good = std::fs::read(&file).unwrap();
+            std::fs::write(&file, &damaged).unwrap();
+            let mut after = model.clone();
+            after.apply(&Op::Restore { backup: BackupId(0) }).unwrap();
+            let err = target.execute(&Op::Restore { backup: BackupId(0) }, &model, &after).await.unwrap_err();
+            target.end_step().await;
+            let msg = err.to_string();
+            assert!(matches!(err, TargetError::Stack(_)), "{msg}");
+            assert!(msg.contains("restore refused, the cluster was left untouched") && (msg.contains("truncated") || msg.contains("corrupt")), "{msg}");
+            // The cluster is as it was: every invariant holds against the model before the restore.
+            let obs = target.observe(&model, &InvariantId::ALL).await;
+            let failures: Vec<_> = check_all(&InvariantId::ALL, &model, &obs).into_iter().filter(|(i, _)| *i != InvariantId::Durability).collect();
+            assert!(failures.is_empty(), "{damage}: {failures:?}");
+            std::fs::write(&file, good).unwrap();
+        }
+        target.teardown().await;
+    });
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}
+
+/// kill -9 of shakedown at several points of a run; `reap` then leaves nothing, including the
+/// nftables table of an isolated site.
+#[test]
+fn kill_9_at_several_points_then_reap_leaves_nothing() {
+    let _l = lock();
+    // A plan with an isolation early, so the run has an nftables table to leave behind.
+    let (seed, _) = seed_where(|ops| ops.iter().position(|op| matches!(op, Op::SiteOutage { mode: shakedown::faults::OutageMode::Isolate, .. })).filter(|&i| i < 4).map(|i| i + 1));
+    for point in ["stack up", "[ 1/", "site-outage"] {
+        let d = dirs();
+        let mut child = common::bin()
+            .args(["run", "--seed", &seed.to_string(), "--steps", "30"])
+            .arg("--runs-dir")
+            .arg(&d.runs)
+            .arg("--seeds-dir")
+            .arg(&d.seeds)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let needle = point.to_string();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains(&needle) {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(120)).unwrap_or_else(|_| panic!("the run reaches {point:?}"));
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait().unwrap();
+        assert!(!leftovers(&d.runs).is_empty(), "killed at {point:?}: the stack outlives shakedown");
+        let out = common::bin().arg("reap").arg("--runs-dir").arg(&d.runs).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        assert_eq!(leftovers(&d.runs), Vec::<String>::new(), "killed at {point:?}");
+    }
+}
+
+/// Without root: plain directories, disk faults and isolation reported unavailable and skipped,
+/// the rest of the plan runs.
+#[test]
+fn without_root_unavailable_ops_are_skipped_and_the_rest_runs() {
+    let _l = lock();
+    let d = dirs();
+    let base = d.runs.parent().unwrap().to_path_buf();
+    // nobody must be able to reach everything: the binaries and the directories.
+    let bin_dir = base.join("bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let profile = shakedown::profiles::load("default").unwrap();
+    let binaries = shakedown::binaries::discover(&profile.versions, &Default::default()).unwrap();
+    let mut args: Vec<String> = vec![];
+    for (v, e) in &binaries.etcd {
+        let dir = bin_dir.join(v.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(&e.path, dir.join("etcd")).unwrap();
+        if let Some(tool) = &e.restore_tool {
+            std::fs::copy(tool, dir.join(tool.file_name().unwrap())).unwrap();
+        }
+        args.push("--etcd".into());
+        args.push(format!("{v}={}", dir.join("etcd").display()));
+    }
+    let exe = bin_dir.join("shakedown");
+    std::fs::copy(env!("CARGO_BIN_EXE_shakedown"), &exe).unwrap();
+    std::process::Command::new("chmod").args(["-R", "a+rwX"]).arg(&base).status().unwrap();
+    let (seed, steps) = seed_where(|ops| {
+        let detach = ops.iter().position(|op| matches!(op, Op::DiskDetach { .. }))?;
+        let isolate = ops.iter().position(|op| matches!(op, Op::SiteOutage { mode: shakedown::faults::OutageMode::Isolate, .. }))?;
+        Some(detach.max(isolate) + 2)
+    });
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(&exe)
+        .args(["run", "--seed", &seed.to_string(), "--steps", &steps.to_string()])
+        .args(&args)
+        .arg("--runs-dir")
+        .arg(&d.runs)
+        .arg("--seeds-dir")
+        .arg(&d.seeds)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    eprintln!("{stderr}{}", text(&out.stdout));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("not running as root: member data lives on plain directories"), "{stderr}");
+    assert!(stderr.contains("skipped: unavailable on the local target here: disk faults need loop-mounted disks (root)"), "{stderr}");
+    assert!(stderr.contains("skipped: unavailable on the local target here: site isolation needs root"), "{stderr}");
+    assert!(stderr.contains("checks ok"), "the rest of the plan ran: {stderr}");
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 }

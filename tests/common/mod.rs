@@ -63,6 +63,16 @@ pub fn leftovers(root: &Path) -> Vec<String> {
             left.push(format!("mount: {line}"));
         }
     }
+    // nftables tables of runs under `root` (named after the run directory).
+    if let Ok(runs) = std::fs::read_dir(root) {
+        let tables = std::process::Command::new("nft").args(["list", "tables"]).output().map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
+        for run in runs.flatten() {
+            let table = format!("shakedown_{}", run.file_name().to_string_lossy().replace(['-', '.'], "_"));
+            if tables.contains(&table) {
+                left.push(format!("nftables table {table}"));
+            }
+        }
+    }
     for e in std::fs::read_dir("/sys/block").unwrap().flatten() {
         let name = e.file_name().to_string_lossy().to_string();
         if let Ok(b) = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")) {

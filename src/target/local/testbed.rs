@@ -75,6 +75,8 @@ pub struct Testbed {
 fn take_slot(run_id: &str) -> Result<(u8, File), LocalError> {
     let dir = std::env::temp_dir().join("shakedown-slots");
     std::fs::create_dir_all(&dir).map_err(|e| LocalError::Environment(format!("cannot create {}: {e}", dir.display())))?;
+    // Shared by every user's runs, like /tmp itself.
+    let _ = std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o1777));
     let mut h = std::collections::hash_map::DefaultHasher::new();
     run_id.hash(&mut h);
     let start = (h.finish() % 180) as u8;
@@ -82,6 +84,7 @@ fn take_slot(run_id: &str) -> Result<(u8, File), LocalError> {
         let slot = 64 + (start + i) % 180;
         let path = dir.join(format!("slot-{slot}.lock"));
         let Ok(file) = OpenOptions::new().create(true).truncate(false).write(true).open(&path) else { continue };
+        let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o666));
         // SAFETY: flock on a file descriptor we own; released when the file closes or we die.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             continue;
