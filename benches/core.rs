@@ -2,7 +2,9 @@
 //!
 //! - plan generation rate (ops/s, median of 7 batches);
 //! - three-member local stack: bring-up until healthy, and teardown (medians of N runs);
-//! - invariant checks after a step on a healthy stack (observe + judge; median and p99).
+//! - invariant checks after a step on a healthy stack (observe + judge; median and p99);
+//! - a disk-detach → disk-reattach cycle until every invariant holds again (median);
+//! - backup + restore of a 10,000-key store until every invariant holds again (median).
 //!
 //! Needs what `scripts/install-deps.sh` installs, and root for loop-mounted disks
 //! (without root it measures plain-directory disks and says so). Writes
@@ -11,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use shakedown::binaries::{discover, BinaryOverrides};
-use shakedown::faults::generate;
+use shakedown::faults::{generate, MemberId, Model, Op};
 use shakedown::invariants::{check_all, InvariantId};
 use shakedown::target::local::{DiskMode, LocalTarget, Testbed, TestbedConfig};
 use shakedown::target::Target;
@@ -82,22 +84,79 @@ fn main() {
         target.teardown().await;
     });
 
+    // Op cycles, each measured until every invariant holds again.
+    let (mut disk_cycles, mut restore_cycles) = (Vec::new(), Vec::new());
+    if disks == DiskMode::Loop {
+        rt.block_on(async {
+            let mut model = profile.initial_model();
+            let mut target = LocalTarget::start(cfg(runs + 1), &profile, &model, Duration::from_secs(30)).await.expect("bring-up");
+            async fn step(target: &mut LocalTarget, model: &mut Model, op: Op) {
+                let before = model.clone();
+                model.apply(&op).unwrap();
+                target.execute(&op, &before, model).await.unwrap_or_else(|e| panic!("{op}: {e}"));
+            }
+            async fn converged(target: &mut LocalTarget, model: &Model) {
+                let t = Instant::now();
+                loop {
+                    let obs = target.observe(model, &InvariantId::ALL).await;
+                    if check_all(&InvariantId::ALL, model, &obs).is_empty() {
+                        break;
+                    }
+                    assert!(t.elapsed() < Duration::from_secs(60), "did not converge");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                target.end_step().await;
+            }
+            for i in 0..runs {
+                let m = MemberId(model.members.keys().nth(i % 3).unwrap().0);
+                let t = Instant::now();
+                step(&mut target, &mut model, Op::DiskDetach { member: m }).await;
+                converged(&mut target, &model).await;
+                step(&mut target, &mut model, Op::DiskReattach { member: m }).await;
+                converged(&mut target, &model).await;
+                disk_cycles.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+            // A 10,000-key store, written in transactions of 100.
+            let mut c = etcd_client::Client::connect([target.testbed.endpoint_url()], None).await.unwrap();
+            for batch in 0..100 {
+                let ops: Vec<etcd_client::TxnOp> = (0..100).map(|k| etcd_client::TxnOp::put(format!("/bench/{batch:03}/{k:03}"), vec![b'x'; 100], None)).collect();
+                c.txn(etcd_client::Txn::new().and_then(ops)).await.unwrap();
+            }
+            for _ in 0..runs {
+                let t = Instant::now();
+                step(&mut target, &mut model, Op::Backup).await;
+                target.end_step().await;
+                let b = *model.backups.last().unwrap();
+                step(&mut target, &mut model, Op::Restore { backup: b }).await;
+                converged(&mut target, &model).await;
+                restore_cycles.push(t.elapsed().as_secs_f64() * 1000.0);
+                if model.backups.len() >= shakedown::faults::MAX_BACKUPS {
+                    break;
+                }
+            }
+            target.teardown().await;
+        });
+    }
+
     let disk_note = format!("{disks:?}").to_lowercase();
     let rows = [
         ("plan generation", format!("{:.0} ops/s", gen_rate), "≥ 100,000 ops/s"),
         ("bring-up (3 members, healthy)", format!("median {:.0} ms (min {:.0}, max {:.0})", median(&mut up.clone()), pct(&mut up.clone(), 0.0), pct(&mut up.clone(), 1.0)), "≤ 2 s"),
         ("teardown", format!("median {:.0} ms (min {:.0}, max {:.0})", median(&mut down.clone()), pct(&mut down.clone(), 0.0), pct(&mut down.clone(), 1.0)), "≤ 1 s"),
         ("invariant checks (healthy)", format!("median {:.1} ms, p99 {:.1} ms", median(&mut checks.clone()), pct(&mut checks.clone(), 0.99)), "≤ 50 ms median"),
+        ("disk-detach → reattach, converged", if disk_cycles.is_empty() { "n/a (needs root)".into() } else { format!("median {:.0} ms (min {:.0}, max {:.0})", median(&mut disk_cycles.clone()), pct(&mut disk_cycles.clone(), 0.0), pct(&mut disk_cycles.clone(), 1.0)) }, "≤ 5 s median"),
+        ("backup + restore, 10,000 keys", if restore_cycles.is_empty() { "n/a (needs root)".into() } else { format!("median {:.0} ms (min {:.0}, max {:.0})", median(&mut restore_cycles.clone()), pct(&mut restore_cycles.clone(), 0.0), pct(&mut restore_cycles.clone(), 1.0)) }, "≤ 5 s median"),
     ];
     println!("shakedown core benchmark · {runs} stack runs · disks: {disk_note}");
-    println!("{:<32} {:<44} {}", "measure", "result", "target");
+    println!("{:<36} {:<44} {}", "measure", "result", "target");
     for (a, b, c) in &rows {
-        println!("{a:<32} {b:<44} {c}");
+        println!("{a:<36} {b:<44} {c}");
     }
     let json = serde_json::json!({
         "runs": runs, "disks": disk_note,
         "plan_generation_ops_per_s": gen_rate,
         "bring_up_ms": up, "teardown_ms": down, "check_ms": checks,
+        "disk_detach_reattach_ms": disk_cycles, "backup_restore_10k_ms": restore_cycles,
     });
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&out).unwrap();
