@@ -16,11 +16,18 @@ fn main() -> ExitCode {
             return shakedown::exit::Exit::Environment.into();
         }
     };
-    match rt.block_on(cli::dispatch(args)) {
-        Ok(exit) => exit.into(),
-        Err(fatal) => {
+    // A panic unwinds through the target, whose Drop tears the stack down; it then ends here as
+    // the documented internal-error exit code rather than Rust's 101.
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(cli::dispatch(args))));
+    match res {
+        Ok(Ok(exit)) => exit.into(),
+        Ok(Err(fatal)) => {
             eprintln!("error: {}", fatal.message);
             fatal.exit.into()
+        }
+        Err(_) => {
+            eprintln!("error: internal error (a bug in shakedown; the message is above); the stack was torn down");
+            shakedown::exit::Exit::Internal.into()
         }
     }
 }

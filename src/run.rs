@@ -107,8 +107,14 @@ pub async fn execute<T: Target>(
         }
     }
 
+    // Testing hook: `SHAKEDOWN_PANIC_AFTER_STEP=N` panics after step N, to show that a panic
+    // still tears the stack down (tests/local_target.rs).
+    let panic_after: Option<usize> = std::env::var("SHAKEDOWN_PANIC_AFTER_STEP").ok().and_then(|v| v.parse().ok());
     let mut skipped = 0usize;
     for (i, op) in plan.ops.iter().enumerate() {
+        if panic_after == Some(i) {
+            panic!("SHAKEDOWN_PANIC_AFTER_STEP={i}: panicking on purpose");
+        }
         let step = i + 1;
         // An op the target cannot run here is skipped and said so; later ops that depended on
         // it no longer satisfy their precondition and are skipped too. The rest still runs.

@@ -437,3 +437,23 @@ fn without_root_unavailable_ops_are_skipped_and_the_rest_runs() {
     assert!(stderr.contains("checks ok"), "the rest of the plan ran: {stderr}");
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 }
+
+/// A panic inside shakedown still tears the stack down, and exits with the internal-error code.
+#[test]
+fn a_panic_tears_the_stack_down() {
+    let _l = lock();
+    let d = dirs();
+    let out = common::bin()
+        .args(["run", "--seed", "1", "--steps", "5"])
+        .arg("--runs-dir")
+        .arg(&d.runs)
+        .arg("--seeds-dir")
+        .arg(&d.seeds)
+        .env("SHAKEDOWN_PANIC_AFTER_STEP", "2")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("panicking on purpose"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("[2/5]"), "it ran two steps first: {}", text(&out.stderr));
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}

@@ -333,8 +333,9 @@ pub fn expect_write(i: usize, marks: &Marks) -> Expect {
         if i >= b_start {
             return Expect::Either;
         }
-        // Before the backup: as expected when the backup was taken (restores done before it).
-        let earlier = marks.restores[..restores].iter().take_while(|(_, _, end)| *end <= b_start).count();
+        // Before the backup: as expected when the backup was taken, i.e. after the restores that
+        // came before this one and had finished by then (strictly earlier: the recursion ends).
+        let earlier = marks.restores[..restores - 1].iter().take_while(|(_, _, end)| *end <= b_start).count();
         at(i, marks, earlier)
     }
     at(i, marks, marks.restores.len())

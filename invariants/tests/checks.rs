@@ -314,6 +314,14 @@ fn durability_expectations_follow_backups_and_restores() {
     assert_eq!(expect_write(5, &m), Expect::Present);
 }
 
+/// Ties (no write acknowledged between a backup, a restore and the next backup) end.
+#[test]
+fn durability_expectations_with_ties_terminate() {
+    let m = marks(&[(0, 100, 100), (1, 100, 100)], &[(0, 100, 100), (1, 100, 100)]);
+    assert_eq!(expect_write(50, &m), Expect::Present);
+    assert_eq!(expect_write(100, &m), Expect::Present);
+}
+
 #[test]
 fn durability_after_a_restore_flags_lost_and_resurrected_writes() {
     let mut o = healthy();
