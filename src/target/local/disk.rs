@@ -71,7 +71,7 @@ impl Disk {
                 let device = run_cmd("losetup", &["--find", "--show", &img])?;
                 let disk = Disk::Loop { image, device: device.clone(), mount: mount.clone() };
                 let made = run_cmd("mkfs.ext4", &["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", &device])
-                    .and_then(|_| run_cmd("mount", &["-o", "noatime", &device, &mount.to_string_lossy()]));
+                    .and_then(|_| run_cmd("mount", &["-o", "noatime,noinit_itable", &device, &mount.to_string_lossy()]));
                 if let Err(e) = made {
                     disk.release();
                     return Err(e);
@@ -101,7 +101,7 @@ impl Disk {
         if out.status.code().is_none_or(|c| c >= 4) {
             return Err(LocalError::Stack(format!("e2fsck {device} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stdout).trim())));
         }
-        run_cmd("mount", &["-o", "noatime", device, &m])?;
+        run_cmd("mount", &["-o", "noatime,noinit_itable", device, &m])?;
         Ok(())
     }
 

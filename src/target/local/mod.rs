@@ -221,7 +221,7 @@ impl LocalTarget {
                 Ok(v) => return Ok(v),
                 Err(e) if Instant::now() < deadline => {
                     tracing::debug!("{what} refused, retrying: {e}");
-                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Err(e) => return Err(e),
             }
@@ -348,7 +348,7 @@ impl LocalTarget {
     }
 
     /// Unmount, check, remount; then the member's etcd data is discarded and the member re-added
-    /// empty (remove, add, start, catch up from the others). etcd cannot prove its data complete
+    /// empty (remove, add as a learner, start, promote once in sync). etcd cannot prove its data complete
     /// after an abrupt detach, and a member restarted on it was seen to win an election and serve
     /// a stale store (see ARCHITECTURE.md); an operator re-adds it instead.
     async fn disk_reattach(&mut self, id: MemberId) -> Result<(), LocalError> {
@@ -369,11 +369,14 @@ impl LocalTarget {
         if let Some(etcd_id) = self.etcd_id(&name).await? {
             self.reconfigure("member remove", |mut c| async move { c.member_remove(etcd_id).await }).await.map_err(|e| LocalError::Stack(format!("removing {id}: {e}")))?;
         }
+        // Re-added as a learner, promoted once it has caught up: a learner does not count
+        // towards quorum while it syncs (and etcd does not hold it back for 5 s as it does a
+        // voting member added right after a removal).
         let peer = self.testbed.members[&id].peer_url();
         let added = self
-            .reconfigure("member add", |mut c| {
+            .reconfigure("member add (learner)", |mut c| {
                 let peer = peer.clone();
-                async move { c.member_add([peer.as_str()], None).await }
+                async move { c.member_add([peer.as_str()], Some(etcd_client::MemberAddOptions::new().with_is_learner())).await }
             })
             .await
             .map_err(|e| LocalError::Stack(format!("re-adding {id}: {e}")))?;
@@ -384,6 +387,10 @@ impl LocalTarget {
             .map(|m| format!("{}={}", if m.id() == new_etcd_id { name.clone() } else { m.name().to_string() }, m.peer_urls().first().cloned().unwrap_or_default()))
             .collect();
         self.testbed.spawn_member(id, &cluster.join(","), "existing")?;
+        // etcd refuses the promotion until the learner is in sync: retried within the op bound.
+        self.reconfigure("member promote", |mut c| async move { c.member_promote(new_etcd_id).await })
+            .await
+            .map_err(|e| LocalError::Stack(format!("promoting {id}: {e}")))?;
         let url = self.url_of(id)?;
         let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
         etcd::wait_caught_up(&url, &others, self.bounds.op).await.map_err(|e| LocalError::Stack(format!("re-added {id}: {e}")))?;

@@ -97,6 +97,26 @@ fn take_slot(run_id: &str) -> Result<(u8, File), LocalError> {
     Err(LocalError::Environment("no free run slot (127.64-243.x.x): too many shakedown runs on this machine?".into()))
 }
 
+/// Waits (bounded) until `addr` answers an HTTP request; gives up silently at the bound (the
+/// health wait that follows reports what is wrong).
+async fn wait_http(addr: SocketAddrV4, limit: Duration) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        let attempt = async {
+            let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+            s.write_all(b"GET /version HTTP/1.0\r\n\r\n").await.ok()?;
+            let mut buf = [0u8; 8];
+            s.read_exact(&mut buf).await.ok()?;
+            buf.starts_with(b"HTTP/1.").then_some(())
+        };
+        if let Ok(Some(())) = tokio::time::timeout(Duration::from_millis(100), attempt).await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 fn log_file(run_dir: &Path, name: &str) -> Result<(File, File), LocalError> {
     let path = run_dir.join("logs").join(format!("{name}.log"));
     let f = OpenOptions::new()
@@ -168,8 +188,13 @@ impl Testbed {
         }
         let cluster = self.initial_cluster(None);
         let ids: Vec<MemberId> = self.members.keys().copied().collect();
+        // One after the other, each once its peer port answers HTTP: a new member first asks its
+        // peers whether it is already bootstrapped, and a peer whose port is open but not yet
+        // serving holds that question for etcd's 1 s bootstrap timeout.
         for id in ids {
             self.spawn_member(id, &cluster, "new")?;
+            let addr = SocketAddrV4::new(self.members[&id].ip, PEER_PORT);
+            wait_http(addr, deadline.saturating_duration_since(Instant::now()).min(Duration::from_secs(3))).await;
         }
         self.start_haproxy()?;
         let urls: Vec<String> = self.members.values().map(|m| m.client_url()).collect();
