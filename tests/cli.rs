@@ -43,7 +43,7 @@ fn profile_file_with_an_unknown_op_or_invariant_is_rejected() {
     std::fs::write(&p, "name = \"mine\"\nsteps = 3\nversions = [\"3.4\"]\ninvariants = [\"latency\"]\n").unwrap();
     let out = bin().args(["plan", "--seed", "1", "--profile", p.to_str().unwrap()]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("unknown invariant \"latency\"; known invariants: membership"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("unknown invariant \"latency\"; known: membership"), "{}", text(&out.stderr));
 }
 
 #[test]

@@ -170,30 +170,37 @@ fn planted_restore_partial_is_caught_by_membership() {
     planted_bug_is_caught_recorded_and_replayed(PlantedBug::RestorePartial);
 }
 
-/// Starts a long run and waits (bounded) until its first step's checks are done.
-fn start_long_run(d: &common::Dirs) -> std::process::Child {
+/// Starts `shakedown run ARGS` and waits (bounded) until a line of its progress contains `needle`.
+fn start_run_until(d: &common::Dirs, args: &[&str], needle: &str) -> std::process::Child {
     let mut child = common::bin()
-        .args(["run", "--seed", "11", "--steps", "200", "--profile", "smoke"])
+        .arg("run")
+        .args(args)
         .arg("--runs-dir")
         .arg(&d.runs)
         .arg("--seeds-dir")
         .arg(&d.seeds)
         .stderr(Stdio::piped())
-        .stdout(Stdio::piped())
+        .stdout(Stdio::null())
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
+    let wanted = needle.to_string();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             eprintln!("{line}");
-            if line.contains("checks ok") {
+            if line.contains(&wanted) {
                 let _ = tx.send(());
             }
         }
     });
-    rx.recv_timeout(Duration::from_secs(60)).expect("the run reaches its first step");
+    rx.recv_timeout(Duration::from_secs(120)).unwrap_or_else(|_| panic!("the run reaches {needle:?}"));
     child
+}
+
+/// A long run, waited for until its first step's checks are done.
+fn start_long_run(d: &common::Dirs) -> std::process::Child {
+    start_run_until(d, &["--seed", "11", "--steps", "200", "--profile", "smoke"], "checks ok")
 }
 
 #[test]
@@ -355,27 +362,7 @@ fn kill_9_at_several_points_then_reap_leaves_nothing() {
     let (seed, _) = seed_where(|ops| ops.iter().position(|op| matches!(op, Op::SiteOutage { mode: shakedown::faults::OutageMode::Isolate, .. })).filter(|&i| i < 4).map(|i| i + 1));
     for point in ["stack up", "[ 1/", "site-outage"] {
         let d = dirs();
-        let mut child = common::bin()
-            .args(["run", "--seed", &seed.to_string(), "--steps", "30"])
-            .arg("--runs-dir")
-            .arg(&d.runs)
-            .arg("--seeds-dir")
-            .arg(&d.seeds)
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let needle = point.to_string();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains(&needle) {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        rx.recv_timeout(Duration::from_secs(120)).unwrap_or_else(|_| panic!("the run reaches {point:?}"));
+        let mut child = start_run_until(&d, &["--seed", &seed.to_string(), "--steps", "30"], point);
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
         child.wait().unwrap();
         assert!(!leftovers(&d.runs).is_empty(), "killed at {point:?}: the stack outlives shakedown");

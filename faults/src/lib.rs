@@ -18,3 +18,12 @@ pub use generate::{generate, next_op_strategy, Plan, Weights};
 pub use model::{Answers, BackupId, DiskState, Member, MemberId, MemberState, Model, OutageMode, SiteId, Version};
 pub use op::{Op, OpKind, PreconditionError, MAX_BACKUPS};
 pub use profile::{Profile, ProfileError};
+
+/// Finds the entry of a registry named `s`; the error lists every known name.
+/// (Op kinds, invariants and planted bugs are all parsed this way.)
+pub fn parse_name<T: Copy>(s: &str, all: &[T], name: fn(T) -> &'static str, what: &str) -> Result<T, String> {
+    all.iter().copied().find(|&t| name(t) == s).ok_or_else(|| {
+        let known: Vec<&str> = all.iter().map(|&t| name(t)).collect();
+        format!("unknown {what} {s:?}; known: {}", known.join(", "))
+    })
+}

@@ -109,10 +109,7 @@ impl fmt::Display for OpKind {
 impl FromStr for OpKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        OpKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
-            let known: Vec<_> = OpKind::ALL.iter().map(|k| k.name()).collect();
-            format!("unknown op {s:?}; known ops: {}", known.join(", "))
-        })
+        crate::parse_name(s, &OpKind::ALL, OpKind::name, "op")
     }
 }
 

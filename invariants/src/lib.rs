@@ -91,10 +91,7 @@ impl fmt::Display for InvariantId {
 impl FromStr for InvariantId {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        InvariantId::ALL.into_iter().find(|i| i.name() == s).ok_or_else(|| {
-            let known: Vec<_> = InvariantId::ALL.iter().map(|i| i.name()).collect();
-            format!("unknown invariant {s:?}; known invariants: {}", known.join(", "))
-        })
+        shakedown_faults::parse_name(s, &InvariantId::ALL, InvariantId::name, "invariant")
     }
 }
 

@@ -117,10 +117,7 @@ impl fmt::Display for PlantedBug {
 impl FromStr for PlantedBug {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        PlantedBug::ALL.into_iter().find(|b| b.name() == s).ok_or_else(|| {
-            let known: Vec<_> = PlantedBug::ALL.iter().map(|b| b.name()).collect();
-            format!("unknown planted bug {s:?}; known: {}", known.join(", "))
-        })
+        shakedown_faults::parse_name(s, &PlantedBug::ALL, PlantedBug::name, "planted bug")
     }
 }
 
