@@ -360,7 +360,7 @@ fn kill_9_at_several_points_then_reap_leaves_nothing() {
     let _l = lock();
     // A plan with an isolation early, so the run has an nftables table to leave behind.
     let (seed, _) = seed_where(|ops| ops.iter().position(|op| matches!(op, Op::SiteOutage { mode: shakedown::faults::OutageMode::Isolate, .. })).filter(|&i| i < 4).map(|i| i + 1));
-    for point in ["stack up", "[ 1/", "site-outage"] {
+    for point in ["stack up", "[ 1/", "site-outage(site"] {
         let d = dirs();
         let mut child = start_run_until(&d, &["--seed", &seed.to_string(), "--steps", "30"], point);
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
