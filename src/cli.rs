@@ -51,13 +51,16 @@ pub enum Command {
     },
     /// Generate a plan from a seed and run it against a target.
     Run {
+        /// The stack under test: `local` is the built-in real testbed on this machine.
         #[arg(long, value_enum, default_value_t = TargetKind::Local)]
         target: TargetKind,
         /// The seed (drawn and printed when omitted).
         #[arg(long)]
         seed: Option<u64>,
+        /// Override the profile's plan length.
         #[arg(long)]
         steps: Option<usize>,
+        /// A shipped profile name (see `shakedown profiles`) or a profile .toml file.
         #[arg(long, default_value = "default")]
         profile: String,
         #[command(flatten)]
@@ -77,7 +80,7 @@ pub enum Command {
         #[command(subcommand)]
         action: TestbedAction,
     },
-    /// Remove what killed runs left behind (processes, mounts, loop devices) under the runs directory.
+    /// Remove what killed runs left behind (processes, mounts, loop devices, nftables tables) under the runs directory.
     Reap {
         #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
         runs_dir: PathBuf,
@@ -92,6 +95,7 @@ pub enum TestbedAction {
     Up {
         #[command(flatten)]
         opts: RunOpts,
+        /// The profile whose members, sites and versions the stack has.
         #[arg(long, default_value = "default")]
         profile: String,
     },
@@ -127,7 +131,8 @@ pub struct RunOpts {
     #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
     runs_dir: PathBuf,
     /// Switch on a planted bug in the local target: upgrade-no-wait, replace-keeps-old-member,
-    /// endpoint-no-health-check, ack-before-write.
+    /// endpoint-no-health-check, ack-before-write, recover-leaves-rule,
+    /// reattach-on-shutdown-disk, restore-partial (see the README).
     #[arg(long, value_parser = parse_bug)]
     testbed_bug: Option<PlantedBug>,
     /// An etcd binary for a version, e.g. --etcd 3.5=/opt/etcd-3.5/etcd (repeatable).
