@@ -16,6 +16,11 @@ pub use observation::{Durability, Inventory, ListedMember, Marks, MemberStatus, 
 /// The shortest quorum loss during a step that counts as a violation (milliseconds).
 pub const MIN_LOSS_WINDOW_MS: u64 = 25;
 
+/// How far (in revisions) a reachable member's store may trail the most advanced member's
+/// before `consistency` calls it stalled. Followers trail by a few revisions under load; a store
+/// that stopped applying falls further behind with every write.
+pub const MAX_REVISION_LAG: i64 = 1000;
+
 /// The registered invariants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -32,7 +37,8 @@ pub enum InvariantId {
     /// Exactly one leader among reachable members; members serving ≥ quorum whenever the model
     /// says quorum holds, at the end of a step and at every instant during it.
     Quorum,
-    /// Members agree on the KV hash at a common revision.
+    /// Members agree on the KV hash at a common revision, and no member's store falls more than
+    /// [`MAX_REVISION_LAG`] revisions behind the most advanced one.
     Consistency,
     /// A linearizable read through the endpoint succeeds within the deadline whenever the model
     /// says the service is up.
@@ -268,6 +274,16 @@ fn membership(model: &Model, obs: &Observation) -> Verdict {
 }
 
 fn consistency(obs: &Observation) -> Verdict {
+    let reachable = obs.members.iter().filter(|m| m.reachable && m.revision > 0);
+    if let Some(newest) = reachable.clone().map(|m| m.revision).max() {
+        let stalled: Vec<String> = reachable
+            .filter(|m| newest - m.revision > MAX_REVISION_LAG)
+            .map(|m| format!("{} at revision {} ({} behind)", m.name, m.revision, newest - m.revision))
+            .collect();
+        if !stalled.is_empty() {
+            return Verdict::Fail(format!("store(s) trailing the newest revision {newest} by more than {MAX_REVISION_LAG}: {}", stalled.join(", ")));
+        }
+    }
     let mut by_rev: BTreeMap<i64, BTreeMap<u32, Vec<&str>>> = BTreeMap::new();
     for m in &obs.members {
         if let Some((rev, hash)) = m.hash {

@@ -180,6 +180,18 @@ fn consistency_fails_when_hashes_differ_at_the_same_revision() {
 }
 
 #[test]
+fn consistency_fails_when_a_store_trails_far_behind() {
+    let mut o = healthy();
+    o.members[0].revision = 5000;
+    o.members[1].revision = 4990;
+    o.members[2].revision = 3000;
+    let v = verdict(InvariantId::Consistency, &model(), &o);
+    assert!(matches!(&v, Verdict::Fail(m) if m.contains("m2 at revision 3000 (2000 behind)")), "{v:?}");
+    o.members[2].revision = 4500;
+    assert!(verdict(InvariantId::Consistency, &model(), &o).is_pass(), "a follower a little behind is normal");
+}
+
+#[test]
 fn reachability_fails_on_any_failed_probe_when_the_service_should_be_up() {
     let mut o = healthy();
     o.probes[1] = Probe { latency_ms: 2001, error: Some("linearizable read: no answer within 2000ms".into()) };
