@@ -23,11 +23,6 @@ impl EventLog {
         }
     }
 
-    /// A log that records nothing (plan-only commands, tests).
-    pub fn disabled() -> EventLog {
-        EventLog { out: None }
-    }
-
     /// Appends `{"ts_ms": …, "event": kind, …fields}` and flushes, so a crash loses nothing.
     pub fn emit(&mut self, kind: &str, fields: Value) {
         let Some(out) = self.out.as_mut() else { return };

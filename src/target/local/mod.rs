@@ -144,7 +144,6 @@ pub struct LocalTarget {
     pub testbed: Testbed,
     workload: Workload,
     bounds: LocalBounds,
-    probe_seq: u64,
     sampler: Option<Sampler>,
     /// Where backups and restores fall in the workload's acknowledged writes.
     marks: Marks,
@@ -165,7 +164,7 @@ impl LocalTarget {
             profile.workload.timeout,
             bug == Some(PlantedBug::AckBeforeWrite),
         );
-        Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), probe_seq: 0, sampler: None, marks: Marks::default(), restores: 0 })
+        Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), sampler: None, marks: Marks::default(), restores: 0 })
     }
 
     fn url_of(&self, id: MemberId) -> Result<String, LocalError> {
@@ -463,7 +462,6 @@ impl LocalTarget {
         let n = self.testbed.members.len().max(1);
         let endpoint = self.testbed.endpoint_url();
         let limit = self.bounds.probe;
-        self.probe_seq += 1;
         let key = format!("/shakedown/{}/probe", self.testbed.cfg.run_id);
         let futs = (0..n).map(|_| {
             let (endpoint, key) = (endpoint.clone(), key.clone());

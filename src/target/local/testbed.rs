@@ -344,14 +344,6 @@ impl Testbed {
         Ok(())
     }
 
-    /// Whether member `id` has a live (possibly stopped) process.
-    pub fn is_running(&mut self, id: MemberId) -> bool {
-        match self.members.get_mut(&id).and_then(|m| m.child.as_mut()) {
-            Some(c) => matches!(c.try_wait(), Ok(None)),
-            None => false,
-        }
-    }
-
     fn haproxy_config(&self) -> String {
         let check = if self.cfg.bug == Some(PlantedBug::EndpointNoHealthCheck) { "" } else { " check" };
         let mut cfg = format!(
