@@ -11,7 +11,7 @@ use shakedown::events::EventLog;
 use shakedown::exit::{Exit, Fatal};
 use shakedown::faults::{generate, Plan, Profile, Version};
 use shakedown::profiles;
-use shakedown::record::{now_rfc3339, Failure, FailureKind, SeedRecord, FORMAT};
+use shakedown::record::{now_rfc3339, Expect, Failure, FailureKind, SeedRecord, FORMAT};
 use shakedown::run::{self, Outcome};
 use shakedown::target::local::{reap, DiskMode, LocalTarget, PlantedBug, Testbed, TestbedConfig};
 use shakedown::target::{Target, TargetError};
@@ -67,7 +67,10 @@ pub enum Command {
         opts: RunOpts,
     },
     /// Re-execute the op list of a seed record exactly, and report whether it fails the same way.
+    /// Given a directory, replay every record in it against its `expect` ("fail": the failure
+    /// still reproduces; "pass": the plan passes) and exit 1 on any mismatch.
     Replay {
+        /// A seed record, or a directory of them (a regression corpus).
         file: PathBuf,
         /// Replay N times and report the reproduction rate.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -195,7 +198,8 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             let res = execute_local(&opts, &profile, &plan, opts.testbed_bug, json_logs).await?;
             report_run(&opts, res)
         }
-        Command::Replay { file, times, opts } => replay(&file, times, &opts, json_logs).await,
+        Command::Replay { file, times, opts } if file.is_dir() => replay_corpus(&file, times, &opts, json_logs).await,
+        Command::Replay { file, times, opts } => replay(&file, times, &opts, json_logs).await.map(|(exit, _)| exit),
         Command::Testbed { action } => testbed(action).await,
         Command::Reap { runs_dir } => {
             let n = reap_runs(&runs_dir)?;
@@ -391,6 +395,7 @@ fn record_of(r: &RunResult, failure: &Failure) -> SeedRecord {
         run_id: r.run_id.clone(),
         started: r.started.clone(),
         testbed_bug: r.bug,
+        expect: Expect::Fail,
         versions: r.versions.clone(),
         failure: failure.clone(),
         profile: r.profile.clone(),
@@ -428,8 +433,14 @@ fn report_run(opts: &RunOpts, r: RunResult) -> Result<Exit, Fatal> {
     }
 }
 
-async fn replay(file: &Path, times: u32, opts: &RunOpts, json_logs: bool) -> Result<Exit, Fatal> {
+/// Replays one record `times` times; returns the exit code of the outcome and how many runs
+/// reproduced the recorded failure (`None` when interrupted).
+async fn replay(file: &Path, times: u32, opts: &RunOpts, json_logs: bool) -> Result<(Exit, Option<u32>), Fatal> {
     let record = SeedRecord::load(file)?;
+    replay_record(file, &record, times, opts, json_logs).await
+}
+
+async fn replay_record(file: &Path, record: &SeedRecord, times: u32, opts: &RunOpts, json_logs: bool) -> Result<(Exit, Option<u32>), Fatal> {
     let bug = opts.testbed_bug.or(record.testbed_bug);
     let expected = &record.failure;
     println!("replaying {} · seed {} · {} ops · recorded: {}", file.display(), record.seed, record.plan.ops.len(), describe(expected));
@@ -440,7 +451,7 @@ async fn replay(file: &Path, times: u32, opts: &RunOpts, json_logs: bool) -> Res
         let verdict = match &r.outcome {
             Err(Interrupted) => {
                 println!("interrupted after {} of {times} replays", i - 1);
-                return Ok(Exit::Interrupted);
+                return Ok((Exit::Interrupted, None));
             }
             Ok(Outcome::Pass { .. }) => "did not reproduce: every invariant held".to_string(),
             Ok(Outcome::Failed(f)) => {
@@ -456,7 +467,32 @@ async fn replay(file: &Path, times: u32, opts: &RunOpts, json_logs: bool) -> Res
         println!("replay {i}/{times}: {verdict} (run directory {})", r.run_dir.display());
     }
     println!("reproduced {reproduced} of {times} ({:.0}%)", 100.0 * reproduced as f64 / times as f64);
-    Ok(exit)
+    Ok((exit, Some(reproduced)))
+}
+
+/// Replays every record of a corpus directory against its expectation. Every record is checked
+/// before anything runs.
+async fn replay_corpus(dir: &Path, times: u32, opts: &RunOpts, json_logs: bool) -> Result<Exit, Fatal> {
+    let records = SeedRecord::load_dir(dir)?;
+    let mut mismatched = Vec::new();
+    for (path, record) in &records {
+        let (exit, reproduced) = replay_record(path, record, times, opts, json_logs).await?;
+        let Some(reproduced) = reproduced else { return Ok(Exit::Interrupted) };
+        let as_expected = match record.expect {
+            Expect::Fail => reproduced > 0,
+            Expect::Pass => exit == Exit::Pass,
+        };
+        let expect = format!("{:?}", record.expect).to_lowercase();
+        println!("{}: expect {expect}: {}", path.display(), if as_expected { "as expected" } else { "MISMATCH" });
+        if !as_expected {
+            mismatched.push(path.display().to_string());
+        }
+    }
+    println!("corpus {}: {} records, {} as expected, {} mismatched", dir.display(), records.len(), records.len() - mismatched.len(), mismatched.len());
+    for m in &mismatched {
+        println!("mismatch: {m}");
+    }
+    Ok(if mismatched.is_empty() { Exit::Pass } else { Exit::Violation })
 }
 
 fn current_testbed(runs_dir: &Path) -> Result<PathBuf, Fatal> {

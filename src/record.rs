@@ -23,6 +23,17 @@ pub enum FailureKind {
     Liveness,
 }
 
+/// What replaying a record should show, for a regression corpus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Expect {
+    /// The failure still reproduces: kept to show that shakedown detects it.
+    #[default]
+    Fail,
+    /// The bug is fixed: the plan passes.
+    Pass,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Failure {
@@ -49,6 +60,9 @@ pub struct SeedRecord {
     pub started: String,
     /// The planted bug the run had switched on, if any.
     pub testbed_bug: Option<PlantedBug>,
+    /// What `shakedown replay DIR` expects of this record (edit to `"pass"` once fixed).
+    #[serde(default)]
+    pub expect: Expect,
     /// Component versions the failure was seen with.
     pub versions: BTreeMap<String, String>,
     pub failure: Failure,
@@ -76,6 +90,18 @@ impl SeedRecord {
         std::fs::write(&tmp, self.to_toml())?;
         std::fs::rename(&tmp, &path)?;
         Ok(path)
+    }
+
+    /// Every `*.toml` file of a corpus directory, sorted, each checked; the first file that is
+    /// not a valid seed record is an error naming it (nothing is replayed then).
+    pub fn load_dir(dir: &Path) -> Result<Vec<(PathBuf, SeedRecord)>, Fatal> {
+        let entries = std::fs::read_dir(dir).map_err(|e| Fatal::usage(format!("cannot read {}: {e}", dir.display())))?;
+        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "toml")).collect();
+        paths.sort();
+        if paths.is_empty() {
+            return Err(Fatal::usage(format!("{} holds no seed records (*.toml)", dir.display())));
+        }
+        paths.into_iter().map(|p| Self::load(&p).map(|r| (p, r))).collect()
     }
 
     /// Reads and checks a record: format version, shape, profile and plan preconditions.

@@ -78,6 +78,7 @@ fn good_record() -> String {
         run_id: "sd-test".into(),
         started: "2026-11-30T00:00:00Z".into(),
         testbed_bug: None,
+        expect: Default::default(),
         versions: Default::default(),
         failure: shakedown::record::Failure {
             kind: shakedown::record::FailureKind::Violation,
@@ -155,4 +156,23 @@ fn help_documents_the_exit_codes() {
     for line in ["0    every invariant held", "1    an invariant was violated", "2    usage error", "3    liveness failure", "4    environment", "130  interrupted"] {
         assert!(s.contains(line), "missing {line:?} in\n{s}");
     }
+}
+
+#[test]
+fn a_corpus_with_a_foreign_file_is_rejected_before_anything_runs() {
+    let d = dirs();
+    std::fs::create_dir_all(&d.seeds).unwrap();
+    std::fs::write(d.seeds.join("a-good.toml"), good_record()).unwrap();
+    std::fs::write(d.seeds.join("b-notes.toml"), "title = \"my notes\"\n").unwrap();
+    let out = run(&["replay", d.seeds.to_str().unwrap()], &d);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("b-notes.toml: not a shakedown seed record"), "{}", text(&out.stderr));
+    assert!(!d.runs.exists(), "nothing ran");
+}
+
+#[test]
+fn records_without_expect_default_to_fail() {
+    let text = good_record().replace("expect = \"fail\"\n", "");
+    assert!(!text.contains("expect ="));
+    assert_eq!(shakedown::record::SeedRecord::parse(&text).unwrap().expect, shakedown::record::Expect::Fail);
 }

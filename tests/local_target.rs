@@ -444,3 +444,43 @@ fn a_panic_tears_the_stack_down() {
     assert!(text(&out.stderr).contains("[2/5]"), "it ran two steps first: {}", text(&out.stderr));
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 }
+
+/// `replay DIR` replays a corpus against each record's expectation and exits 1 on a mismatch.
+#[test]
+fn corpus_replay_checks_each_records_expectation() {
+    use shakedown::record::{Expect, Failure, FailureKind, SeedRecord, FORMAT};
+    let _l = lock();
+    let d = dirs();
+    std::fs::create_dir_all(&d.seeds).unwrap();
+    let mut profile = shakedown::profiles::load("smoke").unwrap();
+    profile.steps = 2;
+    let plan = generate(3, &profile);
+    let record = |bug: Option<PlantedBug>, expect: Expect| SeedRecord {
+        format: FORMAT,
+        shakedown_version: "0.1.0".into(),
+        seed: 3,
+        target: "local".into(),
+        run_id: "sd-corpus".into(),
+        started: "2026-11-30T00:00:00Z".into(),
+        testbed_bug: bug,
+        expect,
+        versions: Default::default(),
+        failure: Failure { kind: FailureKind::Violation, step: 0, op: "bring-up".into(), invariant: Some(shakedown::invariants::InvariantId::Durability), message: "x".into(), at: "2026-11-30T00:00:01Z".into() },
+        profile: profile.clone(),
+        plan: plan.clone(),
+    };
+    // ack-before-write fails at the bring-up check (step 0) every time; without it the plan passes.
+    std::fs::write(d.seeds.join("a-detects.toml"), record(Some(PlantedBug::AckBeforeWrite), Expect::Fail).to_toml()).unwrap();
+    std::fs::write(d.seeds.join("b-fixed.toml"), record(None, Expect::Pass).to_toml()).unwrap();
+    let out = run(&["replay", d.seeds.to_str().unwrap()], &d);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("2 records, 2 as expected, 0 mismatched"), "{stdout}");
+    // A record still expected to fail whose bug is gone is a mismatch.
+    std::fs::write(d.seeds.join("b-fixed.toml"), record(None, Expect::Fail).to_toml()).unwrap();
+    let out = run(&["replay", d.seeds.to_str().unwrap()], &d);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("1 mismatched") && stdout.contains("mismatch: ") && stdout.contains("b-fixed.toml"), "{stdout}");
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}
