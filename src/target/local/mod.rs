@@ -224,6 +224,43 @@ impl LocalTarget {
         }
     }
 
+    /// Announces member `id` (which the testbed has, not started) to etcd — as a learner when
+    /// asked — then starts it with the cluster as etcd reports it. Returns its etcd member id.
+    async fn announce_and_start(&mut self, id: MemberId, learner: bool) -> Result<u64, LocalError> {
+        let name = id.to_string();
+        let peer = self.testbed.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?.peer_url();
+        let options = learner.then(|| etcd_client::MemberAddOptions::new().with_is_learner());
+        let added = self
+            .reconfigure("member add", |mut c| {
+                let (peer, options) = (peer.clone(), options.clone());
+                async move { c.member_add([peer.as_str()], options).await }
+            })
+            .await
+            .map_err(|e| LocalError::Stack(format!("adding {id}: {e}")))?;
+        let etcd_id = added.member().map(|m| m.id()).unwrap_or(0);
+        // The new member has no name in etcd's list until it starts: it is `name`.
+        let cluster: Vec<String> = added
+            .member_list()
+            .iter()
+            .map(|m| {
+                let n = if m.id() == etcd_id { name.as_str() } else { m.name() };
+                format!("{n}={}", m.peer_urls().first().cloned().unwrap_or_default())
+            })
+            .collect();
+        self.testbed.spawn_member(id, &cluster.join(","), "existing")?;
+        Ok(etcd_id)
+    }
+
+    /// Waits until member `id` sees a leader and caught up with the others (bounded by the op
+    /// bound), and tells the sampler it serves.
+    async fn wait_caught_up(&self, id: MemberId, what: &str) -> Result<(), LocalError> {
+        let url = self.url_of(id)?;
+        let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
+        etcd::wait_caught_up(&url, &others, self.bounds.op).await.map_err(|e| LocalError::Stack(format!("{what} {id}: {e}")))?;
+        self.confirm_serving(&url);
+        Ok(())
+    }
+
     /// etcd's member id of the member named `name`.
     async fn etcd_id(&self, name: &str) -> Result<Option<u64>, LocalError> {
         let mut c = self.cluster_client().await?;
@@ -257,15 +294,11 @@ impl LocalTarget {
             self.move_leader_off(id).await;
             self.testbed.stop(id, Duration::from_secs(10)).await?;
             self.testbed.members.get_mut(&id).expect("listed above").version = to;
-            let cluster = self.testbed.initial_cluster(None);
+            let cluster = self.testbed.initial_cluster();
             self.testbed.spawn_member(id, &cluster, "existing")?;
-            if self.testbed.cfg.bug == Some(PlantedBug::UpgradeNoWait) {
-                continue;
+            if !self.bug(PlantedBug::UpgradeNoWait) {
+                self.wait_caught_up(id, "upgraded").await?;
             }
-            let url = self.url_of(id)?;
-            let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
-            etcd::wait_caught_up(&url, &others, self.bounds.op).await.map_err(|e| LocalError::Stack(format!("upgraded {id}: {e}")))?;
-            self.confirm_serving(&url);
         }
         Ok(())
     }
@@ -273,37 +306,17 @@ impl LocalTarget {
     async fn rolling_replace(&mut self, before: &Model, after: &Model) -> Result<(), LocalError> {
         for (old, new) in before.replacements() {
             let spec = after.member(new).map_err(|e| LocalError::Stack(e.to_string()))?.clone();
-            let (name, peer) = {
-                let m = self.testbed.add_member(new, spec.site, spec.version)?;
-                if let Some(s) = &self.sampler {
-                    s.watch(&m.client_url());
-                }
-                (m.name(), m.peer_url())
-            };
-            // Announce the new member, then start it with the cluster as etcd reports it.
-            let added = match self.reconfigure("member add", |mut c| { let peer = peer.clone(); async move { c.member_add([peer.as_str()], None).await } }).await {
-                Ok(a) => a,
-                Err(e) => {
-                    self.testbed.remove_member(new).ok();
-                    return Err(LocalError::Stack(format!("adding {new}: {e}")));
-                }
-            };
-            let new_etcd_id = added.member().map(|m| m.id()).unwrap_or(0);
-            let cluster: Vec<String> = added
-                .member_list()
-                .iter()
-                .map(|m| {
-                    let n = if m.id() == new_etcd_id { name.clone() } else { m.name().to_string() };
-                    format!("{n}={}", m.peer_urls().first().cloned().unwrap_or_default())
-                })
-                .collect();
-            self.testbed.spawn_member(new, &cluster.join(","), "existing")?;
-            let url = self.url_of(new)?;
-            let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
-            etcd::wait_caught_up(&url, &others, self.bounds.op).await.map_err(|e| LocalError::Stack(format!("new member {new}: {e}")))?;
-            self.confirm_serving(&url);
+            let url = self.testbed.add_member(new, spec.site, spec.version)?.client_url();
+            if let Some(s) = &self.sampler {
+                s.watch(&url);
+            }
+            if let Err(e) = self.announce_and_start(new, false).await {
+                self.testbed.remove_member(new).ok();
+                return Err(e);
+            }
+            self.wait_caught_up(new, "new member").await?;
             self.move_leader_off(old).await;
-            if self.testbed.cfg.bug != Some(PlantedBug::ReplaceKeepsOldMember) {
+            if !self.bug(PlantedBug::ReplaceKeepsOldMember) {
                 let old_id = self.etcd_id(&old.to_string()).await?.ok_or_else(|| LocalError::Stack(format!("{old} is not in the member list")))?;
                 self.reconfigure("member remove", |mut c| async move { c.member_remove(old_id).await })
                     .await
@@ -336,7 +349,7 @@ impl LocalTarget {
             Some(OutageMode::Isolate) => nft::recover(&self.testbed.nft_table(), &site.to_string(), self.bug(PlantedBug::RecoverLeavesRule)),
             Some(OutageMode::PowerLoss) => {
                 let ids: Vec<MemberId> = self.testbed.members.values().filter(|m| m.site == site).map(|m| m.id).collect();
-                let cluster = self.testbed.initial_cluster(None);
+                let cluster = self.testbed.initial_cluster();
                 ids.into_iter().try_for_each(|id| self.testbed.spawn_member(id, &cluster, "existing"))
             }
             None => Err(LocalError::Stack(format!("{site} is not out"))),
@@ -350,7 +363,7 @@ impl LocalTarget {
     async fn disk_reattach(&mut self, id: MemberId) -> Result<(), LocalError> {
         // The member usually died on EIO; if it did not, it is stopped now.
         self.testbed.kill(id)?;
-        let cluster = self.testbed.initial_cluster(None);
+        let cluster = self.testbed.initial_cluster();
         if self.bug(PlantedBug::ReattachOnShutdownDisk) {
             return self.testbed.spawn_member(id, &cluster, "existing");
         }
@@ -366,32 +379,13 @@ impl LocalTarget {
             self.reconfigure("member remove", |mut c| async move { c.member_remove(etcd_id).await }).await.map_err(|e| LocalError::Stack(format!("removing {id}: {e}")))?;
         }
         // Re-added as a learner, promoted once it has caught up: a learner does not count
-        // towards quorum while it syncs (and etcd does not hold it back for 5 s as it does a
-        // voting member added right after a removal).
-        let peer = self.testbed.members[&id].peer_url();
-        let added = self
-            .reconfigure("member add (learner)", |mut c| {
-                let peer = peer.clone();
-                async move { c.member_add([peer.as_str()], Some(etcd_client::MemberAddOptions::new().with_is_learner())).await }
-            })
-            .await
-            .map_err(|e| LocalError::Stack(format!("re-adding {id}: {e}")))?;
-        let new_etcd_id = added.member().map(|m| m.id()).unwrap_or(0);
-        let cluster: Vec<String> = added
-            .member_list()
-            .iter()
-            .map(|m| format!("{}={}", if m.id() == new_etcd_id { name.clone() } else { m.name().to_string() }, m.peer_urls().first().cloned().unwrap_or_default()))
-            .collect();
-        self.testbed.spawn_member(id, &cluster.join(","), "existing")?;
+        // towards quorum while it syncs.
+        let etcd_id = self.announce_and_start(id, true).await?;
         // etcd refuses the promotion until the learner is in sync: retried within the op bound.
-        self.reconfigure("member promote", |mut c| async move { c.member_promote(new_etcd_id).await })
+        self.reconfigure("member promote", |mut c| async move { c.member_promote(etcd_id).await })
             .await
             .map_err(|e| LocalError::Stack(format!("promoting {id}: {e}")))?;
-        let url = self.url_of(id)?;
-        let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
-        etcd::wait_caught_up(&url, &others, self.bounds.op).await.map_err(|e| LocalError::Stack(format!("re-added {id}: {e}")))?;
-        self.confirm_serving(&url);
-        Ok(())
+        self.wait_caught_up(id, "re-added").await
     }
 
     fn backup_path(&self, b: BackupId) -> std::path::PathBuf {
@@ -436,7 +430,7 @@ impl LocalTarget {
         ids.iter().try_for_each(|&id| self.testbed.kill(id))?;
         self.restores += 1;
         let token = format!("{}-r{}", self.testbed.cfg.run_id, self.restores);
-        let cluster = self.testbed.initial_cluster(None);
+        let cluster = self.testbed.initial_cluster();
         let restored: Vec<MemberId> = if self.bug(PlantedBug::RestorePartial) { ids[..ids.len() - 1].to_vec() } else { ids.clone() };
         for &id in &restored {
             self.testbed.replace_disk(id)?;
@@ -734,7 +728,7 @@ impl Target for LocalTarget {
             match *op {
                 Op::Crash { member } => self.testbed.kill(member),
                 Op::Restart { member } => {
-                    let cluster = self.testbed.initial_cluster(None);
+                    let cluster = self.testbed.initial_cluster();
                     self.testbed.spawn_member(member, &cluster, "existing")
                 }
                 Op::Pause { member } => self.testbed.signal(member, libc::SIGSTOP),

@@ -186,7 +186,7 @@ impl Testbed {
         if let Some(e) = first_err {
             return Err(e);
         }
-        let cluster = self.initial_cluster(None);
+        let cluster = self.initial_cluster();
         let ids: Vec<MemberId> = self.members.keys().copied().collect();
         // One after the other, each once its peer port answers HTTP: a new member first asks its
         // peers whether it is already bootstrapped, and a peer whose port is open but not yet
@@ -207,13 +207,9 @@ impl Testbed {
         Ok(())
     }
 
-    /// `name=peer-url,…` for the members the testbed runs, plus an extra one.
-    pub fn initial_cluster(&self, extra: Option<(&str, &str)>) -> String {
-        let mut parts: Vec<String> = self.members.values().map(|m| format!("{}={}", m.name(), m.peer_url())).collect();
-        if let Some((n, u)) = extra {
-            parts.push(format!("{n}={u}"));
-        }
-        parts.join(",")
+    /// `name=peer-url,…` for the members the testbed runs.
+    pub fn initial_cluster(&self) -> String {
+        self.members.values().map(|m| format!("{}={}", m.name(), m.peer_url())).collect::<Vec<_>>().join(",")
     }
 
     /// Adds a member process record with a fresh disk (not started).
