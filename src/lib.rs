@@ -10,6 +10,7 @@ pub mod events;
 pub mod exit;
 pub mod profiles;
 pub mod record;
+pub mod report;
 pub mod run;
 pub mod target;
 

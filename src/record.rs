@@ -58,6 +58,9 @@ pub struct SeedRecord {
     pub run_id: String,
     /// When the run started (RFC 3339, UTC).
     pub started: String,
+    /// Wall time of the recorded run, bring-up to detection (tells `shrink` what a candidate costs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
     /// The planted bug the run had switched on, if any.
     pub testbed_bug: Option<PlantedBug>,
     /// What `shakedown replay DIR` expects of this record (edit to `"pass"` once fixed).
@@ -68,6 +71,26 @@ pub struct SeedRecord {
     pub failure: Failure,
     pub profile: Profile,
     pub plan: Plan,
+    /// The smallest plan `shakedown shrink` found that fails the same way; `replay` runs it
+    /// unless told `--original`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shrunk: Option<Shrunk>,
+}
+
+/// The result of shrinking a record's plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Shrunk {
+    /// Candidate executions it took.
+    pub runs: u32,
+    /// True when the plan is 1-minimal (removing any one op made the failure go away); false
+    /// when the budget ran out or the shrink was interrupted first.
+    pub complete: bool,
+    /// When it finished (RFC 3339, UTC).
+    pub at: String,
+    /// How the shrunk plan failed.
+    pub failure: Failure,
+    pub ops: Vec<shakedown_faults::Op>,
 }
 
 impl SeedRecord {
@@ -86,9 +109,7 @@ impl SeedRecord {
     pub fn write(&self, dir: &Path) -> std::io::Result<PathBuf> {
         std::fs::create_dir_all(dir)?;
         let path = self.path_in(dir);
-        let tmp = path.with_extension("toml.tmp");
-        std::fs::write(&tmp, self.to_toml())?;
-        std::fs::rename(&tmp, &path)?;
+        self.rewrite(&path)?;
         Ok(path)
     }
 
@@ -102,6 +123,23 @@ impl SeedRecord {
             return Err(Fatal::usage(format!("{} holds no seed records (*.toml)", dir.display())));
         }
         paths.into_iter().map(|p| Self::load(&p).map(|r| (p, r))).collect()
+    }
+
+    /// The plan and the failure `replay` reproduces: the shrunk ones when present, unless
+    /// `original`.
+    pub fn to_replay(&self, original: bool) -> (Plan, &Failure) {
+        match &self.shrunk {
+            Some(s) if !original => (Plan { ops: s.ops.clone(), ..self.plan.clone() }, &s.failure),
+            _ => (self.plan.clone(), &self.failure),
+        }
+    }
+
+    /// Replaces the record at `path` atomically (temp file + rename): an interrupted write
+    /// leaves the old record intact.
+    pub fn rewrite(&self, path: &Path) -> std::io::Result<()> {
+        let tmp = path.with_extension("toml.tmp");
+        std::fs::write(&tmp, self.to_toml())?;
+        std::fs::rename(&tmp, path)
     }
 
     /// Reads and checks a record: format version, shape, profile and plan preconditions.
@@ -127,6 +165,10 @@ impl SeedRecord {
         crate::profiles::invariants(&record.profile).map_err(|e| e.to_string())?;
         if let Err((i, e)) = record.plan.validate(record.profile.initial_model()) {
             return Err(format!("the recorded plan is not valid: step {} ({}) breaks its precondition: {e}", i + 1, record.plan.ops[i]));
+        }
+        let (shrunk, _) = record.to_replay(false);
+        if let Err((i, e)) = shrunk.validate(record.profile.initial_model()) {
+            return Err(format!("the shrunk plan is not valid: step {} ({}) breaks its precondition: {e}", i + 1, shrunk.ops[i]));
         }
         Ok(record)
     }

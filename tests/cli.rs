@@ -90,6 +90,8 @@ fn good_record() -> String {
         },
         profile,
         plan,
+        duration_ms: None,
+        shrunk: None,
     };
     rec.to_toml()
 }

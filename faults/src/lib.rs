@@ -4,6 +4,7 @@
 //! - [`model`]: the expected state of the stack (sites, members, versions, who is down).
 //! - [`op`]: the catalogue of ops, each with a precondition and an effect on the model.
 //! - [`profile`]: named tiers (plan length, op weights, bounds), loaded from TOML.
+//! - [`shrink`]: delta debugging over a failing op list, proposing only valid plans.
 //! - [`generate`]: plans from (seed, profile) with proptest strategies over ChaCha,
 //!   as a reference state machine: the next op is drawn from the current model.
 //!
@@ -13,11 +14,13 @@ pub mod generate;
 pub mod model;
 pub mod op;
 pub mod profile;
+pub mod shrink;
 
 pub use generate::{generate, next_op_strategy, Plan, Weights};
 pub use model::{Answers, BackupId, DiskState, Member, MemberId, MemberState, Model, OutageMode, SiteId, Version};
 pub use op::{Op, OpKind, PreconditionError, MAX_BACKUPS};
 pub use profile::{Profile, ProfileError};
+pub use shrink::{repair, Shrinker};
 
 /// Finds the entry of a registry named `s`; the error lists every known name.
 /// (Op kinds, invariants and planted bugs are all parsed this way.)

@@ -47,6 +47,9 @@ pub trait Target {
     /// Observes what the listed invariants need, including the samples of the current step.
     async fn observe(&mut self, model: &Model, invariants: &[InvariantId]) -> Observation;
 
+    /// Component logs (name, path) whose last lines go into the forensics of a failed run.
+    fn log_files(&self) -> Vec<(String, std::path::PathBuf)>;
+
     /// One-line workload statistics for progress output and the event log.
     fn workload_stats(&self) -> serde_json::Value;
 

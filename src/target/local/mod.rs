@@ -156,6 +156,7 @@ impl LocalTarget {
     pub async fn start(cfg: TestbedConfig, profile: &Profile, model: &Model, bring_up_limit: Duration) -> Result<LocalTarget, LocalError> {
         let bug = cfg.bug;
         let prefix = format!("/shakedown/{}/w/", cfg.run_id);
+        let samples = cfg.run_dir.join("workload.csv");
         let testbed = Testbed::up(cfg, model, bring_up_limit).await?;
         let workload = Workload::start(
             testbed.endpoint_url(),
@@ -163,6 +164,7 @@ impl LocalTarget {
             profile.workload.interval,
             profile.workload.timeout,
             bug == Some(PlantedBug::AckBeforeWrite),
+            Some(&samples),
         );
         Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), sampler: None, marks: Marks::default(), restores: 0 })
     }
@@ -836,6 +838,14 @@ impl Target for LocalTarget {
             obs.inventory = Some(reap::inventory(&self.testbed.cfg.run_dir, &self.testbed.nft_table(), self.testbed.cfg.disks == DiskMode::Loop));
         }
         obs
+    }
+
+    fn log_files(&self) -> Vec<(String, std::path::PathBuf)> {
+        let Ok(rd) = std::fs::read_dir(self.testbed.cfg.run_dir.join("logs")) else { return vec![] };
+        let mut logs: Vec<(String, std::path::PathBuf)> =
+            rd.flatten().filter_map(|e| e.file_name().to_str().and_then(|f| f.strip_suffix(".log")).map(|n| (n.to_string(), e.path()))).collect();
+        logs.sort();
+        logs
     }
 
     fn workload_stats(&self) -> serde_json::Value {

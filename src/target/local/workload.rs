@@ -1,6 +1,9 @@
 //! The workload: a client that keeps writing unique keys through the endpoint for the whole run
 //! and records which writes etcd acknowledged.
 
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,7 +41,21 @@ impl Workload {
     /// Starts writing `<prefix><seq>` keys to `endpoint` every `interval`.
     /// With `ack_before_write` (a planted bug) a write counts as acknowledged when it is queued,
     /// 100 ms before it is sent to etcd.
-    pub fn start(endpoint: String, prefix: String, interval: Duration, write_timeout: Duration, ack_before_write: bool) -> Workload {
+    ///
+    /// Every write's outcome is appended to `samples` (CSV: unix ms at the start of the write,
+    /// latency µs, 1 = acknowledged / 0 = failed), streamed so memory stays flat.
+    pub fn start(endpoint: String, prefix: String, interval: Duration, write_timeout: Duration, ack_before_write: bool, samples: Option<&Path>) -> Workload {
+        let mut sink = samples.and_then(|p| match File::create(p) {
+            Ok(f) => {
+                let mut w = BufWriter::new(f);
+                let _ = w.write_all(b"unix_ms,latency_us,ok\n");
+                Some(w)
+            }
+            Err(e) => {
+                tracing::warn!("cannot write workload samples to {}: {e}; going on without them", p.display());
+                None
+            }
+        });
         let acked = Arc::new(Mutex::new(Vec::new()));
         let stats = Arc::new(Stats::default());
         let (stop, mut stopped) = watch::channel(false);
@@ -48,6 +65,11 @@ impl Workload {
             for seq in 0u64.. {
                 if *stopped.borrow() {
                     break;
+                }
+                if seq % 200 == 0 {
+                    if let Some(w) = sink.as_mut() {
+                        let _ = w.flush();
+                    }
                 }
                 let key = format!("{p}{seq:010}");
                 let value = format!("v{seq}");
@@ -73,7 +95,11 @@ impl Workload {
                     tokio::select! { _ = tokio::time::sleep(interval) => {}, _ = stopped.changed() => {} }
                     continue;
                 }
+                let (at, t) = (unix_ms(), std::time::Instant::now());
                 let res = bounded("put", write_timeout, c.put(key.as_str(), value.as_str(), None)).await;
+                if let Some(w) = sink.as_mut() {
+                    let _ = writeln!(w, "{at},{},{}", t.elapsed().as_micros(), u8::from(res.is_ok()));
+                }
                 match res {
                     Ok(_) => {
                         a.lock().expect("acked lock").push((key, value));
@@ -87,6 +113,9 @@ impl Workload {
                     }
                 }
                 tokio::select! { _ = tokio::time::sleep(interval) => {}, _ = stopped.changed() => {} }
+            }
+            if let Some(w) = sink.as_mut() {
+                let _ = w.flush();
             }
         });
         Workload { prefix, acked, stats, stop, task: Some(task) }
@@ -128,4 +157,8 @@ impl Drop for Workload {
             t.abort();
         }
     }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }

@@ -1,0 +1,388 @@
+//! One execution of a plan on a fresh local stack, and what it leaves behind on purpose: the run
+//! directory (plan, profile, event log, workload samples, member logs), the reports (JUnit XML,
+//! HTML), forensics and a seed record when it fails. Used by run, replay, shrink and soak.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::json;
+use shakedown::binaries::{self, BinaryOverrides};
+use shakedown::events::EventLog;
+use shakedown::exit::{Exit, Fatal};
+use shakedown::faults::{Plan, Profile};
+use shakedown::profiles;
+use shakedown::record::{now_rfc3339, Expect, Failure, FailureKind, SeedRecord, FORMAT};
+use shakedown::report::{self, Case, CaseOutcome};
+use shakedown::run::{self, Outcome};
+use shakedown::target::local::{DiskMode, LocalTarget, PlantedBug, TestbedConfig};
+use shakedown::target::{Target, TargetError};
+use tokio::sync::watch;
+
+use super::{DiskArg, RunOpts};
+
+/// Ctrl-C / SIGTERM, counted. The first asks the run to stop before its next step (the current
+/// step finishes and is checked, then the stack is torn down); the second stops at once (the
+/// stack is still torn down).
+#[derive(Clone)]
+pub struct Interrupt {
+    rx: watch::Receiver<u32>,
+}
+
+impl Interrupt {
+    /// Starts listening for SIGINT and SIGTERM. `quiet` keeps the notice off stderr (JSON logs).
+    pub fn install(json_logs: bool) -> Interrupt {
+        let (tx, rx) = watch::channel(0u32);
+        tokio::spawn(async move {
+            loop {
+                shutdown_signal().await;
+                tx.send_modify(|n| *n += 1);
+                let msg = if *tx.borrow() == 1 {
+                    "stopping after the current step (Ctrl-C again to stop at once; the stack is torn down either way)"
+                } else {
+                    "stopping now: tearing the stack down"
+                };
+                progress_line(json_logs, msg);
+            }
+        });
+        Interrupt { rx }
+    }
+
+    /// This interrupt, plus one soft stop request at `deadline` (a soak's time being up).
+    pub fn until(&self, deadline: tokio::time::Instant) -> Interrupt {
+        let (tx, rx) = watch::channel(*self.rx.borrow());
+        let mut src = self.rx.clone();
+        tokio::spawn(async move {
+            let mut due = true;
+            loop {
+                tokio::select! {
+                    changed = src.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                        let n = *src.borrow();
+                        tx.send_modify(|c| *c = (*c).max(n));
+                    }
+                    _ = tokio::time::sleep_until(deadline), if due => {
+                        due = false;
+                        tx.send_modify(|c| *c = (*c).max(1));
+                    }
+                    _ = tx.closed() => break,
+                }
+            }
+        });
+        Interrupt { rx }
+    }
+
+    pub fn requested(&self) -> bool {
+        *self.rx.borrow() > 0
+    }
+
+    pub fn receiver(&self) -> watch::Receiver<u32> {
+        self.rx.clone()
+    }
+
+    /// Resolves when `n` signals have arrived.
+    pub async fn count(&self, n: u32) {
+        let mut rx = self.rx.clone();
+        let _ = rx.wait_for(|c| *c >= n).await;
+        if *rx.borrow() < n {
+            // The listener is gone (runtime shutting down): never resolve.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let term = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+pub fn progress_line(json_logs: bool, text: &str) {
+    if json_logs {
+        tracing::info!(progress = text);
+    } else {
+        eprintln!("{text}");
+    }
+}
+
+/// What one execution produced.
+pub struct RunResult {
+    /// `Err` when interrupted before the run could start or stop cleanly at a step.
+    pub outcome: Result<Outcome, Interrupted>,
+    pub run_id: String,
+    pub run_dir: PathBuf,
+    pub started: String,
+    pub elapsed: Duration,
+    pub versions: BTreeMap<String, String>,
+    pub profile: Profile,
+    pub plan: Plan,
+    pub bug: Option<PlantedBug>,
+    /// The seed record written for a failure.
+    pub record: Option<PathBuf>,
+}
+
+#[derive(Debug)]
+pub struct Interrupted;
+
+/// How to execute and what to keep.
+pub struct Exec<'a> {
+    pub opts: &'a RunOpts,
+    pub json_logs: bool,
+    pub interrupt: &'a Interrupt,
+    /// Where run directories go (`--runs-dir`, or a soak's / shrink's own directory).
+    pub runs_dir: &'a Path,
+    /// Write a seed record when the run fails.
+    pub record: bool,
+    /// Per-step progress lines on stderr (off for shrink candidates).
+    pub verbose: bool,
+    /// A soak's progress bar: step lines become its message instead of stderr lines.
+    pub bar: Option<indicatif::ProgressBar>,
+    pub skip_liveness: bool,
+}
+
+pub fn new_run_id() -> String {
+    format!("sd-{:08x}", super::draw_seed() as u32)
+}
+
+pub fn create_run_dir(runs_dir: &Path, run_id: &str) -> Result<PathBuf, Fatal> {
+    let dir = runs_dir.join(run_id);
+    std::fs::create_dir_all(&dir).map_err(|e| Fatal::environment(format!("cannot create run directory {}: {e}", dir.display())))?;
+    let dir = dir.canonicalize().map_err(|e| Fatal::environment(format!("cannot resolve {}: {e}", dir.display())))?;
+    let owner = json!({"run_id": run_id, "pid": std::process::id(), "started": now_rfc3339(), "shakedown_version": env!("CARGO_PKG_VERSION")});
+    std::fs::write(dir.join("run.json"), owner.to_string()).map_err(|e| Fatal::environment(format!("cannot write run.json: {e}")))?;
+    Ok(dir)
+}
+
+/// Checks the machine can run the stack (binaries, disks) before anything is created.
+pub fn environment(opts: &RunOpts, profile: &Profile) -> Result<(binaries::Binaries, DiskMode), Fatal> {
+    let overrides = BinaryOverrides { etcd: opts.etcd.iter().cloned().collect(), haproxy: opts.haproxy.clone() };
+    let binaries = binaries::discover(&profile.versions, &overrides)?;
+    let (detected, why) = DiskMode::detect();
+    let disks = match opts.disks {
+        DiskArg::Auto => {
+            if let Some(why) = why {
+                tracing::warn!("{why}");
+            }
+            detected
+        }
+        DiskArg::Loop if detected != DiskMode::Loop => {
+            return Err(Fatal::environment(format!("--disks loop is not possible here: {}", why.unwrap_or_default())))
+        }
+        DiskArg::Loop => DiskMode::Loop,
+        DiskArg::Plain => DiskMode::Plain,
+    };
+    Ok((binaries, disks))
+}
+
+pub fn testbed_config(env: (binaries::Binaries, DiskMode), run_id: &str, run_dir: &Path, bug: Option<PlantedBug>) -> TestbedConfig {
+    let (binaries, disks) = env;
+    TestbedConfig { run_id: run_id.into(), run_dir: run_dir.into(), binaries, disks, bug, heartbeat_ms: 50, election_ms: 500 }
+}
+
+pub fn weights_text(plan: &Plan) -> String {
+    plan.weights.iter().map(|(k, w)| format!("{k}={w}")).collect::<Vec<_>>().join(" ")
+}
+
+/// Runs `plan` on a fresh local stack and tears it down whatever happens; then writes the
+/// reports (and the seed record, when asked and the run failed).
+pub async fn execute_local(x: &Exec<'_>, profile: &Profile, plan: &Plan, bug: Option<PlantedBug>) -> Result<RunResult, Fatal> {
+    let invariants = profiles::invariants(profile)?;
+    let env = environment(x.opts, profile)?;
+    let run_id = new_run_id();
+    let run_dir = create_run_dir(x.runs_dir, &run_id)?;
+    // The plan is on disk before anything executes.
+    std::fs::write(run_dir.join("plan.toml"), toml::to_string(plan).expect("plans serialize"))
+        .and_then(|_| std::fs::write(run_dir.join("profile.toml"), profile.to_toml()))
+        .map_err(|e| Fatal::environment(format!("cannot write the plan into {}: {e}", run_dir.display())))?;
+    let started = now_rfc3339();
+    let t0 = std::time::Instant::now();
+    let bug_text = bug.map(|b| format!(" · planted bug {b}")).unwrap_or_default();
+    let say = |text: &str| match &x.bar {
+        Some(bar) => bar.set_message(text.lines().next().unwrap_or("").split_whitespace().collect::<Vec<_>>().join(" ")),
+        None if x.verbose => progress_line(x.json_logs, text),
+        None => {}
+    };
+    say(&format!("seed {} · profile {} · {} ops · run {run_id}{bug_text}\nweights {}\nrun directory {}", plan.seed, profile.name, plan.ops.len(), weights_text(plan), run_dir.display()));
+    let cfg = testbed_config(env, &run_id, &run_dir, bug);
+    let mut events = EventLog::create(&run_dir.join("events.jsonl"));
+    events.emit("run-start", json!({"run_id": run_id, "seed": plan.seed, "profile": profile.name, "weights": plan.weights, "ops": plan.ops.len(), "testbed_bug": bug}));
+    let model = profile.initial_model();
+    let mut result = RunResult {
+        outcome: Err(Interrupted),
+        run_id: run_id.clone(),
+        run_dir: run_dir.clone(),
+        started,
+        elapsed: Duration::ZERO,
+        versions: BTreeMap::new(),
+        profile: profile.clone(),
+        plan: plan.clone(),
+        bug,
+        record: None,
+    };
+    if x.interrupt.requested() {
+        return Ok(result);
+    }
+    let mut target = tokio::select! {
+        t = LocalTarget::start(cfg, profile, &model, Duration::from_secs(30)) => t.map_err(|e| Fatal::environment(format!("cannot bring the local stack up: {e}")))?,
+        _ = x.interrupt.count(1) => return Ok(result),
+    };
+    let bring_up_ms = t0.elapsed().as_millis();
+    events.emit("bring-up", json!({"ms": bring_up_ms as u64, "endpoint": target.testbed.endpoint_url()}));
+    say(&format!("stack up in {bring_up_ms}ms · endpoint {}", target.testbed.endpoint_url()));
+    result.versions = target.component_versions();
+    let mut progress = |l: &str| say(l);
+    let options = run::Options { skip_liveness: x.skip_liveness, stop: Some(x.interrupt.receiver()), forensics: Some(run_dir.join("forensics")) };
+    let outcome = tokio::select! {
+        r = run::execute(&mut target, plan, profile, &invariants, &mut events, &mut progress, &options) => Some(r),
+        _ = x.interrupt.count(2) => None,
+    };
+    let t_down = std::time::Instant::now();
+    target.teardown().await;
+    events.emit("teardown", json!({"ms": t_down.elapsed().as_millis() as u64, "workload": target.workload_stats()}));
+    result.elapsed = t0.elapsed();
+    result.outcome = match outcome {
+        None => {
+            say("interrupted: the stack was torn down");
+            Err(Interrupted)
+        }
+        Some(Ok(o)) => Ok(o),
+        Some(Err(TargetError::Unsupported(m))) => return Err(Fatal::usage(m)),
+        Some(Err(e)) => return Err(Fatal::environment(e.to_string())),
+    };
+    events.emit("run-end", json!({"outcome": format!("{:?}", result.outcome), "ms": result.elapsed.as_millis() as u64}));
+    drop(events);
+    if x.record {
+        if let Ok(Outcome::Failed(f)) = &result.outcome {
+            result.record = Some(write_record(x.opts, &result, f)?);
+        }
+    }
+    write_reports(&result);
+    Ok(result)
+}
+
+/// JUnit XML and the HTML report of one run, into its run directory. Best effort: a report that
+/// cannot be written is a warning, never a lost run.
+fn write_reports(r: &RunResult) {
+    let case = case_of(r);
+    let junit = report::junit(&format!("shakedown {}", r.profile.name), std::slice::from_ref(&case));
+    if let Err(e) = std::fs::write(r.run_dir.join("junit.xml"), junit) {
+        tracing::warn!("cannot write {}/junit.xml: {e}", r.run_dir.display());
+    }
+    match report::html::run_report(&r.run_dir) {
+        Ok(html) => {
+            if let Err(e) = std::fs::write(r.run_dir.join("report.html"), html) {
+                tracing::warn!("cannot write {}/report.html: {e}", r.run_dir.display());
+            }
+        }
+        Err(e) => tracing::warn!("cannot build the HTML report of {}: {e}", r.run_dir.display()),
+    }
+}
+
+/// The JUnit test case of a run.
+pub fn case_of(r: &RunResult) -> Case {
+    let outcome = match &r.outcome {
+        Err(Interrupted) => CaseOutcome::Skipped("interrupted before the run finished".into()),
+        Ok(Outcome::Stopped { steps }) => CaseOutcome::Skipped(format!("stopped on request after {steps} checked steps")),
+        Ok(Outcome::Pass { .. }) => CaseOutcome::Pass,
+        Ok(Outcome::Failed(f)) => CaseOutcome::Fail {
+            kind: format!("{:?}", f.kind).to_lowercase(),
+            invariant: f.invariant.map(|i| i.to_string()),
+            message: describe(f),
+            replay: r.record.as_ref().map(|p| format!("shakedown replay {}", p.display())),
+        },
+    };
+    Case {
+        name: format!("seed {}", r.plan.seed),
+        classname: format!("shakedown.{}.{}", r.profile.name, if r.bug.is_some() { "planted" } else { "local" }),
+        seconds: r.elapsed.as_secs_f64(),
+        steps: r.plan.ops.len(),
+        run_dir: r.run_dir.clone(),
+        outcome,
+    }
+}
+
+pub fn exit_for(f: &Failure) -> Exit {
+    match f.kind {
+        FailureKind::Violation => Exit::Violation,
+        FailureKind::Liveness => Exit::Liveness,
+    }
+}
+
+pub fn describe(f: &Failure) -> String {
+    let what = match (f.kind, f.invariant) {
+        (FailureKind::Violation, Some(i)) => format!("invariant {i} violated"),
+        (FailureKind::Liveness, _) => "liveness failure".into(),
+        (FailureKind::Violation, None) => "violation".into(),
+    };
+    format!("{what} at step {} ({}): {}", f.step, f.op, f.message)
+}
+
+pub fn record_of(r: &RunResult, failure: &Failure) -> SeedRecord {
+    SeedRecord {
+        format: FORMAT,
+        shakedown_version: env!("CARGO_PKG_VERSION").into(),
+        seed: r.plan.seed,
+        target: "local".into(),
+        run_id: r.run_id.clone(),
+        started: r.started.clone(),
+        duration_ms: Some(r.elapsed.as_millis() as u64),
+        testbed_bug: r.bug,
+        expect: Expect::Fail,
+        versions: r.versions.clone(),
+        failure: failure.clone(),
+        profile: r.profile.clone(),
+        plan: r.plan.clone(),
+        shrunk: None,
+    }
+}
+
+/// Writes the seed record of a failed run into the seeds directory (the run directory when that
+/// cannot be written: the sequence is never lost).
+fn write_record(opts: &RunOpts, r: &RunResult, f: &Failure) -> Result<PathBuf, Fatal> {
+    let record = record_of(r, f);
+    match record.write(&opts.seeds_dir) {
+        Ok(p) => Ok(p),
+        Err(e) => {
+            eprintln!("warning: cannot write the seed record into {}: {e}; writing it into the run directory", opts.seeds_dir.display());
+            record.write(&r.run_dir).map_err(|e| Fatal::environment(format!("cannot write the seed record: {e}")))
+        }
+    }
+}
+
+/// What `run` prints at the end, and its exit code.
+pub fn report_run(r: &RunResult) -> Exit {
+    match &r.outcome {
+        Err(Interrupted) | Ok(Outcome::Stopped { .. }) => {
+            println!("interrupted; plan, logs and report are in {}", r.run_dir.display());
+            Exit::Interrupted
+        }
+        Ok(Outcome::Pass { steps }) => {
+            println!("PASS: seed {} · {steps} steps · every invariant held after every step, and the healed stack converged", r.plan.seed);
+            println!("run directory: {}", r.run_dir.display());
+            println!("report: {}", r.run_dir.join("report.html").display());
+            Exit::Pass
+        }
+        Ok(Outcome::Failed(f)) => {
+            println!("FAIL: seed {} · {}", r.plan.seed, describe(f));
+            println!("run directory: {}", r.run_dir.display());
+            println!("report: {} (forensics in {})", r.run_dir.join("report.html").display(), r.run_dir.join("forensics").display());
+            if let Some(path) = &r.record {
+                println!("seed record: {}", path.display());
+                println!("shakedown replay {}", path.display());
+            }
+            exit_for(f)
+        }
+    }
+}

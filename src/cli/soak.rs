@@ -1,0 +1,209 @@
+//! `shakedown soak --for DURATION`: seed after seed on fresh stacks until the time is up,
+//! every failure recorded; a live progress line, a summary table, JUnit XML and an HTML index.
+//!
+//! Memory stays flat: each run streams its events and workload samples to its own directory;
+//! the soak keeps only counters and one small row per seed (also streamed to `soak.jsonl`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Write as _};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+use shakedown::exit::{Exit, Fatal};
+use shakedown::faults::{generate, OpKind, Profile};
+use shakedown::record::FailureKind;
+use shakedown::report::{self, html::SoakSummary, Case};
+use shakedown::run::Outcome;
+use tokio::time::Instant;
+
+use super::session::{case_of, create_run_dir, execute_local, new_run_id, progress_line, Exec, Interrupt, Interrupted};
+use super::RunOpts;
+
+pub struct SoakArgs {
+    pub duration: Duration,
+    pub first_seed: u64,
+    pub max_failures: Option<u32>,
+    pub profile: Profile,
+}
+
+#[derive(Default)]
+struct Tally {
+    seeds: u64,
+    passed: u64,
+    failed: u64,
+    cut: u64,
+    steps: u64,
+    ops: BTreeMap<OpKind, u64>,
+    failures: BTreeMap<String, u64>,
+    records: Vec<PathBuf>,
+    violations: u64,
+    rss_kib: Vec<(f64, u64)>,
+}
+
+/// This process's resident set size in KiB (0 when /proc cannot tell).
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &Interrupt) -> Result<Exit, Fatal> {
+    let soak_id = format!("soak-{}", new_run_id().trim_start_matches("sd-"));
+    let dir = create_run_dir(&opts.runs_dir, &soak_id)?;
+    let t0 = Instant::now();
+    // Time up = a stop request: the seed running then finishes its current step and stops.
+    let stop = interrupt.until(t0 + args.duration);
+    let first = args.first_seed;
+    progress_line(
+        json_logs,
+        &format!(
+            "soak {soak_id} · profile {} · for {} · seeds {first}, {}, … · runs in {}",
+            args.profile.name,
+            humantime::format_duration(args.duration),
+            first.wrapping_add(1),
+            dir.display()
+        ),
+    );
+    let bar = if std::io::stderr().is_terminal() && !json_logs {
+        let b = ProgressBar::new_spinner();
+        b.set_style(ProgressStyle::with_template("{spinner} {elapsed_precise} {prefix} · {wide_msg}").expect("a valid template"));
+        b.enable_steady_tick(Duration::from_millis(200));
+        Some(b)
+    } else {
+        None
+    };
+    let say = |line: &str| match &bar {
+        Some(b) => b.println(line),
+        None => progress_line(json_logs, line),
+    };
+    let x = Exec { opts, json_logs, interrupt: &stop, runs_dir: &dir, record: true, verbose: false, bar: bar.clone(), skip_liveness: false };
+    let mut log = std::fs::File::create(dir.join("soak.jsonl")).map_err(|e| Fatal::environment(format!("cannot write {}/soak.jsonl: {e}", dir.display())))?;
+    let mut tally = Tally::default();
+    let mut cases: Vec<Case> = Vec::new();
+    tally.rss_kib.push((0.0, rss_kib()));
+    let why_stopped = loop {
+        if interrupt.requested() {
+            break "interrupted";
+        }
+        if stop.requested() {
+            break "time is up";
+        }
+        if args.max_failures.is_some_and(|m| tally.failed >= m as u64) {
+            break "--max-failures reached";
+        }
+        let seed = first.wrapping_add(tally.seeds);
+        let plan = generate(seed, &args.profile);
+        if let Some(b) = &bar {
+            b.set_prefix(format!("seeds {} · steps {} · failures {} · seed {seed}", tally.seeds, tally.steps, tally.failed));
+        }
+        let r = execute_local(&x, &args.profile, &plan, opts.testbed_bug).await?;
+        tally.seeds += 1;
+        let ran = match &r.outcome {
+            Ok(Outcome::Pass { steps }) => *steps,
+            Ok(Outcome::Failed(f)) => f.step.min(plan.ops.len()),
+            Ok(Outcome::Stopped { steps }) => *steps,
+            Err(Interrupted) => 0,
+        };
+        tally.steps += ran as u64;
+        for op in &plan.ops[..ran] {
+            *tally.ops.entry(op.kind()).or_default() += 1;
+        }
+        let verdict = match &r.outcome {
+            Ok(Outcome::Pass { .. }) => {
+                tally.passed += 1;
+                "PASS".to_string()
+            }
+            Ok(Outcome::Failed(f)) => {
+                tally.failed += 1;
+                if f.kind == FailureKind::Violation {
+                    tally.violations += 1;
+                }
+                let what = f.invariant.map(|i| i.to_string()).unwrap_or_else(|| "liveness".into());
+                *tally.failures.entry(what.clone()).or_default() += 1;
+                tally.records.extend(r.record.clone());
+                format!("FAIL {what} at step {}: {}", f.step, f.message)
+            }
+            Ok(Outcome::Stopped { .. }) | Err(Interrupted) => {
+                tally.cut += 1;
+                format!("cut short after {ran} steps")
+            }
+        };
+        let elapsed = t0.elapsed().as_secs_f64();
+        let rss = rss_kib();
+        tally.rss_kib.push((elapsed, rss));
+        let _ = writeln!(
+            log,
+            "{}",
+            json!({"seed": seed, "verdict": verdict, "steps": ran, "ms": r.elapsed.as_millis() as u64, "run_dir": r.run_dir, "record": r.record, "elapsed_s": elapsed, "rss_kib": rss})
+        );
+        say(&format!("seed {seed}: {verdict} · {ran} steps · {:.1}s · {}", r.elapsed.as_secs_f64(), r.run_dir.display()));
+        cases.push(case_of(&r));
+    };
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let summary = summary_rows(&args, &tally, why_stopped, t0.elapsed(), &dir);
+    let junit = report::junit(&format!("shakedown soak {}", args.profile.name), &cases);
+    let html = report::html::soak_report(&SoakSummary {
+        title: format!("shakedown soak {soak_id} · profile {}", args.profile.name),
+        rows: summary.clone(),
+        cases: cases.clone(),
+        base: dir.clone(),
+        rss_kib: tally.rss_kib.clone(),
+    });
+    for (file, body) in [("junit.xml", junit), ("report.html", html)] {
+        std::fs::write(dir.join(file), body).map_err(|e| Fatal::environment(format!("cannot write {}/{file}: {e}", dir.display())))?;
+    }
+    println!("{}", table(&summary));
+    Ok(if interrupt.requested() {
+        Exit::Interrupted
+    } else if tally.violations > 0 {
+        Exit::Violation
+    } else if tally.failed > 0 {
+        Exit::Liveness
+    } else {
+        Exit::Pass
+    })
+}
+
+fn summary_rows(args: &SoakArgs, t: &Tally, why: &str, elapsed: Duration, dir: &std::path::Path) -> Vec<(String, String)> {
+    let mut rows = vec![
+        ("profile".to_string(), args.profile.name.clone()),
+        ("ran for".to_string(), format!("{} ({why})", humantime::format_duration(Duration::from_secs(elapsed.as_secs())))),
+        (
+            "seeds".to_string(),
+            match t.seeds {
+                0 => "0".to_string(),
+                n => format!("{n}: {} … {} ({} passed, {} failed, {} cut short)", args.first_seed, args.first_seed.wrapping_add(n - 1), t.passed, t.failed, t.cut),
+            },
+        ),
+        ("steps".to_string(), t.steps.to_string()),
+    ];
+    let ops: Vec<String> = t.ops.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    rows.push(("ops by family".into(), if ops.is_empty() { "none".into() } else { ops.join(" · ") }));
+    let fails: Vec<String> = t.failures.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    rows.push(("failures".into(), if fails.is_empty() { "none".into() } else { fails.join(" · ") }));
+    for (i, r) in t.records.iter().enumerate() {
+        rows.push((if i == 0 { "seed records".into() } else { String::new() }, r.display().to_string()));
+    }
+    rows.push(("reports".into(), format!("{0}/report.html · {0}/junit.xml · {0}/soak.jsonl", dir.display())));
+    let first = t.rss_kib.first().map_or(0, |r| r.1);
+    let last = t.rss_kib.last().map_or(0, |r| r.1);
+    let max = t.rss_kib.iter().map(|r| r.1).max().unwrap_or(0);
+    let mib = |k: u64| k as f64 / 1024.0;
+    rows.push(("memory (RSS)".into(), format!("{:.1} MiB at start → {:.1} MiB at end (max {:.1} MiB)", mib(first), mib(last), mib(max))));
+    rows
+}
+
+fn table(rows: &[(String, String)]) -> String {
+    let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let mut s = String::from("soak summary\n");
+    for (k, v) in rows {
+        let _ = writeln!(s, "  {k:<w$}  {v}");
+    }
+    s.trim_end().to_string()
+}

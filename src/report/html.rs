@@ -1,0 +1,476 @@
+//! The self-contained HTML report of a run: outcome, an SVG plot of workload latency and
+//! availability over time with the fault windows shaded (after Jepsen's latency plots), the
+//! timeline of ops with every invariant's verdict, and the plan. No scripts, no external assets.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::Value;
+use shakedown_faults::{Model, Op, Plan, Profile};
+
+/// Everything the report shows, read from a run directory.
+#[derive(Debug, Default)]
+struct RunData {
+    seed: Option<u64>,
+    profile: Option<Profile>,
+    plan: Option<Plan>,
+    run_id: String,
+    bug: Option<String>,
+    t0: u64,
+    t_end: u64,
+    steps: BTreeMap<usize, Step>,
+    /// (unix ms, op text) of each healing op.
+    heals: Vec<(u64, Op)>,
+    liveness: Option<Value>,
+    bring_up: Option<Value>,
+    outcome: String,
+    failure: Option<(String, String)>,
+    forensics: Vec<String>,
+    skipped: Vec<(usize, String, String)>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Step {
+    op: Option<Op>,
+    text: String,
+    family: String,
+    start: u64,
+    op_ms: Option<u64>,
+    op_error: Option<String>,
+    check: Option<Value>,
+}
+
+/// One write of the workload.
+#[derive(Debug, Clone, Copy)]
+struct Write {
+    at: u64,
+    latency_us: u32,
+    ok: bool,
+}
+
+/// Builds the report of the run in `run_dir` (`events.jsonl`, `workload.csv`, `plan.toml`,
+/// `profile.toml`).
+pub fn run_report(run_dir: &Path) -> Result<String, String> {
+    let data = read_run(run_dir)?;
+    let writes = read_writes(&run_dir.join("workload.csv"));
+    Ok(render(&data, &writes))
+}
+
+fn read_run(dir: &Path) -> Result<RunData, String> {
+    let events = std::fs::read_to_string(dir.join("events.jsonl")).map_err(|e| format!("cannot read {}/events.jsonl: {e}", dir.display()))?;
+    let mut d = RunData { outcome: "unfinished".into(), ..Default::default() };
+    d.plan = std::fs::read_to_string(dir.join("plan.toml")).ok().and_then(|t| toml::from_str(&t).ok());
+    d.profile = std::fs::read_to_string(dir.join("profile.toml")).ok().and_then(|t| Profile::from_toml(&t).ok());
+    for line in events.lines() {
+        // A run killed mid-write leaves a torn last line: skip what does not parse.
+        let Ok(e) = serde_json::from_str::<Value>(line) else { continue };
+        let ts = e["ts_ms"].as_u64().unwrap_or(0);
+        if d.t0 == 0 {
+            d.t0 = ts;
+        }
+        d.t_end = d.t_end.max(ts);
+        let step = e["step"].as_u64().map(|s| s as usize);
+        match e["event"].as_str().unwrap_or("") {
+            "run-start" => {
+                d.seed = e["seed"].as_u64();
+                d.run_id = e["run_id"].as_str().unwrap_or("").to_string();
+                d.bug = e["testbed_bug"].as_str().map(str::to_string);
+            }
+            "bring-up" => d.bring_up = Some(e.clone()),
+            "op-start" => {
+                let s = d.steps.entry(step.unwrap_or(0)).or_default();
+                s.op = serde_json::from_value(e["op"].clone()).ok();
+                s.text = e["text"].as_str().unwrap_or("").to_string();
+                s.family = e["family"].as_str().unwrap_or("").to_string();
+                s.start = ts;
+            }
+            "op-end" => {
+                let s = d.steps.entry(step.unwrap_or(0)).or_default();
+                s.op_ms = e["ms"].as_u64();
+                s.op_error = e["error"].as_str().map(str::to_string);
+            }
+            "op-skipped" => d.skipped.push((step.unwrap_or(0), serde_json::from_value::<Op>(e["op"].clone()).map(|o| o.to_string()).unwrap_or_default(), e["reason"].as_str().unwrap_or("").to_string())),
+            "check" => {
+                let n = step.unwrap_or(0);
+                let s = d.steps.entry(n).or_default();
+                if n == 0 {
+                    s.text = "bring-up".into();
+                    s.start = d.t0;
+                }
+                s.check = Some(e.clone());
+                if e["verdict"] == "fail" {
+                    d.failure = Some((e["invariant"].as_str().unwrap_or("").to_string(), e["message"].as_str().unwrap_or("").to_string()));
+                }
+            }
+            "heal" => {
+                if let Ok(op) = serde_json::from_value(e["op"].clone()) {
+                    d.heals.push((ts, op));
+                }
+            }
+            "liveness" => {
+                if e["verdict"] == "fail" {
+                    d.failure = Some((format!("liveness{}", e["invariant"].as_str().map(|i| format!(" ({i})")).unwrap_or_default()), e["message"].as_str().unwrap_or("").to_string()));
+                }
+                d.liveness = Some(e);
+            }
+            "forensics" => d.forensics = e["files"].as_array().map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_string)).collect()).unwrap_or_default(),
+            "run-end" => d.outcome = e["outcome"].as_str().unwrap_or("").to_string(),
+            _ => {}
+        }
+    }
+    Ok(d)
+}
+
+/// Workload samples; a missing or torn file gives what could be read.
+fn read_writes(path: &Path) -> Vec<Write> {
+    let Ok(text) = std::fs::read_to_string(path) else { return vec![] };
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let mut it = l.split(',');
+            let at = it.next()?.parse().ok()?;
+            let latency_us = it.next()?.parse::<u64>().ok()?.min(u32::MAX as u64) as u32;
+            let ok = it.next()? == "1";
+            Some(Write { at, latency_us, ok })
+        })
+        .collect()
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// Intervals (start, end, what is down) during which the model says a fault is in effect.
+fn fault_windows(d: &RunData) -> Vec<(u64, u64, String)> {
+    let Some(profile) = &d.profile else { return vec![] };
+    let mut model: Model = profile.initial_model();
+    let mut changes: Vec<(u64, Op)> = d.steps.values().filter_map(|s| s.op.clone().map(|o| (s.start, o))).collect();
+    changes.extend(d.heals.iter().cloned());
+    changes.sort_by_key(|(t, _)| *t);
+    let mut windows = Vec::new();
+    let mut open: Option<(u64, String)> = None;
+    for (t, op) in changes {
+        if model.apply(&op).is_err() {
+            continue;
+        }
+        let down = degraded(&model);
+        match (&open, down) {
+            (None, Some(what)) => open = Some((t, what)),
+            (Some((start, what)), None) => {
+                windows.push((*start, t, what.clone()));
+                open = None;
+            }
+            (Some((start, prev)), Some(what)) if *prev != what => {
+                windows.push((*start, t, prev.clone()));
+                open = Some((t, what));
+            }
+            _ => {}
+        }
+    }
+    if let Some((start, what)) = open {
+        windows.push((start, d.t_end, what));
+    }
+    windows
+}
+
+/// What the model has down, or `None` when everything is up.
+fn degraded(m: &Model) -> Option<String> {
+    let mut parts: Vec<String> = m.members.values().filter(|x| !m.is_up(x)).map(|x| format!("{} {:?}/{:?}", x.id, x.state, x.disk).to_lowercase()).collect();
+    parts.extend(m.outages.iter().map(|(s, mode)| format!("site {} {mode:?}", s.0).to_lowercase()));
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+const W: f64 = 1000.0;
+const LEFT: f64 = 60.0;
+const RIGHT: f64 = 20.0;
+const LAT_TOP: f64 = 20.0;
+const LAT_H: f64 = 220.0;
+const AV_TOP: f64 = 270.0;
+const AV_H: f64 = 80.0;
+const BINS: usize = 500;
+
+fn plot(d: &RunData, writes: &[Write]) -> String {
+    let t0 = d.t0;
+    let t1 = d.t_end.max(writes.last().map_or(0, |w| w.at)).max(t0 + 1);
+    let span = (t1 - t0) as f64;
+    let x = |t: u64| LEFT + (t.saturating_sub(t0) as f64 / span) * (W - LEFT - RIGHT);
+    // Latency: log scale from 0.1 ms to the largest latency (at least 1 s).
+    let max_ms = writes.iter().map(|w| w.latency_us as f64 / 1000.0).fold(1000.0, f64::max);
+    let (lo, hi) = (0.1f64.log10(), max_ms.log10());
+    let y = |ms: f64| LAT_TOP + LAT_H - ((ms.max(0.1).log10() - lo) / (hi - lo)) * LAT_H;
+    let mut s = String::new();
+    let _ = write!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} 380" width="100%" role="img" aria-label="workload latency and availability over time">"#);
+    s.push_str(r#"<style>text{font:11px sans-serif;fill:#333} .ax{stroke:#999;stroke-width:1} .grid{stroke:#eee} </style>"#);
+    // Fault windows, shaded on both panels.
+    for (a, b, what) in fault_windows(d) {
+        let (xa, xb) = (x(a), x(b).max(x(a) + 1.0));
+        let _ = write!(
+            s,
+            r##"<rect x="{xa:.1}" y="{LAT_TOP}" width="{:.1}" height="{:.1}" fill="#f4a6a6" fill-opacity="0.35"><title>{}: {:.1}s–{:.1}s</title></rect>"##,
+            xb - xa,
+            AV_TOP + AV_H - LAT_TOP,
+            esc(&what),
+            (a - t0) as f64 / 1000.0,
+            (b - t0) as f64 / 1000.0
+        );
+    }
+    // Grid and axes.
+    let mut decade = 0.1f64;
+    while decade <= max_ms * 1.0001 {
+        let yy = y(decade);
+        let label = if decade < 1.0 { format!("{decade}") } else { format!("{}", decade as u64) };
+        let _ = write!(s, r#"<line class="grid" x1="{LEFT}" x2="{:.1}" y1="{yy:.1}" y2="{yy:.1}"/><text x="{:.1}" y="{:.1}" text-anchor="end">{label}</text>"#, W - RIGHT, LEFT - 4.0, yy + 4.0);
+        decade *= 10.0;
+    }
+    let _ = write!(s, r#"<text x="12" y="{:.1}" transform="rotate(-90 12 {:.1})" text-anchor="middle">write latency (ms, log)</text>"#, LAT_TOP + LAT_H / 2.0, LAT_TOP + LAT_H / 2.0);
+    let _ = write!(s, r#"<text x="12" y="{:.1}" transform="rotate(-90 12 {:.1})" text-anchor="middle">ok %</text>"#, AV_TOP + AV_H / 2.0, AV_TOP + AV_H / 2.0);
+    let ticks = 10;
+    for i in 0..=ticks {
+        let t = t0 + (span as u64 * i / ticks);
+        let _ = write!(s, r#"<line class="ax" x1="{0:.1}" x2="{0:.1}" y1="{1:.1}" y2="{2:.1}"/><text x="{0:.1}" y="{3:.1}" text-anchor="middle">{4:.0}s</text>"#, x(t), AV_TOP + AV_H, AV_TOP + AV_H + 4.0, AV_TOP + AV_H + 16.0, (t - t0) as f64 / 1000.0);
+    }
+    let _ = write!(s, r#"<line class="ax" x1="{LEFT}" x2="{LEFT}" y1="{LAT_TOP}" y2="{:.1}"/><line class="ax" x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}"/>"#, AV_TOP + AV_H, W - RIGHT, AV_TOP + AV_H, AV_TOP + AV_H);
+    // Op starts: a tick with the step number.
+    for (n, st) in d.steps.iter().filter(|(n, s)| **n > 0 && s.start > 0) {
+        let xx = x(st.start);
+        let failed = st.check.as_ref().is_some_and(|c| c["verdict"] == "fail") || st.op_error.is_some();
+        let colour = if failed { "#c00" } else { "#555" };
+        let _ = write!(s, r#"<line x1="{xx:.1}" x2="{xx:.1}" y1="{LAT_TOP}" y2="{:.1}" stroke="{colour}" stroke-dasharray="2,3" stroke-width="0.6"><title>step {n}: {}</title></line>"#, LAT_TOP + 6.0, esc(&st.text));
+    }
+    // Latency per bin: the median (dot) and the maximum (bar) of acknowledged writes; failed
+    // writes as red marks at the top. Availability: share of writes acknowledged per bin.
+    let width = span / BINS as f64;
+    let mut bins: Vec<(Vec<u32>, u32, u32)> = vec![(Vec::new(), 0, 0); BINS];
+    for w in writes {
+        let i = (((w.at.saturating_sub(t0)) as f64 / width) as usize).min(BINS - 1);
+        let b = &mut bins[i];
+        b.2 += 1;
+        if w.ok {
+            b.0.push(w.latency_us);
+            b.1 += 1;
+        }
+    }
+    let mut avail = String::new();
+    for (i, (lat, ok, all)) in bins.iter_mut().enumerate() {
+        if *all == 0 {
+            continue;
+        }
+        let xx = LEFT + (i as f64 + 0.5) / BINS as f64 * (W - LEFT - RIGHT);
+        if !lat.is_empty() {
+            lat.sort_unstable();
+            let med = lat[lat.len() / 2] as f64 / 1000.0;
+            let max = *lat.last().unwrap_or(&0) as f64 / 1000.0;
+            let _ = write!(s, r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{:.1}" y2="{:.1}" stroke="#7aa6d8" stroke-width="1"/><circle cx="{xx:.1}" cy="{:.1}" r="1.3" fill="#1f5fa8"/>"##, y(med), y(max), y(med));
+        }
+        if *ok < *all {
+            let _ = write!(s, r##"<rect x="{:.1}" y="{LAT_TOP}" width="2" height="4" fill="#c00"><title>{} failed writes</title></rect>"##, xx - 1.0, *all - *ok);
+        }
+        let share = *ok as f64 / *all as f64;
+        let _ = write!(avail, "{xx:.1},{:.1} ", AV_TOP + AV_H - share * AV_H);
+    }
+    let _ = write!(s, r##"<polyline points="{avail}" fill="none" stroke="#2a8a2a" stroke-width="1.2"/>"##);
+    let _ = write!(s, r#"<text x="{:.1}" y="{:.1}">100</text><text x="{:.1}" y="{:.1}">0</text>"#, LEFT - 22.0, AV_TOP + 4.0, LEFT - 12.0, AV_TOP + AV_H);
+    s.push_str("</svg>");
+    s
+}
+
+fn render(d: &RunData, writes: &[Write]) -> String {
+    let mut h = String::with_capacity(64 * 1024 + d.steps.len() * 600);
+    let title = format!("shakedown · seed {} · {}", d.seed.map(|s| s.to_string()).unwrap_or("?".into()), d.profile.as_ref().map_or("", |p| p.name.as_str()));
+    let (verdict, class) = match (&d.failure, d.outcome.as_str()) {
+        (Some(_), _) => ("FAIL", "fail"),
+        (None, o) if o.starts_with("Ok(Pass") => ("PASS", "pass"),
+        (None, o) if o.starts_with("Ok(Stopped") => ("STOPPED", "skip"),
+        _ => ("UNFINISHED", "skip"),
+    };
+    let _ = write!(
+        h,
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{}</title><style>
+body{{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}}
+h1{{font-size:20px}} h2{{font-size:16px;margin-top:28px}}
+.badge{{display:inline-block;padding:2px 10px;border-radius:4px;color:#fff;font-weight:bold}}
+.pass{{background:#2a8a2a}} .fail{{background:#c00}} .skip{{background:#888}}
+table{{border-collapse:collapse;font-size:13px}} td,th{{border-bottom:1px solid #eee;padding:3px 8px;text-align:left;vertical-align:top}}
+td.n{{text-align:right;font-variant-numeric:tabular-nums}} .inv{{display:inline-block;width:12px;height:12px;margin-right:2px;border-radius:2px}}
+.inv.pass{{background:#6c6}} .inv.fail{{background:#e66}} .inv.definite{{background:#a00}}
+tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
+.legend span{{margin-right:16px}}
+</style></head><body>"#,
+        esc(&title)
+    );
+    let _ = write!(h, r#"<h1>{} <span class="badge {class}">{verdict}</span></h1>"#, esc(&title));
+    let _ = write!(h, "<p>run <code>{}</code>", esc(&d.run_id));
+    if let Some(b) = &d.bug {
+        let _ = write!(h, " · planted bug <code>{}</code>", esc(b));
+    }
+    if let Some(p) = &d.plan {
+        let weights: Vec<String> = p.weights.iter().map(|(k, w)| format!("{k}={w}")).collect();
+        let _ = write!(h, " · {} ops · weights <code>{}</code>", p.ops.len(), esc(&weights.join(" ")));
+    }
+    let _ = write!(h, " · {:.1}s", (d.t_end.saturating_sub(d.t0)) as f64 / 1000.0);
+    if let Some(b) = &d.bring_up {
+        let _ = write!(h, " · bring-up {}ms", b["ms"]);
+    }
+    h.push_str("</p>");
+    if let Some((inv, msg)) = &d.failure {
+        let _ = write!(h, r#"<p><b>{}</b>: {}</p>"#, esc(inv), esc(msg));
+    }
+    if !d.forensics.is_empty() {
+        let links: Vec<String> = d.forensics.iter().map(|f| format!(r#"<a href="forensics/{0}">{0}</a>"#, esc(f))).collect();
+        let _ = write!(h, "<p>forensics: {}</p>", links.join(" · "));
+    }
+    let acked = writes.iter().filter(|w| w.ok).count();
+    h.push_str("<h2>Workload</h2>");
+    let _ = write!(
+        h,
+        r#"<p class="legend">{} writes, {} acknowledged, {} failed · <span style="color:#1f5fa8">● median latency per interval</span><span style="color:#7aa6d8">│ maximum</span><span style="color:#c00">▪ failed writes</span><span style="color:#2a8a2a">— share acknowledged</span><span style="background:#f4a6a6">&nbsp;fault in effect&nbsp;</span></p>"#,
+        writes.len(),
+        acked,
+        writes.len() - acked
+    );
+    h.push_str(&plot(d, writes));
+    h.push_str("<h2>Timeline</h2><table><tr><th>step</th><th>at</th><th>op</th><th>op ms</th><th>checks ms</th><th>invariants</th><th>verdict</th></tr>");
+    for (n, st) in &d.steps {
+        let check = st.check.as_ref();
+        let failed = check.is_some_and(|c| c["verdict"] == "fail") || st.op_error.is_some();
+        let chips: String = check
+            .and_then(|c| c["invariants"].as_array())
+            .map(|a| {
+                a.iter()
+                    .map(|j| format!(r#"<span class="inv {}" title="{}: {} ({}µs)"></span>"#, j["verdict"].as_str().unwrap_or(""), j["invariant"].as_str().unwrap_or(""), j["verdict"].as_str().unwrap_or(""), j["us"]))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let verdict = match (check, &st.op_error) {
+            (Some(c), _) if c["verdict"] == "fail" => format!("{}: {}", c["invariant"].as_str().unwrap_or(""), c["message"].as_str().unwrap_or("")),
+            (_, Some(e)) => format!("op failed: {e}"),
+            (Some(c), _) => format!("ok ({} attempts)", c["attempts"]),
+            (None, None) => String::new(),
+        };
+        let _ = write!(
+            h,
+            r#"<tr{}><td class="n">{n}</td><td class="n">{:.1}s</td><td>{}</td><td class="n">{}</td><td class="n">{}</td><td>{chips}</td><td>{}</td></tr>"#,
+            if failed { r#" class="failed""# } else { "" },
+            st.start.saturating_sub(d.t0) as f64 / 1000.0,
+            esc(&st.text),
+            st.op_ms.map(|m| m.to_string()).unwrap_or_default(),
+            check.and_then(|c| c["ms"].as_u64()).map(|m| m.to_string()).unwrap_or_default(),
+            esc(&verdict)
+        );
+    }
+    for (n, op, why) in &d.skipped {
+        let _ = write!(h, r#"<tr class="muted"><td class="n">{n}</td><td></td><td>{}</td><td></td><td></td><td></td><td>skipped: {}</td></tr>"#, esc(op), esc(why));
+    }
+    if let Some(l) = &d.liveness {
+        let heal: Vec<String> = d.heals.iter().map(|(_, o)| o.to_string()).collect();
+        let what = if l["verdict"] == "pass" { format!("converged in {}ms", l["ms"]) } else { format!("{}", esc(l["message"].as_str().unwrap_or(""))) };
+        let _ = write!(h, r#"<tr><td class="n">✓</td><td></td><td>heal: {}</td><td></td><td></td><td></td><td>liveness {}: {what}</td></tr>"#, esc(&heal.join(", ")), l["verdict"].as_str().unwrap_or(""));
+    }
+    h.push_str("</table>");
+    if let Some(p) = &d.plan {
+        let reached = d.steps.keys().copied().max().unwrap_or(0);
+        h.push_str("<h2>Plan</h2><ol>");
+        for (i, op) in p.ops.iter().enumerate() {
+            let cls = if i + 1 > reached { r#" class="muted""# } else { "" };
+            let _ = write!(h, "<li{cls}>{}</li>", esc(&op.to_string()));
+        }
+        h.push_str("</ol>");
+    }
+    h.push_str("<p class=\"muted\">shakedown ");
+    h.push_str(env!("CARGO_PKG_VERSION"));
+    h.push_str("</p></body></html>\n");
+    h
+}
+
+/// What a soak's HTML index shows.
+pub struct SoakSummary {
+    pub title: String,
+    /// (label, value) rows of the summary table.
+    pub rows: Vec<(String, String)>,
+    pub cases: Vec<super::Case>,
+    /// The soak's directory: run reports are linked relative to it.
+    pub base: std::path::PathBuf,
+    /// (seconds since the start, RSS KiB) after each seed.
+    pub rss_kib: Vec<(f64, u64)>,
+}
+
+/// A soak's index: the summary, memory over time, and one row per seed linking its report.
+pub fn soak_report(s: &SoakSummary) -> String {
+    use super::CaseOutcome;
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{0}</title><style>
+body{{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}} h1{{font-size:20px}}
+table{{border-collapse:collapse;font-size:13px}} td,th{{border-bottom:1px solid #eee;padding:3px 8px;text-align:left}}
+.pass{{color:#2a8a2a}} .fail{{color:#c00;font-weight:bold}} .skip{{color:#888}}
+</style></head><body><h1>{0}</h1><table>"#,
+        esc(&s.title)
+    );
+    for (k, v) in &s.rows {
+        let _ = write!(h, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(v));
+    }
+    h.push_str("</table>");
+    if s.rss_kib.len() > 1 {
+        let t_max = s.rss_kib.last().map_or(1.0, |r| r.0).max(1.0);
+        let k_max = s.rss_kib.iter().map(|r| r.1).max().unwrap_or(1).max(1) as f64;
+        let pts: Vec<String> = s.rss_kib.iter().map(|(t, k)| format!("{:.1},{:.1}", 40.0 + t / t_max * 540.0, 90.0 - *k as f64 / k_max * 80.0)).collect();
+        let _ = write!(
+            h,
+            r##"<h2>Memory</h2><svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 600 110" width="600"><polyline points="{}" fill="none" stroke="#1f5fa8"/><line x1="40" x2="580" y1="90" y2="90" stroke="#999"/><text x="0" y="14" font-size="10">{:.1} MiB</text><text x="0" y="94" font-size="10">0</text><text x="560" y="105" font-size="10">{:.0}s</text></svg>"##,
+            pts.join(" "),
+            k_max / 1024.0,
+            t_max
+        );
+    }
+    h.push_str("<h2>Seeds</h2><table><tr><th>seed</th><th>verdict</th><th>ops</th><th>seconds</th><th>report</th></tr>");
+    for c in &s.cases {
+        let (cls, verdict) = match &c.outcome {
+            CaseOutcome::Pass => ("pass", "pass".to_string()),
+            CaseOutcome::Fail { message, replay, .. } => ("fail", format!("{message}{}", replay.as_ref().map(|r| format!(" · {r}")).unwrap_or_default())),
+            CaseOutcome::Skipped(why) => ("skip", why.clone()),
+        };
+        let rel = c.run_dir.strip_prefix(&s.base).unwrap_or(&c.run_dir).join("report.html");
+        let _ = write!(
+            h,
+            r#"<tr><td>{}</td><td class="{cls}">{}</td><td>{}</td><td>{:.1}</td><td><a href="{}">report</a></td></tr>"#,
+            esc(&c.name),
+            esc(&verdict),
+            c.steps,
+            c.seconds,
+            esc(&rel.display().to_string())
+        );
+    }
+    h.push_str("</table></body></html>\n");
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_windows_follow_the_model() {
+        let profile = Profile::from_toml("name = \"t\"\nsteps = 3\nversions = [\"3.4\"]\n").unwrap();
+        let mut d = RunData { profile: Some(profile), t0: 1000, t_end: 9000, ..Default::default() };
+        use shakedown_faults::MemberId;
+        d.steps.insert(1, Step { op: Some(Op::Crash { member: MemberId(1) }), start: 2000, ..Default::default() });
+        d.steps.insert(2, Step { op: Some(Op::Restart { member: MemberId(1) }), start: 5000, ..Default::default() });
+        d.steps.insert(3, Step { op: Some(Op::Pause { member: MemberId(0) }), start: 7000, ..Default::default() });
+        let w = fault_windows(&d);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert_eq!((w[0].0, w[0].1), (2000, 5000));
+        assert_eq!((w[1].0, w[1].1), (7000, 9000), "a fault still in effect at the end runs to the end");
+    }
+
+    #[test]
+    fn torn_lines_and_missing_files_do_not_break_the_report() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("events.jsonl"), "{\"ts_ms\":1,\"event\":\"run-start\",\"seed\":4}\n{\"ts_ms\":2,\"ev").unwrap();
+        std::fs::write(dir.path().join("workload.csv"), "unix_ms,latency_us,ok\n1,500,1\n2,9").unwrap();
+        let html = run_report(dir.path()).unwrap();
+        assert!(html.contains("seed 4") && html.contains("UNFINISHED") && html.contains("<svg"), "{html}");
+        assert!(run_report(&dir.path().join("nope")).is_err());
+    }
+}
