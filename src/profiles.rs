@@ -12,6 +12,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("default", include_str!("../ci/profiles/default.toml")),
     ("smoke", include_str!("../ci/profiles/smoke.toml")),
     ("nightly", include_str!("../ci/profiles/nightly.toml")),
+    ("release", include_str!("../ci/profiles/release.toml")),
 ];
 
 /// A profile by shipped name, or from a TOML file when `name_or_path` names one.

@@ -178,3 +178,60 @@ fn records_without_expect_default_to_fail() {
     assert!(!text.contains("expect ="));
     assert_eq!(shakedown::record::SeedRecord::parse(&text).unwrap().expect, shakedown::record::Expect::Fail);
 }
+
+#[test]
+fn zero_or_negative_durations_are_usage_errors() {
+    for args in [&["soak", "--for", "0s"][..], &["soak", "--for=-5m"], &["shrink", "x.toml", "--budget", "0m"]] {
+        let out = bin().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains("more than zero") || err.contains("90s, 20m"), "{args:?}: {err}");
+    }
+    let out = bin().args(["shrink", "x.toml", "--max-runs", "0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_shrink_budget_too_small_for_one_candidate_is_refused_and_the_record_is_untouched() {
+    let d = dirs();
+    std::fs::create_dir_all(&d.seeds).unwrap();
+    let f = d.seeds.join("r.toml");
+    let record = good_record().replacen("expect =", "duration_ms = 60000\nexpect =", 1);
+    std::fs::write(&f, &record).unwrap();
+    let out = run(&["shrink", f.to_str().unwrap(), "--budget", "30s"], &d);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--budget 30s is too small to run a single candidate: the recorded run took 1m"), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), record, "the record is untouched");
+    assert!(!d.runs.exists(), "nothing ran");
+}
+
+#[test]
+fn shrink_of_a_malformed_record_is_a_usage_error() {
+    let d = dirs();
+    std::fs::create_dir_all(&d.seeds).unwrap();
+    let f = d.seeds.join("r.toml");
+    std::fs::write(&f, "format = 1\nseed = ").unwrap();
+    let out = run(&["shrink", f.to_str().unwrap()], &d);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("not a valid seed record"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn the_release_tier_is_shipped_destructive_and_switches_every_op_on() {
+    let out = bin().arg("profiles").output().unwrap();
+    let s = text(&out.stdout);
+    for name in ["default", "smoke", "nightly", "release"] {
+        assert!(s.lines().any(|l| l.starts_with(name)), "{name} missing in\n{s}");
+    }
+    let p = shakedown::profiles::load("release").unwrap();
+    assert!(p.max_down() > p.members as usize / 2, "release allows losing quorum");
+    let mut all = std::collections::BTreeSet::new();
+    for seed in 0..20 {
+        let plan = shakedown::faults::generate(seed, &p);
+        assert!(plan.weights.values().all(|&w| w > 0), "no op is drawn off: {:?}", plan.weights);
+        let kinds: std::collections::BTreeSet<_> = plan.ops.iter().map(|o| o.kind()).collect();
+        assert!(kinds.len() >= 9, "seed {seed}: only {kinds:?}");
+        all.extend(kinds);
+    }
+    assert_eq!(all, shakedown::faults::OpKind::ALL.into_iter().collect());
+}

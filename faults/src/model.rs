@@ -342,14 +342,17 @@ impl Model {
         for op in &ops {
             let _ = healed.apply(op);
         }
+        // Processes first, so that quorum is back before disks are reattached (a reattach
+        // re-adds the member: a reconfiguration).
         for m in healed.members.values() {
             match (m.disk, m.state) {
-                (DiskState::Detached, _) => ops.push(Op::DiskReattach { member: m.id }),
+                (DiskState::Detached, _) => {}
                 (_, MemberState::Paused) => ops.push(Op::Resume { member: m.id }),
                 (_, MemberState::Crashed) => ops.push(Op::Restart { member: m.id }),
                 _ => {}
             }
         }
+        ops.extend(healed.members.values().filter(|m| m.disk == DiskState::Detached).map(|m| Op::DiskReattach { member: m.id }));
         ops
     }
 

@@ -178,6 +178,8 @@ pub enum PreconditionError {
     TooManyBackups(usize),
     #[error("{0} is out: ops on its members wait for it to recover")]
     SiteOut(SiteId),
+    #[error("{0}")]
+    NeedsQuorum(&'static str),
 }
 
 impl Model {
@@ -255,6 +257,11 @@ impl Model {
             },
             Op::DiskDetach { member } => {
                 state_is(member, &[MemberState::Running], "running")?;
+                // A majority of lost disks is a disaster recovery (restore), not a reattach.
+                let detached = self.members.values().filter(|m| m.disk == DiskState::Detached).count() + 1;
+                if self.size() - detached < self.quorum() {
+                    return Err(PreconditionError::NeedsQuorum("a majority of members would have lost their disk: only a restore brings that back"));
+                }
                 more_down(1)
             }
             Op::DiskReattach { member } => {
@@ -262,10 +269,15 @@ impl Model {
                 if self.outages.contains_key(&m.site) {
                     return Err(PreconditionError::SiteOut(m.site));
                 }
-                match m.disk {
-                    DiskState::Detached => Ok(()),
-                    DiskState::Attached => Err(PreconditionError::DiskState { member, detached: false }),
+                if m.disk == DiskState::Attached {
+                    return Err(PreconditionError::DiskState { member, detached: false });
                 }
+                // The member comes back with empty data: removed and added again, a
+                // reconfiguration that needs the others to have quorum.
+                if !self.quorum_expected() {
+                    return Err(PreconditionError::NeedsQuorum("reattaching a disk re-adds the member, which needs quorum among the others"));
+                }
+                Ok(())
             }
             Op::Backup => {
                 if !self.service_expected_up() {

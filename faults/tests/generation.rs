@@ -10,6 +10,7 @@ const SHIPPED: &[&str] = &[
     include_str!("../../ci/profiles/default.toml"),
     include_str!("../../ci/profiles/smoke.toml"),
     include_str!("../../ci/profiles/nightly.toml"),
+    include_str!("../../ci/profiles/release.toml"),
 ];
 
 fn profile(i: usize) -> Profile {
@@ -91,6 +92,12 @@ proptest! {
             prop_assert!(model.check(op).is_ok(), "{op} invalid in {model:?}");
             model.apply(op).unwrap();
             prop_assert!(model.down() <= p.max_down());
+            // Healing is possible from every state a plan reaches (destructive ones included).
+            let mut healed = model.clone();
+            for h in model.heal_ops() {
+                prop_assert!(healed.apply(&h).is_ok(), "heal op {h} invalid in {healed:?} (from {model:?})");
+            }
+            prop_assert_eq!(healed.down(), 0);
         }
         prop_assert!(plan.validate(p.initial_model()).is_ok());
     }

@@ -228,7 +228,7 @@ fn plot(d: &RunData, writes: &[Write]) -> String {
     let ticks = 10;
     for i in 0..=ticks {
         let t = t0 + (span as u64 * i / ticks);
-        let _ = write!(s, r#"<line class="ax" x1="{0:.1}" x2="{0:.1}" y1="{1:.1}" y2="{2:.1}"/><text x="{0:.1}" y="{3:.1}" text-anchor="middle">{4:.0}s</text>"#, x(t), AV_TOP + AV_H, AV_TOP + AV_H + 4.0, AV_TOP + AV_H + 16.0, (t - t0) as f64 / 1000.0);
+        let _ = write!(s, r#"<line class="ax" x1="{0:.1}" x2="{0:.1}" y1="{1:.1}" y2="{2:.1}"/><text x="{0:.1}" y="{3:.1}" text-anchor="middle">{4}s</text>"#, x(t), AV_TOP + AV_H, AV_TOP + AV_H + 4.0, AV_TOP + AV_H + 16.0, seconds((t - t0) as f64 / 1000.0, span));
     }
     let _ = write!(s, r#"<line class="ax" x1="{LEFT}" x2="{LEFT}" y1="{LAT_TOP}" y2="{:.1}"/><line class="ax" x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}"/>"#, AV_TOP + AV_H, W - RIGHT, AV_TOP + AV_H, AV_TOP + AV_H);
     // Op starts: a tick with the step number.
@@ -251,9 +251,13 @@ fn plot(d: &RunData, writes: &[Write]) -> String {
             b.1 += 1;
         }
     }
-    let mut avail = String::new();
+    // The availability line breaks where no write started (a write hanging until its deadline).
+    let mut avail: Vec<String> = vec![String::new()];
     for (i, (lat, ok, all)) in bins.iter_mut().enumerate() {
         if *all == 0 {
+            if !avail.last().is_some_and(|l| l.is_empty()) {
+                avail.push(String::new());
+            }
             continue;
         }
         let xx = LEFT + (i as f64 + 0.5) / BINS as f64 * (W - LEFT - RIGHT);
@@ -267,12 +271,25 @@ fn plot(d: &RunData, writes: &[Write]) -> String {
             let _ = write!(s, r##"<rect x="{:.1}" y="{LAT_TOP}" width="2" height="4" fill="#c00"><title>{} failed writes</title></rect>"##, xx - 1.0, *all - *ok);
         }
         let share = *ok as f64 / *all as f64;
-        let _ = write!(avail, "{xx:.1},{:.1} ", AV_TOP + AV_H - share * AV_H);
+        if let Some(line) = avail.last_mut() {
+            let _ = write!(line, "{xx:.1},{:.1} ", AV_TOP + AV_H - share * AV_H);
+        }
     }
-    let _ = write!(s, r##"<polyline points="{avail}" fill="none" stroke="#2a8a2a" stroke-width="1.2"/>"##);
+    for line in avail.iter().filter(|l| !l.is_empty()) {
+        let _ = write!(s, r##"<polyline points="{line}" fill="none" stroke="#2a8a2a" stroke-width="1.2"/>"##);
+    }
     let _ = write!(s, r#"<text x="{:.1}" y="{:.1}">100</text><text x="{:.1}" y="{:.1}">0</text>"#, LEFT - 22.0, AV_TOP + 4.0, LEFT - 12.0, AV_TOP + AV_H);
     s.push_str("</svg>");
     s
+}
+
+/// Axis label: whole seconds on long runs, tenths on short ones.
+fn seconds(s: f64, span_ms: f64) -> String {
+    if span_ms >= 60_000.0 {
+        format!("{s:.0}")
+    } else {
+        format!("{s:.1}")
+    }
 }
 
 fn render(d: &RunData, writes: &[Write]) -> String {
@@ -292,7 +309,7 @@ h1{{font-size:20px}} h2{{font-size:16px;margin-top:28px}}
 .badge{{display:inline-block;padding:2px 10px;border-radius:4px;color:#fff;font-weight:bold}}
 .pass{{background:#2a8a2a}} .fail{{background:#c00}} .skip{{background:#888}}
 table{{border-collapse:collapse;font-size:13px}} td,th{{border-bottom:1px solid #eee;padding:3px 8px;text-align:left;vertical-align:top}}
-td.n{{text-align:right;font-variant-numeric:tabular-nums}} .inv{{display:inline-block;width:12px;height:12px;margin-right:2px;border-radius:2px}}
+td.n{{text-align:right;font-variant-numeric:tabular-nums}} td.chips{{white-space:nowrap}} .inv{{display:inline-block;width:12px;height:12px;margin-right:2px;border-radius:2px}}
 .inv.pass{{background:#6c6}} .inv.fail{{background:#e66}} .inv.definite{{background:#a00}}
 tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
 .legend span{{margin-right:16px}}
@@ -350,7 +367,7 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
         };
         let _ = write!(
             h,
-            r#"<tr{}><td class="n">{n}</td><td class="n">{:.1}s</td><td>{}</td><td class="n">{}</td><td class="n">{}</td><td>{chips}</td><td>{}</td></tr>"#,
+            r#"<tr{}><td class="n">{n}</td><td class="n">{:.1}s</td><td>{}</td><td class="n">{}</td><td class="n">{}</td><td class="chips">{chips}</td><td>{}</td></tr>"#,
             if failed { r#" class="failed""# } else { "" },
             st.start.saturating_sub(d.t0) as f64 / 1000.0,
             esc(&st.text),
