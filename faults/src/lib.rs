@@ -20,7 +20,7 @@ pub use generate::{generate, next_op_strategy, Plan, Weights};
 pub use model::{Answers, BackupId, DiskState, Member, MemberId, MemberState, Model, OutageMode, SiteId, Version};
 pub use op::{Op, OpKind, PreconditionError, MAX_BACKUPS};
 pub use profile::{Profile, ProfileError};
-pub use shrink::{repair, Shrinker};
+pub use shrink::{repair, without, Shrinker};
 
 /// Finds the entry of a registry named `s`; the error lists every known name.
 /// (Op kinds, invariants and planted bugs are all parsed this way.)

@@ -14,13 +14,42 @@
 
 use std::collections::HashSet;
 
-use crate::model::Model;
+use crate::model::{BackupId, Model};
 use crate::op::Op;
 
 /// `ops` with every op whose precondition does not hold (after the ops kept before it) dropped.
 pub fn repair(initial: &Model, ops: &[Op]) -> Vec<Op> {
     let mut model = initial.clone();
     ops.iter().filter(|op| model.apply(op).is_ok()).cloned().collect()
+}
+
+/// `ops` without `ops[from..to]`, backups renumbered: a backup is named by its position among
+/// the plan's backups, so a restore of a later backup follows it to its new name, and a restore
+/// of a removed backup goes too.
+pub fn without(ops: &[Op], from: usize, to: usize) -> Vec<Op> {
+    let mut renamed: Vec<Option<u32>> = Vec::new();
+    let mut kept = 0u32;
+    let mut out = Vec::with_capacity(ops.len());
+    for (i, op) in ops.iter().enumerate() {
+        let removed = (from..to).contains(&i);
+        match op {
+            Op::Backup => {
+                renamed.push((!removed).then_some(kept));
+                if !removed {
+                    kept += 1;
+                    out.push(Op::Backup);
+                }
+            }
+            Op::Restore { backup } if !removed => {
+                if let Some(Some(b)) = renamed.get(backup.0 as usize) {
+                    out.push(Op::Restore { backup: BackupId(*b) });
+                }
+            }
+            _ if !removed => out.push(op.clone()),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The ops that ran up to and including the failing `step` (1-based; 0 = at bring-up, so no op
@@ -79,9 +108,7 @@ impl Shrinker {
                 continue;
             }
             let end = (self.pos + self.chunk).min(self.best.len());
-            let mut without = self.best[..self.pos].to_vec();
-            without.extend_from_slice(&self.best[end..]);
-            let candidate = repair(&self.initial, &without);
+            let candidate = repair(&self.initial, &without(&self.best, self.pos, end));
             if self.tried.insert(candidate.clone()) {
                 return Some(candidate);
             }
@@ -168,6 +195,19 @@ mod tests {
         assert_eq!(best.len(), 2, "{best:?}");
         assert!(runs <= 40, "{runs} executions");
         assert!(repair(&model(), &best) == best, "the shrunk plan is valid");
+    }
+
+    #[test]
+    fn removing_backups_renames_the_restores_that_follow() {
+        let ops: Vec<Op> = vec![Op::Backup, Op::Backup, Op::Restore { backup: BackupId(1) }, Op::Restore { backup: BackupId(0) }];
+        assert_eq!(without(&ops, 0, 1), vec![Op::Backup, Op::Restore { backup: BackupId(0) }], "b1 became b0; b0's restore went with it");
+        // A restore of the 7th backup shrinks to one backup and its restore.
+        let mut ops: Vec<Op> = vec![Op::Backup; 7];
+        ops.push(Op::Restore { backup: BackupId(6) });
+        let restores_last = |c: &[Op]| matches!(c.last(), Some(Op::Restore { .. })).then_some(c.len());
+        let (best, runs) = shrink_with(&ops, ops.len(), restores_last);
+        assert_eq!(best, vec![Op::Backup, Op::Restore { backup: BackupId(0) }]);
+        assert!(runs <= 12, "{runs}");
     }
 
     #[test]
