@@ -54,7 +54,8 @@ impl<F: FnMut(&str)> Progress for F {
 
 /// Result of checking all invariants until they pass or the bound runs out.
 enum Checked {
-    Pass { attempts: u32, samples: Vec<(u64, usize, usize)>, verdicts: Vec<Judged> },
+    /// `last_ms`: the last attempt (observe + judge), the check that confirmed convergence.
+    Pass { attempts: u32, samples: Vec<(u64, usize, usize)>, verdicts: Vec<Judged>, last_ms: u64 },
     Fail { invariant: InvariantId, message: String, obs: Box<Observation>, verdicts: Vec<Judged> },
 }
 
@@ -101,6 +102,7 @@ async fn check_until<T: Target>(
     let mut attempts = 0;
     loop {
         attempts += 1;
+        let t_attempt = Instant::now();
         let mut obs = target.observe(model, invariants).await;
         obs.quorum_throughout = quorum_throughout;
         let (mut failures, verdicts) = judge(invariants, model, &obs);
@@ -113,7 +115,7 @@ async fn check_until<T: Target>(
         }
         if failures.is_empty() {
             let samples = obs.serving_samples.iter().map(|s| (s.at_ms, s.serving.len(), s.cluster_size)).collect();
-            return Checked::Pass { attempts, samples, verdicts };
+            return Checked::Pass { attempts, samples, verdicts, last_ms: t_attempt.elapsed().as_millis() as u64 };
         }
         let definite = failures.iter().find(|(_, v)| matches!(v, Verdict::Definite(_)));
         if definite.is_some() || Instant::now() >= deadline {
@@ -239,8 +241,8 @@ async fn steps<T: Target>(
         target.end_step().await;
         let check_ms = t_check.elapsed().as_millis();
         match checked {
-            Checked::Pass { attempts, samples, verdicts } => {
-                events.emit("check", json!({"step": step, "verdict": "pass", "attempts": attempts, "serving_samples": samples, "ms": check_ms as u64, "invariants": verdicts, "workload": target.workload_stats()}));
+            Checked::Pass { attempts, samples, verdicts, last_ms } => {
+                events.emit("check", json!({"step": step, "verdict": "pass", "attempts": attempts, "last_ms": last_ms, "serving_samples": samples, "ms": check_ms as u64, "invariants": verdicts, "workload": target.workload_stats()}));
                 progress.line(&format!("[{step:>width$}/{total}] {:<32} {:>6}ms  checks ok in {check_ms}ms", op.to_string(), op_ms));
             }
             Checked::Fail { invariant, message, obs, verdicts } => {
