@@ -13,7 +13,11 @@
 //!   checking only reachability at the end (seeds 1..=N);
 //! - `shrink`: each bug's first detected failure shrunk with `--max-runs 40`: re-executions and
 //!   final length;
-//! - `soak`: `soak --for 2m --profile smoke`, shakedown's RSS after every seed.
+//! - `shrink30`: failures of 30 or more steps (the bugs with cheap triggers, on smoke plans of 40
+//!   steps whose trigger comes at step 30 or later), shrunk: re-executions and final length;
+//! - `soak`: `soak --for 2m --profile smoke`, shakedown's RSS after every seed;
+//! - `report`: the HTML report of a 1,000-step run (events and 300,000 workload samples shaped
+//!   like a real run's), built 5 times.
 //!
 //! Runs go through the `shakedown` binary, the way a user runs them, two stacks at a time
 //! (`SHAKEDOWN_BENCH_LANES`, default 2) except the framework measurements. Needs root and what
@@ -90,13 +94,13 @@ fn events(run_dir: &Path) -> Vec<Value> {
     std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
-/// Every run directory (one with `events.jsonl`) under `dir`, at any depth.
+/// Every real run directory (`run.json` and `events.jsonl`) under `dir`, at any depth.
 fn run_dirs(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir(dir) else { return out };
     for e in rd.flatten() {
         let p = e.path();
-        if p.join("events.jsonl").is_file() {
+        if p.join("events.jsonl").is_file() && p.join("run.json").is_file() {
             out.push(p.clone());
         }
         if p.is_dir() {
@@ -419,6 +423,51 @@ fn main() {
         r.json.insert("shrink".into(), Value::Object(shrunk));
     }
 
+    // Shrinking failures of 30 or more steps: for each bug with a cheap trigger, the first smoke
+    // plan (40 steps) whose trigger first comes at step 30 or later.
+    if want("shrink30") {
+        let mut p = shakedown::profiles::load("smoke").unwrap();
+        p.steps = 40;
+        let cheap = [PlantedBug::EndpointNoHealthCheck, PlantedBug::RecoverLeavesRule, PlantedBug::RestorePartial];
+        let mut jobs = Vec::new();
+        let mut keys = Vec::new();
+        for bug in cheap {
+            let trigger_at = |plan: &Plan| plan.ops.iter().position(|o| bug.triggered_by(o));
+            let Some(seed) = (1..50_000u64).find(|&s| trigger_at(&generate(s, &p)).is_some_and(|i| (29..36).contains(&i))) else { continue };
+            let dir = root.join("shrink30").join(bug.name());
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut a = vec!["run".to_string(), "--seed".into(), seed.to_string(), "--steps".into(), "40".into(), "--profile".into(), "smoke".into(), "--testbed-bug".into(), bug.name().into()];
+            a.extend(runs_arg(&dir));
+            jobs.push(Job { args: a, log: dir.join("log") });
+            keys.push((bug, seed, dir));
+        }
+        run_jobs(&jobs, lanes);
+        let mut shrink_jobs = Vec::new();
+        let mut records = Vec::new();
+        for (bug, seed, dir) in &keys {
+            let Some(rec) = std::fs::read_dir(dir.join("seeds")).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()).map(|e| e.path()) else {
+                eprintln!("shrink30: {bug} (seed {seed}) was not detected");
+                continue;
+            };
+            let mut a = vec!["shrink".to_string(), rec.display().to_string(), "--max-runs".into(), SHRINK_MAX_RUNS.to_string()];
+            a.extend(runs_arg(dir));
+            shrink_jobs.push(Job { args: a, log: dir.join("shrink.log") });
+            records.push((*bug, *seed, rec));
+        }
+        run_jobs(&shrink_jobs, lanes);
+        let (mut runs_all, mut len_all, mut rows) = (Vec::new(), Vec::new(), Vec::new());
+        for (bug, seed, rec) in records {
+            let Ok(rec) = SeedRecord::load(&rec) else { continue };
+            let Some(s) = rec.shrunk.as_ref() else { continue };
+            runs_all.push(s.runs as f64);
+            len_all.push(s.ops.len() as f64);
+            rows.push(json!({"bug": bug.name(), "seed": seed, "failing_step": rec.failure.step, "to_ops": s.ops.len(), "runs": s.runs, "complete": s.complete}));
+            r.row(format!("shrink a {}-step failure ({bug})", rec.failure.step), format!("→ {} ops in {} runs", s.ops.len(), s.runs), "≤ 4 ops, ≤ 40 runs");
+        }
+        r.row("shrink 30+ step failures, median", format!("{} ops in {} runs ({} failures)", f(median(&len_all), 0), f(median(&runs_all), 0), len_all.len()), "≤ 4 ops within ≤ 40 runs");
+        r.json.insert("shrink30".into(), json!(rows));
+    }
+
     // Soak memory.
     if want("soak") {
         let dir = root.join("soak");
@@ -439,6 +488,45 @@ fn main() {
             r.row("soak memory (2 min, smoke)", format!("{:.1} MiB after the first seed → {:.1} MiB after {} seeds (max {max:.1}, {:+.1}%)", first.1, last.1, rss.len(), (last.1 / first.1 - 1.0) * 100.0), "≤ 10% growth");
         }
         r.json.insert("soak_rss_mib".into(), json!(rss));
+    }
+
+    // The HTML report of a 1,000-step run: events and workload samples shaped like a real run's
+    // (a smoke-profile op per 1.5 s, a write every 5 ms: 300,000 samples), report built 5 times.
+    if want("report") {
+        let dir = root.join("report");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut p = shakedown::profiles::load("smoke").unwrap();
+        p.steps = 1000;
+        let plan = generate(7, &p);
+        std::fs::write(dir.join("plan.toml"), toml::to_string(&plan).unwrap()).unwrap();
+        std::fs::write(dir.join("profile.toml"), p.to_toml()).unwrap();
+        let t0 = 1_800_000_000_000u64;
+        let mut ev = String::new();
+        let inv: Vec<Value> = InvariantId::ALL.iter().map(|i| json!({"invariant": i, "verdict": "pass", "us": 12})).collect();
+        let _ = writeln!(ev, "{}", json!({"ts_ms": t0, "event": "run-start", "seed": 7, "run_id": "sd-report", "ops": 1000}));
+        for (i, op) in plan.ops.iter().enumerate() {
+            let t = t0 + 500 + i as u64 * 1500;
+            let _ = writeln!(ev, "{}", json!({"ts_ms": t, "event": "op-start", "step": i + 1, "op": op, "text": op.to_string(), "family": op.kind().to_string()}));
+            let _ = writeln!(ev, "{}", json!({"ts_ms": t + 400, "event": "op-end", "step": i + 1, "ms": 400}));
+            let _ = writeln!(ev, "{}", json!({"ts_ms": t + 420, "event": "check", "step": i + 1, "verdict": "pass", "attempts": 1, "last_ms": 20, "ms": 20, "invariants": inv}));
+        }
+        let _ = writeln!(ev, "{}", json!({"ts_ms": t0 + 1_500_600, "event": "run-end", "outcome": "Ok(Pass { steps: 1000 })"}));
+        std::fs::write(dir.join("events.jsonl"), ev).unwrap();
+        let mut csv = String::from("unix_ms,latency_us,ok\n");
+        for k in 0..300_000u64 {
+            let _ = writeln!(csv, "{},{},{}", t0 + k * 5, 1500 + (k * 7919) % 4000, u8::from(k % 97 != 0));
+        }
+        std::fs::write(dir.join("workload.csv"), csv).unwrap();
+        let mut times = Vec::new();
+        let mut size = 0;
+        for _ in 0..5 {
+            let t = Instant::now();
+            let html = shakedown::report::html::run_report(&dir).unwrap();
+            times.push(t.elapsed().as_secs_f64() * 1000.0);
+            size = html.len();
+        }
+        r.row("HTML report of a 1,000-step run", format!("median {} ms ({} KiB, 300k writes)", f(median(&times), 0), size / 1024), "≤ 1 s");
+        r.json.insert("report_1000_steps_ms".into(), json!(times));
     }
 
     // Per-step costs, from every run this benchmark made.

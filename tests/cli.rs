@@ -39,7 +39,7 @@ fn profile_file_with_an_unknown_op_or_invariant_is_rejected() {
     std::fs::write(&p, "name = \"mine\"\nsteps = 3\nversions = [\"3.4\"]\n[weights]\nreboot = 2\n").unwrap();
     let out = bin().args(["plan", "--seed", "1", "--profile", p.to_str().unwrap()]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("reboot"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("unknown variant `reboot`, expected one of `crash`, `restart`"), "{}", text(&out.stderr));
     std::fs::write(&p, "name = \"mine\"\nsteps = 3\nversions = [\"3.4\"]\ninvariants = [\"latency\"]\n").unwrap();
     let out = bin().args(["plan", "--seed", "1", "--profile", p.to_str().unwrap()]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));

@@ -96,7 +96,7 @@ fn default_three_u32() -> u32 {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProfileError {
-    #[error("profile is not valid TOML: {0}")]
+    #[error("not a valid profile: {0}")]
     Parse(String),
     #[error("profile {name:?}: {problem}")]
     Invalid { name: String, problem: String },
