@@ -11,8 +11,10 @@ use shakedown::events::EventLog;
 use shakedown::exit::{Exit, Fatal};
 use shakedown::faults::{generate, Plan, Profile, Version};
 use shakedown::profiles;
-use shakedown::record::{now_rfc3339, Expect, Failure, FailureKind, SeedRecord, FORMAT};
+use shakedown::record::{now_rfc3339, Expect, Failure, FailureKind, KubeRecord, SeedRecord, FORMAT};
 use shakedown::run::{self, Outcome};
+use shakedown::target::kube::profile::KubeProfile;
+use shakedown::target::kube::{KubeConfig, KubeError, KubeTarget};
 use shakedown::target::local::{reap, DiskMode, LocalTarget, PlantedBug, Testbed, TestbedConfig};
 use shakedown::target::{Target, TargetError};
 
@@ -26,7 +28,7 @@ pub struct Cli {
     pub log_format: LogFormat,
 }
 
-const EXIT_CODES: &str = "Exit codes:\n  0    every invariant held\n  1    an invariant was violated (a seed record was written)\n  2    usage error or bad input (unknown profile, malformed seed record)\n  3    liveness failure: the stack did not converge within a bound\n  4    environment or set-up failure (binary missing, no loop device, port taken)\n  5    internal error (a bug in shakedown)\n  130  interrupted (Ctrl-C / SIGTERM); the stack was torn down";
+const EXIT_CODES: &str = "Exit codes:\n  0    every invariant held\n  1    an invariant was violated (a seed record was written)\n  2    usage error or bad input (unknown profile, malformed seed record; kube: bad kubeconfig, unknown context, no such Cluster)\n  3    liveness failure: the stack did not converge within a bound\n  4    environment or set-up failure (binary missing, no loop device, port taken; kube: Cluster not opted in, apiserver unreachable, RBAC denied)\n  5    internal error (a bug in shakedown)\n  130  interrupted (Ctrl-C / SIGTERM); the stack was torn down";
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LogFormat {
@@ -84,9 +86,23 @@ pub enum Command {
         action: TestbedAction,
     },
     /// Remove what killed runs left behind (processes, mounts, loop devices, nftables tables) under the runs directory.
+    /// With --kube: the objects of killed kube runs (their ConfigMaps; KubeadmControlPlanes they paused).
     Reap {
         #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
         runs_dir: PathBuf,
+        /// Reap on the management cluster of the kubeconfig instead of this machine.
+        #[arg(long)]
+        kube: bool,
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        #[arg(long)]
+        context: Option<String>,
+        /// Only this namespace (default: all namespaces).
+        #[arg(long)]
+        namespace: Option<String>,
+        /// Also runs that look alive or ran on another host.
+        #[arg(long)]
+        all: bool,
     },
     /// List the shipped profiles.
     Profiles,
@@ -123,6 +139,29 @@ pub enum PlanFormat {
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum TargetKind {
     Local,
+    /// A Cluster API Cluster on a management cluster (--cluster NS/NAME, kubeconfig).
+    Kube,
+}
+
+/// The kube target's options.
+#[derive(Args, Debug, Clone, Default)]
+pub struct KubeOpts {
+    /// kube target: the kubeconfig (default: KUBECONFIG, else ~/.kube/config).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// kube target: the kubeconfig context (default: its current context).
+    #[arg(long)]
+    context: Option<String>,
+    /// kube target: the Cluster API Cluster under test, NAMESPACE/NAME. It must carry the
+    /// annotation shakedown.dev/allow-chaos: "true".
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    cluster: Option<String>,
+    /// kube target: versions, failure domains, hooks, probes and checks (TOML; see the README).
+    #[arg(long, value_name = "FILE")]
+    kube_profile: Option<PathBuf>,
+    /// kube target: print every write request the plan would make, and make none.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -147,6 +186,8 @@ pub struct RunOpts {
     /// Member disks: loop-mounted ext4 images (root) or plain directories; auto picks.
     #[arg(long, value_enum, default_value_t = DiskArg::Auto)]
     disks: DiskArg,
+    #[command(flatten)]
+    kube: KubeOpts,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -198,10 +239,32 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             let res = execute_local(&opts, &profile, &plan, opts.testbed_bug, json_logs).await?;
             report_run(&opts, res)
         }
+        Command::Run { target: TargetKind::Kube, seed, steps, profile, opts } => {
+            let profile = with_steps(profiles::load(&profile)?, steps)?;
+            let seed = seed.unwrap_or_else(draw_seed);
+            let plan = generate(seed, &profile);
+            let kube = kube_record(&opts.kube, None)?;
+            if opts.kube.dry_run {
+                return dry_run_kube(&opts, &kube, &profile, &plan).await;
+            }
+            let res = execute_kube(&opts, &kube, &profile, &plan, json_logs).await?;
+            report_run(&opts, res)
+        }
         Command::Replay { file, times, opts } if file.is_dir() => replay_corpus(&file, times, &opts, json_logs).await,
         Command::Replay { file, times, opts } => replay(&file, times, &opts, json_logs).await.map(|(exit, _)| exit),
         Command::Testbed { action } => testbed(action).await,
-        Command::Reap { runs_dir } => {
+        Command::Reap { kube: true, kubeconfig, context, namespace, all, .. } => {
+            let r = shakedown::target::kube::reap::reap(kubeconfig.as_deref(), context.as_deref(), namespace.as_deref(), all).await.map_err(kube_fatal)?;
+            for c in &r.configmaps {
+                println!("deleted run ConfigMap {c}");
+            }
+            for k in &r.resumed {
+                println!("resumed KubeadmControlPlane {k}");
+            }
+            println!("reaped {} kube run(s)", r.configmaps.len());
+            Ok(Exit::Pass)
+        }
+        Command::Reap { runs_dir, .. } => {
             let n = reap_runs(&runs_dir)?;
             println!("reaped {n} run director{}", if n == 1 { "y" } else { "ies" });
             Ok(Exit::Pass)
@@ -254,6 +317,7 @@ struct RunResult {
     profile: Profile,
     plan: Plan,
     bug: Option<PlantedBug>,
+    kube: Option<KubeRecord>,
 }
 
 #[derive(Debug)]
@@ -334,7 +398,7 @@ async fn execute_local(opts: &RunOpts, profile: &Profile, plan: &Plan, bug: Opti
     let mut target = tokio::select! {
         t = LocalTarget::start(cfg, profile, &model, Duration::from_secs(30)) => t.map_err(|e| Fatal::environment(format!("cannot bring the local stack up: {e}")))?,
         _ = shutdown_signal() => {
-            return Ok(RunResult { outcome: Err(Interrupted), run_id, run_dir, started, versions: BTreeMap::new(), profile: profile.clone(), plan: plan.clone(), bug });
+            return Ok(RunResult { outcome: Err(Interrupted), run_id, run_dir, started, versions: BTreeMap::new(), profile: profile.clone(), plan: plan.clone(), bug, kube: None });
         }
     };
     let bring_up_ms = t0.elapsed().as_millis();
@@ -359,7 +423,7 @@ async fn execute_local(opts: &RunOpts, profile: &Profile, plan: &Plan, bug: Opti
         Some(Err(e)) => return Err(Fatal::environment(e.to_string())),
     };
     events.emit("run-end", json!({"outcome": format!("{outcome:?}")}));
-    Ok(RunResult { outcome, run_id, run_dir, started, versions, profile: profile.clone(), plan: plan.clone(), bug })
+    Ok(RunResult { outcome, run_id, run_dir, started, versions, profile: profile.clone(), plan: plan.clone(), bug, kube: None })
 }
 
 fn progress_line(json_logs: bool, text: &str) {
@@ -391,7 +455,7 @@ fn record_of(r: &RunResult, failure: &Failure) -> SeedRecord {
         format: FORMAT,
         shakedown_version: env!("CARGO_PKG_VERSION").into(),
         seed: r.plan.seed,
-        target: "local".into(),
+        target: if r.kube.is_some() { "kube".into() } else { "local".into() },
         run_id: r.run_id.clone(),
         started: r.started.clone(),
         testbed_bug: r.bug,
@@ -400,6 +464,7 @@ fn record_of(r: &RunResult, failure: &Failure) -> SeedRecord {
         failure: failure.clone(),
         profile: r.profile.clone(),
         plan: r.plan.clone(),
+        kube: r.kube.clone(),
     }
 }
 
@@ -427,7 +492,7 @@ fn report_run(opts: &RunOpts, r: RunResult) -> Result<Exit, Fatal> {
                 }
             };
             println!("seed record: {}", path.display());
-            println!("shakedown replay {}", path.display());
+            println!("shakedown replay {}{}", path.display(), kube_replay_flags(&opts.kube, r.kube.as_ref()));
             Ok(exit_for(f))
         }
     }
@@ -446,8 +511,16 @@ async fn replay_record(file: &Path, record: &SeedRecord, times: u32, opts: &RunO
     println!("replaying {} · seed {} · {} ops · recorded: {}", file.display(), record.seed, record.plan.ops.len(), describe(expected));
     let mut reproduced = 0;
     let mut exit = Exit::Pass;
+    let kube = match (&record.kube, record.target.as_str()) {
+        (Some(k), _) => Some(kube_record(&opts.kube, Some(k))?),
+        (None, "kube") => return Err(Fatal::usage(format!("{}: a kube record without its [kube] table", file.display()))),
+        (None, _) => None,
+    };
     for i in 1..=times {
-        let r = execute_local(opts, &record.profile, &record.plan, bug, json_logs).await?;
+        let r = match &kube {
+            Some(k) => execute_kube(opts, k, &record.profile, &record.plan, json_logs).await?,
+            None => execute_local(opts, &record.profile, &record.plan, bug, json_logs).await?,
+        };
         let verdict = match &r.outcome {
             Err(Interrupted) => {
                 println!("interrupted after {} of {times} replays", i - 1);
@@ -585,4 +658,156 @@ fn reap_runs(runs_dir: &Path) -> Result<usize, Fatal> {
         }
     }
     Ok(n)
+}
+
+fn kube_fatal(e: KubeError) -> Fatal {
+    match e {
+        KubeError::Usage(m) => Fatal::usage(m),
+        KubeError::Refused(m) | KubeError::Environment(m) => Fatal::environment(m),
+    }
+}
+
+/// The Cluster and kube profile of a kube run: from the flags, else from the record replayed.
+fn kube_record(opts: &KubeOpts, recorded: Option<&KubeRecord>) -> Result<KubeRecord, Fatal> {
+    let cluster = match (&opts.cluster, recorded) {
+        (Some(c), _) => c.clone(),
+        (None, Some(r)) => r.cluster.clone(),
+        (None, None) => return Err(Fatal::usage("--target kube needs --cluster NAMESPACE/NAME (the Cluster API Cluster under test)")),
+    };
+    match cluster.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {}
+        _ => return Err(Fatal::usage(format!("--cluster {cluster:?}: expected NAMESPACE/NAME"))),
+    }
+    let kube_profile = match (&opts.kube_profile, recorded) {
+        (Some(p), _) => KubeProfile::load(p).map_err(Fatal::usage)?,
+        (None, Some(r)) => r.kube_profile.clone(),
+        (None, None) => KubeProfile::default(),
+    };
+    let context = opts.context.clone().or_else(|| recorded.and_then(|r| r.context.clone()));
+    Ok(KubeRecord { cluster, context, kube_profile })
+}
+
+fn kube_replay_flags(opts: &KubeOpts, kube: Option<&KubeRecord>) -> String {
+    if kube.is_none() {
+        return String::new();
+    }
+    opts.kubeconfig.as_ref().map(|k| format!(" --kubeconfig {}", k.display())).unwrap_or_default()
+}
+
+fn kube_config(opts: &RunOpts, kube: &KubeRecord, run_id: &str) -> KubeConfig {
+    let (ns, name) = kube.cluster.split_once('/').expect("checked by kube_record");
+    KubeConfig {
+        kubeconfig: opts.kube.kubeconfig.clone(),
+        context: kube.context.clone(),
+        namespace: ns.into(),
+        name: name.into(),
+        dry_run: opts.kube.dry_run,
+        profile: kube.kube_profile.clone(),
+        run_id: run_id.into(),
+    }
+}
+
+/// The invariants the kube target can observe: consistency and durability need etcd itself (not
+/// reached by the kube target), reachability needs a probe or check in the kube profile.
+fn kube_invariants(profile: &Profile, kube: &KubeRecord) -> Result<(Vec<shakedown::invariants::InvariantId>, Vec<String>), Fatal> {
+    use shakedown::invariants::InvariantId;
+    let p = &kube.kube_profile;
+    let mut dropped = Vec::new();
+    let ids = profiles::invariants(profile)?
+        .into_iter()
+        .filter(|id| {
+            let keep = match id {
+                InvariantId::Consistency | InvariantId::Durability => false,
+                InvariantId::Reachability => !(p.probes.is_empty() && p.commands.is_empty() && p.conditions.is_empty()),
+                _ => true,
+            };
+            if !keep {
+                dropped.push(id.to_string());
+            }
+            keep
+        })
+        .collect();
+    Ok((ids, dropped))
+}
+
+/// `--dry-run`: reads the Cluster, then prints every write each op would make, and makes none.
+async fn dry_run_kube(opts: &RunOpts, kube: &KubeRecord, profile: &Profile, plan: &Plan) -> Result<Exit, Fatal> {
+    let run_id = new_run_id();
+    let model = profile.initial_model();
+    let mut target = KubeTarget::connect(kube_config(opts, kube, &run_id), profile, &model).await.map_err(kube_fatal)?;
+    println!("dry run: seed {} · profile {} · {} ops · Cluster {} · no request below is sent", plan.seed, profile.name, plan.ops.len(), kube.cluster);
+    for (m, machine) in target.bindings() {
+        println!("member {m} = Machine {machine}");
+    }
+    let mut model = model;
+    for (i, op) in plan.ops.iter().enumerate() {
+        println!("step {}: {op}", i + 1);
+        if let Err(reason) = target.supports(op) {
+            println!("  skipped: {reason}");
+            continue;
+        }
+        let before = model.clone();
+        if model.apply(op).is_err() {
+            println!("  skipped: an earlier op was skipped");
+            continue;
+        }
+        target.execute(op, &before, &model).await.map_err(|e| Fatal::environment(e.to_string()))?;
+    }
+    target.teardown().await;
+    println!("dry run: {} write request(s) printed, none sent", target.dry_run_writes.len());
+    Ok(Exit::Pass)
+}
+
+/// Runs `plan` against the Cluster; resumes what it paused and removes its objects whatever happens.
+async fn execute_kube(opts: &RunOpts, kube: &KubeRecord, profile: &Profile, plan: &Plan, json_logs: bool) -> Result<RunResult, Fatal> {
+    let (invariants, dropped) = kube_invariants(profile, kube)?;
+    let run_id = new_run_id();
+    let run_dir = create_run_dir(&opts.runs_dir, &run_id)?;
+    std::fs::write(run_dir.join("plan.toml"), toml::to_string(plan).expect("plans serialize"))
+        .and_then(|_| std::fs::write(run_dir.join("profile.toml"), profile.to_toml()))
+        .map_err(|e| Fatal::environment(format!("cannot write the plan into {}: {e}", run_dir.display())))?;
+    let started = now_rfc3339();
+    progress_line(
+        json_logs,
+        &format!("seed {} · profile {} · {} ops · run {run_id} · Cluster {}\nweights {}\nrun directory {}", plan.seed, profile.name, plan.ops.len(), kube.cluster, weights_text(plan), run_dir.display()),
+    );
+    if !dropped.is_empty() {
+        progress_line(json_logs, &format!("not checked on the kube target: {} (consistency and durability need etcd access; reachability needs probes or checks in the kube profile)", dropped.join(", ")));
+    }
+    let mut events = EventLog::create(&run_dir.join("events.jsonl"));
+    events.emit("run-start", json!({"run_id": run_id, "seed": plan.seed, "profile": profile.name, "weights": plan.weights, "ops": plan.ops.len(), "target": "kube", "cluster": kube.cluster}));
+    let model = profile.initial_model();
+    let t0 = std::time::Instant::now();
+    let mut target = tokio::select! {
+        t = KubeTarget::connect(kube_config(opts, kube, &run_id), profile, &model) => t.map_err(kube_fatal)?,
+        _ = shutdown_signal() => {
+            return Ok(RunResult { outcome: Err(Interrupted), run_id, run_dir, started, versions: BTreeMap::new(), profile: profile.clone(), plan: plan.clone(), bug: None, kube: Some(kube.clone()) });
+        }
+    };
+    let bindings: Vec<String> = target.bindings().iter().map(|(m, n)| format!("{m}={n}")).collect();
+    events.emit("bring-up", json!({"ms": t0.elapsed().as_millis() as u64, "bindings": bindings}));
+    progress_line(json_logs, &format!("connected in {}ms · members {}", t0.elapsed().as_millis(), bindings.join(" ")));
+    let versions = target.component_versions();
+    let mut progress = |l: &str| progress_line(json_logs, l);
+    let outcome = tokio::select! {
+        r = run::execute(&mut target, plan, profile, &invariants, &mut events, &mut progress) => Some(r),
+        _ = shutdown_signal() => None,
+    };
+    let t_down = std::time::Instant::now();
+    target.teardown().await;
+    for (kind, fields) in target.take_events() {
+        events.emit(&kind, fields);
+    }
+    events.emit("teardown", json!({"ms": t_down.elapsed().as_millis() as u64, "requests": target.counter.snapshot()}));
+    let outcome = match outcome {
+        None => {
+            progress_line(json_logs, "interrupted: shakedown's objects were removed and the control plane resumed");
+            Err(Interrupted)
+        }
+        Some(Ok(o)) => Ok(o),
+        Some(Err(TargetError::Unsupported(m))) => return Err(Fatal::usage(m)),
+        Some(Err(e)) => return Err(Fatal::environment(e.to_string())),
+    };
+    events.emit("run-end", json!({"outcome": format!("{outcome:?}")}));
+    Ok(RunResult { outcome, run_id, run_dir, started, versions, profile: profile.clone(), plan: plan.clone(), bug: None, kube: Some(kube.clone()) })
 }

@@ -68,6 +68,20 @@ pub struct SeedRecord {
     pub failure: Failure,
     pub profile: Profile,
     pub plan: Plan,
+    /// For the kube target: the Cluster and the kube profile the run used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube: Option<KubeRecord>,
+}
+
+/// What replaying a kube-target record needs besides the plan (the kubeconfig is given again).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubeRecord {
+    /// `NAMESPACE/NAME` of the Cluster API Cluster.
+    pub cluster: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    pub kube_profile: crate::target::kube::profile::KubeProfile,
 }
 
 impl SeedRecord {

@@ -90,6 +90,7 @@ fn good_record() -> String {
         },
         profile,
         plan,
+        kube: None,
     };
     rec.to_toml()
 }

@@ -468,6 +468,7 @@ fn corpus_replay_checks_each_records_expectation() {
         failure: Failure { kind: FailureKind::Violation, step: 0, op: "bring-up".into(), invariant: Some(shakedown::invariants::InvariantId::Durability), message: "x".into(), at: "2026-11-30T00:00:01Z".into() },
         profile: profile.clone(),
         plan: plan.clone(),
+        kube: None,
     };
     // ack-before-write fails at the bring-up check (step 0) every time; without it the plan passes.
     std::fs::write(d.seeds.join("a-detects.toml"), record(Some(PlantedBug::AckBeforeWrite), Expect::Fail).to_toml()).unwrap();
