@@ -17,6 +17,10 @@ use shakedown::target::kube::client::capi;
 use shakedown::target::kube::conditions::{condition, rollout, ETCD_CLUSTER_HEALTHY, ETCD_MEMBER_HEALTHY};
 use shakedown::target::kube::{CAPI_PAUSED, PAUSED_BY, RUN_LABEL};
 
+/// One apiserver at a time: on 2 cores three at once starve each other (and the stand-in's
+/// timing) enough to make the waits flaky.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The plan profile of these tests: the ops the kube target runs without hooks.
 const PROFILE: &str = r#"
 name = "kube-test"
@@ -131,6 +135,7 @@ async fn seed_with(files: &Files, wanted: &[&str]) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_plan_passes_then_a_planted_failure_is_recorded_and_replayed() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(bin) = require_apiserver() else { return };
     let env = KubeEnv::start(&bin).await;
     let client = env.client().await;
@@ -188,6 +193,7 @@ async fn seeded_plan_passes_then_a_planted_failure_is_recorded_and_replayed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusal_dry_run_reap_and_bad_input() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(bin) = require_apiserver() else { return };
     let env = KubeEnv::start(&bin).await;
     let client = env.client().await;
@@ -265,6 +271,7 @@ async fn refusal_dry_run_reap_and_bad_input() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conditions_in_both_api_versions_and_ci_manifests_on_the_apiserver() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(bin) = require_apiserver() else { return };
     let env = KubeEnv::start(&bin).await;
     let client = env.client().await;

@@ -197,6 +197,10 @@ pub struct KubeTarget {
     op_timeout: Duration,
     torn_down: bool,
     lock_created: bool,
+    /// `Kind/name` → the generation our last patch gave the object.
+    written_generation: BTreeMap<String, i64>,
+    /// Machines a rollout was asked to replace: never bound again, so one left behind shows.
+    retired: BTreeSet<String>,
     /// The writes a dry run printed.
     pub dry_run_writes: Vec<String>,
 }
@@ -340,6 +344,8 @@ impl KubeTarget {
             op_timeout,
             torn_down: false,
             lock_created: false,
+            written_generation: BTreeMap::new(),
+            retired: BTreeSet::new(),
             dry_run_writes: vec![],
         };
         t.take_lock().await.map_err(|e| KubeError::Environment(e.to_string()))?;
@@ -371,7 +377,12 @@ impl KubeTarget {
         match w {
             Write::Patch { ar, ns, name, body } => {
                 let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &ns, &ar);
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&body)).await.map(|_| ()).map_err(|e| api_error(&what, e))
+                let obj = api.patch(&name, &PatchParams::default(), &Patch::Merge(&body)).await.map_err(|e| api_error(&what, e))?;
+                // A wait must not pass on a cached object older than this write.
+                if let Some(g) = obj.metadata.generation {
+                    self.written_generation.insert(format!("{}/{name}", ar.kind), g);
+                }
+                Ok(())
             }
             Write::Delete { ar, ns, name } => {
                 let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &ns, &ar);
@@ -416,7 +427,8 @@ impl KubeTarget {
     /// of its site's failure domain.
     fn rebind(&mut self) {
         let ms = cp_machines(&self.cache.machines.objects());
-        let live: BTreeMap<&str, &CpMachine> = ms.iter().filter(|m| !m.deleting).map(|m| (m.name.as_str(), m)).collect();
+        let retired = &self.retired;
+        let live: BTreeMap<&str, &CpMachine> = ms.iter().filter(|m| !m.deleting && !retired.contains(&m.name)).map(|m| (m.name.as_str(), m)).collect();
         let model = &self.model;
         self.bindings.retain(|id, machine| model.members.contains_key(id) && live.contains_key(machine.as_str()));
         let mut taken: BTreeSet<String> = self.bindings.values().cloned().collect();
@@ -426,7 +438,7 @@ impl KubeTarget {
             }
             let Some(fd) = self.site_fds.get(m.site.0 as usize) else { continue };
             // Healthy Machines first, then the oldest.
-            let pick = ms.iter().filter(|c| !c.deleting && c.fd.as_deref() == Some(fd.as_str()) && !taken.contains(&c.name)).min_by_key(|c| (!c.healthy, c.created.clone(), c.name.clone()));
+            let pick = ms.iter().filter(|c| live.contains_key(c.name.as_str()) && c.fd.as_deref() == Some(fd.as_str()) && !taken.contains(&c.name)).min_by_key(|c| (!c.healthy, c.created.clone(), c.name.clone()));
             if let Some(c) = pick {
                 taken.insert(c.name.clone());
                 self.bindings.insert(m.id, c.name.clone());
@@ -464,10 +476,22 @@ impl KubeTarget {
     fn settled(&mut self) -> Result<(), String> {
         self.rebind();
         let kcp = self.cache.kcp().ok_or("KubeadmControlPlane not in the cache")?;
+        let seen = |kind: &str, name: &str, obj: &Value| {
+            let want = self.written_generation.get(&format!("{kind}/{name}")).copied().unwrap_or(0);
+            let have = obj.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
+            if have < want {
+                Err(format!("{kind} {name}: the watch has not delivered generation {want} yet"))
+            } else {
+                Ok(())
+            }
+        };
+        seen("KubeadmControlPlane", &self.kcp_name, &kcp)?;
         rollout(&kcp).complete().map_err(|e| format!("KubeadmControlPlane {}: {e}", self.kcp_name))?;
         for d in self.cache.deployments.objects() {
             let obj = serde_json::to_value(d.as_ref()).unwrap_or_default();
-            rollout(&obj).complete().map_err(|e| format!("MachineDeployment {}: {e}", d.metadata.name.clone().unwrap_or_default()))?;
+            let name = d.metadata.name.clone().unwrap_or_default();
+            seen("MachineDeployment", &name, &obj)?;
+            rollout(&obj).complete().map_err(|e| format!("MachineDeployment {name}: {e}"))?;
         }
         let ms = cp_machines(&self.cache.machines.objects());
         let mut waiting = Vec::new();
@@ -890,6 +914,11 @@ impl KubeTarget {
             return self.run_hook(op, &hook).await;
         }
         let ns = self.cfg.namespace.clone();
+        if matches!(op, Op::RollingUpgrade { .. } | Op::RollingReplace) {
+            // A rollout replaces every control-plane Machine.
+            let names: Vec<String> = cp_machines(&self.cache.machines.objects()).into_iter().map(|m| m.name).collect();
+            self.retired.extend(names);
+        }
         match op {
             Op::Crash { member } => self.delete_machines(&[*member]).await,
             Op::SiteOutage { site, mode: OutageMode::PowerLoss } => {
@@ -918,7 +947,7 @@ impl KubeTarget {
                 self.wait_until(&format!("rollout to {} complete", v.kubernetes), timeout, |t| t.settled()).await
             }
             Op::RollingReplace => {
-                let now = crate::record::now_rfc3339();
+                let now = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
                 self.send(Write::Patch { ar: self.kcp_ar.clone(), ns, name: self.kcp_name.clone(), body: json!({"spec": {"rollout": {"after": now}}}) }).await?;
                 self.model = after.clone();
                 let timeout = self.op_timeout;
