@@ -171,6 +171,7 @@ fn record_for(plan: &Plan, bug: PlantedBug) -> String {
         profile,
         plan: plan.clone(),
         shrunk: None,
+        kube: None,
     }
     .to_toml()
 }

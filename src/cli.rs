@@ -1,5 +1,6 @@
 //! Commands: plan, run, replay, shrink, soak, testbed, reap, profiles.
 
+mod kube;
 mod replay;
 mod session;
 mod shrink;
@@ -27,7 +28,7 @@ pub struct Cli {
     pub log_format: LogFormat,
 }
 
-const EXIT_CODES: &str = "Exit codes:\n  0    every invariant held\n  1    an invariant was violated (a seed record was written)\n  2    usage error or bad input (unknown profile, malformed seed record)\n  3    liveness failure: the stack did not converge within a bound\n  4    environment or set-up failure (binary missing, no loop device, port taken)\n  5    internal error (a bug in shakedown)\n  130  interrupted (Ctrl-C / SIGTERM); the stack was torn down";
+const EXIT_CODES: &str = "Exit codes:\n  0    every invariant held\n  1    an invariant was violated (a seed record was written)\n  2    usage error or bad input (unknown profile, malformed seed record; kube: bad kubeconfig, unknown context, no such Cluster)\n  3    liveness failure: the stack did not converge within a bound\n  4    environment or set-up failure (binary missing, no loop device, port taken; kube: Cluster not opted in, apiserver unreachable, RBAC denied)\n  5    internal error (a bug in shakedown)\n  130  interrupted (Ctrl-C / SIGTERM); the stack was torn down";
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LogFormat {
@@ -127,9 +128,23 @@ pub enum Command {
         action: TestbedAction,
     },
     /// Remove what killed runs left behind (processes, mounts, loop devices, nftables tables) under the runs directory.
+    /// With --kube: the objects of killed kube runs (their ConfigMaps; KubeadmControlPlanes they paused).
     Reap {
         #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
         runs_dir: PathBuf,
+        /// Reap on the management cluster of the kubeconfig instead of this machine.
+        #[arg(long)]
+        kube: bool,
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        #[arg(long)]
+        context: Option<String>,
+        /// Only this namespace (default: all namespaces).
+        #[arg(long)]
+        namespace: Option<String>,
+        /// Also runs that look alive or ran on another host.
+        #[arg(long)]
+        all: bool,
     },
     /// List the shipped profiles.
     Profiles,
@@ -166,6 +181,29 @@ pub enum PlanFormat {
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum TargetKind {
     Local,
+    /// A Cluster API Cluster on a management cluster (--cluster NS/NAME, kubeconfig).
+    Kube,
+}
+
+/// The kube target's options.
+#[derive(Args, Debug, Clone, Default)]
+pub struct KubeOpts {
+    /// kube target: the kubeconfig (default: KUBECONFIG, else ~/.kube/config).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// kube target: the kubeconfig context (default: its current context).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// kube target: the Cluster API Cluster under test, NAMESPACE/NAME. It must carry the
+    /// annotation shakedown.dev/allow-chaos: "true".
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub cluster: Option<String>,
+    /// kube target: versions, failure domains, hooks, probes and checks (TOML; see the README).
+    #[arg(long, value_name = "FILE")]
+    pub kube_profile: Option<PathBuf>,
+    /// kube target: print every write request the plan would make, and make none.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -190,6 +228,8 @@ pub struct RunOpts {
     /// Member disks: loop-mounted ext4 images (root) or plain directories; auto picks.
     #[arg(long, value_enum, default_value_t = DiskArg::Auto)]
     pub disks: DiskArg,
+    #[command(flatten)]
+    pub kube: KubeOpts,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -249,7 +289,20 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             let interrupt = Interrupt::install(json_logs);
             let x = exec(&opts, json_logs, &interrupt);
             let r = session::execute_local(&x, &profile, &plan, opts.testbed_bug).await?;
-            Ok(session::report_run(&r))
+            Ok(session::report_run(&r, &opts))
+        }
+        Command::Run { target: TargetKind::Kube, seed, steps, profile, opts } => {
+            let profile = with_steps(profiles::load(&profile)?, steps)?;
+            let seed = seed.unwrap_or_else(draw_seed);
+            let plan = generate(seed, &profile);
+            let record = kube::kube_record(&opts.kube, None)?;
+            if opts.kube.dry_run {
+                return kube::dry_run(&opts, &record, &profile, &plan).await;
+            }
+            let interrupt = Interrupt::install(json_logs);
+            let x = exec(&opts, json_logs, &interrupt);
+            let r = kube::execute_kube(&x, &record, &profile, &plan).await?;
+            Ok(session::report_run(&r, &opts))
         }
         Command::Replay { file, times, original, opts } => {
             let interrupt = Interrupt::install(json_logs);
@@ -272,7 +325,18 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             soak::soak(soak::SoakArgs { duration, first_seed: seed, max_failures, profile }, &opts, json_logs, &interrupt).await
         }
         Command::Testbed { action } => testbed::testbed(action).await,
-        Command::Reap { runs_dir } => {
+        Command::Reap { kube: true, kubeconfig, context, namespace, all, .. } => {
+            let r = shakedown::target::kube::reap::reap(kubeconfig.as_deref(), context.as_deref(), namespace.as_deref(), all).await.map_err(kube::kube_fatal)?;
+            for c in &r.configmaps {
+                println!("deleted run ConfigMap {c}");
+            }
+            for k in &r.resumed {
+                println!("resumed KubeadmControlPlane {k}");
+            }
+            println!("reaped {} kube run(s)", r.configmaps.len());
+            Ok(Exit::Pass)
+        }
+        Command::Reap { runs_dir, .. } => {
             let n = testbed::reap_runs(&runs_dir)?;
             println!("reaped {n} run director{}", if n == 1 { "y" } else { "ies" });
             Ok(Exit::Pass)

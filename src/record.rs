@@ -75,6 +75,9 @@ pub struct SeedRecord {
     /// unless told `--original`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shrunk: Option<Shrunk>,
+    /// For the kube target: the Cluster and the kube profile the run used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube: Option<KubeRecord>,
 }
 
 /// The result of shrinking a record's plan.
@@ -91,6 +94,17 @@ pub struct Shrunk {
     /// How the shrunk plan failed.
     pub failure: Failure,
     pub ops: Vec<shakedown_faults::Op>,
+}
+
+/// What replaying a kube-target record needs besides the plan (the kubeconfig is given again).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubeRecord {
+    /// `NAMESPACE/NAME` of the Cluster API Cluster.
+    pub cluster: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    pub kube_profile: crate::target::kube::profile::KubeProfile,
 }
 
 impl SeedRecord {

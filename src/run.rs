@@ -214,7 +214,11 @@ async fn steps<T: Target>(
         }
         events.emit("op-start", json!({"step": step, "op": op, "text": op.to_string(), "family": op.kind().to_string()}));
         let t_op = Instant::now();
-        match target.execute(op, &before, model).await {
+        let executed = target.execute(op, &before, model).await;
+        for (kind, fields) in target.take_events() {
+            events.emit(&kind, fields);
+        }
+        match executed {
             Ok(()) => {}
             Err(TargetError::Stack(msg)) => {
                 events.emit("op-end", json!({"step": step, "ms": t_op.elapsed().as_millis() as u64, "error": msg}));

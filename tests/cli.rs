@@ -92,6 +92,7 @@ fn good_record() -> String {
         plan,
         duration_ms: None,
         shrunk: None,
+        kube: None,
     };
     rec.to_toml()
 }

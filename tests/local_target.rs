@@ -470,6 +470,7 @@ fn corpus_replay_checks_each_records_expectation() {
         plan: plan.clone(),
         duration_ms: None,
         shrunk: None,
+        kube: None,
     };
     // ack-before-write fails at the bring-up check (step 0) every time; without it the plan passes.
     std::fs::write(d.seeds.join("a-detects.toml"), record(Some(PlantedBug::AckBeforeWrite), Expect::Fail).to_toml()).unwrap();

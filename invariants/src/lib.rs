@@ -11,7 +11,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use shakedown_faults::{Answers, BackupId, MemberId, Model, OutageMode};
 
-pub use observation::{Durability, Inventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample};
+pub use observation::{Durability, Inventory, KubeInventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample};
 
 /// The shortest quorum loss during a step that counts as a violation (milliseconds).
 pub const MIN_LOSS_WINDOW_MS: u64 = 25;
@@ -20,6 +20,10 @@ pub const MIN_LOSS_WINDOW_MS: u64 = 25;
 /// before `consistency` calls it stalled. Followers trail by a few revisions under load; a store
 /// that stopped applying falls further behind with every write.
 pub const MAX_REVISION_LAG: i64 = 1000;
+
+/// How long (seconds) an object may stay in deletion before the kube target's `leaks` calls it
+/// stuck (finalizers that never finish).
+pub const STUCK_DELETION_SECS: u64 = 120;
 
 /// The registered invariants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -419,6 +423,9 @@ fn leaks(model: &Model, obs: &Observation) -> Verdict {
     let Some(inv) = &obs.inventory else {
         return Verdict::Pass;
     };
+    if let Some(kube) = &inv.kube {
+        return kube_leaks(model, kube);
+    }
     let mut problems = Vec::new();
     let mut compare = |what: &str, found: &std::collections::BTreeSet<String>, must: Vec<String>, may: Vec<String>| {
         let leaked: Vec<&String> = found.iter().filter(|f| !must.contains(f) && !may.contains(f)).collect();
@@ -443,6 +450,46 @@ fn leaks(model: &Model, obs: &Observation) -> Verdict {
     compare("backup files", &inv.backups, model.backups.iter().map(BackupId::to_string).collect(), vec![]);
     if inv.haproxies == 0 {
         problems.push("no HAProxy process".into());
+    }
+    if problems.is_empty() {
+        Verdict::Pass
+    } else {
+        Verdict::Fail(problems.join("; "))
+    }
+}
+
+/// The kube target's leaks: Machines that stand for no model member, members expected to have
+/// a Machine without one, worker Machines against their MachineDeployment's replicas, orphaned
+/// InfraMachines, Nodes, volumes and attachments, objects stuck in deletion.
+fn kube_leaks(model: &Model, inv: &KubeInventory) -> Verdict {
+    let mut problems = Vec::new();
+    let stray: Vec<&str> = inv.machines.iter().filter(|(_, m)| m.is_none()).map(|(n, _)| n.as_str()).collect();
+    if !stray.is_empty() {
+        problems.push(format!("control-plane Machine(s) standing for no member of the model left behind: {}", stray.join(", ")));
+    }
+    let bound: BTreeSet<MemberId> = inv.machines.values().flatten().copied().collect();
+    let missing: Vec<String> = model.members.values().filter(|m| model.has_process(m) == Answers::Yes && !bound.contains(&m.id)).map(|m| m.id.to_string()).collect();
+    if !missing.is_empty() {
+        problems.push(format!("no Machine for member(s) {}", missing.join(", ")));
+    }
+    for (md, want, found) in &inv.machine_deployments {
+        if *found as i64 != *want {
+            problems.push(format!("MachineDeployment {md} has {found} Machine(s), spec.replicas is {want}"));
+        }
+    }
+    for (what, list) in [
+        ("InfraMachine(s) without a Machine", &inv.orphan_infra_machines),
+        ("Node(s) without a Machine", &inv.orphan_nodes),
+        ("PersistentVolume(s) Released or Failed", &inv.released_volumes),
+        ("VolumeAttachment(s) whose Node is gone", &inv.orphan_volume_attachments),
+    ] {
+        if !list.is_empty() {
+            problems.push(format!("{what}: {}", list.join(", ")));
+        }
+    }
+    let stuck: Vec<String> = inv.deleting.iter().filter(|(_, s)| **s >= STUCK_DELETION_SECS).map(|(o, s)| format!("{o} ({s}s)")).collect();
+    if !stuck.is_empty() {
+        problems.push(format!("object(s) stuck in deletion for more than {STUCK_DELETION_SECS}s: {}", stuck.join(", ")));
     }
     if problems.is_empty() {
         Verdict::Pass

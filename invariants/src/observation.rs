@@ -47,6 +47,29 @@ pub struct Inventory {
     pub backups: BTreeSet<String>,
     /// Whether the target uses loop-mounted disks (else plain directories: no mounts expected).
     pub loop_disks: bool,
+    /// The kube target's inventory (Cluster API objects) instead of the machine's resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube: Option<KubeInventory>,
+}
+
+/// The kube target's inventory: objects labelled `cluster.x-k8s.io/cluster-name=<cluster>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubeInventory {
+    /// Control-plane Machines not being deleted: Machine name → the model member it stands for
+    /// (`None`: it stands for none).
+    pub machines: BTreeMap<String, Option<MemberId>>,
+    /// Worker Machines per MachineDeployment: (name, spec.replicas, Machines found).
+    pub machine_deployments: Vec<(String, i64, usize)>,
+    /// InfraMachines (`Kind/name`) that no Machine references.
+    pub orphan_infra_machines: Vec<String>,
+    /// Workload-cluster Nodes that no Machine references (empty when not observed).
+    pub orphan_nodes: Vec<String>,
+    /// PersistentVolumes in phase Released or Failed (empty when not observed).
+    pub released_volumes: Vec<String>,
+    /// VolumeAttachments whose Node is gone (empty when not observed).
+    pub orphan_volume_attachments: Vec<String>,
+    /// Objects being deleted (`Kind/name`) → seconds since their deletionTimestamp.
+    pub deleting: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

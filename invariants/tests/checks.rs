@@ -55,6 +55,7 @@ fn inventory() -> Inventory {
         partition_rules: BTreeSet::new(),
         backups: BTreeSet::new(),
         loop_disks: true,
+        kube: None,
     }
 }
 

@@ -26,8 +26,16 @@ async fn replay_record(file: &Path, record: &SeedRecord, times: u32, original: b
     println!("replaying {} · seed {} · {which} · recorded: {}", file.display(), record.seed, describe(expected));
     let mut reproduced = 0;
     let mut exit = Exit::Pass;
+    let kube = match (&record.kube, record.target.as_str()) {
+        (Some(k), _) => Some(super::kube::kube_record(&x.opts.kube, Some(k))?),
+        (None, "kube") => return Err(Fatal::usage(format!("{}: a kube record without its [kube] table", file.display()))),
+        (None, _) => None,
+    };
     for i in 1..=times {
-        let r = execute_local(x, &record.profile, &plan, bug).await?;
+        let r = match &kube {
+            Some(k) => super::kube::execute_kube(x, k, &record.profile, &plan).await?,
+            None => execute_local(x, &record.profile, &plan, bug).await?,
+        };
         let verdict = match &r.outcome {
             Err(Interrupted) | Ok(Outcome::Stopped { .. }) => {
                 println!("interrupted after {} of {times} replays", i - 1);

@@ -12,7 +12,7 @@ use shakedown::events::EventLog;
 use shakedown::exit::{Exit, Fatal};
 use shakedown::faults::{Plan, Profile};
 use shakedown::profiles;
-use shakedown::record::{now_rfc3339, Expect, Failure, FailureKind, SeedRecord, FORMAT};
+use shakedown::record::{now_rfc3339, Expect, Failure, FailureKind, KubeRecord, SeedRecord, FORMAT};
 use shakedown::report::{self, Case, CaseOutcome};
 use shakedown::run::{self, Outcome};
 use shakedown::target::local::{DiskMode, LocalTarget, PlantedBug, TestbedConfig};
@@ -131,6 +131,8 @@ pub struct RunResult {
     pub bug: Option<PlantedBug>,
     /// The seed record written for a failure.
     pub record: Option<PathBuf>,
+    /// For the kube target: the Cluster and kube profile.
+    pub kube: Option<KubeRecord>,
 }
 
 #[derive(Debug)]
@@ -230,6 +232,7 @@ pub async fn execute_local(x: &Exec<'_>, profile: &Profile, plan: &Plan, bug: Op
         plan: plan.clone(),
         bug,
         record: None,
+        kube: None,
     };
     if x.interrupt.requested() {
         return Ok(result);
@@ -263,6 +266,11 @@ pub async fn execute_local(x: &Exec<'_>, profile: &Profile, plan: &Plan, bug: Op
     };
     events.emit("run-end", json!({"outcome": format!("{:?}", result.outcome), "ms": result.elapsed.as_millis() as u64}));
     drop(events);
+    finish(x, result)
+}
+
+/// After the teardown: the seed record (when asked and the run failed), then the reports.
+pub fn finish(x: &Exec<'_>, mut result: RunResult) -> Result<RunResult, Fatal> {
     if x.record {
         if let Ok(Outcome::Failed(f)) = &result.outcome {
             result.record = Some(write_record(x.opts, &result, f)?);
@@ -300,7 +308,7 @@ pub fn case_of(r: &RunResult) -> Case {
             kind: format!("{:?}", f.kind).to_lowercase(),
             invariant: f.invariant.map(|i| i.to_string()),
             message: describe(f),
-            replay: r.record.as_ref().map(|p| format!("shakedown replay {}", p.display())),
+            replay: r.record.as_ref().map(|p| format!("shakedown replay {}{}", p.display(), super::kube::replay_flags(&Default::default(), r.kube.as_ref()))),
         },
     };
     Case {
@@ -334,7 +342,7 @@ pub fn record_of(r: &RunResult, failure: &Failure) -> SeedRecord {
         format: FORMAT,
         shakedown_version: env!("CARGO_PKG_VERSION").into(),
         seed: r.plan.seed,
-        target: "local".into(),
+        target: if r.kube.is_some() { "kube".into() } else { "local".into() },
         run_id: r.run_id.clone(),
         started: r.started.clone(),
         duration_ms: Some(r.elapsed.as_millis() as u64),
@@ -345,6 +353,7 @@ pub fn record_of(r: &RunResult, failure: &Failure) -> SeedRecord {
         profile: r.profile.clone(),
         plan: r.plan.clone(),
         shrunk: None,
+        kube: r.kube.clone(),
     }
 }
 
@@ -362,7 +371,7 @@ fn write_record(opts: &RunOpts, r: &RunResult, f: &Failure) -> Result<PathBuf, F
 }
 
 /// What `run` prints at the end, and its exit code.
-pub fn report_run(r: &RunResult) -> Exit {
+pub fn report_run(r: &RunResult, opts: &RunOpts) -> Exit {
     match &r.outcome {
         Err(Interrupted) | Ok(Outcome::Stopped { .. }) => {
             println!("interrupted; plan, logs and report are in {}", r.run_dir.display());
@@ -380,7 +389,7 @@ pub fn report_run(r: &RunResult) -> Exit {
             println!("report: {} (forensics in {})", r.run_dir.join("report.html").display(), r.run_dir.join("forensics").display());
             if let Some(path) = &r.record {
                 println!("seed record: {}", path.display());
-                println!("shakedown replay {}", path.display());
+                println!("shakedown replay {}{}", path.display(), super::kube::replay_flags(&opts.kube, r.kube.as_ref()));
             }
             exit_for(f)
         }

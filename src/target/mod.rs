@@ -1,5 +1,6 @@
-//! Targets: the stacks under test. One trait, backends as siblings (`local`; `kube` later).
+//! Targets: the stacks under test. One trait, backends as siblings (`local`, `kube`).
 
+pub mod kube;
 pub mod local;
 
 use std::collections::BTreeMap;
@@ -52,6 +53,12 @@ pub trait Target {
 
     /// One-line workload statistics for progress output and the event log.
     fn workload_stats(&self) -> serde_json::Value;
+
+    /// Events the target recorded since the last call (hook output, request counts), for the
+    /// run's event log.
+    fn take_events(&mut self) -> Vec<(String, serde_json::Value)> {
+        Vec::new()
+    }
 
     /// Tears everything down. Idempotent.
     async fn teardown(&mut self);

@@ -1,0 +1,203 @@
+//! Connecting to the management cluster, counting requests, and watch caches (kube-runtime
+//! reflectors) that observation and rollout waits read from, so waiting costs no requests.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
+use kube::{Client, Config};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::KubeError;
+
+/// Requests sent, by `VERB resource` (`LIST machines`, `WATCH machines`, `PATCH kubeadmcontrolplanes`).
+#[derive(Debug, Clone, Default)]
+pub struct RequestCounter(Arc<Mutex<BTreeMap<String, u64>>>);
+
+impl RequestCounter {
+    fn record(&self, method: &http::Method, uri: &http::Uri) {
+        let key = request_key(method, uri);
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *m.entry(key).or_default() += 1;
+    }
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    /// Requests since `before` (a snapshot), watches excluded.
+    pub fn non_watch_since(&self, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+        self.snapshot()
+            .into_iter()
+            .filter(|(k, _)| !k.starts_with("WATCH "))
+            .map(|(k, n)| {
+                let d = n - before.get(&k).copied().unwrap_or(0);
+                (k, d)
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+}
+
+/// `VERB resource` for a request: GET of a collection is LIST, `watch=true` is WATCH.
+pub fn request_key(method: &http::Method, uri: &http::Uri) -> String {
+    let segs: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
+    // /api/v1/... or /apis/group/version/...
+    let rest: &[&str] = match segs.first() {
+        Some(&"api") if segs.len() >= 2 => &segs[2..],
+        Some(&"apis") if segs.len() >= 3 => &segs[3..],
+        _ => return format!("{method} {}", uri.path()),
+    };
+    let rest = if rest.first() == Some(&"namespaces") && rest.len() >= 3 { &rest[2..] } else { rest };
+    let resource = rest.first().copied().unwrap_or("");
+    let sub = rest.get(2).map(|s| format!("/{s}")).unwrap_or_default();
+    let watch = uri.query().is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+    let verb = match (method.as_str(), watch, rest.len()) {
+        (_, true, _) => "WATCH".to_string(),
+        ("GET", _, 1) => "LIST".to_string(),
+        (m, _, _) => m.to_string(),
+    };
+    format!("{verb} {resource}{sub}")
+}
+
+/// A client for the kubeconfig (`path`, else `KUBECONFIG` / `~/.kube/config`) and context.
+pub async fn connect(path: Option<&Path>, context: Option<&str>) -> Result<(Client, RequestCounter, String), KubeError> {
+    let read = match path {
+        Some(p) => Kubeconfig::read_from(p),
+        None => Kubeconfig::read(),
+    };
+    let mut config = match read {
+        Ok(kubeconfig) => {
+            if let Some(ctx) = context {
+                if !kubeconfig.contexts.iter().any(|c| c.name == ctx) {
+                    let known: Vec<&str> = kubeconfig.contexts.iter().map(|c| c.name.as_str()).collect();
+                    return Err(KubeError::Usage(format!("context {ctx:?} is not in the kubeconfig (contexts: {})", known.join(", "))));
+                }
+            }
+            let opts = KubeConfigOptions { context: context.map(str::to_string), ..Default::default() };
+            Config::from_custom_kubeconfig(kubeconfig, &opts).await.map_err(|e| KubeError::Usage(format!("cannot use the kubeconfig: {e}")))?
+        }
+        // No kubeconfig at all (neither given nor KUBECONFIG nor ~/.kube/config): in a pod, use
+        // its ServiceAccount (ci/k8s).
+        Err(e) if path.is_none() && context.is_none() && std::env::var_os("KUBECONFIG").is_none() => {
+            Config::incluster().map_err(|_| KubeError::Usage(format!("cannot load the kubeconfig: {e}; pass --kubeconfig or set KUBECONFIG")))?
+        }
+        Err(e) => return Err(KubeError::Usage(format!("cannot load the kubeconfig{}: {e}", path.map(|p| format!(" {}", p.display())).unwrap_or_default()))),
+    };
+    config.connect_timeout = Some(Duration::from_secs(5));
+    config.read_timeout = Some(Duration::from_secs(295));
+    let server = config.cluster_url.to_string();
+    let counter = RequestCounter::default();
+    let c2 = counter.clone();
+    let layer = tower::layer::layer_fn(move |svc| {
+        let c3 = c2.clone();
+        tower::util::MapRequest::new(svc, move |req: http::Request<hyper::Body>| {
+            c3.record(req.method(), req.uri());
+            req
+        })
+    });
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| KubeError::Environment(format!("cannot build a client for {server}: {e}")))?;
+    let client = builder.with_layer(&layer).build();
+    Ok((client, counter, server))
+}
+
+/// An `ApiResource` from `Kind.group/version` (`DevMachine.infrastructure.cluster.x-k8s.io/v1beta2`).
+pub fn resource_of(spec: &str) -> Result<ApiResource, String> {
+    let bad = || format!("invalid kind {spec:?}: expected Kind.group/version, e.g. DevMachine.infrastructure.cluster.x-k8s.io/v1beta2");
+    let (kind, gv) = spec.split_once('.').ok_or_else(bad)?;
+    let (group, version) = gv.rsplit_once('/').ok_or_else(bad)?;
+    Ok(ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind)))
+}
+
+pub fn capi(kind: &str) -> ApiResource {
+    let group = if kind == "KubeadmControlPlane" { "controlplane.cluster.x-k8s.io" } else { "cluster.x-k8s.io" };
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1beta2", kind))
+}
+
+/// A watch cache of one kind: a reflector store kept current by a watcher task.
+pub struct Watched {
+    pub kind: String,
+    pub store: Store<DynamicObject>,
+    synced: Arc<AtomicBool>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Called after every change of a watched kind (the store already updated).
+pub type OnChange = Arc<dyn Fn(&Store<DynamicObject>) + Send + Sync>;
+
+impl Watched {
+    /// Starts watching `ar` in `ns` (selected by `lp`). Every change bumps `changed`; watch
+    /// errors are kept in `errors` (the watcher retries after 500 ms).
+    pub fn start(client: &Client, ar: &ApiResource, ns: &str, lp: ListParams, changed: watch::Sender<u64>, errors: Arc<Mutex<Option<String>>>, on_change: Option<OnChange>) -> Watched {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, ar);
+        let (store, writer) = { let w = reflector::store::Writer::new(ar.clone()); (w.as_reader(), w) };
+        let synced = Arc::new(AtomicBool::new(false));
+        let s2 = synced.clone();
+        let reader = store.clone();
+        let kind = ar.kind.clone();
+        let k2 = kind.clone();
+        let task = tokio::spawn(async move {
+            let mut stream = reflector::reflector(writer, watcher(api, lp)).boxed();
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(_) => {
+                        s2.store(true, Ordering::SeqCst);
+                        if let Some(f) = &on_change {
+                            f(&reader);
+                        }
+                        changed.send_modify(|g| *g += 1);
+                    }
+                    Err(e) => {
+                        *errors.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("watching {k2}: {e}"));
+                        changed.send_modify(|g| *g += 1);
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+            }
+        });
+        Watched { kind, store, synced, task }
+    }
+
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::SeqCst)
+    }
+
+    pub fn objects(&self) -> Vec<Arc<DynamicObject>> {
+        self.store.state()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_keys() {
+        let k = |m: &str, u: &str| request_key(&m.parse().unwrap(), &u.parse().unwrap());
+        assert_eq!(k("GET", "/apis/cluster.x-k8s.io/v1beta2/namespaces/ns/machines?labelSelector=a"), "LIST machines");
+        assert_eq!(k("GET", "/apis/cluster.x-k8s.io/v1beta2/namespaces/ns/machines?watch=true&resourceVersion=1"), "WATCH machines");
+        assert_eq!(k("GET", "/apis/cluster.x-k8s.io/v1beta2/namespaces/ns/machines/m1"), "GET machines");
+        assert_eq!(k("PATCH", "/apis/cluster.x-k8s.io/v1beta2/namespaces/ns/machines/m1/status"), "PATCH machines/status");
+        assert_eq!(k("GET", "/api/v1/nodes"), "LIST nodes");
+        assert_eq!(k("GET", "/readyz"), "GET /readyz");
+    }
+
+    #[test]
+    fn resource_of_parses_kind_group_version() {
+        let ar = resource_of("DevMachine.infrastructure.cluster.x-k8s.io/v1beta2").unwrap();
+        assert_eq!((ar.group.as_str(), ar.version.as_str(), ar.plural.as_str()), ("infrastructure.cluster.x-k8s.io", "v1beta2", "devmachines"));
+        assert!(resource_of("DevMachine").is_err());
+    }
+}

@@ -1,0 +1,256 @@
+//! A real kube-apiserver for the kube target's tests: etcd and kube-apiserver on free loopback
+//! ports, a static admin token, a service-account key pair, the Cluster API CRDs from
+//! `../shared/k8s/crds` installed, a kubeconfig written. Everything (processes, the temp
+//! directory) goes away on drop, also when a test fails; children also die with the test
+//! process (PR_SET_PDEATHSIG).
+#![allow(dead_code)]
+
+pub mod standin;
+
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
+use shakedown::target::kube::client::capi;
+
+/// Where the kube-apiserver binary is: `SHAKEDOWN_KUBE_APISERVER`, else the cache of
+/// scripts/build-kube-apiserver.sh.
+pub fn apiserver_binary() -> Option<PathBuf> {
+    let p = std::env::var_os("SHAKEDOWN_KUBE_APISERVER").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/cache/shakedown/kube/kube-apiserver"));
+    p.is_file().then_some(p)
+}
+
+fn etcd_binary() -> PathBuf {
+    std::env::var_os("SHAKEDOWN_ETCD_3_4").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/usr/bin/etcd"))
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("a free loopback port").local_addr().unwrap().port()
+}
+
+pub fn crds_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/k8s/crds")
+}
+
+/// `None` (with a message) when the apiserver binary is missing outside CI; in CI (`CI=true`) a
+/// missing binary fails the test.
+pub fn require_apiserver() -> Option<PathBuf> {
+    match apiserver_binary() {
+        Some(p) => Some(p),
+        None if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("kube-apiserver not found (CI=true): run scripts/build-kube-apiserver.sh or set SHAKEDOWN_KUBE_APISERVER")
+        }
+        None => {
+            eprintln!("SKIPPED: kube-apiserver not found; build it with scripts/build-kube-apiserver.sh (or set SHAKEDOWN_KUBE_APISERVER)");
+            None
+        }
+    }
+}
+
+/// A token authenticating as the ServiceAccount shakedown/shakedown of ci/k8s/rbac.yaml.
+pub const SA_TOKEN: &str = "shakedown-sa-token";
+/// A token of a user without any permission.
+pub const NOBODY_TOKEN: &str = "shakedown-nobody-token";
+
+pub struct KubeEnv {
+    pub dir: tempfile::TempDir,
+    children: Vec<Child>,
+    pub server: String,
+    pub kubeconfig: PathBuf,
+    pub token: String,
+}
+
+fn spawn(cmd: &mut Command, log: &Path) -> Child {
+    let out = std::fs::File::create(log).expect("log file");
+    let err = out.try_clone().unwrap();
+    cmd.stdout(Stdio::from(out)).stderr(Stdio::from(err)).stdin(Stdio::null());
+    // SAFETY: prctl is async-signal-safe; the child dies with the test process.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd.spawn().unwrap_or_else(|e| panic!("cannot start {:?}: {e}", cmd.get_program()))
+}
+
+impl KubeEnv {
+    /// Starts etcd and kube-apiserver, writes the kubeconfig, installs the CRDs. Panics (the test
+    /// fails, everything started is torn down) when any of it does not work within its bound.
+    pub async fn start(apiserver: &Path) -> KubeEnv {
+        let dir = tempfile::Builder::new().prefix("shakedown-kube-test-").tempdir().expect("tempdir");
+        let d = dir.path().to_path_buf();
+        let mut env = KubeEnv { dir, children: vec![], server: String::new(), kubeconfig: d.join("kubeconfig"), token: "shakedown-admin-token".into() };
+        let (client_port, peer_port, api_port) = (free_port(), free_port(), free_port());
+        env.children.push(spawn(
+            Command::new(etcd_binary())
+                .arg("--name=kube-test")
+                .arg(format!("--data-dir={}", d.join("etcd").display()))
+                .arg(format!("--listen-client-urls=http://127.0.0.1:{client_port}"))
+                .arg(format!("--advertise-client-urls=http://127.0.0.1:{client_port}"))
+                .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"))
+                .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"))
+                .arg(format!("--initial-cluster=kube-test=http://127.0.0.1:{peer_port}")),
+            &d.join("etcd.log"),
+        ));
+        // The admin, the ServiceAccount of ci/k8s (its RBAC is what a run needs), and a user
+        // without any permission.
+        std::fs::write(
+            d.join("tokens.csv"),
+            format!(
+                "{},admin,admin-uid,\"system:masters\"\n{SA_TOKEN},system:serviceaccount:shakedown:shakedown,sa-uid,\"system:serviceaccounts,system:serviceaccounts:shakedown\"\n{NOBODY_TOKEN},nobody,nobody-uid\n",
+                env.token
+            ),
+        )
+        .unwrap();
+        let ok = Command::new("openssl").args(["genrsa", "-out"]).arg(d.join("sa.key")).arg("2048").stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+            && Command::new("openssl").args(["rsa", "-pubout", "-in"]).arg(d.join("sa.key")).arg("-out").arg(d.join("sa.pub")).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+        assert!(ok, "openssl could not make the service-account key pair");
+        env.children.push(spawn(
+            Command::new(apiserver)
+                .arg(format!("--etcd-servers=http://127.0.0.1:{client_port}"))
+                .arg("--bind-address=127.0.0.1")
+                .arg("--advertise-address=127.0.0.1")
+                .arg(format!("--secure-port={api_port}"))
+                .arg("--insecure-port=0")
+                .arg(format!("--cert-dir={}", d.join("certs").display()))
+                .arg(format!("--token-auth-file={}", d.join("tokens.csv").display()))
+                .arg("--authorization-mode=RBAC")
+                .arg(format!("--service-account-key-file={}", d.join("sa.pub").display()))
+                .arg(format!("--service-account-signing-key-file={}", d.join("sa.key").display()))
+                .arg("--service-account-issuer=https://kubernetes.default.svc")
+                .arg("--service-cluster-ip-range=10.96.0.0/24")
+                .arg("--enable-priority-and-fairness=false"),
+            &d.join("kube-apiserver.log"),
+        ));
+        env.server = format!("https://127.0.0.1:{api_port}");
+        std::fs::write(&env.kubeconfig, env.kubeconfig_text("test", &env.token)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if shakedown::target::kube::http_get(&format!("{}/readyz", env.server), true, Duration::from_secs(2)).await.is_ok() {
+                break;
+            }
+            if Instant::now() > deadline {
+                let log = std::fs::read_to_string(d.join("kube-apiserver.log")).unwrap_or_default();
+                panic!("kube-apiserver not ready within 90s; its log ends:\n{}", &log[log.len().saturating_sub(3000)..]);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        env.install_crds().await;
+        env
+    }
+
+    pub fn kubeconfig_text(&self, context: &str, token: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    insecure-skip-tls-verify: true\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: {context}\n  context:\n    cluster: test\n    user: admin\ncurrent-context: {context}\n",
+            self.server
+        )
+    }
+
+    pub async fn client(&self) -> Client {
+        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap();
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
+        Client::try_from(cfg).unwrap()
+    }
+
+    async fn install_crds(&self) {
+        let client = self.client().await;
+        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let mut names = vec![];
+        let mut files: Vec<PathBuf> = std::fs::read_dir(crds_dir()).expect("../shared/k8s/crds").flatten().map(|e| e.path()).collect();
+        files.sort();
+        for f in files {
+            let crd: CustomResourceDefinition = serde_yaml::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            names.push(crd.metadata.name.clone().unwrap());
+            api.create(&PostParams::default(), &crd).await.unwrap_or_else(|e| panic!("creating CRD {}: {e}", f.display()));
+        }
+        for n in names {
+            let cond = kube::runtime::wait::conditions::is_crd_established();
+            tokio::time::timeout(Duration::from_secs(30), kube::runtime::wait::await_condition(api.clone(), &n, cond))
+                .await
+                .unwrap_or_else(|_| panic!("CRD {n} not established within 30s"))
+                .unwrap();
+        }
+        // Discovery of the new groups can lag behind Established by a moment.
+        let probe: Api<DynamicObject> = Api::namespaced_with(client, "default", &capi("KubeadmControlPlane"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while probe.list(&Default::default()).await.is_err() {
+            assert!(Instant::now() < deadline, "KubeadmControlPlane API not served within 30s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for KubeEnv {
+    fn drop(&mut self) {
+        for c in self.children.iter_mut().rev() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Creates a namespace.
+pub async fn namespace(client: &Client, ns: &str) {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let obj = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).unwrap();
+    api.create(&PostParams::default(), &obj).await.unwrap();
+}
+
+/// A Cluster API Cluster `name` in `ns` with a KubeadmControlPlane of `replicas` over `fds`
+/// failure domains and one MachineDeployment of 0 replicas; opted in when `opt_in`.
+pub async fn cluster(client: &Client, ns: &str, name: &str, replicas: i64, fds: &[&str], opt_in: bool, version: &str) {
+    let annotations = if opt_in { json!({"shakedown.dev/allow-chaos": "true"}) } else { json!({}) };
+    let create = |kind: &str, body: Value| {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &capi(kind));
+        let obj: DynamicObject = serde_json::from_value(body).unwrap();
+        async move { api.create(&PostParams::default(), &obj).await.unwrap_or_else(|e| panic!("creating {}: {e}", obj.types.map(|t| t.kind).unwrap_or_default())) }
+    };
+    create(
+        "Cluster",
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": name, "namespace": ns, "annotations": annotations},
+            "spec": {"controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": format!("{name}-cp")},
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DevCluster", "name": name}}}),
+    )
+    .await;
+    let clusters: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &capi("Cluster"));
+    let fd_list: Vec<Value> = fds.iter().map(|f| json!({"name": f, "controlPlane": true})).collect();
+    clusters
+        .patch_status(name, &Default::default(), &kube::api::Patch::Merge(json!({"status": {"failureDomains": fd_list}})))
+        .await
+        .unwrap();
+    create(
+        "KubeadmControlPlane",
+        json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane", "metadata": {"name": format!("{name}-cp"), "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": name}},
+            "spec": {"replicas": replicas, "version": version,
+                     "machineTemplate": {"spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DevMachineTemplate", "name": format!("{name}-cp-{version}")}}},
+                     "kubeadmConfigSpec": {"format": "cloud-config"}}}),
+    )
+    .await;
+    create(
+        "MachineDeployment",
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment", "metadata": {"name": format!("{name}-md-0"), "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": name}},
+            "spec": {"clusterName": name, "replicas": 0,
+                     "selector": {"matchLabels": {"cluster.x-k8s.io/deployment-name": format!("{name}-md-0")}},
+                     "template": {"metadata": {"labels": {"cluster.x-k8s.io/deployment-name": format!("{name}-md-0"), "cluster.x-k8s.io/cluster-name": name}},
+                                  "spec": {"clusterName": name, "version": version,
+                                           "bootstrap": {"dataSecretName": "none"},
+                                           "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DevMachineTemplate", "name": "md"}}}}}),
+    )
+    .await;
+}
+
+/// Runs the shakedown binary (without blocking the runtime) and returns (exit code, stdout, stderr).
+pub async fn shakedown(args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(args).env("RUST_LOG", "warn").kill_on_drop(true).output();
+    let out = tokio::time::timeout(Duration::from_secs(300), out).await.expect("shakedown finished within 300s").expect("shakedown runs");
+    let (o, e) = (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string());
+    eprintln!("$ shakedown {}\n--- exit {:?}\n--- stdout\n{o}--- stderr\n{e}", args.join(" "), out.status.code());
+    (out.status.code().unwrap_or(-1), o, e)
+}

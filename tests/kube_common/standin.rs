@@ -1,0 +1,302 @@
+//! A STAND-IN for the Cluster API controllers (KubeadmControlPlane, Machine, MachineDeployment),
+//! test-side only. It is not Cluster API: it moves object statuses the way those controllers
+//! would, so that the kube target meets real apiserver semantics (schema validation, the status
+//! subresource, resourceVersion conflicts, watches) without a provider:
+//! - KCP: scales to `spec.replicas` one Machine at a time into the failure domain with the
+//!   fewest Machines; rolls out Machines whose version is not `spec.version`, whose template is
+//!   not `spec.machineTemplate`'s, or that were created before `spec.rollout.after` — one at a
+//!   time, new Machine first, old one deleted once the new one is healthy; writes
+//!   `observedGeneration`, `replicas`, `upToDateReplicas`, `readyReplicas`, and the conditions
+//!   `RollingOut`, `Available`, `EtcdClusterHealthy`; leaves a paused KCP alone;
+//! - Machines: `EtcdMemberHealthy` Unknown when created, True `health_delay` later;
+//! - MachineDeployments: `observedGeneration`, replicas 0, `RollingOut` False, `Available` True.
+//! Status writes use the resourceVersion read (a conflict is retried on the next pass).
+//!
+//! Planted bugs, to show that shakedown catches a misbehaving controller.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::runtime::{reflector, watcher};
+use kube::Client;
+use serde_json::{json, Value};
+use shakedown::target::kube::client::capi;
+use shakedown::target::kube::conditions::{condition, ETCD_MEMBER_HEALTHY};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bug {
+    /// During a rollout the old Machine is never deleted: the stand-in forgets it (and so counts
+    /// the rollout complete) while the Machine stays.
+    LeaveOldMachine,
+    /// Replacement Machines (created after the first three) report EtcdMemberHealthy False,
+    /// while KCP claims every member healthy.
+    ReplacementUnhealthy,
+}
+
+pub struct StandIn {
+    task: tokio::task::JoinHandle<()>,
+    pub writes: Arc<AtomicU64>,
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// A v1beta2 condition. apiserver 1.20's schema validation takes an empty string for null, so
+/// `message` is never empty.
+fn cond(type_: &str, ok: bool, generation: i64, message: &str) -> Value {
+    let message = if message.is_empty() { if ok { "ok" } else { "not ok" } } else { message };
+    json!({"type": type_, "status": if ok { "True" } else { "False" }, "reason": if ok { "Ok" } else { "NotOk" }, "message": message, "lastTransitionTime": now(), "observedGeneration": generation})
+}
+
+/// Starts the stand-in for Cluster `name` in `ns`; Machines become healthy `health_delay` after
+/// they are created.
+pub fn start(client: Client, ns: &str, name: &str, health_delay: Duration, bug: Option<Bug>) -> StandIn {
+    let writes = Arc::new(AtomicU64::new(0));
+    let w2 = writes.clone();
+    let (ns, name) = (ns.to_string(), name.to_string());
+    let task = tokio::spawn(async move {
+        let by_cluster = ListParams::default().labels(&format!("cluster.x-k8s.io/cluster-name={name}"));
+        let mut stores = vec![];
+        let mut streams = vec![];
+        for kind in ["KubeadmControlPlane", "Machine", "MachineDeployment"] {
+            let ar = capi(kind);
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+            let writer = reflector::store::Writer::new(ar.clone());
+            let reader = writer.as_reader();
+            stores.push(reader);
+            streams.push(
+                reflector::reflector(writer, watcher(api, by_cluster.clone()))
+                    .map(move |r| {
+                        if let Err(e) = r {
+                            eprintln!("stand-in: watching {kind}: {e}");
+                        }
+                    })
+                    .boxed(),
+            );
+        }
+        let mut events = futures::stream::select_all(streams);
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        let mut born: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
+        let mut created = 0u32;
+        // The Machine last created or deleted: no new action until the watch shows it.
+        let mut pending: Option<(String, bool)> = None;
+        loop {
+            tokio::select! {
+                _ = events.next() => {}
+                _ = tick.tick() => {}
+            }
+            let s = Pass { client: &client, ns: &ns, name: &name, health_delay, bug, writes: &w2 };
+            s.reconcile(&stores[0].state(), &stores[1].state(), &stores[2].state(), &mut born, &mut created, &mut pending).await;
+        }
+    });
+    StandIn { task, writes }
+}
+
+struct Pass<'a> {
+    client: &'a Client,
+    ns: &'a str,
+    name: &'a str,
+    health_delay: Duration,
+    bug: Option<Bug>,
+    writes: &'a AtomicU64,
+}
+
+impl Pass<'_> {
+    fn api(&self, kind: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), self.ns, &capi(kind))
+    }
+
+    /// Replaces the status (resourceVersion checked: a conflict waits for the next pass).
+    async fn put_status(&self, kind: &str, obj: &DynamicObject, status: Value) {
+        let mut o = obj.clone();
+        if o.data.get("status") == Some(&status) {
+            return;
+        }
+        o.data["status"] = status;
+        let body = serde_json::to_vec(&o).unwrap();
+        match self.api(kind).replace_status(o.metadata.name.as_deref().unwrap(), &PostParams::default(), body).await {
+            Ok(_) => {
+                self.writes.fetch_add(1, Ordering::Relaxed);
+            }
+            // A conflict: the next pass works from the newer object.
+            Err(kube::Error::Api(r)) if r.code == 409 => {}
+            Err(e) => eprintln!("stand-in: status of {kind} {}: {e}", o.metadata.name.as_deref().unwrap_or_default()),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn reconcile(
+        &self,
+        kcps: &[Arc<DynamicObject>],
+        machines: &[Arc<DynamicObject>],
+        mds: &[Arc<DynamicObject>],
+        born: &mut BTreeMap<String, tokio::time::Instant>,
+        created: &mut u32,
+        pending: &mut Option<(String, bool)>,
+    ) {
+        if let Some((n, exists)) = pending.as_ref() {
+            if machines.iter().any(|m| m.metadata.name.as_deref() == Some(n.as_str())) == *exists {
+                *pending = None;
+            }
+        }
+        // MachineDeployments: nothing to roll (0 replicas), statuses only.
+        for md in mds {
+            let gen = md.metadata.generation.unwrap_or(1);
+            let status = json!({"observedGeneration": gen, "replicas": 0, "upToDateReplicas": 0, "readyReplicas": 0, "availableReplicas": 0,
+                "conditions": [cond("RollingOut", false, gen, ""), cond("Available", true, gen, "")]});
+            if md.data.pointer("/status/observedGeneration").and_then(Value::as_i64) != Some(gen) {
+                self.put_status("MachineDeployment", md, status).await;
+            }
+        }
+        // Machines: healthy once health_delay has passed since the stand-in first saw them.
+        let cp: Vec<&Arc<DynamicObject>> = machines.iter().filter(|m| m.metadata.labels.as_ref().is_some_and(|l| l.contains_key("cluster.x-k8s.io/control-plane"))).collect();
+        for m in &cp {
+            let n = m.metadata.name.clone().unwrap_or_default();
+            let seen = *born.entry(n.clone()).or_insert_with(tokio::time::Instant::now);
+            let v = serde_json::to_value(m.as_ref()).unwrap();
+            let healthy = condition(&v, ETCD_MEMBER_HEALTHY).is_some_and(|c| c.is_true());
+            let replacement = m.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("standin/replacement"));
+            let want_healthy = seen.elapsed() >= self.health_delay && !(self.bug == Some(Bug::ReplacementUnhealthy) && replacement);
+            let has_cond = condition(&v, ETCD_MEMBER_HEALTHY).is_some();
+            if healthy != want_healthy || !has_cond {
+                let gen = m.metadata.generation.unwrap_or(1);
+                let c = if want_healthy { cond("EtcdMemberHealthy", true, gen, "") } else { json!({"type": "EtcdMemberHealthy", "status": if seen.elapsed() >= self.health_delay { "False" } else { "Unknown" }, "reason": "Provisioning", "message": "etcd member joining", "lastTransitionTime": now(), "observedGeneration": gen}) };
+                let fd = m.data.pointer("/spec/failureDomain").cloned().unwrap_or(Value::Null);
+                self.put_status("Machine", m, json!({"observedGeneration": gen, "failureDomain": fd, "phase": "Running", "conditions": [c]})).await;
+            }
+        }
+        let Some(kcp) = kcps.first() else { return };
+        if kcp.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("cluster.x-k8s.io/paused")) {
+            return;
+        }
+        let gen = kcp.metadata.generation.unwrap_or(1);
+        let spec = &kcp.data["spec"];
+        let replicas = spec["replicas"].as_i64().unwrap_or(1);
+        let version = spec["version"].as_str().unwrap_or_default().to_string();
+        let template = spec.pointer("/machineTemplate/spec/infrastructureRef/name").and_then(Value::as_str).unwrap_or_default().to_string();
+        let after = spec.pointer("/rollout/after").and_then(Value::as_str).and_then(|s| humantime::parse_rfc3339(s).ok());
+        // Machines the LeaveOldMachine bug abandoned are forgotten by the stand-in, not deleted.
+        let abandoned = |m: &DynamicObject| m.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("standin/abandoned"));
+        let live: Vec<&Arc<DynamicObject>> = cp.iter().copied().filter(|m| m.metadata.deletion_timestamp.is_none() && !abandoned(m)).collect();
+        let outdated = |m: &DynamicObject| {
+            let created: Option<std::time::SystemTime> = m.metadata.creation_timestamp.as_ref().map(|t| t.0.into());
+            m.data.pointer("/spec/version").and_then(Value::as_str) != Some(version.as_str())
+                || m.metadata.annotations.as_ref().and_then(|a| a.get("standin/template")).map(String::as_str) != Some(template.as_str())
+                || matches!((after, created), (Some(a), Some(c)) if c < a && a <= std::time::SystemTime::now())
+        };
+        let healthy = |m: &DynamicObject| condition(&serde_json::to_value(m).unwrap(), ETCD_MEMBER_HEALTHY).is_some_and(|c| c.is_true());
+        let all_healthy = live.iter().all(|m| healthy(m));
+        let fd_of = |m: &DynamicObject| m.data.pointer("/spec/failureDomain").and_then(Value::as_str).unwrap_or_default().to_string();
+        let fds: Vec<String> = {
+            let cl = self.api("Cluster").get(self.name).await.ok();
+            let mut v: Vec<String> = cl
+                .and_then(|c| c.data.pointer("/status/failureDomains").and_then(Value::as_array).cloned())
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|f| f.get("name").and_then(Value::as_str).map(str::to_string))
+                .collect();
+            v.sort();
+            v
+        };
+        let fewest = |exclude: Option<&str>| {
+            fds.iter().filter(|f| Some(f.as_str()) != exclude).min_by_key(|f| live.iter().filter(|m| fd_of(m) == **f).count()).cloned()
+        };
+        let stale: Vec<&&Arc<DynamicObject>> = live.iter().filter(|m| outdated(m)).collect();
+        let leave_old = self.bug == Some(Bug::LeaveOldMachine);
+        if all_healthy && pending.is_none() {
+            if (live.len() as i64) < replicas {
+                *pending = self.create_machine(fewest(None), &version, &template, created).await.map(|n| (n, true));
+            } else if (live.len() as i64) == replicas && !stale.is_empty() {
+                // Roll: a new Machine in the old one's failure domain first.
+                let old = stale[0];
+                *pending = self.create_machine(Some(fd_of(old)), &version, &template, created).await.map(|n| (n, true));
+            } else if (live.len() as i64) > replicas {
+                let victim = stale.first().map(|m| (**m).clone()).unwrap_or_else(|| live[0].clone());
+                let n = victim.metadata.name.clone().unwrap();
+                if leave_old {
+                    // The bug: the old Machine is forgotten instead of deleted.
+                    let body = json!({"metadata": {"annotations": {"standin/abandoned": "true"}}});
+                    if self.api("Machine").patch(&n, &Default::default(), &kube::api::Patch::Merge(&body)).await.is_ok() {
+                        self.writes.fetch_add(1, Ordering::Relaxed);
+                    }
+                } else if self.api("Machine").delete(&n, &DeleteParams::default()).await.is_ok() {
+                    self.writes.fetch_add(1, Ordering::Relaxed);
+                    *pending = Some((n, false));
+                }
+            }
+        }
+        let up_to_date = live.iter().filter(|m| !outdated(m)).count() as i64;
+        let count = live.len() as i64;
+        let rolling = !stale.is_empty() || count != replicas;
+        let ready = live.iter().filter(|m| healthy(m)).count() as i64;
+        let etcd_ok = all_healthy || self.bug == Some(Bug::ReplacementUnhealthy);
+        let status = json!({
+            "observedGeneration": gen, "replicas": count, "upToDateReplicas": up_to_date.min(count), "readyReplicas": ready, "availableReplicas": ready,
+            "version": version, "selector": format!("cluster.x-k8s.io/cluster-name={}", self.name),
+            "conditions": [
+                cond("RollingOut", rolling, gen, if rolling { "rolling out" } else { "" }),
+                cond("Available", ready > replicas / 2, gen, ""),
+                cond("EtcdClusterHealthy", etcd_ok, gen, if etcd_ok { "" } else { "some members unhealthy" }),
+            ]
+        });
+        let mut cur = kcp.data.get("status").cloned().unwrap_or(Value::Null);
+        // Compare without timestamps.
+        let strip = |v: &mut Value| {
+            if let Some(cs) = v.get_mut("conditions").and_then(Value::as_array_mut) {
+                cs.iter_mut().for_each(|c| {
+                    c.as_object_mut().map(|o| o.remove("lastTransitionTime"));
+                });
+            }
+        };
+        let mut want = status.clone();
+        strip(&mut cur);
+        strip(&mut want);
+        if cur != want {
+            self.put_status("KubeadmControlPlane", kcp, status).await;
+        }
+    }
+
+    async fn create_machine(&self, fd: Option<String>, version: &str, template: &str, created: &mut u32) -> Option<String> {
+        *created += 1;
+        let n = format!("{}-cp-{}", self.name, random_suffix());
+        let mut annotations = json!({"standin/template": template});
+        if *created > 3 {
+            annotations["standin/replacement"] = json!("true");
+        }
+        let body = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": n, "namespace": self.ns, "annotations": annotations,
+                         "labels": {"cluster.x-k8s.io/cluster-name": self.name, "cluster.x-k8s.io/control-plane": ""}},
+            "spec": {"clusterName": self.name, "version": version, "failureDomain": fd,
+                     "bootstrap": {"dataSecretName": format!("{n}-bootstrap")},
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DevMachine", "name": n}}});
+        let obj: DynamicObject = serde_json::from_value(body).unwrap();
+        match self.api("Machine").create(&PostParams::default(), &obj).await {
+            Ok(_) => {
+                self.writes.fetch_add(1, Ordering::Relaxed);
+                Some(n)
+            }
+            Err(e) => {
+                eprintln!("stand-in: creating Machine {n}: {e}");
+                None
+            }
+        }
+    }
+}
+
+fn random_suffix() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
+    let x = t ^ N.fetch_add(0x9e37_79b9, Ordering::Relaxed).wrapping_mul(31);
+    (0..5).map(|i| (b'a' + ((x >> (i * 5)) % 26) as u8) as char).collect()
+}
