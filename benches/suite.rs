@@ -483,17 +483,22 @@ fn main() {
         a.extend(runs_arg(&dir));
         run_jobs(&[Job { args: a, log: dir.join("log") }], 1);
         let soak = std::fs::read_dir(dir.join("runs")).ok().and_then(|d| d.flatten().map(|e| e.path()).find(|p| p.join("soak.jsonl").is_file()));
-        let rss: Vec<(f64, f64)> = soak
+        let rows: Vec<Value> = soak
             .map(|s| std::fs::read_to_string(s.join("soak.jsonl")).unwrap_or_default())
             .unwrap_or_default()
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter_map(|v| Some((v["elapsed_s"].as_f64()?, v["rss_kib"].as_f64()? / 1024.0)))
             .collect();
-        if let (Some(first), Some(last)) = (rss.first(), rss.last()) {
-            let max = rss.iter().map(|x| x.1).fold(0.0, f64::max);
-            r.row("soak memory (1 min, smoke)", format!("{:.1} MiB after the first seed → {:.1} MiB after {} seeds (max {max:.1}, {:+.1}%)", first.1, last.1, rss.len(), (last.1 / first.1 - 1.0) * 100.0), "≤ 10% growth");
+        let series = |key: &str| -> Vec<f64> { rows.iter().filter_map(|v| Some(v[key].as_f64()? / 1024.0)).collect() };
+        let (rss, anon) = (series("rss_kib"), series("rss_anon_kib"));
+        if let (Some(first), Some(last), Some(a0), Some(a1)) = (rss.first(), rss.last(), anon.first(), anon.last()) {
+            r.row(
+                "soak memory (1 min, smoke)",
+                format!("RSS {first:.1} → {last:.1} MiB ({:+.1}%), heap+stacks {a0:.1} → {a1:.1} MiB ({:+.1}%) after the first of {} seeds", (last / first - 1.0) * 100.0, (a1 / a0 - 1.0) * 100.0, rss.len()),
+                "≤ 10% growth",
+            );
         }
+        r.json.insert("soak_rss_anon_mib".into(), json!(anon));
         r.json.insert("soak_rss_mib".into(), json!(rss));
     }
 

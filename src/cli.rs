@@ -306,7 +306,8 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
         }
         Command::Replay { file, times, original, opts } => {
             let interrupt = Interrupt::install(json_logs);
-            let x = exec(&opts, json_logs, &interrupt);
+            // A replay reports against the record it replays; it writes no new one.
+            let x = Exec { record: false, ..exec(&opts, json_logs, &interrupt) };
             if file.is_dir() {
                 replay::replay_corpus(&file, times, original, &x).await
             } else {
@@ -374,5 +375,5 @@ pub fn draw_seed() -> u64 {
 
 /// The usual way to execute: runs under `--runs-dir`, seed records written, progress shown.
 fn exec<'a>(opts: &'a RunOpts, json_logs: bool, interrupt: &'a Interrupt) -> Exec<'a> {
-    Exec { opts, json_logs, interrupt, runs_dir: &opts.runs_dir, record: true, verbose: true, bar: None, skip_liveness: false }
+    Exec { opts, json_logs, interrupt, runs_dir: &opts.runs_dir, record: true, verbose: true, bar: None, skip_liveness: false, replaying: None }
 }

@@ -121,6 +121,15 @@ fn planted_bug_is_caught_recorded_and_replayed(bug: PlantedBug) {
     assert!(record.versions.contains_key("etcd-3.4") && record.versions.contains_key("haproxy"));
     // The last line printed is the replay command.
     assert_eq!(stdout.lines().last().unwrap(), format!("shakedown replay {}", records[0].display()));
+    // Reports and forensics of the failed run, taken before the teardown.
+    let run_dir = std::path::PathBuf::from(stdout.lines().find_map(|l| l.strip_prefix("run directory: ")).unwrap());
+    let html = std::fs::read_to_string(run_dir.join("report.html")).unwrap();
+    assert!(html.contains("FAIL") && html.contains("<svg") && html.contains(bug.caught_by().to_string().as_str()));
+    let junit = std::fs::read_to_string(run_dir.join("junit.xml")).unwrap();
+    assert!(junit.contains(&format!("replay: shakedown replay {}\"", records[0].display())), "{junit}");
+    let observation: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run_dir.join("forensics/observation.json")).unwrap()).unwrap();
+    assert!(observation["members"].as_array().is_some_and(|m| !m.is_empty()) && observation["inventory"].is_object(), "{observation}");
+    assert!(std::fs::read_to_string(run_dir.join("forensics/haproxy.log.tail")).is_ok());
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 
     let times = attempts.to_string();

@@ -31,6 +31,7 @@ async fn replay_record(file: &Path, record: &SeedRecord, times: u32, original: b
         (None, "kube") => return Err(Fatal::usage(format!("{}: a kube record without its [kube] table", file.display()))),
         (None, _) => None,
     };
+    let x = &Exec { replaying: Some(file), bar: x.bar.clone(), ..*x };
     for i in 1..=times {
         let r = match &kube {
             Some(k) => super::kube::execute_kube(x, k, &record.profile, &plan).await?,

@@ -129,7 +129,7 @@ pub struct RunResult {
     pub profile: Profile,
     pub plan: Plan,
     pub bug: Option<PlantedBug>,
-    /// The seed record written for a failure.
+    /// The seed record written for a failure, or the record this run replays.
     pub record: Option<PathBuf>,
     /// For the kube target: the Cluster and kube profile.
     pub kube: Option<KubeRecord>,
@@ -152,6 +152,8 @@ pub struct Exec<'a> {
     /// A soak's progress bar: step lines become its message instead of stderr lines.
     pub bar: Option<indicatif::ProgressBar>,
     pub skip_liveness: bool,
+    /// The record being replayed: a failure's JUnit message ends with its replay command.
+    pub replaying: Option<&'a Path>,
 }
 
 pub fn new_run_id() -> String {
@@ -275,6 +277,9 @@ pub fn finish(x: &Exec<'_>, mut result: RunResult) -> Result<RunResult, Fatal> {
         if let Ok(Outcome::Failed(f)) = &result.outcome {
             result.record = Some(write_record(x.opts, &result, f)?);
         }
+    }
+    if result.record.is_none() {
+        result.record = x.replaying.map(Path::to_path_buf);
     }
     write_reports(&result);
     Ok(result)

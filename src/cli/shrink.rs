@@ -50,7 +50,7 @@ pub async fn shrink(file: &Path, limits: Limits, opts: &RunOpts, json_logs: bool
     let group = create_run_dir(&opts.runs_dir, &format!("shrink-{}", new_run_id().trim_start_matches("sd-")))?;
     // A safety violation during the steps needs no healing phase to show.
     let skip_liveness = target_failure.kind == FailureKind::Violation && target_failure.step <= start.ops.len();
-    let x = Exec { opts, json_logs, interrupt, runs_dir: &group, record: false, verbose: false, bar: None, skip_liveness };
+    let x = Exec { opts, json_logs, interrupt, runs_dir: &group, record: false, verbose: false, bar: None, skip_liveness, replaying: None };
 
     let initial = record.profile.initial_model();
     let mut shrinker = Shrinker::new(initial, &start.ops, target_failure.step);

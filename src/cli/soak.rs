@@ -41,13 +41,24 @@ struct Tally {
     records: Vec<PathBuf>,
     violations: u64,
     rss_kib: Vec<(f64, u64)>,
+    anon_kib: Vec<u64>,
 }
 
 /// This process's resident set size in KiB (0 when /proc cannot tell).
 pub fn rss_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
+/// The anonymous part of the RSS (heap and stacks, not the binary's pages), KiB: what grows
+/// when memory leaks.
+pub fn rss_anon_kib() -> u64 {
+    status_kib("RssAnon:")
+}
+
+fn status_kib(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()))
+        .and_then(|s| s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()))
         .unwrap_or(0)
 }
 
@@ -80,11 +91,12 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
         Some(b) => b.println(line),
         None => progress_line(json_logs, line),
     };
-    let x = Exec { opts, json_logs, interrupt: &stop, runs_dir: &dir, record: true, verbose: false, bar: bar.clone(), skip_liveness: false };
+    let x = Exec { opts, json_logs, interrupt: &stop, runs_dir: &dir, record: true, verbose: false, bar: bar.clone(), skip_liveness: false, replaying: None };
     let mut log = std::fs::File::create(dir.join("soak.jsonl")).map_err(|e| Fatal::environment(format!("cannot write {}/soak.jsonl: {e}", dir.display())))?;
     let mut tally = Tally::default();
     let mut cases: Vec<Case> = Vec::new();
     tally.rss_kib.push((0.0, rss_kib()));
+    tally.anon_kib.push(rss_anon_kib());
     let why_stopped = loop {
         if interrupt.requested() {
             break "interrupted";
@@ -134,11 +146,13 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
         };
         let elapsed = t0.elapsed().as_secs_f64();
         let rss = rss_kib();
+        let anon = rss_anon_kib();
         tally.rss_kib.push((elapsed, rss));
+        tally.anon_kib.push(anon);
         let _ = writeln!(
             log,
             "{}",
-            json!({"seed": seed, "verdict": verdict, "steps": ran, "ms": r.elapsed.as_millis() as u64, "run_dir": r.run_dir, "record": r.record, "elapsed_s": elapsed, "rss_kib": rss})
+            json!({"seed": seed, "verdict": verdict, "steps": ran, "ms": r.elapsed.as_millis() as u64, "run_dir": r.run_dir, "record": r.record, "elapsed_s": elapsed, "rss_kib": rss, "rss_anon_kib": anon})
         );
         say(&format!("seed {seed}: {verdict} · {ran} steps · {:.1}s · {}", r.elapsed.as_secs_f64(), r.run_dir.display()));
         cases.push(case_of(&r));
@@ -195,7 +209,8 @@ fn summary_rows(args: &SoakArgs, t: &Tally, why: &str, elapsed: Duration, dir: &
     let last = t.rss_kib.last().map_or(0, |r| r.1);
     let max = t.rss_kib.iter().map(|r| r.1).max().unwrap_or(0);
     let mib = |k: u64| k as f64 / 1024.0;
-    rows.push(("memory (RSS)".into(), format!("{:.1} MiB at start → {:.1} MiB at end (max {:.1} MiB)", mib(first), mib(last), mib(max))));
+    let (a0, a1) = (t.anon_kib.first().copied().unwrap_or(0), t.anon_kib.last().copied().unwrap_or(0));
+    rows.push(("memory (RSS)".into(), format!("{:.1} MiB at start → {:.1} MiB at end (max {:.1} MiB); heap and stacks {:.1} → {:.1} MiB", mib(first), mib(last), mib(max), mib(a0), mib(a1))));
     rows
 }
 
