@@ -208,3 +208,20 @@ fn soak_passes_the_smoke_tier_and_ctrl_c_stops_it_cleanly_with_a_summary() {
     assert!(lines.iter().any(|l| l.contains("ran for") && l.contains("(interrupted)")), "{lines:?}");
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 }
+
+/// The corpus shipped in `seeds/` (planted bugs kept to show detection, and plans that once
+/// raised false alarms, kept as `expect = "pass"`) replays as each record expects.
+#[test]
+fn the_shipped_regression_corpus_replays_as_expected() {
+    let _l = lock();
+    let d = dirs();
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds");
+    let records = seed_records(&corpus);
+    assert!(records.len() >= 3, "{records:?}");
+    let out = run(&["replay", corpus.to_str().unwrap()], &d);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains(&format!("{} records, {} as expected, 0 mismatched", records.len(), records.len())), "{stdout}");
+    assert!(seed_records(&d.seeds).is_empty(), "replaying writes no record");
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}
