@@ -18,6 +18,9 @@ use shakedown::target::{Target, TargetError};
 use super::session::{create_run_dir, finish, new_run_id, progress_line, weights_text, Exec, Interrupted, RunResult};
 use super::{KubeOpts, RunOpts};
 
+/// How long teardown may take before the run ends anyway.
+const TEARDOWN_BOUND: Duration = Duration::from_secs(60);
+
 pub fn kube_fatal(e: KubeError) -> Fatal {
     match e {
         KubeError::Usage(m) => Fatal::usage(m),
@@ -97,6 +100,9 @@ pub async fn dry_run(opts: &RunOpts, kube: &KubeRecord, profile: &Profile, plan:
     for (m, machine) in target.bindings() {
         println!("member {m} = Machine {machine}");
     }
+    for note in target.notes() {
+        println!("note: {note}");
+    }
     let mut model = model;
     for (i, op) in plan.ops.iter().enumerate() {
         println!("step {}: {op}", i + 1);
@@ -158,6 +164,10 @@ pub async fn execute_kube(x: &Exec<'_>, kube: &KubeRecord, profile: &Profile, pl
     let bindings: Vec<String> = target.bindings().iter().map(|(m, n)| format!("{m}={n}")).collect();
     events.emit("bring-up", json!({"ms": t0.elapsed().as_millis() as u64, "bindings": bindings}));
     say(&format!("connected in {}ms · members {}", t0.elapsed().as_millis(), bindings.join(" ")));
+    for note in target.notes() {
+        events.emit("kube-note", json!({"note": note}));
+        say(&format!("note: {note}"));
+    }
     result.versions = target.component_versions();
     let mut progress = |l: &str| say(l);
     let options = run::Options { skip_liveness: x.skip_liveness, stop: Some(x.interrupt.receiver()), forensics: Some(run_dir.join("forensics")) };
@@ -166,7 +176,10 @@ pub async fn execute_kube(x: &Exec<'_>, kube: &KubeRecord, profile: &Profile, pl
         _ = x.interrupt.count(2) => None,
     };
     let t_down = std::time::Instant::now();
-    target.teardown().await;
+    // Bounded: an apiserver that stopped answering must not hold the run (reap finishes the job).
+    if tokio::time::timeout(TEARDOWN_BOUND, target.teardown()).await.is_err() {
+        tracing::warn!("teardown did not finish within {}s; `shakedown reap --kube` removes what is left", TEARDOWN_BOUND.as_secs());
+    }
     for (kind, fields) in target.take_events() {
         events.emit(&kind, fields);
     }
@@ -176,6 +189,11 @@ pub async fn execute_kube(x: &Exec<'_>, kube: &KubeRecord, profile: &Profile, pl
         None => {
             say("interrupted: shakedown's objects were removed and the control plane resumed");
             Err(Interrupted)
+        }
+        // The management cluster stopped answering: what the checks read cannot be trusted.
+        Some(_) if target.lost().is_some() => {
+            let why = target.lost().unwrap_or_default();
+            return Err(Fatal::environment(format!("lost the management cluster during the run ({why}); what the run created may remain: run `shakedown reap --kube` once the apiserver is back")));
         }
         Some(Ok(o)) => Ok(o),
         Some(Err(TargetError::Unsupported(m))) => return Err(Fatal::usage(m)),
