@@ -527,6 +527,8 @@ async fn workload_cluster_leaks_disks_and_velero() {
     nodes.delete("ghost-node", &Default::default()).await.unwrap();
     vas.delete("orphan-va", &Default::default()).await.unwrap();
     pvs.delete("released-pv", &Default::default()).await.unwrap();
+    // The apiserver's admission put kubernetes.io/pv-protection on it; no controller here takes it off.
+    pvs.patch("released-pv", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await.unwrap();
 
     // 3. With Velero: the plan passes; the disk op deleted the VolumeAttachment and waited for a
     // new one; Backup and Restore objects were created, completed, and removed at teardown.

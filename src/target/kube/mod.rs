@@ -213,10 +213,15 @@ impl Cache {
     fn all(&self) -> impl Iterator<Item = &Watched> {
         self.management().chain(self.workload.iter().flat_map(|w| w.all()))
     }
-    /// `Some(why)` when a management-cluster watch has failed for longer than `bound` without a
-    /// success in between: the management cluster is gone.
+    /// `Some(why)` when a watch of the Cluster's own objects (Cluster, KCP, Machines,
+    /// MachineDeployments) has failed for longer than `bound` without a success in between: the
+    /// management cluster is gone. (Other kinds' watches failing do not end a run.)
     fn lost(&self, bound: Duration) -> Option<String> {
-        self.management().filter_map(|w| w.failing_for()).find(|(d, _)| *d >= bound).map(|(d, e)| format!("no answer from the management cluster for {}s: {e}", d.as_secs()))
+        [&self.cluster, &self.kcp, &self.machines, &self.deployments]
+            .into_iter()
+            .filter_map(|w| w.failing_for())
+            .find(|(d, _)| *d >= bound)
+            .map(|(d, e)| format!("no answer from the management cluster for {}s: {e}", d.as_secs()))
     }
     fn kcp(&self) -> Option<Value> {
         self.kcp.objects().first().and_then(|o| serde_json::to_value(o.as_ref()).ok())
@@ -766,10 +771,10 @@ impl KubeTarget {
             let phase = obj.data.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
             match phase {
                 "Completed" => Ok(()),
-                "Failed" | "PartiallyFailed" | "FailedValidation" => {
+                "Failed" | "PartiallyFailed" | "FailedValidation" | "Deleting" => {
                     let why = ["/status/failureReason", "/status/validationErrors"].iter().filter_map(|p| obj.data.pointer(p)).map(|v| v.to_string()).collect::<Vec<_>>().join(" ");
                     // Final: a failed backup stays failed.
-                    t.wait_failed = Some(format!("phase {phase} {why}"));
+                    t.wait_failed = Some(format!("phase {phase} {why}").trim_end().to_string());
                     Err(format!("phase {phase}"))
                 }
                 "" => Err("no status.phase yet".into()),
