@@ -502,7 +502,7 @@ async fn workload_cluster_leaks_disks_and_velero() {
     assert_eq!(code, 0);
     assert!(out.contains("note: workload cluster not observed (no Secret chaos/c-kubeconfig"), "{out}");
     assert!(out.contains("skipped: disk ops need [hooks.disk-detach] and [hooks.disk-reattach], or a [disk] volume in the workload cluster"), "{out}");
-    assert!(out.contains("skipped: backup and restore need Velero") && out.contains("Velero's CRDs (backups.velero.io) are not installed"), "{out}");
+    assert!(out.contains("skipped: backup and restore need Velero") && out.contains("Velero's CRDs (backups.velero.io, restores.velero.io) are not installed"), "{out}");
 
     // 2. With the Secret, the workload cluster is in the inventory: a Node without a Machine, a
     // Released PersistentVolume and a VolumeAttachment of a gone Node are leaks.
@@ -641,19 +641,33 @@ async fn interrupted_runs_and_a_lost_apiserver_clean_up() {
     assert!(!kcp_annotations(&client, "chaos", "c").await.contains_key(CAPI_PAUSED), "KubeadmControlPlane resumed");
     settled(&client, "chaos", "c").await;
 
-    // Twice: stops at once, still cleans up.
+    // Twice, while the crash waits (KubeadmControlPlane paused) for a Machine that a finalizer
+    // holds (as a provider's finalizer does while it deletes the VM): stops at once, cleans up.
+    let machines: Api<DynamicObject> = Api::namespaced_with(client.clone(), "chaos", &capi("Machine"));
+    let hold = |on: bool| json!({"metadata": {"finalizers": if on { json!(["standin.test/hold"]) } else { Value::Null }}});
+    for m in machines.list(&Default::default()).await.unwrap() {
+        machines.patch(&m.metadata.name.unwrap(), &PatchParams::default(), &Patch::Merge(hold(true))).await.unwrap();
+    }
     let child = spawn(args(&crash_first, &files.p("kube.toml")));
     kcp_until(&client, "paused by the run", paused).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !machines.list(&Default::default()).await.unwrap().items.iter().any(|m| m.metadata.deletion_timestamp.is_some()) {
+        assert!(Instant::now() < deadline, "the crash never deleted a Machine");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let t0 = Instant::now();
     sigint(&child);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     sigint(&child);
     let (code, _, err) = shakedown_wait(child, Duration::from_secs(60)).await;
     assert_eq!(code, 130);
     assert!(t0.elapsed() < Duration::from_secs(20), "a second Ctrl-C stops at once: {:?}", t0.elapsed());
-    assert!(err.contains("stopping now"), "{err}");
+    assert!(err.contains("stopping now") && !err.lines().any(|l| l.contains("crash(") && l.contains("checks ok")), "stopped inside the crash step: {err}");
     assert!(run_configmaps(&client).await.is_empty(), "the run's ConfigMap was removed");
     assert!(!kcp_annotations(&client, "chaos", "c").await.contains_key(CAPI_PAUSED), "KubeadmControlPlane resumed");
+    for m in machines.list(&Default::default()).await.unwrap() {
+        machines.patch(&m.metadata.name.unwrap(), &PatchParams::default(), &Patch::Merge(hold(false))).await.unwrap();
+    }
     settled(&client, "chaos", "c").await;
 
     // The apiserver goes away while the run waits on a rollout: exit 4, bounded, said clearly.

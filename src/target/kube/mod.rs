@@ -135,15 +135,17 @@ pub fn velero_ar(kind: &str) -> ApiResource {
     ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("velero.io", "v1", kind))
 }
 
-/// `Ok` when Velero's Backup and Restore kinds are served on the management cluster.
-async fn probe_velero(client: &Client, ns: &str) -> Result<(), String> {
-    for kind in ["Backup", "Restore"] {
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &velero_ar(kind));
-        match api.list(&ListParams::default().limit(1)).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(r)) if r.code == 404 => return Err(format!("Velero's CRDs ({}s.velero.io) are not installed on the management cluster", kind.to_lowercase())),
-            Err(kube::Error::Api(r)) if r.code == 403 => return Err(format!("listing Velero {kind}s in {ns} is forbidden ({}): see ci/k8s/rbac.yaml", r.message)),
-            Err(e) => return Err(format!("cannot list Velero {kind}s in {ns}: {e}")),
+/// `Ok` when Velero's Backup and Restore kinds are served on the management cluster (API
+/// discovery: readable by every authenticated identity, and no 404 for a missing group).
+async fn probe_velero(client: &Client) -> Result<(), String> {
+    let groups = client.list_api_groups().await.map_err(|e| format!("cannot list the management cluster's API groups: {e}"))?;
+    if !groups.groups.iter().any(|g| g.name == "velero.io" && g.versions.iter().any(|v| v.version == "v1")) {
+        return Err("Velero's CRDs (backups.velero.io, restores.velero.io) are not installed on the management cluster".into());
+    }
+    let resources = client.list_api_group_resources("velero.io/v1").await.map_err(|e| format!("cannot list the kinds of velero.io/v1: {e}"))?;
+    for plural in ["backups", "restores"] {
+        if !resources.resources.iter().any(|r| r.name == plural) {
+            return Err(format!("Velero's CRD {plural}.velero.io is not installed on the management cluster"));
         }
     }
     Ok(())
@@ -343,7 +345,7 @@ impl KubeTarget {
         // Velero (backup and restore), unless hooks do both.
         let hooks = &cfg.profile.hooks;
         let velero_ns = cfg.profile.velero.namespace.clone();
-        let velero = if hooks.contains_key(&OpKind::Backup) && hooks.contains_key(&OpKind::Restore) { Err("hooks set".to_string()) } else { probe_velero(&client, &velero_ns).await };
+        let velero = if hooks.contains_key(&OpKind::Backup) && hooks.contains_key(&OpKind::Restore) { Err("hooks set".to_string()) } else { probe_velero(&client).await };
         let mut velero_watches = Vec::new();
         if velero.is_ok() {
             let by_run = ListParams::default().labels(&format!("{RUN_LABEL}={}", cfg.run_id));
