@@ -137,7 +137,7 @@ pub fn velero_ar(kind: &str) -> ApiResource {
 
 /// `Ok` when Velero's Backup and Restore kinds are served on the management cluster (API
 /// discovery: readable by every authenticated identity, and no 404 for a missing group).
-async fn probe_velero(client: &Client) -> Result<(), String> {
+pub(crate) async fn probe_velero(client: &Client) -> Result<(), String> {
     let groups = client.list_api_groups().await.map_err(|e| format!("cannot list the management cluster's API groups: {e}"))?;
     if !groups.groups.iter().any(|g| g.name == "velero.io" && g.versions.iter().any(|v| v.version == "v1")) {
         return Err("Velero's CRDs (backups.velero.io, restores.velero.io) are not installed on the management cluster".into());

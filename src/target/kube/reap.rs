@@ -80,7 +80,8 @@ pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: O
         out.resumed.push(format!("{ns}/{name}"));
     }
     // Velero Backups and Restores of dead runs, in any namespace (Velero's, not the Cluster's).
-    for kind in ["Restore", "Backup"] {
+    let velero_kinds: &[&str] = if super::probe_velero(&client).await.is_ok() { &["Restore", "Backup"] } else { &[] };
+    for &kind in velero_kinds {
         let ar = velero_ar(kind);
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         let list = match api.list(&ListParams::default().labels(RUN_LABEL)).await {
