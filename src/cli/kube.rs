@@ -18,9 +18,6 @@ use shakedown::target::{Target, TargetError};
 use super::session::{create_run_dir, finish, new_run_id, progress_line, weights_text, Exec, Interrupted, RunResult};
 use super::{KubeOpts, RunOpts};
 
-/// How long teardown may take before the run ends anyway.
-const TEARDOWN_BOUND: Duration = Duration::from_secs(60);
-
 pub fn kube_fatal(e: KubeError) -> Fatal {
     match e {
         KubeError::Usage(m) => Fatal::usage(m),
@@ -176,10 +173,7 @@ pub async fn execute_kube(x: &Exec<'_>, kube: &KubeRecord, profile: &Profile, pl
         _ = x.interrupt.count(2) => None,
     };
     let t_down = std::time::Instant::now();
-    // Bounded: an apiserver that stopped answering must not hold the run (reap finishes the job).
-    if tokio::time::timeout(TEARDOWN_BOUND, target.teardown()).await.is_err() {
-        tracing::warn!("teardown did not finish within {}s; `shakedown reap --kube` removes what is left", TEARDOWN_BOUND.as_secs());
-    }
+    target.teardown().await;
     for (kind, fields) in target.take_events() {
         events.emit(&kind, fields);
     }
@@ -191,10 +185,7 @@ pub async fn execute_kube(x: &Exec<'_>, kube: &KubeRecord, profile: &Profile, pl
             Err(Interrupted)
         }
         // The management cluster stopped answering: what the checks read cannot be trusted.
-        Some(_) if target.lost().is_some() => {
-            let why = target.lost().unwrap_or_default();
-            return Err(Fatal::environment(format!("lost the management cluster during the run ({why}); what the run created may remain: run `shakedown reap --kube` once the apiserver is back")));
-        }
+        Some(_) if target.lost().is_some() => return Err(Fatal::environment(target.lost().unwrap_or_default())),
         Some(Ok(o)) => Ok(o),
         Some(Err(TargetError::Unsupported(m))) => return Err(Fatal::usage(m)),
         Some(Err(e)) => return Err(Fatal::environment(e.to_string())),

@@ -473,7 +473,7 @@ impl KubeTarget {
 
     /// `Some(why)` when the management cluster stopped answering during the run: the outcome
     /// of the run cannot be trusted (exit 4).
-    pub fn lost(&self) -> Option<String> {
+    pub fn management_lost(&self) -> Option<String> {
         self.lost.clone().or_else(|| self.cache.lost(self.cfg.profile.timeouts.unreachable))
     }
 
@@ -1100,7 +1100,7 @@ impl Target for KubeTarget {
             s.start = Some(std::time::Instant::now());
             s.samples.clear();
         }
-        if let Some(lost) = self.lost() {
+        if let Some(lost) = self.management_lost() {
             self.lost = Some(lost.clone());
             return Err(TargetError::Environment(format!("{op}: {lost}")));
         }
@@ -1148,11 +1148,28 @@ impl Target for KubeTarget {
         std::mem::take(&mut self.events)
     }
 
+    fn lost(&self) -> Option<String> {
+        self.management_lost().map(|why| format!("lost the management cluster during the run ({why}); what the run created may remain: run `shakedown reap --kube` once the apiserver is back"))
+    }
+
     async fn teardown(&mut self) {
         if self.torn_down {
             return;
         }
         self.torn_down = true;
+        // Bounded: an apiserver that stopped answering must not hold the run (reap finishes the job).
+        if tokio::time::timeout(TEARDOWN_BOUND, self.teardown_objects()).await.is_err() {
+            tracing::warn!("teardown did not finish within {}s; `shakedown reap --kube` removes what is left", TEARDOWN_BOUND.as_secs());
+        }
+    }
+}
+
+/// How long teardown may take before the run ends anyway.
+const TEARDOWN_BOUND: Duration = Duration::from_secs(60);
+
+impl KubeTarget {
+    /// Resumes KCP if this run paused it; deletes the run's Velero objects and its ConfigMap.
+    async fn teardown_objects(&mut self) {
         if self.paused {
             if let Err(e) = self.set_paused(false).await {
                 tracing::warn!("teardown: cannot resume KubeadmControlPlane {}: {e}; `shakedown reap --kube` will", self.kcp_name);
