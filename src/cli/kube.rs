@@ -10,12 +10,11 @@ use shakedown::faults::{Plan, Profile};
 use shakedown::invariants::InvariantId;
 use shakedown::profiles;
 use shakedown::record::{now_rfc3339, KubeRecord};
-use shakedown::run;
 use shakedown::target::kube::profile::KubeProfile;
 use shakedown::target::kube::{KubeConfig, KubeError, KubeTarget};
-use shakedown::target::{Target, TargetError};
+use shakedown::target::Target;
 
-use super::session::{create_run_dir, finish, new_run_id, progress_line, weights_text, Exec, Interrupted, RunResult};
+use super::session::{create_run_dir, drive, new_run_id, weights_text, Exec, Interrupted, RunResult};
 use super::{KubeOpts, RunOpts};
 
 pub fn kube_fatal(e: KubeError) -> Fatal {
@@ -128,11 +127,7 @@ pub async fn execute_kube(x: &Exec<'_>, kube: &KubeRecord, profile: &Profile, pl
     std::fs::write(run_dir.join("plan.toml"), toml::to_string(plan).expect("plans serialize"))
         .and_then(|_| std::fs::write(run_dir.join("profile.toml"), profile.to_toml()))
         .map_err(|e| Fatal::environment(format!("cannot write the plan into {}: {e}", run_dir.display())))?;
-    let say = |text: &str| {
-        if x.verbose {
-            progress_line(x.json_logs, text)
-        }
-    };
+    let say = |text: &str| x.say(text);
     say(&format!("seed {} · profile {} · {} ops · run {run_id} · Cluster {}\nweights {}\nrun directory {}", plan.seed, profile.name, plan.ops.len(), kube.cluster, weights_text(plan), run_dir.display()));
     if !dropped.is_empty() {
         say(&format!("not checked on the kube target: {} (consistency and durability need etcd access; reachability needs probes or checks in the kube profile)", dropped.join(", ")));
@@ -166,31 +161,5 @@ pub async fn execute_kube(x: &Exec<'_>, kube: &KubeRecord, profile: &Profile, pl
         say(&format!("note: {note}"));
     }
     result.versions = target.component_versions();
-    let mut progress = |l: &str| say(l);
-    let options = run::Options { skip_liveness: x.skip_liveness, stop: Some(x.interrupt.receiver()), forensics: Some(run_dir.join("forensics")) };
-    let outcome = tokio::select! {
-        r = run::execute(&mut target, plan, profile, &invariants, &mut events, &mut progress, &options) => Some(r),
-        _ = x.interrupt.count(2) => None,
-    };
-    let t_down = std::time::Instant::now();
-    target.teardown().await;
-    for (kind, fields) in target.take_events() {
-        events.emit(&kind, fields);
-    }
-    events.emit("teardown", json!({"ms": t_down.elapsed().as_millis() as u64, "requests": target.counter.snapshot()}));
-    result.elapsed = t0.elapsed();
-    result.outcome = match outcome {
-        None => {
-            say("interrupted: shakedown's objects were removed and the control plane resumed");
-            Err(Interrupted)
-        }
-        // The management cluster stopped answering: what the checks read cannot be trusted.
-        Some(_) if target.lost().is_some() => return Err(Fatal::environment(target.lost().unwrap_or_default())),
-        Some(Ok(o)) => Ok(o),
-        Some(Err(TargetError::Unsupported(m))) => return Err(Fatal::usage(m)),
-        Some(Err(e)) => return Err(Fatal::environment(e.to_string())),
-    };
-    events.emit("run-end", json!({"outcome": format!("{:?}", result.outcome), "ms": result.elapsed.as_millis() as u64}));
-    drop(events);
-    finish(x, result)
+    drive(x, &mut target, plan, profile, &invariants, events, result, t0, "interrupted: shakedown's objects were removed and the control plane resumed").await
 }

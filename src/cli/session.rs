@@ -156,6 +156,17 @@ pub struct Exec<'a> {
     pub replaying: Option<&'a Path>,
 }
 
+impl Exec<'_> {
+    /// A progress line: on stderr, or as the soak bar's message, or nowhere (shrink candidates).
+    pub fn say(&self, text: &str) {
+        match &self.bar {
+            Some(bar) => bar.set_message(text.lines().next().unwrap_or("").split_whitespace().collect::<Vec<_>>().join(" ")),
+            None if self.verbose => progress_line(self.json_logs, text),
+            None => {}
+        }
+    }
+}
+
 pub fn new_run_id() -> String {
     format!("sd-{:08x}", super::draw_seed() as u32)
 }
@@ -213,11 +224,7 @@ pub async fn execute_local(x: &Exec<'_>, profile: &Profile, plan: &Plan, bug: Op
     let started = now_rfc3339();
     let t0 = std::time::Instant::now();
     let bug_text = bug.map(|b| format!(" · planted bug {b}")).unwrap_or_default();
-    let say = |text: &str| match &x.bar {
-        Some(bar) => bar.set_message(text.lines().next().unwrap_or("").split_whitespace().collect::<Vec<_>>().join(" ")),
-        None if x.verbose => progress_line(x.json_logs, text),
-        None => {}
-    };
+    let say = |text: &str| x.say(text);
     say(&format!("seed {} · profile {} · {} ops · run {run_id}{bug_text}\nweights {}\nrun directory {}", plan.seed, profile.name, plan.ops.len(), weights_text(plan), run_dir.display()));
     let cfg = testbed_config(env, &run_id, &run_dir, bug);
     let mut events = EventLog::create(&run_dir.join("events.jsonl"));
@@ -247,21 +254,45 @@ pub async fn execute_local(x: &Exec<'_>, profile: &Profile, plan: &Plan, bug: Op
     events.emit("bring-up", json!({"ms": bring_up_ms as u64, "endpoint": target.testbed.endpoint_url()}));
     say(&format!("stack up in {bring_up_ms}ms · endpoint {}", target.testbed.endpoint_url()));
     result.versions = target.component_versions();
+    drive(x, &mut target, plan, profile, &invariants, events, result, t0, "interrupted: the stack was torn down").await
+}
+
+/// Executes `plan` on a started target (a first stop request ends it after the current step, a
+/// second at once), tears the target down whatever happens, then writes the record and reports.
+#[allow(clippy::too_many_arguments)]
+pub async fn drive<T: Target>(
+    x: &Exec<'_>,
+    target: &mut T,
+    plan: &Plan,
+    profile: &Profile,
+    invariants: &[shakedown::invariants::InvariantId],
+    mut events: EventLog,
+    mut result: RunResult,
+    t0: std::time::Instant,
+    interrupted: &str,
+) -> Result<RunResult, Fatal> {
+    let say = |text: &str| x.say(text);
     let mut progress = |l: &str| say(l);
-    let options = run::Options { skip_liveness: x.skip_liveness, stop: Some(x.interrupt.receiver()), forensics: Some(run_dir.join("forensics")) };
+    let options = run::Options { skip_liveness: x.skip_liveness, stop: Some(x.interrupt.receiver()), forensics: Some(result.run_dir.join("forensics")) };
     let outcome = tokio::select! {
-        r = run::execute(&mut target, plan, profile, &invariants, &mut events, &mut progress, &options) => Some(r),
+        r = run::execute(target, plan, profile, invariants, &mut events, &mut progress, &options) => Some(r),
         _ = x.interrupt.count(2) => None,
     };
     let t_down = std::time::Instant::now();
     target.teardown().await;
+    for (kind, fields) in target.take_events() {
+        events.emit(&kind, fields);
+    }
     events.emit("teardown", json!({"ms": t_down.elapsed().as_millis() as u64, "workload": target.workload_stats()}));
     result.elapsed = t0.elapsed();
     result.outcome = match outcome {
         None => {
-            say("interrupted: the stack was torn down");
+            say(interrupted);
             Err(Interrupted)
         }
+        // The target lost its control API (the kube target's management cluster): what the
+        // checks read cannot be trusted, whatever the outcome.
+        Some(_) if target.lost().is_some() => return Err(Fatal::environment(target.lost().unwrap_or_default())),
         Some(Ok(o)) => Ok(o),
         Some(Err(TargetError::Unsupported(m))) => return Err(Fatal::usage(m)),
         Some(Err(e)) => return Err(Fatal::environment(e.to_string())),

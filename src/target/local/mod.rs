@@ -130,13 +130,16 @@ pub struct LocalBounds {
     pub probe: Duration,
     /// A whole op, including its waits for health.
     pub op: Duration,
+    /// How long a freshly restored cluster may take to be healthy and caught up (the profile's
+    /// `converge`: starting members from a snapshot is convergence, not the op's own work).
+    pub converge: Duration,
     /// How often members are sampled while an op runs.
     pub sample_every: Duration,
 }
 
 impl LocalBounds {
     pub fn from_profile(p: &Profile) -> LocalBounds {
-        LocalBounds { request: Duration::from_millis(500), probe: p.timeouts.probe, op: p.timeouts.op, sample_every: Duration::from_millis(10) }
+        LocalBounds { request: Duration::from_millis(500), probe: p.timeouts.probe, op: p.timeouts.op, converge: p.timeouts.converge, sample_every: Duration::from_millis(10) }
     }
 }
 
@@ -449,7 +452,7 @@ impl LocalTarget {
         }
         let urls = self.urls();
         for url in &urls {
-            etcd::wait_caught_up(url, &urls, self.bounds.op).await.map_err(|e| LocalError::Stack(format!("after restoring {b}: {e}")))?;
+            etcd::wait_caught_up(url, &urls, self.bounds.converge).await.map_err(|e| LocalError::Stack(format!("after restoring {b}: {e}")))?;
             self.confirm_serving(url);
         }
         Ok(())
