@@ -334,6 +334,9 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             for k in &r.resumed {
                 println!("resumed KubeadmControlPlane {k}");
             }
+            for v in &r.velero {
+                println!("deleted Velero {v}");
+            }
             println!("reaped {} kube run(s)", r.configmaps.len());
             Ok(Exit::Pass)
         }

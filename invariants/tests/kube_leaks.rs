@@ -61,3 +61,16 @@ fn worker_machines_against_replicas_orphans_and_stuck_deletions() {
     inv.deleting = BTreeMap::from([("Machine/cp-9".to_string(), 3)]);
     assert_eq!(InvariantId::Leaks.check(&model(), &obs(inv)), Verdict::Pass);
 }
+
+#[test]
+fn workload_cluster_nodes_volumes_and_attachments() {
+    let mut inv = bound();
+    inv.orphan_nodes = vec!["ghost".into()];
+    fails_with(inv, &model(), "Node(s) without a Machine: ghost");
+    let mut inv = bound();
+    inv.released_volumes = vec!["pv-1 (Released)".into(), "pv-2 (Failed)".into()];
+    fails_with(inv, &model(), "PersistentVolume(s) Released or Failed: pv-1 (Released), pv-2 (Failed)");
+    let mut inv = bound();
+    inv.orphan_volume_attachments = vec!["csi-x (node gone)".into()];
+    fails_with(inv, &model(), "VolumeAttachment(s) whose Node is gone: csi-x (node gone)");
+}

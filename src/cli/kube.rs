@@ -96,6 +96,9 @@ pub async fn dry_run(opts: &RunOpts, kube: &KubeRecord, profile: &Profile, plan:
     for (m, machine) in target.bindings() {
         println!("member {m} = Machine {machine}");
     }
+    for note in target.notes() {
+        println!("note: {note}");
+    }
     let mut model = model;
     for (i, op) in plan.ops.iter().enumerate() {
         println!("step {}: {op}", i + 1);
@@ -153,6 +156,10 @@ pub async fn execute_kube(x: &Exec<'_>, kube: &KubeRecord, profile: &Profile, pl
     let bindings: Vec<String> = target.bindings().iter().map(|(m, n)| format!("{m}={n}")).collect();
     events.emit("bring-up", json!({"ms": t0.elapsed().as_millis() as u64, "bindings": bindings}));
     say(&format!("connected in {}ms · members {}", t0.elapsed().as_millis(), bindings.join(" ")));
+    for note in target.notes() {
+        events.emit("kube-note", json!({"note": note}));
+        say(&format!("note: {note}"));
+    }
     result.versions = target.component_versions();
     drive(x, &mut target, plan, profile, &invariants, events, result, t0, "interrupted: shakedown's objects were removed and the control plane resumed").await
 }

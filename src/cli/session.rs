@@ -290,6 +290,9 @@ pub async fn drive<T: Target>(
             say(interrupted);
             Err(Interrupted)
         }
+        // The target lost its control API (the kube target's management cluster): what the
+        // checks read cannot be trusted, whatever the outcome.
+        Some(_) if target.lost().is_some() => return Err(Fatal::environment(target.lost().unwrap_or_default())),
         Some(Ok(o)) => Ok(o),
         Some(Err(TargetError::Unsupported(m))) => return Err(Fatal::usage(m)),
         Some(Err(e)) => return Err(Fatal::environment(e.to_string())),

@@ -60,6 +60,13 @@ pub trait Target {
         Vec::new()
     }
 
+    /// `Some(why)` when the target lost the stack's control API during the run (the kube
+    /// target's management cluster): what the checks read cannot be trusted, the run ends with
+    /// exit 4 whatever its outcome.
+    fn lost(&self) -> Option<String> {
+        None
+    }
+
     /// Tears everything down. Idempotent.
     async fn teardown(&mut self);
 }

@@ -64,6 +64,8 @@ pub struct KubeEnv {
     pub server: String,
     pub kubeconfig: PathBuf,
     pub token: String,
+    /// How kube-apiserver was started (children[1]), to start it again.
+    apiserver: (PathBuf, Vec<String>),
 }
 
 fn spawn(cmd: &mut Command, log: &Path) -> Child {
@@ -86,7 +88,7 @@ impl KubeEnv {
     pub async fn start(apiserver: &Path) -> KubeEnv {
         let dir = tempfile::Builder::new().prefix("shakedown-kube-test-").tempdir().expect("tempdir");
         let d = dir.path().to_path_buf();
-        let mut env = KubeEnv { dir, children: vec![], server: String::new(), kubeconfig: d.join("kubeconfig"), token: "shakedown-admin-token".into() };
+        let mut env = KubeEnv { dir, children: vec![], server: String::new(), kubeconfig: d.join("kubeconfig"), token: "shakedown-admin-token".into(), apiserver: (apiserver.to_path_buf(), vec![]) };
         let (client_port, peer_port, api_port) = (free_port(), free_port(), free_port());
         env.children.push(spawn(
             Command::new(etcd_binary())
@@ -112,38 +114,90 @@ impl KubeEnv {
         let ok = Command::new("openssl").args(["genrsa", "-out"]).arg(d.join("sa.key")).arg("2048").stderr(Stdio::null()).status().is_ok_and(|s| s.success())
             && Command::new("openssl").args(["rsa", "-pubout", "-in"]).arg(d.join("sa.key")).arg("-out").arg(d.join("sa.pub")).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
         assert!(ok, "openssl could not make the service-account key pair");
-        env.children.push(spawn(
-            Command::new(apiserver)
-                .arg(format!("--etcd-servers=http://127.0.0.1:{client_port}"))
-                .arg("--bind-address=127.0.0.1")
-                .arg("--advertise-address=127.0.0.1")
-                .arg(format!("--secure-port={api_port}"))
-                .arg("--insecure-port=0")
-                .arg(format!("--cert-dir={}", d.join("certs").display()))
-                .arg(format!("--token-auth-file={}", d.join("tokens.csv").display()))
-                .arg("--authorization-mode=RBAC")
-                .arg(format!("--service-account-key-file={}", d.join("sa.pub").display()))
-                .arg(format!("--service-account-signing-key-file={}", d.join("sa.key").display()))
-                .arg("--service-account-issuer=https://kubernetes.default.svc")
-                .arg("--service-cluster-ip-range=10.96.0.0/24")
-                .arg("--enable-priority-and-fairness=false"),
-            &d.join("kube-apiserver.log"),
-        ));
+        env.apiserver.1 = vec![
+            format!("--etcd-servers=http://127.0.0.1:{client_port}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            "--insecure-port=0".into(),
+            format!("--cert-dir={}", d.join("certs").display()),
+            format!("--token-auth-file={}", d.join("tokens.csv").display()),
+            "--authorization-mode=RBAC".into(),
+            format!("--service-account-key-file={}", d.join("sa.pub").display()),
+            format!("--service-account-signing-key-file={}", d.join("sa.key").display()),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            "--service-cluster-ip-range=10.96.0.0/24".into(),
+            "--enable-priority-and-fairness=false".into(),
+        ];
+        env.children.push(spawn(Command::new(apiserver).args(&env.apiserver.1), &d.join("kube-apiserver.log")));
         env.server = format!("https://127.0.0.1:{api_port}");
         std::fs::write(&env.kubeconfig, env.kubeconfig_text("test", &env.token)).unwrap();
+        env.wait_ready("kube-apiserver.log").await;
+        env.install_crds().await;
+        env
+    }
+
+    async fn wait_ready(&self, log: &str) {
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
-            if shakedown::target::kube::http_get(&format!("{}/readyz", env.server), true, Duration::from_secs(2)).await.is_ok() {
+            if shakedown::target::kube::http_get(&format!("{}/readyz", self.server), true, Duration::from_secs(2)).await.is_ok() {
                 break;
             }
             if Instant::now() > deadline {
-                let log = std::fs::read_to_string(d.join("kube-apiserver.log")).unwrap_or_default();
+                let log = std::fs::read_to_string(self.dir.path().join(log)).unwrap_or_default();
                 panic!("kube-apiserver not ready within 90s; its log ends:\n{}", &log[log.len().saturating_sub(3000)..]);
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        env.install_crds().await;
-        env
+    }
+
+    /// Kills kube-apiserver (etcd keeps running, with everything stored).
+    pub fn kill_apiserver(&mut self) {
+        let c = &mut self.children[1];
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+
+    /// Starts kube-apiserver again, same flags and port, on the same etcd; waits until it is ready.
+    pub async fn restart_apiserver(&mut self) {
+        let log = "kube-apiserver-restarted.log";
+        let child = spawn(Command::new(&self.apiserver.0).args(&self.apiserver.1), &self.dir.path().join(log));
+        self.children[1] = child;
+        self.wait_ready(log).await;
+    }
+
+    /// Writes the Secret `<cluster>-kubeconfig` (key `value`, as Cluster API does) holding a
+    /// kubeconfig for this same apiserver: the "workload cluster" of the tests.
+    pub async fn workload_secret(&self, client: &Client, ns: &str, cluster: &str) {
+        let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
+        let secret = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("{cluster}-kubeconfig"), "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
+            "type": "cluster.x-k8s.io/secret",
+            "stringData": {"value": self.kubeconfig_text("workload", &self.token)}}))
+        .unwrap();
+        api.create(&PostParams::default(), &secret).await.unwrap();
+    }
+
+    /// Installs the minimal test CRDs for Velero's Backup and Restore (tests/kube_common/velero-crds.yaml).
+    pub async fn install_velero_crds(&self) {
+        let client = self.client().await;
+        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kube_common/velero-crds.yaml")).unwrap();
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let crd: CustomResourceDefinition = serde::Deserialize::deserialize(doc).unwrap();
+            let n = crd.metadata.name.clone().unwrap();
+            api.create(&PostParams::default(), &crd).await.unwrap_or_else(|e| panic!("creating CRD {n}: {e}"));
+            tokio::time::timeout(Duration::from_secs(30), kube::runtime::wait::await_condition(api.clone(), &n, kube::runtime::wait::conditions::is_crd_established()))
+                .await
+                .unwrap_or_else(|_| panic!("CRD {n} not established within 30s"))
+                .unwrap();
+        }
+        let probe: Api<DynamicObject> = Api::namespaced_with(client, "default", &shakedown::target::kube::velero_ar("Backup"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while probe.list(&Default::default()).await.is_err() {
+            assert!(Instant::now() < deadline, "Velero Backup API not served within 30s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     pub fn kubeconfig_text(&self, context: &str, token: &str) -> String {
@@ -244,6 +298,26 @@ pub async fn cluster(client: &Client, ns: &str, name: &str, replicas: i64, fds: 
                                            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DevMachineTemplate", "name": "md"}}}}}),
     )
     .await;
+}
+
+/// Starts the shakedown binary in the background (stdout and stderr piped); the caller waits.
+pub fn shakedown_spawn(args: &[&str]) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("shakedown starts")
+}
+
+/// Waits (bounded) for a child started by [`shakedown_spawn`]: (exit code, stdout, stderr).
+pub async fn shakedown_wait(child: tokio::process::Child, bound: Duration) -> (i32, String, String) {
+    let out = tokio::time::timeout(bound, child.wait_with_output()).await.unwrap_or_else(|_| panic!("shakedown did not finish within {}s", bound.as_secs())).expect("shakedown ran");
+    let (o, e) = (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string());
+    eprintln!("--- exit {:?}\n--- stdout\n{o}--- stderr\n{e}", out.status.code());
+    (out.status.code().unwrap_or(-1), o, e)
 }
 
 /// Runs the shakedown binary (without blocking the runtime) and returns (exit code, stdout, stderr).

@@ -9,14 +9,21 @@
 //!   `observedGeneration`, `replicas`, `upToDateReplicas`, `readyReplicas`, and the conditions
 //!   `RollingOut`, `Available`, `EtcdClusterHealthy`; leaves a paused KCP alone;
 //! - Machines: `EtcdMemberHealthy` Unknown when created, True `health_delay` later;
-//! - MachineDeployments: `observedGeneration`, replicas 0, `RollingOut` False, `Available` True.
+//! - MachineDeployments: `observedGeneration`, `spec.replicas` up to date (workers are not
+//!   rolled), `RollingOut` False, `Available` True;
+//! - with `nodes`, the workload cluster's Nodes (on the same apiserver): a Node per Machine,
+//!   `status.nodeRef` set, the Node deleted once its Machine is being deleted.
 //! Status writes use the resourceVersion read (a conflict is retried on the next pass).
+//!
+//! Also here: [`attacher`], a stand-in for the attach/detach controller plus a CSI attacher (it
+//! keeps one VolumeAttachment of a PersistentVolume attached), and [`velero`], a stand-in for
+//! Velero (it moves the phase of Backups and Restores).
 //!
 //! Planted bugs, to show that shakedown catches a misbehaving controller.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -62,6 +69,12 @@ fn cond(type_: &str, ok: bool, generation: i64, message: &str) -> Value {
 /// Starts the stand-in for Cluster `name` in `ns`; Machines become healthy `health_delay` after
 /// they are created.
 pub fn start(client: Client, ns: &str, name: &str, health_delay: Duration, bug: Option<Bug>) -> StandIn {
+    start_with(client, ns, name, health_delay, bug, false)
+}
+
+/// [`start`], and with `nodes` the workload cluster's Nodes too (the workload cluster being the
+/// same apiserver).
+pub fn start_with(client: Client, ns: &str, name: &str, health_delay: Duration, bug: Option<Bug>, nodes: bool) -> StandIn {
     let writes = Arc::new(AtomicU64::new(0));
     let w2 = writes.clone();
     let (ns, name) = (ns.to_string(), name.to_string());
@@ -91,12 +104,16 @@ pub fn start(client: Client, ns: &str, name: &str, health_delay: Duration, bug: 
         let mut created = 0u32;
         // The Machine last created or deleted: no new action until the watch shows it.
         let mut pending: Option<(String, bool)> = None;
+        let mut made_nodes: BTreeSet<String> = BTreeSet::new();
         loop {
             tokio::select! {
                 _ = events.next() => {}
                 _ = tick.tick() => {}
             }
-            let s = Pass { client: &client, ns: &ns, name: &name, health_delay, bug, writes: &w2 };
+            let s = Pass { client: &client, ns: &ns, name: &name, health_delay, bug, writes: &w2, nodes };
+            if nodes {
+                s.nodes(&stores[1].state(), &mut made_nodes).await;
+            }
             s.reconcile(&stores[0].state(), &stores[1].state(), &stores[2].state(), &mut born, &mut created, &mut pending).await;
         }
     });
@@ -110,11 +127,54 @@ struct Pass<'a> {
     health_delay: Duration,
     bug: Option<Bug>,
     writes: &'a AtomicU64,
+    nodes: bool,
 }
 
 impl Pass<'_> {
     fn api(&self, kind: &str) -> Api<DynamicObject> {
         Api::namespaced_with(self.client.clone(), self.ns, &capi(kind))
+    }
+
+    /// A Node per Machine (named after it), `status.nodeRef` of worker Machines (control-plane
+    /// ones get it with their health), Nodes of Machines being deleted deleted.
+    async fn nodes(&self, machines: &[Arc<DynamicObject>], made: &mut BTreeSet<String>) {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        for m in machines.iter().filter(|m| m.metadata.deletion_timestamp.is_none()) {
+            let n = m.metadata.name.clone().unwrap_or_default();
+            if !made.contains(&n) {
+                let node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"standin/cluster": self.name}}})).unwrap();
+                match nodes.create(&PostParams::default(), &node).await {
+                    Ok(_) => {
+                        made.insert(n.clone());
+                    }
+                    Err(kube::Error::Api(r)) if r.code == 409 => {
+                        made.insert(n.clone());
+                    }
+                    Err(e) => eprintln!("stand-in: creating Node {n}: {e}"),
+                }
+            }
+            let cp = m.metadata.labels.as_ref().is_some_and(|l| l.contains_key("cluster.x-k8s.io/control-plane"));
+            if !cp && made.contains(&n) && m.data.pointer("/status/nodeRef/name").is_none() {
+                let mut status = m.data.get("status").cloned().unwrap_or(json!({}));
+                status["nodeRef"] = json!({"name": n});
+                status["phase"] = json!("Running");
+                self.put_status("Machine", m, status).await;
+            }
+        }
+        for n in made.clone() {
+            let alive = machines.iter().any(|m| m.metadata.name.as_deref() == Some(n.as_str()) && m.metadata.deletion_timestamp.is_none());
+            if !alive {
+                match nodes.delete(&n, &DeleteParams::default()).await {
+                    Ok(_) => {
+                        made.remove(&n);
+                    }
+                    Err(kube::Error::Api(r)) if r.code == 404 => {
+                        made.remove(&n);
+                    }
+                    Err(e) => eprintln!("stand-in: deleting Node {n}: {e}"),
+                }
+            }
+        }
     }
 
     /// Replaces the status (resourceVersion checked: a conflict waits for the next pass).
@@ -153,7 +213,8 @@ impl Pass<'_> {
         // MachineDeployments: nothing to roll (0 replicas), statuses only.
         for md in mds {
             let gen = md.metadata.generation.unwrap_or(1);
-            let status = json!({"observedGeneration": gen, "replicas": 0, "upToDateReplicas": 0, "readyReplicas": 0, "availableReplicas": 0,
+            let r = md.data.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+            let status = json!({"observedGeneration": gen, "replicas": r, "upToDateReplicas": r, "readyReplicas": r, "availableReplicas": r,
                 "conditions": [cond("RollingOut", false, gen, ""), cond("Available", true, gen, "")]});
             if md.data.pointer("/status/observedGeneration").and_then(Value::as_i64) != Some(gen) {
                 self.put_status("MachineDeployment", md, status).await;
@@ -169,11 +230,16 @@ impl Pass<'_> {
             let replacement = m.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("standin/replacement"));
             let want_healthy = seen.elapsed() >= self.health_delay && !(self.bug == Some(Bug::ReplacementUnhealthy) && replacement);
             let has_cond = condition(&v, ETCD_MEMBER_HEALTHY).is_some();
-            if healthy != want_healthy || !has_cond {
+            let node_missing = self.nodes && m.metadata.deletion_timestamp.is_none() && v.pointer("/status/nodeRef/name").is_none();
+            if healthy != want_healthy || !has_cond || node_missing {
                 let gen = m.metadata.generation.unwrap_or(1);
                 let c = if want_healthy { cond("EtcdMemberHealthy", true, gen, "") } else { json!({"type": "EtcdMemberHealthy", "status": if seen.elapsed() >= self.health_delay { "False" } else { "Unknown" }, "reason": "Provisioning", "message": "etcd member joining", "lastTransitionTime": now(), "observedGeneration": gen}) };
                 let fd = m.data.pointer("/spec/failureDomain").cloned().unwrap_or(Value::Null);
-                self.put_status("Machine", m, json!({"observedGeneration": gen, "failureDomain": fd, "phase": "Running", "conditions": [c]})).await;
+                let mut status = json!({"observedGeneration": gen, "failureDomain": fd, "phase": "Running", "conditions": [c]});
+                if self.nodes {
+                    status["nodeRef"] = json!({"name": n});
+                }
+                self.put_status("Machine", m, status).await;
             }
         }
         let Some(kcp) = kcps.first() else { return };
@@ -299,4 +365,104 @@ fn random_suffix() -> String {
     let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
     let x = t ^ N.fetch_add(0x9e37_79b9, Ordering::Relaxed).wrapping_mul(31);
     (0..5).map(|i| (b'a' + ((x >> (i * 5)) % 26) as u8) as char).collect()
+}
+
+/// A STAND-IN for the attach/detach controller and a CSI attacher, test-side only: while it runs,
+/// PersistentVolume `pv` has a VolumeAttachment on `node`; one that disappears is recreated
+/// `delay` later (as the attach/detach controller does while a pod uses the volume) and marked
+/// `status.attached: true` through the status subresource (as the CSI attacher does).
+pub fn attacher(client: Client, pv: &str, node: &str, delay: Duration) -> StandIn {
+    let writes = Arc::new(AtomicU64::new(0));
+    let w2 = writes.clone();
+    let (pv, node) = (pv.to_string(), node.to_string());
+    let task = tokio::spawn(async move {
+        let api: Api<k8s_openapi::api::storage::v1::VolumeAttachment> = Api::all(client.clone());
+        let mut missing_since: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let Ok(list) = api.list(&ListParams::default()).await else { continue };
+            let mine: Vec<_> = list.items.into_iter().filter(|va| va.spec.source.persistent_volume_name.as_deref() == Some(pv.as_str()) && va.metadata.deletion_timestamp.is_none()).collect();
+            if mine.is_empty() {
+                let since = *missing_since.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() < delay {
+                    continue;
+                }
+                let va = serde_json::from_value(json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+                    "metadata": {"name": format!("csi-{}", random_suffix())},
+                    "spec": {"attacher": "standin.csi.example", "nodeName": node, "source": {"persistentVolumeName": pv}}})).unwrap();
+                match api.create(&PostParams::default(), &va).await {
+                    Ok(_) => {
+                        w2.fetch_add(1, Ordering::Relaxed);
+                        missing_since = None;
+                    }
+                    Err(e) => eprintln!("stand-in attacher: creating a VolumeAttachment of {pv}: {e}"),
+                }
+                continue;
+            }
+            for mut va in mine {
+                if va.status.as_ref().is_some_and(|s| s.attached) {
+                    continue;
+                }
+                va.status = Some(k8s_openapi::api::storage::v1::VolumeAttachmentStatus { attached: true, ..Default::default() });
+                let name = va.metadata.name.clone().unwrap_or_default();
+                match api.replace_status(&name, &PostParams::default(), serde_json::to_vec(&va).unwrap()).await {
+                    Ok(_) => {
+                        w2.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => eprintln!("stand-in attacher: status of VolumeAttachment {name}: {e}"),
+                }
+            }
+        }
+    });
+    StandIn { task, writes }
+}
+
+/// How the Velero stand-in ends Backups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VeleroEnd {
+    Completed,
+    /// Backups end PartiallyFailed (Restores still complete).
+    BackupsPartiallyFailed,
+}
+
+/// A STAND-IN for Velero, test-side only: every Backup and Restore in `ns` without a phase goes
+/// to `InProgress`, then (next pass) to `Completed` (or as `end` says), through the status
+/// subresource. `seen` collects every object it moved (as read when first seen).
+pub fn velero(client: Client, ns: &str, end: VeleroEnd) -> (StandIn, Arc<Mutex<Vec<Value>>>) {
+    let writes = Arc::new(AtomicU64::new(0));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (w2, s2) = (writes.clone(), seen.clone());
+    let ns = ns.to_string();
+    let task = tokio::spawn(async move {
+        let gvk = |k: &str| kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("velero.io", "v1", k));
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            for kind in ["Backup", "Restore"] {
+                let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &gvk(kind));
+                let Ok(list) = api.list(&ListParams::default()).await else { continue };
+                for o in list.items {
+                    let phase = o.data.pointer("/status/phase").and_then(Value::as_str).unwrap_or("").to_string();
+                    let next = match (phase.as_str(), kind, end) {
+                        ("", _, _) => {
+                            s2.lock().unwrap().push(serde_json::to_value(&o).unwrap());
+                            "InProgress"
+                        }
+                        ("InProgress", "Backup", VeleroEnd::BackupsPartiallyFailed) => "PartiallyFailed",
+                        ("InProgress", _, _) => "Completed",
+                        _ => continue,
+                    };
+                    let mut o2 = o.clone();
+                    o2.data["status"] = json!({"phase": next});
+                    let name = o.metadata.name.clone().unwrap_or_default();
+                    match api.replace_status(&name, &PostParams::default(), serde_json::to_vec(&o2).unwrap()).await {
+                        Ok(_) => {
+                            w2.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => eprintln!("stand-in velero: status of {kind} {name}: {e}"),
+                    }
+                }
+            }
+        }
+    });
+    (StandIn { task, writes }, seen)
 }

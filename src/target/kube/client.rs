@@ -72,7 +72,7 @@ pub async fn connect(path: Option<&Path>, context: Option<&str>) -> Result<(Clie
         Some(p) => Kubeconfig::read_from(p),
         None => Kubeconfig::read(),
     };
-    let mut config = match read {
+    let config = match read {
         Ok(kubeconfig) => {
             if let Some(ctx) = context {
                 if !kubeconfig.contexts.iter().any(|c| c.name == ctx) {
@@ -90,10 +90,16 @@ pub async fn connect(path: Option<&Path>, context: Option<&str>) -> Result<(Clie
         }
         Err(e) => return Err(KubeError::Usage(format!("cannot load the kubeconfig{}: {e}", path.map(|p| format!(" {}", p.display())).unwrap_or_default()))),
     };
+    let counter = RequestCounter::default();
+    let (client, server) = build(config, &counter).map_err(KubeError::Environment)?;
+    Ok((client, counter, server))
+}
+
+/// A client for `config` whose requests `counter` counts (bounded connect and read timeouts).
+pub fn build(mut config: Config, counter: &RequestCounter) -> Result<(Client, String), String> {
     config.connect_timeout = Some(Duration::from_secs(5));
     config.read_timeout = Some(Duration::from_secs(295));
     let server = config.cluster_url.to_string();
-    let counter = RequestCounter::default();
     let c2 = counter.clone();
     let layer = tower::layer::layer_fn(move |svc| {
         let c3 = c2.clone();
@@ -102,9 +108,8 @@ pub async fn connect(path: Option<&Path>, context: Option<&str>) -> Result<(Clie
             req
         })
     });
-    let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| KubeError::Environment(format!("cannot build a client for {server}: {e}")))?;
-    let client = builder.with_layer(&layer).build();
-    Ok((client, counter, server))
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| format!("cannot build a client for {server}: {e}"))?;
+    Ok((builder.with_layer(&layer).build(), server))
 }
 
 /// An `ApiResource` from `Kind.group/version` (`DevMachine.infrastructure.cluster.x-k8s.io/v1beta2`).
@@ -125,6 +130,8 @@ pub struct Watched {
     pub kind: String,
     pub store: Store<DynamicObject>,
     synced: Arc<AtomicBool>,
+    /// Since when the watch has failed without a success in between (`None`: healthy).
+    failing: Arc<Mutex<Option<(std::time::Instant, String)>>>,
     task: JoinHandle<()>,
 }
 
@@ -141,10 +148,20 @@ impl Watched {
     /// Starts watching `ar` in `ns` (selected by `lp`). Every change bumps `changed`; watch
     /// errors are kept in `errors` (the watcher retries after 500 ms).
     pub fn start(client: &Client, ar: &ApiResource, ns: &str, lp: ListParams, changed: watch::Sender<u64>, errors: Arc<Mutex<Option<String>>>, on_change: Option<OnChange>) -> Watched {
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, ar);
+        Watched::start_api(Api::namespaced_with(client.clone(), ns, ar), ar, lp, changed, errors, on_change)
+    }
+
+    /// Like [`Watched::start`], for a cluster-scoped kind (Nodes, PersistentVolumes, VolumeAttachments).
+    pub fn start_cluster_scoped(client: &Client, ar: &ApiResource, lp: ListParams, changed: watch::Sender<u64>, errors: Arc<Mutex<Option<String>>>) -> Watched {
+        Watched::start_api(Api::all_with(client.clone(), ar), ar, lp, changed, errors, None)
+    }
+
+    fn start_api(api: Api<DynamicObject>, ar: &ApiResource, lp: ListParams, changed: watch::Sender<u64>, errors: Arc<Mutex<Option<String>>>, on_change: Option<OnChange>) -> Watched {
         let (store, writer) = { let w = reflector::store::Writer::new(ar.clone()); (w.as_reader(), w) };
         let synced = Arc::new(AtomicBool::new(false));
         let s2 = synced.clone();
+        let failing = Arc::new(Mutex::new(None));
+        let f2 = failing.clone();
         let reader = store.clone();
         let kind = ar.kind.clone();
         let k2 = kind.clone();
@@ -154,24 +171,32 @@ impl Watched {
                 match ev {
                     Ok(_) => {
                         s2.store(true, Ordering::SeqCst);
+                        *f2.lock().unwrap_or_else(|e| e.into_inner()) = None;
                         if let Some(f) = &on_change {
                             f(&reader);
                         }
                         changed.send_modify(|g| *g += 1);
                     }
                     Err(e) => {
-                        *errors.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("watching {k2}: {e}"));
+                        let msg = format!("watching {k2}: {e}");
+                        f2.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(|| (std::time::Instant::now(), String::new())).1 = msg.clone();
+                        *errors.lock().unwrap_or_else(|e| e.into_inner()) = Some(msg);
                         changed.send_modify(|g| *g += 1);
                         tokio::time::sleep(Duration::from_millis(500)).await;
                     }
                 }
             }
         });
-        Watched { kind, store, synced, task }
+        Watched { kind, store, synced, failing, task }
     }
 
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::SeqCst)
+    }
+
+    /// How long the watch has been failing, with its last error (`None`: it is healthy).
+    pub fn failing_for(&self) -> Option<(Duration, String)> {
+        self.failing.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|(t, e)| (t.elapsed(), e.clone()))
     }
 
     pub fn objects(&self) -> Vec<Arc<DynamicObject>> {

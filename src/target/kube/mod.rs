@@ -10,8 +10,15 @@
 //!   resumed, waits for the replacement Machine in m's failure domain to be healthy;
 //! - `site-outage(s, power-loss)` / `site-recover(s)`: the same for every Machine of the failure
 //!   domain; `isolate` needs a hook;
-//! - pause, resume, disk detach/reattach, backup, restore: command hooks from the kube profile,
-//!   else unsupported (the engine skips them, with the reason).
+//! - `disk-detach(m)` / `disk-reattach(m)`: the VolumeAttachment of the kube profile's `[disk]`
+//!   volume (a probe workload's, in the workload cluster) deleted / a new one attached;
+//! - `backup` / `restore(b)`: Velero `Backup` / `Restore` objects when Velero's CRDs are installed;
+//! - pause, resume (and any op, instead of the above): command hooks from the kube profile, else
+//!   unsupported (the engine skips them, with the reason).
+//!
+//! The workload cluster (Nodes, PersistentVolumes, VolumeAttachments) is reached through the
+//! kubeconfig in the Cluster's `<name>-kubeconfig` Secret; without it those checks are skipped
+//! with a note.
 //!
 //! Waiting and observing read watch caches (kube-runtime reflectors): no polling requests.
 //! Architecture invariant: like every target, this one observes; `shakedown-invariants` judges.
@@ -20,6 +27,7 @@ pub mod client;
 pub mod conditions;
 pub mod profile;
 pub mod reap;
+pub mod workload;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -39,6 +47,7 @@ use tokio::time::Instant;
 use self::client::{capi, RequestCounter, Watched};
 use self::conditions::{condition, deleting, failure_domain, rollout, ETCD_CLUSTER_HEALTHY, ETCD_MEMBER_HEALTHY};
 use self::profile::{Hook, KubeProfile};
+use self::workload::Workload;
 use super::{Target, TargetError};
 
 /// The opt-in: shakedown acts only on a Cluster annotated (or labelled) with this, set to "true".
@@ -87,6 +96,8 @@ pub enum Write {
     Patch { ar: ApiResource, ns: String, name: String, body: Value },
     Delete { ar: ApiResource, ns: String, name: String },
     Create { ar: ApiResource, ns: String, body: Value },
+    /// A cluster-scoped object in the workload cluster, deleted only while it has `uid`.
+    DeleteInWorkload { ar: ApiResource, name: String, uid: String },
 }
 
 fn path_of(ar: &ApiResource, ns: &str, name: Option<&str>) -> String {
@@ -103,6 +114,10 @@ impl fmt::Display for Write {
             Write::Patch { ar, ns, name, body } => write!(f, "PATCH {} (merge patch) {body}", path_of(ar, ns, Some(name))),
             Write::Delete { ar, ns, name } => write!(f, "DELETE {}", path_of(ar, ns, Some(name))),
             Write::Create { ar, ns, body } => write!(f, "POST {} {body}", path_of(ar, ns, None)),
+            Write::DeleteInWorkload { ar, name, uid } => {
+                let base = if ar.group.is_empty() { format!("/api/{}", ar.version) } else { format!("/apis/{}/{}", ar.group, ar.version) };
+                write!(f, "DELETE (workload cluster) {base}/{}/{name} (precondition uid {uid})", ar.plural)
+            }
         }
     }
 }
@@ -110,8 +125,30 @@ impl fmt::Display for Write {
 fn api_error(what: &str, e: kube::Error) -> TargetError {
     match &e {
         kube::Error::Api(r) if r.code == 403 => TargetError::Environment(format!("{what}: forbidden ({}): give the identity of the kubeconfig the RBAC of ci/k8s/rbac.yaml", r.message)),
-        _ => TargetError::Environment(format!("{what}: {e}")),
+        kube::Error::Api(_) => TargetError::Environment(format!("{what}: {e}")),
+        _ => TargetError::Environment(format!("{what}: no answer from the management cluster: {e}")),
     }
+}
+
+/// Velero's kinds (group velero.io, version v1).
+pub fn velero_ar(kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("velero.io", "v1", kind))
+}
+
+/// `Ok` when Velero's Backup and Restore kinds are served on the management cluster (API
+/// discovery: readable by every authenticated identity, and no 404 for a missing group).
+pub(crate) async fn probe_velero(client: &Client) -> Result<(), String> {
+    let groups = client.list_api_groups().await.map_err(|e| format!("cannot list the management cluster's API groups: {e}"))?;
+    if !groups.groups.iter().any(|g| g.name == "velero.io" && g.versions.iter().any(|v| v.version == "v1")) {
+        return Err("Velero's CRDs (backups.velero.io, restores.velero.io) are not installed on the management cluster".into());
+    }
+    let resources = client.list_api_group_resources("velero.io/v1").await.map_err(|e| format!("cannot list the kinds of velero.io/v1: {e}"))?;
+    for plural in ["backups", "restores"] {
+        if !resources.resources.iter().any(|r| r.name == plural) {
+            return Err(format!("Velero's CRD {plural}.velero.io is not installed on the management cluster"));
+        }
+    }
+    Ok(())
 }
 
 /// Serving samples taken from the Machine watch during a step.
@@ -162,13 +199,31 @@ struct Cache {
     machines: Watched,
     deployments: Watched,
     infra: Vec<Watched>,
+    /// The run's Velero Backups and Restores (when Velero is installed).
+    velero: Vec<Watched>,
+    /// The workload cluster (when its kubeconfig Secret is there).
+    workload: Option<Workload>,
     changed: watch::Receiver<u64>,
     errors: Arc<Mutex<Option<String>>>,
 }
 
 impl Cache {
+    /// The management cluster's watches.
+    fn management(&self) -> impl Iterator<Item = &Watched> {
+        [&self.cluster, &self.kcp, &self.machines, &self.deployments].into_iter().chain(self.infra.iter()).chain(self.velero.iter())
+    }
     fn all(&self) -> impl Iterator<Item = &Watched> {
-        [&self.cluster, &self.kcp, &self.machines, &self.deployments].into_iter().chain(self.infra.iter())
+        self.management().chain(self.workload.iter().flat_map(|w| w.all()))
+    }
+    /// `Some(why)` when a watch of the Cluster's own objects (Cluster, KCP, Machines,
+    /// MachineDeployments) has failed for longer than `bound` without a success in between: the
+    /// management cluster is gone. (Other kinds' watches failing do not end a run.)
+    fn lost(&self, bound: Duration) -> Option<String> {
+        [&self.cluster, &self.kcp, &self.machines, &self.deployments]
+            .into_iter()
+            .filter_map(|w| w.failing_for())
+            .find(|(d, _)| *d >= bound)
+            .map(|(d, e)| format!("no answer from the management cluster for {}s: {e}", d.as_secs()))
     }
     fn kcp(&self) -> Option<Value> {
         self.kcp.objects().first().and_then(|o| serde_json::to_value(o.as_ref()).ok())
@@ -203,6 +258,20 @@ pub struct KubeTarget {
     retired: BTreeSet<String>,
     /// The writes a dry run printed.
     pub dry_run_writes: Vec<String>,
+    /// What the run should be told at the start (a check skipped, and why).
+    notes: Vec<String>,
+    /// The PersistentVolume the disk ops act on, or why there is none.
+    disk_pv: Result<String, String>,
+    /// VolumeAttachments this run deleted (uids): a reattach waits for a new one.
+    detached: BTreeSet<String>,
+    /// Velero is usable, or why not.
+    velero: Result<(), String>,
+    /// Velero objects this run created: (kind, name), removed at teardown.
+    velero_objects: Vec<(String, String)>,
+    /// Set when the management cluster was lost: the run's outcome cannot be trusted.
+    lost: Option<String>,
+    /// Set by a wait's check when waiting longer cannot help (a Velero Backup that failed).
+    wait_failed: Option<String>,
 }
 
 impl KubeTarget {
@@ -264,6 +333,26 @@ impl KubeTarget {
             }
             s.samples.push(ServingSample { at_ms: start.elapsed().as_millis() as u64, serving, cluster_size: size });
         });
+        // The workload cluster (a note, not an error, when its Secret is missing).
+        let mut notes = Vec::new();
+        let workload = match workload::client_from_secret(&client, &counter, &ns, &name).await {
+            Ok((wc, wserver)) => Some(Workload::watch(wc, wserver, &tx, &errors)),
+            Err(note) => {
+                notes.push(note);
+                None
+            }
+        };
+        // Velero (backup and restore), unless hooks do both.
+        let hooks = &cfg.profile.hooks;
+        let velero_ns = cfg.profile.velero.namespace.clone();
+        let velero = if hooks.contains_key(&OpKind::Backup) && hooks.contains_key(&OpKind::Restore) { Err("hooks set".to_string()) } else { probe_velero(&client).await };
+        let mut velero_watches = Vec::new();
+        if velero.is_ok() {
+            let by_run = ListParams::default().labels(&format!("{RUN_LABEL}={}", cfg.run_id));
+            for kind in ["Backup", "Restore"] {
+                velero_watches.push(Watched::start(&client, &velero_ar(kind), &velero_ns, by_run.clone(), tx.clone(), errors.clone(), None));
+            }
+        }
         let mut infra = Vec::new();
         for spec in &cfg.profile.infra_machine_kinds {
             let ar = client::resource_of(spec).map_err(KubeError::Usage)?;
@@ -275,6 +364,8 @@ impl KubeTarget {
             machines: Watched::start(&client, &capi("Machine"), &ns, by_cluster.clone(), tx.clone(), errors.clone(), Some(on_machines)),
             deployments: Watched::start(&client, &capi("MachineDeployment"), &ns, by_cluster, tx.clone(), errors.clone(), None),
             infra,
+            velero: velero_watches,
+            workload,
             changed: rx,
             errors,
         };
@@ -326,6 +417,21 @@ impl KubeTarget {
         }
         versions.insert("cluster".into(), format!("{ns}/{name}"));
         let op_timeout = cfg.profile.timeouts.rollout;
+        // The disk ops' volume: the PersistentVolume named, or the one the claim is bound to.
+        let disk_pv = match (&cfg.profile.disk, &cache.workload) {
+            (None, _) => Err("the kube profile names no [disk] volume (pvc = \"namespace/name\" of a probe workload, or pv = \"name\")".to_string()),
+            (Some(_), None) => Err("the workload cluster is not observed (see the note at the start)".to_string()),
+            (Some(d), Some(w)) => match (&d.pv, &d.pvc) {
+                (Some(pv), _) => Ok(pv.clone()),
+                (None, Some(claim)) => Ok(workload::volume_of_claim(&w.client, claim).await.map_err(|e| KubeError::Usage(format!("kube profile [disk]: {e}")))?),
+                (None, None) => Err("[disk] names no volume".to_string()),
+            },
+        };
+        if let Err(why) = &velero {
+            if why != "hooks set" {
+                notes.push(format!("backup and restore: {why}; they need [hooks.backup] and [hooks.restore] in the kube profile"));
+            }
+        }
         let mut t = KubeTarget {
             client,
             counter,
@@ -347,10 +453,28 @@ impl KubeTarget {
             written_generation: BTreeMap::new(),
             retired: BTreeSet::new(),
             dry_run_writes: vec![],
+            notes,
+            disk_pv,
+            detached: BTreeSet::new(),
+            velero,
+            velero_objects: vec![],
+            lost: None,
+            wait_failed: None,
         };
         t.take_lock().await.map_err(|e| KubeError::Environment(e.to_string()))?;
         t.rebind();
         Ok(t)
+    }
+
+    /// Notes for the start of the run: checks skipped (no workload cluster), ops without a backend.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// `Some(why)` when the management cluster stopped answering during the run: the outcome
+    /// of the run cannot be trusted (exit 4).
+    pub fn management_lost(&self) -> Option<String> {
+        self.lost.clone().or_else(|| self.cache.lost(self.cfg.profile.timeouts.unreachable))
     }
 
     pub fn server_namespace(&self) -> &str {
@@ -396,6 +520,18 @@ impl KubeTarget {
                 let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &ns, &ar);
                 let obj: DynamicObject = serde_json::from_value(body).map_err(|e| TargetError::Environment(format!("{what}: {e}")))?;
                 api.create(&PostParams::default(), &obj).await.map(|_| ()).map_err(|e| api_error(&what, e))
+            }
+            Write::DeleteInWorkload { ar, name, uid } => {
+                let w = self.cache.workload.as_ref().ok_or_else(|| TargetError::Environment(format!("{what}: the workload cluster is not observed")))?;
+                let api: Api<DynamicObject> = Api::all_with(w.client.clone(), &ar);
+                let dp = DeleteParams { preconditions: Some(kube::api::Preconditions { uid: Some(uid), resource_version: None }), ..Default::default() };
+                match api.delete(&name, &dp).await {
+                    Ok(_) => Ok(()),
+                    // Gone already, or replaced by a new object of that name (uid precondition).
+                    Err(kube::Error::Api(r)) if r.code == 404 || r.code == 409 => Ok(()),
+                    Err(kube::Error::Api(r)) if r.code == 403 => Err(TargetError::Environment(format!("{what}: forbidden in the workload cluster ({})", r.message))),
+                    Err(e) => Err(TargetError::Environment(format!("{what}: workload cluster at {}: {e}", w.server))),
+                }
             }
         }
     }
@@ -457,10 +593,18 @@ impl KubeTarget {
         let deadline = t0 + timeout;
         let mut changed = self.cache.changed.clone();
         let mut last;
+        let unreachable = self.cfg.profile.timeouts.unreachable;
         loop {
             match check(self) {
                 Ok(()) => break,
                 Err(e) => last = e,
+            }
+            if let Some(failed) = self.wait_failed.take() {
+                return Err(TargetError::Stack(format!("{what}: {failed}")));
+            }
+            if let Some(lost) = self.cache.lost(unreachable) {
+                self.lost = Some(lost.clone());
+                return Err(TargetError::Environment(format!("{what}: {lost}")));
             }
             if tokio::time::timeout_at(deadline, changed.changed()).await.is_err() {
                 let watch_err = self.cache.last_error().map(|e| format!(" (last watch error: {e})")).unwrap_or_default();
@@ -550,6 +694,96 @@ impl KubeTarget {
         self.set_paused(false).await?;
         let timeout = self.op_timeout;
         self.wait_until(what, timeout, |t| t.settled()).await
+    }
+
+    /// `disk-detach`: deletes the VolumeAttachment(s) of the `[disk]` volume and waits until
+    /// they are gone (a CSI attacher's finalizer holds one until the volume is detached).
+    async fn detach_disk(&mut self) -> Result<(), TargetError> {
+        let pv = self.disk_pv.clone().map_err(TargetError::Unsupported)?;
+        let timeout = self.cfg.profile.disk.as_ref().map(|d| d.timeout).unwrap_or(Duration::from_secs(300));
+        let vas = self.cache.workload.as_ref().map(|w| w.attachments_of(&pv)).unwrap_or_default();
+        if vas.is_empty() && !self.cfg.dry_run {
+            return Err(TargetError::Stack(format!("PersistentVolume {pv} has no VolumeAttachment to delete: the probe workload's volume is not attached")));
+        }
+        for (name, uid, _) in &vas {
+            self.send(Write::DeleteInWorkload { ar: workload::va_ar(), name: name.clone(), uid: uid.clone() }).await?;
+            self.detached.insert(uid.clone());
+        }
+        let uids = self.detached.clone();
+        self.wait_until(&format!("the VolumeAttachment(s) of PersistentVolume {pv} deleted"), timeout, |t| {
+            let w = t.cache.workload.as_ref().ok_or("the workload cluster is not observed")?;
+            let left: Vec<String> = w.attachments.objects().iter().filter(|va| va.metadata.uid.as_ref().is_some_and(|u| uids.contains(u))).filter_map(|va| va.metadata.name.clone()).collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still there: {}", left.join(", ")))
+            }
+        })
+        .await
+    }
+
+    /// `disk-reattach`: waits until a VolumeAttachment of the `[disk]` volume that this run did
+    /// not delete reports `status.attached: true`.
+    async fn reattach_disk(&mut self) -> Result<(), TargetError> {
+        let pv = self.disk_pv.clone().map_err(TargetError::Unsupported)?;
+        let timeout = self.cfg.profile.disk.as_ref().map(|d| d.timeout).unwrap_or(Duration::from_secs(300));
+        let old = self.detached.clone();
+        self.wait_until(&format!("PersistentVolume {pv} attached again"), timeout, |t| {
+            let w = t.cache.workload.as_ref().ok_or("the workload cluster is not observed")?;
+            let vas = w.attachments_of(&pv);
+            if vas.iter().any(|(_, uid, attached)| *attached && !old.contains(uid)) {
+                Ok(())
+            } else if vas.is_empty() {
+                Err("no VolumeAttachment yet".into())
+            } else {
+                Err(format!("VolumeAttachment {} not attached yet", vas.iter().map(|v| v.0.as_str()).collect::<Vec<_>>().join(", ")))
+            }
+        })
+        .await
+    }
+
+    /// Creates a Velero Backup (of the Cluster's namespace) or a Restore (from this run's backup
+    /// `from`), labelled with the run id, and waits until its `status.phase` is `Completed`.
+    async fn velero_run(&mut self, kind: &str, id: &str, from: Option<&str>) -> Result<(), TargetError> {
+        self.velero.clone().map_err(TargetError::Unsupported)?;
+        let v = self.cfg.profile.velero.clone();
+        let run = self.cfg.run_id.clone();
+        let name = format!("shakedown-{run}-{id}");
+        let mut spec = json!({"includedNamespaces": [self.cfg.namespace]});
+        match from {
+            None => {
+                spec["ttl"] = json!(format!("{}s", v.ttl.as_secs()));
+                if let Some(loc) = &v.storage_location {
+                    spec["storageLocation"] = json!(loc);
+                }
+            }
+            Some(b) => spec["backupName"] = json!(format!("shakedown-{run}-{b}")),
+        }
+        let body = json!({"apiVersion": "velero.io/v1", "kind": kind,
+            "metadata": {"name": name, "namespace": v.namespace, "labels": {RUN_LABEL: run, "shakedown.dev/id": id, "app.kubernetes.io/managed-by": "shakedown"}},
+            "spec": spec});
+        self.send(Write::Create { ar: velero_ar(kind), ns: v.namespace.clone(), body }).await?;
+        if !self.cfg.dry_run {
+            self.velero_objects.push((kind.to_string(), name.clone()));
+        }
+        let watch_ix = if kind == "Backup" { 0 } else { 1 };
+        self.wait_until(&format!("Velero {kind} {}/{name} Completed", v.namespace), v.timeout, |t| {
+            let obj = t.cache.velero.get(watch_ix).and_then(|w| w.objects().into_iter().find(|o| o.metadata.name.as_deref() == Some(name.as_str())));
+            let Some(obj) = obj else { return Err("not in the watch cache yet".into()) };
+            let phase = obj.data.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
+            match phase {
+                "Completed" => Ok(()),
+                "Failed" | "PartiallyFailed" | "FailedValidation" | "Deleting" => {
+                    let why = ["/status/failureReason", "/status/validationErrors"].iter().filter_map(|p| obj.data.pointer(p)).map(|v| v.to_string()).collect::<Vec<_>>().join(" ");
+                    // Final: a failed backup stays failed.
+                    t.wait_failed = Some(format!("phase {phase} {why}").trim_end().to_string());
+                    Err(format!("phase {phase}"))
+                }
+                "" => Err("no status.phase yet".into()),
+                other => Err(format!("phase {other}")),
+            }
+        })
+        .await
     }
 
     async fn run_hook(&mut self, op: &Op, hook: &Hook) -> Result<(), TargetError> {
@@ -689,6 +923,11 @@ impl KubeTarget {
                     inv.orphan_infra_machines.push(format!("{}/{name}", w.kind));
                 }
             }
+        }
+        if let Some(w) = &self.cache.workload {
+            inv.orphan_nodes = w.orphan_nodes(&machines);
+            inv.released_volumes = w.released_volumes();
+            inv.orphan_volume_attachments = w.orphan_attachments();
         }
         inv
     }
@@ -838,8 +1077,20 @@ impl Target for KubeTarget {
                 false => Err(format!("the kube profile names no Kubernetes version for {to}: add [versions.\"{to}\"] kubernetes = \"v1.x.y\"")),
             },
             Op::Pause { .. } | Op::Resume { .. } => Err("stopping an etcd member's process has no Cluster API counterpart: set [hooks.pause] and [hooks.resume] in the kube profile".into()),
-            Op::DiskDetach { .. } | Op::DiskReattach { .. } => Err("detaching an etcd disk needs [hooks.disk-detach] and [hooks.disk-reattach] in the kube profile (VolumeAttachment deletion is not implemented)".into()),
-            Op::Backup | Op::Restore { .. } => Err("backup and restore need [hooks.backup] and [hooks.restore] in the kube profile (Velero is not implemented)".into()),
+            Op::DiskDetach { .. } | Op::DiskReattach { .. } => match &self.disk_pv {
+                Err(why) => Err(format!("disk ops need [hooks.disk-detach] and [hooks.disk-reattach], or a [disk] volume in the workload cluster: {why}")),
+                Ok(pv) if matches!(op, Op::DiskDetach { .. }) && self.model.members.values().any(|m| m.disk == shakedown_faults::DiskState::Detached) => {
+                    Err(format!("the kube profile names one [disk] volume ({pv}), already detached: one disk at a time"))
+                }
+                Ok(_) => Ok(()),
+            },
+            Op::Backup | Op::Restore { .. } => match &self.velero {
+                Err(why) => Err(format!("backup and restore need Velero or [hooks.backup] and [hooks.restore] in the kube profile: {why}")),
+                Ok(()) if matches!(op, Op::Restore { .. }) && self.cfg.profile.hooks.contains_key(&OpKind::Backup) => {
+                    Err("the backups were taken by [hooks.backup]: set [hooks.restore] too".into())
+                }
+                Ok(()) => Ok(()),
+            },
         }
     }
 
@@ -848,6 +1099,10 @@ impl Target for KubeTarget {
             let mut s = self.sampler.lock().unwrap_or_else(|e| e.into_inner());
             s.start = Some(std::time::Instant::now());
             s.samples.clear();
+        }
+        if let Some(lost) = self.management_lost() {
+            self.lost = Some(lost.clone());
+            return Err(TargetError::Environment(format!("{op}: {lost}")));
         }
         let counts = self.counter.snapshot();
         self.model = before.clone();
@@ -893,14 +1148,37 @@ impl Target for KubeTarget {
         std::mem::take(&mut self.events)
     }
 
+    fn lost(&self) -> Option<String> {
+        self.management_lost().map(|why| format!("lost the management cluster during the run ({why}); what the run created may remain: run `shakedown reap --kube` once the apiserver is back"))
+    }
+
     async fn teardown(&mut self) {
         if self.torn_down {
             return;
         }
         self.torn_down = true;
+        // Bounded: an apiserver that stopped answering must not hold the run (reap finishes the job).
+        if tokio::time::timeout(TEARDOWN_BOUND, self.teardown_objects()).await.is_err() {
+            tracing::warn!("teardown did not finish within {}s; `shakedown reap --kube` removes what is left", TEARDOWN_BOUND.as_secs());
+        }
+    }
+}
+
+/// How long teardown may take before the run ends anyway.
+const TEARDOWN_BOUND: Duration = Duration::from_secs(60);
+
+impl KubeTarget {
+    /// Resumes KCP if this run paused it; deletes the run's Velero objects and its ConfigMap.
+    async fn teardown_objects(&mut self) {
         if self.paused {
             if let Err(e) = self.set_paused(false).await {
                 tracing::warn!("teardown: cannot resume KubeadmControlPlane {}: {e}; `shakedown reap --kube` will", self.kcp_name);
+            }
+        }
+        for (kind, name) in std::mem::take(&mut self.velero_objects) {
+            let w = Write::Delete { ar: velero_ar(&kind), ns: self.cfg.profile.velero.namespace.clone(), name: name.clone() };
+            if let Err(e) = self.send(w).await {
+                tracing::warn!("teardown: cannot delete Velero {kind} {name}: {e}; `shakedown reap --kube` will");
             }
         }
         if self.lock_created {
@@ -957,6 +1235,16 @@ impl KubeTarget {
                 self.model = after.clone();
                 let timeout = self.op_timeout;
                 self.wait_until("rollout after now complete", timeout, |t| t.settled()).await
+            }
+            Op::DiskDetach { .. } => self.detach_disk().await,
+            Op::DiskReattach { .. } => self.reattach_disk().await,
+            Op::Backup => {
+                let id = after.backups.last().copied().ok_or_else(|| TargetError::Stack("the model took no backup".into()))?;
+                self.velero_run("Backup", &id.to_string(), None).await
+            }
+            Op::Restore { backup } => {
+                let n = after.restores.len().saturating_sub(1);
+                self.velero_run("Restore", &format!("r{n}"), Some(&backup.to_string())).await
             }
             other => Err(TargetError::Unsupported(self.supports(other).err().unwrap_or_else(|| format!("{other} is not supported by the kube target")))),
         }

@@ -36,8 +36,54 @@ pub struct KubeProfile {
     /// Profile-defined command probes (exit 0 within the timeout), reported under `reachability`.
     #[serde(default)]
     pub commands: Vec<Hook>,
+    /// The probe workload's volume that `disk-detach` / `disk-reattach` act on (in the workload
+    /// cluster), when no hooks are set for them.
+    #[serde(default)]
+    pub disk: Option<DiskSpec>,
+    /// Velero on the management cluster, used for `backup` / `restore` when its CRDs are
+    /// installed and no hooks are set for them.
+    #[serde(default)]
+    pub velero: VeleroSpec,
     #[serde(default)]
     pub timeouts: KubeTimeouts,
+}
+
+/// `[disk]`: the PersistentVolume of a probe workload in the workload cluster, named by its
+/// claim (`pvc = "namespace/name"`) or directly (`pv = "name"`). `disk-detach` deletes its
+/// VolumeAttachment; `disk-reattach` waits until a new one is attached (the attach/detach
+/// controller and the CSI attacher recreate it while a pod uses the volume).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskSpec {
+    #[serde(default)]
+    pub pvc: Option<String>,
+    #[serde(default)]
+    pub pv: Option<String>,
+    /// How long a detach (the VolumeAttachment gone) or a reattach (a new one attached) may take.
+    #[serde(with = "human", default = "default_disk_timeout")]
+    pub timeout: Duration,
+}
+
+/// `[velero]`: where Velero's objects go and how long they may take.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VeleroSpec {
+    /// The namespace Velero watches for Backups and Restores.
+    pub namespace: String,
+    /// `spec.storageLocation` of the Backups (Velero's default location when unset).
+    pub storage_location: Option<String>,
+    /// `spec.ttl` of the Backups: Velero removes a Backup (object and data) after it.
+    #[serde(with = "human")]
+    pub ttl: Duration,
+    /// How long a Backup or Restore may take to reach `Completed`.
+    #[serde(with = "human")]
+    pub timeout: Duration,
+}
+
+impl Default for VeleroSpec {
+    fn default() -> Self {
+        VeleroSpec { namespace: "velero".into(), storage_location: None, ttl: Duration::from_secs(24 * 3600), timeout: Duration::from_secs(1800) }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -103,12 +149,20 @@ pub struct KubeTimeouts {
     /// How long the watch caches may take to fill at start.
     #[serde(with = "human")]
     pub sync: Duration,
+    /// How long a watch may keep failing during a wait before the run ends: the management (or
+    /// workload) cluster is gone (exit 4).
+    #[serde(with = "human")]
+    pub unreachable: Duration,
 }
 
 impl Default for KubeTimeouts {
     fn default() -> Self {
-        KubeTimeouts { rollout: Duration::from_secs(600), sync: Duration::from_secs(30) }
+        KubeTimeouts { rollout: Duration::from_secs(600), sync: Duration::from_secs(30), unreachable: Duration::from_secs(30) }
     }
+}
+
+fn default_disk_timeout() -> Duration {
+    Duration::from_secs(300)
 }
 
 fn default_hook_timeout() -> Duration {
@@ -144,6 +198,14 @@ impl KubeProfile {
         for c in &p.conditions {
             if c.name.is_some() == c.selector.is_some() {
                 return Err(format!("kube profile: condition check {} {} needs exactly one of name and selector", c.kind, c.type_));
+            }
+        }
+        if let Some(d) = &p.disk {
+            if d.pvc.is_some() == d.pv.is_some() {
+                return Err("kube profile: [disk] needs exactly one of pvc = \"namespace/name\" and pv = \"name\"".into());
+            }
+            if d.pvc.as_ref().is_some_and(|c| !matches!(c.split_once('/'), Some((ns, n)) if !ns.is_empty() && !n.is_empty() && !n.contains('/'))) {
+                return Err(format!("kube profile: [disk] pvc = {:?}: expected \"namespace/name\"", d.pvc.clone().unwrap_or_default()));
             }
         }
         Ok(p)
@@ -189,6 +251,18 @@ command = ["true"]
         assert_eq!(p.hooks[&OpKind::SiteOutage].timeout, Duration::from_secs(30));
         assert_eq!(p.conditions[0].status, "True");
         assert_eq!(p.timeouts.rollout, Duration::from_secs(600));
+    }
+
+    #[test]
+    fn disk_and_velero_sections() {
+        let p = KubeProfile::from_toml("[disk]\npvc = \"probe/data\"\ntimeout = \"30s\"\n[velero]\nnamespace = \"backup\"\nttl = \"1h\"").unwrap();
+        let d = p.disk.unwrap();
+        assert_eq!((d.pvc.as_deref(), d.timeout), (Some("probe/data"), Duration::from_secs(30)));
+        assert_eq!((p.velero.namespace.as_str(), p.velero.ttl, p.velero.timeout), ("backup", Duration::from_secs(3600), Duration::from_secs(1800)));
+        assert_eq!(KubeProfile::default().velero.namespace, "velero");
+        assert!(KubeProfile::from_toml("[disk]\n").unwrap_err().contains("exactly one of pvc"));
+        assert!(KubeProfile::from_toml("[disk]\npvc = \"a\"\npv = \"b\"").unwrap_err().contains("exactly one of pvc"));
+        assert!(KubeProfile::from_toml("[disk]\npvc = \"nons\"").unwrap_err().contains("expected \"namespace/name\""));
     }
 
     #[test]

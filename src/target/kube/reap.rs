@@ -1,6 +1,7 @@
 //! `shakedown reap --kube`: what killed kube runs left behind. A run leaves at most its
 //! ConfigMap (labelled with the run id) and, if killed between a crash and its restart, a
-//! KubeadmControlPlane paused by it (annotated with the run id).
+//! KubeadmControlPlane paused by it (annotated with the run id), and the Velero Backups and
+//! Restores it created (labelled with the run id).
 
 use std::path::Path;
 
@@ -9,13 +10,15 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use serde_json::json;
 
 use super::client::{self, capi};
-use super::{KubeError, CAPI_PAUSED, PAUSED_BY, RUN_LABEL};
+use super::{velero_ar, KubeError, CAPI_PAUSED, PAUSED_BY, RUN_LABEL};
 
 /// What a reap removed.
 #[derive(Debug, Default)]
 pub struct Reaped {
     pub configmaps: Vec<String>,
     pub resumed: Vec<String>,
+    /// Velero objects deleted, as `Kind ns/name`.
+    pub velero: Vec<String>,
 }
 
 fn alive(host: &str, pid: &str) -> bool {
@@ -75,6 +78,31 @@ pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: O
         let body = json!({"metadata": {"annotations": {CAPI_PAUSED: null, PAUSED_BY: null}}});
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&body)).await.map_err(|e| env(&format!("resuming KubeadmControlPlane {ns}/{name}"), e))?;
         out.resumed.push(format!("{ns}/{name}"));
+    }
+    // Velero Backups and Restores of dead runs, in any namespace (Velero's, not the Cluster's).
+    let velero_kinds: &[&str] = if super::probe_velero(&client).await.is_ok() { &["Restore", "Backup"] } else { &[] };
+    for &kind in velero_kinds {
+        let ar = velero_ar(kind);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let list = match api.list(&ListParams::default().labels(RUN_LABEL)).await {
+            Ok(l) => l.items,
+            // No Velero here, or no permission for it (then no run of this identity used it).
+            Err(kube::Error::Api(r)) if r.code == 404 || r.code == 403 => vec![],
+            Err(e) => return Err(env(&format!("listing Velero {kind}s"), e)),
+        };
+        for o in list {
+            let run = o.metadata.labels.as_ref().and_then(|l| l.get(RUN_LABEL)).cloned().unwrap_or_default();
+            if !all && !dead_runs.contains(&run) {
+                continue;
+            }
+            let (ns, name) = (o.metadata.namespace.clone().unwrap_or_default(), o.metadata.name.clone().unwrap_or_default());
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => out.velero.push(format!("{kind} {ns}/{name}")),
+                Err(kube::Error::Api(r)) if r.code == 404 => {}
+                Err(e) => return Err(env(&format!("deleting Velero {kind} {ns}/{name}"), e)),
+            }
+        }
     }
     Ok(out)
 }
