@@ -19,7 +19,7 @@ use shakedown::target::local::PlantedBug;
 use session::{weights_text, Exec, Interrupt};
 
 #[derive(Parser, Debug)]
-#[command(name = "shakedown", version, about = "Seeded fault plans against a real etcd stack: invariants after every step, failing seeds recorded and replayable.", after_help = EXIT_CODES)]
+#[command(name = "shakedown", version, about = "Seeded fault plans against real stacks (a local etcd testbed, or a Cluster API cluster with --target kube): invariants after every step, failing seeds recorded, shrunk and replayable.", after_help = EXIT_CODES)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
