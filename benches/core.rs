@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use shakedown::binaries::{discover, BinaryOverrides};
 use shakedown::faults::{generate, MemberId, Model, Op};
 use shakedown::invariants::{check_all, InvariantId};
-use shakedown::target::local::{DiskMode, LocalTarget, Testbed, TestbedConfig};
-use shakedown::target::Target;
+use shakedown::targets::local::{DiskMode, LocalTarget, Testbed, TestbedConfig};
+use shakedown::targets::Target;
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());

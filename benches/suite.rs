@@ -38,15 +38,16 @@ use shakedown::binaries::{discover, BinaryOverrides};
 use shakedown::faults::{generate, MemberId, Model, Op, OpKind, OutageMode, Plan, SiteId};
 use shakedown::invariants::{check_all, InvariantId};
 use shakedown::record::{Expect, Failure, FailureKind, SeedRecord, FORMAT};
-use shakedown::target::local::{DiskMode, LocalTarget, PlantedBug, TestbedConfig};
-use shakedown::target::Target;
+use shakedown::targets::local::{DiskMode, LocalTarget, PlantedBug, TestbedConfig};
+use shakedown::events::{Check, CheckVerdict, Event, Judged, Line, RunOutcome};
+use shakedown::targets::{Target, TargetSpec};
 
 const BIN: &str = env!("CARGO_BIN_EXE_shakedown");
 const DETECT_STEPS: usize = 25;
 const SHRINK_MAX_RUNS: u32 = 40;
 const CRASH_ROUNDS: usize = 4;
-/// The engine's pause between two checks of a step (`run.rs`).
-const CHECK_RETRY_MS: f64 = 50.0;
+/// The engine's pause between two checks of a step.
+const CHECK_RETRY_MS: f64 = shakedown::engine::CHECK_RETRY.as_millis() as f64;
 
 fn median(v: &[f64]) -> Option<f64> {
     let mut v = v.to_vec();
@@ -95,8 +96,8 @@ fn run_jobs(jobs: &[Job], lanes: usize) -> Vec<i32> {
     codes
 }
 
-fn events(run_dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+fn events(run_dir: &Path) -> Vec<Line> {
+    shakedown::events::read(&run_dir.join("events.jsonl")).unwrap_or_default()
 }
 
 /// Every real run directory (`run.json` and `events.jsonl`) under `dir`, at any depth.
@@ -119,10 +120,13 @@ fn run_dirs(dir: &Path) -> Vec<PathBuf> {
 /// of a failed run.
 fn time_to_detect(run_dir: &Path) -> Option<(f64, u64, String)> {
     let ev = events(run_dir);
-    let t0 = ev.first()?["ts_ms"].as_u64()?;
-    let fail = ev.iter().find(|e| (e["event"] == "check" || e["event"] == "liveness") && e["verdict"] == "fail")?;
-    let invariant = fail["invariant"].as_str().unwrap_or("liveness").to_string();
-    Some(((fail["ts_ms"].as_u64()? - t0) as f64 / 1000.0, fail["step"].as_u64().unwrap_or(DETECT_STEPS as u64 + 1), invariant))
+    let t0 = ev.first()?.ts_ms;
+    let (ts, check) = ev.iter().find_map(|l| match &l.event {
+        Event::Check(c) | Event::Liveness(c) if c.verdict == CheckVerdict::Fail => Some((l.ts_ms, c)),
+        _ => None,
+    })?;
+    let invariant = check.invariant.map(|i| i.to_string()).unwrap_or_else(|| "liveness".into());
+    Some(((ts - t0) as f64 / 1000.0, check.step as u64, invariant))
 }
 
 /// The only run directory directly under `dir`.
@@ -140,24 +144,17 @@ fn scripted_plan() -> Plan {
     for kind in OpKind::ALL {
         let op = match kind {
             // The recovery and restart ops go with the member or site the fault hit.
-            OpKind::Restart | OpKind::Resume | OpKind::DiskReattach => model.candidates(kind).into_iter().find(|o| op_member(o) == last_member),
+            OpKind::Restart | OpKind::Resume | OpKind::DiskReattach => model.candidates(kind).into_iter().find(|o| o.member() == last_member),
             OpKind::SiteOutage => Some(Op::SiteOutage { site: SiteId(1), mode: OutageMode::Isolate }),
             OpKind::SiteRecover => Some(Op::SiteRecover { site: SiteId(1) }),
             _ => model.candidates(kind).into_iter().next(),
         }
         .unwrap_or_else(|| panic!("the scripted scenario has a {kind} op"));
-        last_member = op_member(&op).or(last_member);
+        last_member = op.member().or(last_member);
         model.apply(&op).unwrap();
         ops.push(op);
     }
     Plan { seed: 0, profile: "default".into(), weights: Default::default(), ops }
-}
-
-fn op_member(op: &Op) -> Option<MemberId> {
-    match *op {
-        Op::Crash { member } | Op::Restart { member } | Op::Pause { member } | Op::Resume { member } | Op::DiskDetach { member } | Op::DiskReattach { member } => Some(member),
-        _ => None,
-    }
 }
 
 /// A seed record holding `plan`, so `shakedown replay` runs it exactly.
@@ -167,18 +164,16 @@ fn record_for(plan: &Plan, bug: PlantedBug) -> String {
         format: FORMAT,
         shakedown_version: env!("CARGO_PKG_VERSION").into(),
         seed: 0,
-        target: "local".into(),
         run_id: "scripted".into(),
         started: "2026-11-30T00:00:00Z".into(),
         duration_ms: None,
-        testbed_bug: Some(bug),
         expect: Expect::Fail,
         versions: Default::default(),
         failure: Failure { kind: FailureKind::Violation, step: 0, op: "scripted scenario".into(), invariant: None, message: "baseline: any failure counts as detection".into(), at: "2026-11-30T00:00:00Z".into() },
         profile,
         plan: plan.clone(),
         shrunk: None,
-        kube: None,
+        target: shakedown::targets::TargetSpec::Local(shakedown::targets::local::LocalSpec { testbed_bug: Some(bug) }),
     }
     .to_toml()
 }
@@ -529,15 +524,21 @@ fn main() {
         std::fs::write(dir.join("profile.toml"), p.to_toml()).unwrap();
         let t0 = 1_800_000_000_000u64;
         let mut ev = String::new();
-        let inv: Vec<Value> = InvariantId::ALL.iter().map(|i| json!({"invariant": i, "verdict": "pass", "us": 12})).collect();
-        let _ = writeln!(ev, "{}", json!({"ts_ms": t0, "event": "run-start", "seed": 7, "run_id": "sd-report", "ops": 1000}));
+        let inv: Vec<Judged> = InvariantId::ALL.iter().map(|&i| Judged { invariant: i, verdict: "pass".into(), us: 12 }).collect();
+        let mut line = |ts_ms: u64, event: Event| {
+            let _ = writeln!(ev, "{}", serde_json::to_string(&Line { v: shakedown::events::SCHEMA, ts_ms, event }).unwrap());
+        };
+        line(t0, Event::RunStart { run_id: "sd-report".into(), seed: 7, profile: p.name.clone(), weights: plan.weights.clone(), ops: 1000, target: TargetSpec::Local(Default::default()) });
         for (i, op) in plan.ops.iter().enumerate() {
             let t = t0 + 500 + i as u64 * 1500;
-            let _ = writeln!(ev, "{}", json!({"ts_ms": t, "event": "op-start", "step": i + 1, "op": op, "text": op.to_string(), "family": op.kind().to_string()}));
-            let _ = writeln!(ev, "{}", json!({"ts_ms": t + 400, "event": "op-end", "step": i + 1, "ms": 400}));
-            let _ = writeln!(ev, "{}", json!({"ts_ms": t + 420, "event": "check", "step": i + 1, "verdict": "pass", "attempts": 1, "last_ms": 20, "ms": 20, "invariants": inv}));
+            line(t, Event::OpStart { step: i + 1, op: op.clone(), text: op.to_string(), family: op.kind() });
+            line(t + 400, Event::OpEnd { step: i + 1, ms: 400, error: None });
+            line(
+                t + 420,
+                Event::Check(Check { step: i + 1, verdict: CheckVerdict::Pass, attempts: Some(1), ms: Some(20), last_ms: Some(20), invariant: None, message: None, invariants: inv.clone(), serving_samples: None, workload: None, observation: None }),
+            );
         }
-        let _ = writeln!(ev, "{}", json!({"ts_ms": t0 + 1_500_600, "event": "run-end", "outcome": "Ok(Pass { steps: 1000 })"}));
+        line(t0 + 1_500_600, Event::RunEnd { outcome: RunOutcome::Pass, ms: 1_500_600, failure: None });
         std::fs::write(dir.join("events.jsonl"), ev).unwrap();
         let mut csv = String::from("unix_ms,latency_us,ok\n");
         for k in 0..300_000u64 {
@@ -563,22 +564,21 @@ fn main() {
         let mut per_step_ratio = Vec::new();
         for d in &all {
             let ev = events(d);
-            let mut op_ms: BTreeMap<u64, f64> = BTreeMap::new();
-            for e in &ev {
-                match e["event"].as_str() {
-                    Some("bring-up") => up.extend(e["ms"].as_f64()),
-                    Some("teardown") => down.extend(e["ms"].as_f64()),
-                    Some("op-end") => {
-                        if let (Some(s), Some(ms)) = (e["step"].as_u64(), e["ms"].as_f64()) {
-                            op_ms.insert(s, ms);
-                        }
+            let mut op_ms: BTreeMap<usize, f64> = BTreeMap::new();
+            for l in &ev {
+                match &l.event {
+                    Event::BringUp { ms, .. } => up.push(*ms as f64),
+                    Event::Teardown { ms, .. } => down.push(*ms as f64),
+                    Event::OpEnd { step, ms, .. } => {
+                        op_ms.insert(*step, *ms as f64);
                     }
-                    Some("check") if e["verdict"] == "pass" => {
-                        let (Some(step), Some(ms), Some(last), Some(attempts)) = (e["step"].as_u64(), e["ms"].as_f64(), e["last_ms"].as_f64(), e["attempts"].as_u64()) else { continue };
+                    Event::Check(c) if c.verdict == CheckVerdict::Pass => {
+                        let (Some(ms), Some(last), Some(attempts)) = (c.ms, c.last_ms, c.attempts) else { continue };
+                        let (ms, last) = (ms as f64, last as f64);
                         if attempts == 1 {
                             checks.push(ms);
                         }
-                        let Some(op) = op_ms.get(&step) else { continue };
+                        let Some(op) = op_ms.get(&c.step) else { continue };
                         // Waiting beyond convergence: a check that passed at once waited for
                         // nothing; one that had to retry saw the stack converge somewhere in its
                         // last retry interval (50 ms sleep + one observation): half of it, on

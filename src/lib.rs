@@ -11,8 +11,8 @@ pub mod exit;
 pub mod profiles;
 pub mod record;
 pub mod report;
-pub mod run;
-pub mod target;
+pub mod engine;
+pub mod targets;
 
 pub use shakedown_faults as faults;
 pub use shakedown_invariants as invariants;

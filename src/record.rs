@@ -9,10 +9,15 @@ use shakedown_faults::{Plan, Profile};
 use shakedown_invariants::InvariantId;
 
 use crate::exit::Fatal;
-use crate::target::local::PlantedBug;
+use crate::targets::TargetSpec;
 
-/// The seed record format this shakedown reads and writes.
-pub const FORMAT: u32 = 1;
+/// The seed record format this shakedown writes. Format 2: the stack is a typed `[target]`
+/// table (`kind = "local" | "kube"` and that target's fields).
+pub const FORMAT: u32 = 2;
+
+/// The oldest format it still reads: format 1 (`target = "local"`, a top-level `testbed_bug`,
+/// a `[kube]` table) is converted on load.
+pub const OLDEST_FORMAT: u32 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -53,21 +58,22 @@ pub struct Failure {
 pub struct SeedRecord {
     pub format: u32,
     pub shakedown_version: String,
+    #[serde(with = "shakedown_faults::seed")]
     pub seed: u64,
-    pub target: String,
     pub run_id: String,
     /// When the run started (RFC 3339, UTC).
     pub started: String,
     /// Wall time of the recorded run, bring-up to detection (tells `shrink` what a candidate costs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
-    /// The planted bug the run had switched on, if any.
-    pub testbed_bug: Option<PlantedBug>,
     /// What `shakedown replay DIR` expects of this record (edit to `"pass"` once fixed).
     #[serde(default)]
     pub expect: Expect,
     /// Component versions the failure was seen with.
     pub versions: BTreeMap<String, String>,
+    /// The stack the plan ran on (for the local target: its planted bug; for the kube target:
+    /// the Cluster, context and kube profile).
+    pub target: TargetSpec,
     pub failure: Failure,
     pub profile: Profile,
     pub plan: Plan,
@@ -75,9 +81,6 @@ pub struct SeedRecord {
     /// unless told `--original`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shrunk: Option<Shrunk>,
-    /// For the kube target: the Cluster and the kube profile the run used.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kube: Option<KubeRecord>,
 }
 
 /// The result of shrinking a record's plan.
@@ -94,17 +97,6 @@ pub struct Shrunk {
     /// How the shrunk plan failed.
     pub failure: Failure,
     pub ops: Vec<shakedown_faults::Op>,
-}
-
-/// What replaying a kube-target record needs besides the plan (the kubeconfig is given again).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KubeRecord {
-    /// `NAMESPACE/NAME` of the Cluster API Cluster.
-    pub cluster: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<String>,
-    pub kube_profile: crate::target::kube::profile::KubeProfile,
 }
 
 impl SeedRecord {
@@ -164,17 +156,17 @@ impl SeedRecord {
 
     pub fn parse(text: &str) -> Result<SeedRecord, String> {
         let value: toml::Table = text.parse().map_err(|e: toml::de::Error| format!("not a valid seed record (malformed or truncated TOML): {}", e.message()))?;
-        match value.get("format").and_then(|v| v.as_integer()) {
+        let record: SeedRecord = match value.get("format").and_then(|v| v.as_integer()) {
             None => return Err("not a shakedown seed record: no integer `format` key".into()),
-            Some(f) if f != FORMAT as i64 => {
+            Some(1) => from_format_1(value)?,
+            Some(f) if f == FORMAT as i64 => toml::from_str(text).map_err(|e| format!("not a valid seed record: {}", e.message()))?,
+            Some(f) => {
                 return Err(format!(
-                    "seed record format {f} is not supported by shakedown {} (it reads format {FORMAT}); use the shakedown version that wrote it",
+                    "seed record format {f} is not supported by shakedown {} (it reads formats {OLDEST_FORMAT} to {FORMAT}); use the shakedown version that wrote it",
                     env!("CARGO_PKG_VERSION")
                 ))
             }
-            Some(_) => {}
-        }
-        let record: SeedRecord = toml::from_str(text).map_err(|e| format!("not a valid seed record: {}", e.message()))?;
+        };
         record.profile.validate().map_err(|e| e.to_string())?;
         crate::profiles::invariants(&record.profile).map_err(|e| e.to_string())?;
         if let Err((i, e)) = record.plan.validate(record.profile.initial_model()) {
@@ -188,7 +180,100 @@ impl SeedRecord {
     }
 }
 
+/// A format-1 record in today's shape: `target = "local"` + `testbed_bug` or `target = "kube"`
+/// + `[kube]` become the `[target]` table. Anything else a format-1 record cannot hold is an
+/// error naming it.
+fn from_format_1(mut t: toml::Table) -> Result<SeedRecord, String> {
+    let kind = match t.remove("target") {
+        Some(toml::Value::String(k)) => k,
+        Some(other) => return Err(format!("not a valid seed record (format 1): `target` must be a string, found {}", other.type_str())),
+        None => return Err("not a valid seed record (format 1): no `target` key".into()),
+    };
+    let bug = t.remove("testbed_bug");
+    let kube = t.remove("kube");
+    let mut spec = toml::Table::new();
+    spec.insert("kind".into(), toml::Value::String(kind.clone()));
+    match (kind.as_str(), kube) {
+        ("local", None) => {
+            if let Some(b) = bug {
+                spec.insert("testbed_bug".into(), b);
+            }
+        }
+        ("kube", Some(toml::Value::Table(k))) if bug.is_none() => spec.extend(k),
+        ("kube", _) => return Err("not a valid seed record (format 1): a kube record needs its [kube] table and no testbed_bug".into()),
+        ("local", Some(_)) => return Err("not a valid seed record (format 1): a local record with a [kube] table".into()),
+        (other, _) => return Err(format!("not a valid seed record (format 1): unknown target {other:?} (known: local, kube)")),
+    }
+    t.insert("target".into(), toml::Value::Table(spec));
+    t.insert("format".into(), toml::Value::Integer(FORMAT as i64));
+    t.try_into().map_err(|e: toml::de::Error| format!("not a valid seed record (format 1): {}", e.message()))
+}
+
 /// Now as RFC 3339 UTC (seconds).
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn record(seed: u64) -> SeedRecord {
+        let mut profile = crate::profiles::load("default").unwrap();
+        profile.steps = 5;
+        let plan = shakedown_faults::generate(seed, &profile);
+        SeedRecord {
+            format: FORMAT,
+            shakedown_version: "0.0.0".into(),
+            seed,
+            run_id: "sd-00000000".into(),
+            started: "2026-12-01T00:00:00Z".into(),
+            duration_ms: Some(1),
+            expect: Expect::Fail,
+            versions: BTreeMap::new(),
+            target: TargetSpec::Local(Default::default()),
+            failure: Failure { kind: FailureKind::Violation, step: 1, op: plan.ops[0].to_string(), invariant: Some(InvariantId::Durability), message: "m".into(), at: "2026-12-01T00:00:00Z".into() },
+            profile,
+            plan,
+            shrunk: None,
+        }
+    }
+
+    /// The shipped corpus is format 1: it still loads, and its target moves into `[target]`.
+    #[test]
+    fn format_1_records_load_as_today_s_shape() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds");
+        let records = SeedRecord::load_dir(&dir).unwrap();
+        assert!(records.len() >= 4);
+        for (path, r) in &records {
+            assert!(std::fs::read_to_string(path).unwrap().contains("format = 1"), "{}", path.display());
+            assert_eq!(r.format, FORMAT);
+            assert!(matches!(r.target, TargetSpec::Local(_)));
+            // Written back, it is a format-2 record that loads as the same record.
+            assert_eq!(&SeedRecord::parse(&r.to_toml()).unwrap(), r);
+        }
+        let bugs: Vec<_> = records.iter().filter_map(|(_, r)| match &r.target {
+            TargetSpec::Local(l) => l.testbed_bug,
+            _ => None,
+        }).collect();
+        assert_eq!(bugs.len(), 3, "three planted-bug records");
+        let kube1 = "format = 1\nshakedown_version = \"0.1.0\"\nseed = 1\ntarget = \"kube\"\n";
+        assert!(SeedRecord::parse(kube1).unwrap_err().contains("needs its [kube] table"));
+        assert!(SeedRecord::parse("format = 1\ntarget = \"moon\"\n").unwrap_err().contains("unknown target \"moon\""));
+        assert!(SeedRecord::parse("format = 3\n").unwrap_err().contains("reads formats 1 to 2"));
+    }
+
+    proptest! {
+        /// Every u64 seed writes a record that loads back as the same record (issue 10: seeds
+        /// above i64::MAX used to make writing the record panic).
+        #[test]
+        fn every_u64_seed_records_and_loads_back(seed in any::<u64>(), high in any::<bool>()) {
+            let seed = if high { seed | (1 << 63) } else { seed };
+            let r = record(seed);
+            let back = SeedRecord::parse(&r.to_toml()).map_err(TestCaseError::fail)?;
+            prop_assert_eq!(back, r);
+        }
+    }
 }

@@ -15,6 +15,37 @@ fn plan_is_deterministic_and_matches_the_library() {
     assert_eq!(text(&a.stdout), lib);
 }
 
+/// Issue 10: every u64 is a seed. Above i64::MAX the TOML plan carries it as a string (TOML
+/// integers are signed), and it reads back as the same plan.
+#[test]
+fn plan_of_a_seed_above_i64_max_prints_as_toml_and_reads_back() {
+    for seed in ["9223372036854775808", "18000000000000000000", "18446744073709551615"] {
+        let out = bin().args(["plan", "--seed", seed, "--format", "toml"]).output().unwrap();
+        assert!(out.status.success(), "seed {seed}: {}", text(&out.stderr));
+        let plan: shakedown::faults::Plan = toml::from_str(&text(&out.stdout)).unwrap();
+        assert_eq!(plan.seed.to_string(), seed);
+        assert_eq!(plan, shakedown::faults::generate(plan.seed, &shakedown::profiles::load("default").unwrap()));
+    }
+    let out = bin().args(["plan", "--seed", "18446744073709551616"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "a seed past u64 is a usage error");
+}
+
+/// A plan length past the limit is refused before anything is generated (it used to run
+/// without end).
+#[test]
+fn a_plan_too_long_is_a_usage_error() {
+    let out = bin().args(["plan", "--seed", "1", "--steps", "1000000000"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("more than the 100000 a plan may have"), "{}", text(&out.stderr));
+    let d = dirs();
+    std::fs::create_dir_all(&d.runs).unwrap();
+    let p = d.runs.join("long.toml");
+    std::fs::write(&p, "name = \"long\"\nsteps = 1000000000\nversions = [\"3.4\"]\n").unwrap();
+    let out = bin().args(["plan", "--seed", "1", "--profile", p.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("more than the 100000"), "{}", text(&out.stderr));
+}
+
 #[test]
 fn plan_text_lists_seed_weights_and_ops() {
     let out = bin().args(["plan", "--seed", "7", "--steps", "5"]).output().unwrap();
@@ -74,10 +105,8 @@ fn good_record() -> String {
         format: shakedown::record::FORMAT,
         shakedown_version: "0.1.0".into(),
         seed: 3,
-        target: "local".into(),
         run_id: "sd-test".into(),
         started: "2026-11-30T00:00:00Z".into(),
-        testbed_bug: None,
         expect: Default::default(),
         versions: Default::default(),
         failure: shakedown::record::Failure {
@@ -92,7 +121,7 @@ fn good_record() -> String {
         plan,
         duration_ms: None,
         shrunk: None,
-        kube: None,
+        target: shakedown::targets::TargetSpec::Local(shakedown::targets::local::LocalSpec { testbed_bug: None }),
     };
     rec.to_toml()
 }
@@ -123,7 +152,7 @@ fn truncated_seed_record_is_rejected() {
 
 #[test]
 fn seed_record_from_another_format_version_is_rejected_clearly() {
-    let (out, _d) = replay_file(&good_record().replace("format = 1", "format = 9"));
+    let (out, _d) = replay_file(&good_record().replace("format = 2", "format = 9"));
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("seed record format 9 is not supported"), "{}", text(&out.stderr));
 }
@@ -235,49 +264,4 @@ fn the_release_tier_is_shipped_destructive_and_switches_every_op_on() {
         all.extend(kinds);
     }
     assert_eq!(all, shakedown::faults::OpKind::ALL.into_iter().collect());
-}
-
-/// The CI templates are valid YAML with the three jobs, publish JUnit, reports and seed records,
-/// and every shakedown command in them is a valid command line of this shakedown.
-#[test]
-fn ci_templates_have_the_three_jobs_and_valid_shakedown_commands() {
-    let script = r#"
-import json, re, shlex, sys, yaml
-doc = yaml.safe_load(open(sys.argv[1]))
-jobs = doc.get('jobs') or {k: v for k, v in doc.items() if isinstance(v, dict) and 'script' in v}
-defaults = dict(doc.get('variables') or {})
-for k, v in ((doc.get('on') or doc.get(True) or {}).get('workflow_call', {}).get('inputs', {}) or {}).items():
-    defaults['inputs.' + k] = v.get('default', '')
-text = yaml.safe_dump(doc)
-lines = []
-for name, job in jobs.items():
-    steps = job.get('script') or [s.get('run', '') for s in job.get('steps', [])]
-    for block in steps:
-        for line in str(block).splitlines():
-            m = re.search(r'(?:^|\s)shakedown (.*?)(?:\|\||\| tee|$)', line)
-            if m:
-                cmd = re.sub(r'\$\{\{\s*([\w.-]+)\s*\}\}', lambda g: str(defaults.get(g.group(1), 'x')), m.group(1))
-                cmd = re.sub(r'\$(\w+)', lambda g: str(defaults.get(g.group(1), 'x')), cmd)
-                lines.append(shlex.split(cmd))
-print(json.dumps({"jobs": sorted(jobs), "commands": lines, "junit": 'junit.xml' in text, "seeds": 'shakedown-new-seeds' in text, "runs": 'shakedown-runs' in text}))
-"#;
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    for (file, jobs) in [
-        ("ci/gitlab/shakedown.gitlab-ci.yml", vec!["shakedown:nightly-soak", "shakedown:release-gate", "shakedown:replay-corpus"]),
-        ("ci/github/shakedown.yml", vec!["nightly-soak", "release-gate", "replay-corpus"]),
-    ] {
-        let out = std::process::Command::new("python3").arg("-c").arg(script).arg(root.join(file)).output().expect("python3 with PyYAML");
-        assert!(out.status.success(), "{file}: {}", text(&out.stderr));
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let found: Vec<&str> = v["jobs"].as_array().unwrap().iter().filter_map(|j| j.as_str()).filter(|j| !j.starts_with('.')).collect();
-        assert_eq!(found, jobs, "{file}");
-        assert!(v["junit"] == true && v["seeds"] == true && v["runs"] == true, "{file} publishes JUnit, run directories and seed records: {v}");
-        let commands = v["commands"].as_array().unwrap();
-        assert!(commands.len() >= 4, "{file}: {commands:?}");
-        for c in commands {
-            let args: Vec<&str> = c.as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
-            let out = bin().args(&args).env("SHAKEDOWN_PARSE_ONLY", "1").output().unwrap();
-            assert!(out.status.success(), "{file}: `shakedown {}` is not a valid command: {}", args.join(" "), text(&out.stderr));
-        }
-    }
 }

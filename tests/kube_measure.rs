@@ -14,15 +14,15 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube_common::{cluster, namespace, require_apiserver, standin, KubeEnv};
 use serde_json::{json, Value};
 use shakedown::faults::{Model, Op, Profile, Version};
-use shakedown::target::kube::client::capi;
-use shakedown::target::kube::profile::KubeProfile;
-use shakedown::target::kube::{KubeConfig, KubeTarget};
-use shakedown::target::Target;
+use shakedown::targets::kube::client::capi;
+use shakedown::targets::kube::profile::KubeProfile;
+use shakedown::targets::kube::{KubeConfig, KubeTarget};
+use shakedown::targets::Target;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run with --ignored --nocapture"]
 async fn measure_requests_while_waiting_and_notice_latency() {
-    let Some(bin) = require_apiserver() else { return };
+    let bin = require_apiserver();
     let env = KubeEnv::start(&bin).await;
     let client = env.client().await;
     namespace(&client, "m").await;
@@ -42,7 +42,8 @@ async fn measure_requests_while_waiting_and_notice_latency() {
         model.apply(&op).unwrap();
         let t0 = Instant::now();
         target.execute(&op, &before, &model).await.expect("op");
-        for (kind, v) in target.take_events() {
+        for e in target.take_events() {
+            let shakedown::events::Event::Target { kind, detail: v } = e else { continue };
             if kind == "kube-wait" {
                 println!("{:<26} wait {:>6}ms  non-watch requests while waiting: {}", op.to_string(), v["ms"], v["non_watch_requests"]);
             }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::{dirs, leftovers, only_run_dir, run, seed_records, text};
 use shakedown::faults::{generate, Op, OpKind};
 use shakedown::record::SeedRecord;
-use shakedown::target::local::PlantedBug;
+use shakedown::targets::local::PlantedBug;
 
 static STACK: Mutex<()> = Mutex::new(());
 
@@ -116,7 +116,7 @@ fn planted_bug_is_caught_recorded_and_replayed(bug: PlantedBug) {
     assert_eq!(records.len(), 1, "one seed record");
     let record = SeedRecord::load(&records[0]).unwrap();
     assert_eq!(record.failure.invariant, Some(bug.caught_by()), "{bug} caught by the wrong invariant: {:?}", record.failure);
-    assert_eq!(record.testbed_bug, Some(bug));
+    assert_eq!(record.target, shakedown::targets::TargetSpec::Local(shakedown::targets::local::LocalSpec { testbed_bug: Some(bug) }));
     assert_eq!(record.seed, seed);
     assert!(record.versions.contains_key("etcd-3.4") && record.versions.contains_key("haproxy"));
     // The last line printed is the replay command.
@@ -313,8 +313,8 @@ fn forty_step_plan_with_every_op_passes() {
 fn restore_refuses_a_damaged_backup_and_leaves_the_cluster_untouched() {
     use shakedown::faults::{BackupId, Op};
     use shakedown::invariants::{check_all, InvariantId};
-    use shakedown::target::local::{DiskMode, LocalTarget, TestbedConfig};
-    use shakedown::target::{Target, TargetError};
+    use shakedown::targets::local::{DiskMode, LocalTarget, TestbedConfig};
+    use shakedown::targets::{Target, TargetError};
     let _l = lock();
     let d = dirs();
     let profile = shakedown::profiles::load("default").unwrap();
@@ -468,10 +468,8 @@ fn corpus_replay_checks_each_records_expectation() {
         format: FORMAT,
         shakedown_version: "0.1.0".into(),
         seed: 3,
-        target: "local".into(),
         run_id: "sd-corpus".into(),
         started: "2026-11-30T00:00:00Z".into(),
-        testbed_bug: bug,
         expect,
         versions: Default::default(),
         failure: Failure { kind: FailureKind::Violation, step: 0, op: "bring-up".into(), invariant: Some(shakedown::invariants::InvariantId::Durability), message: "x".into(), at: "2026-11-30T00:00:01Z".into() },
@@ -479,7 +477,7 @@ fn corpus_replay_checks_each_records_expectation() {
         plan: plan.clone(),
         duration_ms: None,
         shrunk: None,
-        kube: None,
+        target: shakedown::targets::TargetSpec::Local(shakedown::targets::local::LocalSpec { testbed_bug: bug }),
     };
     // ack-before-write fails at the bring-up check (step 0) every time; without it the plan passes.
     std::fs::write(d.seeds.join("a-detects.toml"), record(Some(PlantedBug::AckBeforeWrite), Expect::Fail).to_toml()).unwrap();
@@ -494,5 +492,30 @@ fn corpus_replay_checks_each_records_expectation() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("1 mismatched") && stdout.contains("mismatch: ") && stdout.contains("b-fixed.toml"), "{stdout}");
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}
+
+/// Issue 10: a seed above 2^63 (TOML integers end there) runs, records and replays. Before the
+/// fix such a seed ended every run in `plans serialize: OutOfRange` (exit 5).
+#[test]
+fn a_seed_above_i64_max_runs_records_and_replays() {
+    let _l = lock();
+    let d = dirs();
+    let seed = u64::MAX;
+    let seed_s = seed.to_string();
+    let out = run(&["run", "--seed", &seed_s, "--steps", "2", "--profile", &quick_profile(&d), "--testbed-bug", "ack-before-write"], &d);
+    assert_eq!(out.status.code(), Some(1), "caught as a violation: {}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(&format!("FAIL: seed {seed_s}")));
+    let run_dir = only_run_dir(&d.runs);
+    let plan_text = std::fs::read_to_string(run_dir.join("plan.toml")).unwrap();
+    assert!(plan_text.contains("seed = \"18446744073709551615\""), "{plan_text}");
+    let records = seed_records(&d.seeds);
+    assert_eq!(records.len(), 1);
+    let record = SeedRecord::load(&records[0]).unwrap();
+    assert_eq!(record.seed, seed);
+    assert_eq!(record.plan.seed, seed);
+    let out = run(&["replay", records[0].to_str().unwrap()], &d);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("reproduced 1 of 1 (100%)"), "{}", text(&out.stdout));
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 }

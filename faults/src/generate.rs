@@ -22,6 +22,7 @@ pub const MAX_DRAWN_WEIGHT: u32 = 10;
 /// An explicit op sequence and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
+    #[serde(with = "crate::seed")]
     pub seed: u64,
     pub profile: String,
     /// The weights used, pinned by the profile or drawn from the seed (swarm testing).

@@ -14,6 +14,7 @@ pub mod generate;
 pub mod model;
 pub mod op;
 pub mod profile;
+pub mod seed;
 pub mod shrink;
 
 pub use generate::{generate, next_op_strategy, Plan, Weights};

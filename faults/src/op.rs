@@ -130,17 +130,31 @@ impl Op {
             Op::Restore { .. } => OpKind::Restore,
         }
     }
+
+    /// The member the op acts on, for ops on one member.
+    pub fn member(&self) -> Option<MemberId> {
+        match *self {
+            Op::Crash { member } | Op::Restart { member } | Op::Pause { member } | Op::Resume { member } | Op::DiskDetach { member } | Op::DiskReattach { member } => Some(member),
+            Op::RollingUpgrade { .. } | Op::RollingReplace | Op::SiteOutage { .. } | Op::SiteRecover { .. } | Op::Backup | Op::Restore { .. } => None,
+        }
+    }
+
+    /// The site the op acts on, for ops on one site.
+    pub fn site(&self) -> Option<SiteId> {
+        match *self {
+            Op::SiteOutage { site, .. } | Op::SiteRecover { site } => Some(site),
+            Op::Crash { .. } | Op::Restart { .. } | Op::Pause { .. } | Op::Resume { .. } | Op::DiskDetach { .. } | Op::DiskReattach { .. } | Op::RollingUpgrade { .. } | Op::RollingReplace | Op::Backup | Op::Restore { .. } => None,
+        }
+    }
 }
 
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(member) = self.member() {
+            return write!(f, "{}({member})", self.kind());
+        }
         match self {
-            Op::Crash { member }
-            | Op::Restart { member }
-            | Op::Pause { member }
-            | Op::Resume { member }
-            | Op::DiskDetach { member }
-            | Op::DiskReattach { member } => write!(f, "{}({member})", self.kind()),
+            Op::Crash { .. } | Op::Restart { .. } | Op::Pause { .. } | Op::Resume { .. } | Op::DiskDetach { .. } | Op::DiskReattach { .. } => unreachable!("ops on one member are written above"),
             Op::RollingUpgrade { to } => write!(f, "rolling-upgrade(to {to})"),
             Op::RollingReplace => f.write_str("rolling-replace"),
             Op::SiteOutage { site, mode } => write!(f, "site-outage({site}, {mode})"),

@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 use crate::model::{Model, Version};
 use crate::op::OpKind;
 
+/// The longest plan a profile may ask for: generation and the model are linear in it, and a
+/// plan this long already runs for days.
+pub const MAX_STEPS: usize = 100_000;
+
 /// A named tier: which ops with which weights, how long plans are, the bounds of every wait,
 /// and which invariants are checked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -117,6 +121,9 @@ impl Profile {
         let bad = |problem: String| Err(ProfileError::Invalid { name: self.name.clone(), problem });
         if self.steps == 0 {
             return bad("steps must be at least 1".into());
+        }
+        if self.steps > MAX_STEPS {
+            return bad(format!("steps = {} is more than the {MAX_STEPS} a plan may have", self.steps));
         }
         if self.sites == 0 || self.members == 0 {
             return bad("sites and members must be at least 1".into());

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use shakedown_faults::{BackupId, MemberId};
 
 /// Everything a target observed for one check.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Observation {
     /// One entry per member process the target knows of (model members and any it still runs).
     pub members: Vec<MemberStatus>,
@@ -72,7 +72,7 @@ pub struct KubeInventory {
     pub deleting: BTreeMap<String, u64>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemberStatus {
     /// The etcd member name (`m0`).
     pub name: String,
@@ -91,20 +91,20 @@ pub struct MemberStatus {
     pub error: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ListedMember {
     pub id: u64,
     pub name: String,
     pub peer_urls: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Probe {
     pub latency_ms: u64,
     pub error: Option<String>,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Durability {
     /// Every write the workload acknowledged, in the order acknowledged: key → value.
     pub acked: Vec<(String, String)>,
@@ -116,7 +116,7 @@ pub struct Durability {
 }
 
 /// Which members answered at one instant during a step.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServingSample {
     /// Milliseconds since the step started.
     pub at_ms: u64,

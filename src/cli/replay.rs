@@ -5,9 +5,10 @@ use std::path::Path;
 
 use shakedown::exit::{Exit, Fatal};
 use shakedown::record::{Expect, SeedRecord};
-use shakedown::run::Outcome;
+use shakedown::engine::Outcome;
+use shakedown::targets::TargetSpec;
 
-use super::session::{describe, execute_local, exit_for, Exec, Interrupted};
+use super::session::{describe, execute, exit_for, Exec, Interrupted};
 
 /// Replays one record `times` times; returns the exit code of the outcome and how many runs
 /// reproduced the recorded failure (`None` when interrupted).
@@ -17,7 +18,7 @@ pub async fn replay(file: &Path, times: u32, original: bool, x: &Exec<'_>) -> Re
 }
 
 async fn replay_record(file: &Path, record: &SeedRecord, times: u32, original: bool, x: &Exec<'_>) -> Result<(Exit, Option<u32>), Fatal> {
-    let bug = x.opts.testbed_bug.or(record.testbed_bug);
+    let spec = TargetSpec::from_options(record.target.kind(), &x.opts.target, Some(&record.target))?;
     let (plan, expected) = record.to_replay(original);
     let which = match (&record.shrunk, original) {
         (Some(_), false) => format!("shrunk plan, {} of {} ops (--original for all)", plan.ops.len(), record.plan.ops.len()),
@@ -26,17 +27,9 @@ async fn replay_record(file: &Path, record: &SeedRecord, times: u32, original: b
     println!("replaying {} · seed {} · {which} · recorded: {}", file.display(), record.seed, describe(expected));
     let mut reproduced = 0;
     let mut exit = Exit::Pass;
-    let kube = match (&record.kube, record.target.as_str()) {
-        (Some(k), _) => Some(super::kube::kube_record(&x.opts.kube, Some(k))?),
-        (None, "kube") => return Err(Fatal::usage(format!("{}: a kube record without its [kube] table", file.display()))),
-        (None, _) => None,
-    };
     let x = &Exec { replaying: Some(file), bar: x.bar.clone(), ..*x };
     for i in 1..=times {
-        let r = match &kube {
-            Some(k) => super::kube::execute_kube(x, k, &record.profile, &plan).await?,
-            None => execute_local(x, &record.profile, &plan, bug).await?,
-        };
+        let r = execute(x, &spec, &record.profile, &plan).await?;
         let verdict = match &r.outcome {
             Err(Interrupted) | Ok(Outcome::Stopped { .. }) => {
                 println!("interrupted after {} of {times} replays", i - 1);

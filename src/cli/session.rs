@@ -1,4 +1,4 @@
-//! One execution of a plan on a fresh local stack, and what it leaves behind on purpose: the run
+//! One execution of a plan on a fresh target, and what it leaves behind on purpose: the run
 //! directory (plan, profile, event log, workload samples, member logs), the reports (JUnit XML,
 //! HTML), forensics and a seed record when it fails. Used by run, replay, shrink and soak.
 
@@ -7,19 +7,18 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::json;
-use shakedown::binaries::{self, BinaryOverrides};
-use shakedown::events::EventLog;
+use shakedown::engine::{self, Engine, Outcome};
+use shakedown::events::{Event, EventLog, RunOutcome};
 use shakedown::exit::{Exit, Fatal};
 use shakedown::faults::{Plan, Profile};
+use shakedown::invariants::InvariantId;
 use shakedown::profiles;
-use shakedown::record::{now_rfc3339, Expect, Failure, FailureKind, KubeRecord, SeedRecord, FORMAT};
+use shakedown::record::{now_rfc3339, Expect, Failure, FailureKind, SeedRecord, FORMAT};
 use shakedown::report::{self, Case, CaseOutcome};
-use shakedown::run::{self, Outcome};
-use shakedown::target::local::{DiskMode, LocalTarget, PlantedBug, TestbedConfig};
-use shakedown::target::{Target, TargetError};
+use shakedown::targets::{self, StartContext, Target, TargetError, TargetSpec};
 use tokio::sync::watch;
 
-use super::{DiskArg, RunOpts};
+use super::RunOpts;
 
 /// Ctrl-C / SIGTERM, counted. The first asks the run to stop before its next step (the current
 /// step finishes and is checked, then the stack is torn down); the second stops at once (the
@@ -128,11 +127,10 @@ pub struct RunResult {
     pub versions: BTreeMap<String, String>,
     pub profile: Profile,
     pub plan: Plan,
-    pub bug: Option<PlantedBug>,
+    /// The stack the plan ran on.
+    pub spec: TargetSpec,
     /// The seed record written for a failure, or the record this run replays.
     pub record: Option<PathBuf>,
-    /// For the kube target: the Cluster and kube profile.
-    pub kube: Option<KubeRecord>,
 }
 
 #[derive(Debug)]
@@ -158,9 +156,11 @@ pub struct Exec<'a> {
 
 impl Exec<'_> {
     /// A progress line: on stderr, or as the soak bar's message, or nowhere (shrink candidates).
+    /// A dry run's lines go to stdout: they are its output.
     pub fn say(&self, text: &str) {
         match &self.bar {
             Some(bar) => bar.set_message(text.lines().next().unwrap_or("").split_whitespace().collect::<Vec<_>>().join(" ")),
+            None if self.verbose && self.opts.target.kube.dry_run => println!("{text}"),
             None if self.verbose => progress_line(self.json_logs, text),
             None => {}
         }
@@ -180,41 +180,16 @@ pub fn create_run_dir(runs_dir: &Path, run_id: &str) -> Result<PathBuf, Fatal> {
     Ok(dir)
 }
 
-/// Checks the machine can run the stack (binaries, disks) before anything is created.
-pub fn environment(opts: &RunOpts, profile: &Profile) -> Result<(binaries::Binaries, DiskMode), Fatal> {
-    let overrides = BinaryOverrides { etcd: opts.etcd.iter().cloned().collect(), haproxy: opts.haproxy.clone() };
-    let binaries = binaries::discover(&profile.versions, &overrides)?;
-    let (detected, why) = DiskMode::detect();
-    let disks = match opts.disks {
-        DiskArg::Auto => {
-            if let Some(why) = why {
-                tracing::warn!("{why}");
-            }
-            detected
-        }
-        DiskArg::Loop if detected != DiskMode::Loop => {
-            return Err(Fatal::environment(format!("--disks loop is not possible here: {}", why.unwrap_or_default())))
-        }
-        DiskArg::Loop => DiskMode::Loop,
-        DiskArg::Plain => DiskMode::Plain,
-    };
-    Ok((binaries, disks))
-}
-
-pub fn testbed_config(env: (binaries::Binaries, DiskMode), run_id: &str, run_dir: &Path, bug: Option<PlantedBug>) -> TestbedConfig {
-    let (binaries, disks) = env;
-    TestbedConfig { run_id: run_id.into(), run_dir: run_dir.into(), binaries, disks, bug, heartbeat_ms: 50, election_ms: 500 }
-}
-
 pub fn weights_text(plan: &Plan) -> String {
     plan.weights.iter().map(|(k, w)| format!("{k}={w}")).collect::<Vec<_>>().join(" ")
 }
 
-/// Runs `plan` on a fresh local stack and tears it down whatever happens; then writes the
-/// reports (and the seed record, when asked and the run failed).
-pub async fn execute_local(x: &Exec<'_>, profile: &Profile, plan: &Plan, bug: Option<PlantedBug>) -> Result<RunResult, Fatal> {
-    let invariants = profiles::invariants(profile)?;
-    let env = environment(x.opts, profile)?;
+/// Runs `plan` on a fresh target of `spec` and tears it down whatever happens; then writes the
+/// reports (and the seed record, when asked and the run failed). The one path every command
+/// (run, replay, shrink, soak) takes on every target.
+pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &Plan) -> Result<RunResult, Fatal> {
+    let wanted = profiles::invariants(profile)?;
+    targets::preflight(spec, &x.opts.target, profile)?;
     let run_id = new_run_id();
     let run_dir = create_run_dir(x.runs_dir, &run_id)?;
     // The plan is on disk before anything executes.
@@ -223,12 +198,9 @@ pub async fn execute_local(x: &Exec<'_>, profile: &Profile, plan: &Plan, bug: Op
         .map_err(|e| Fatal::environment(format!("cannot write the plan into {}: {e}", run_dir.display())))?;
     let started = now_rfc3339();
     let t0 = std::time::Instant::now();
-    let bug_text = bug.map(|b| format!(" · planted bug {b}")).unwrap_or_default();
-    let say = |text: &str| x.say(text);
-    say(&format!("seed {} · profile {} · {} ops · run {run_id}{bug_text}\nweights {}\nrun directory {}", plan.seed, profile.name, plan.ops.len(), weights_text(plan), run_dir.display()));
-    let cfg = testbed_config(env, &run_id, &run_dir, bug);
+    x.say(&format!("seed {} · profile {} · {} ops · run {run_id} · {}\nweights {}\nrun directory {}", plan.seed, profile.name, plan.ops.len(), spec.describe(), weights_text(plan), run_dir.display()));
     let mut events = EventLog::create(&run_dir.join("events.jsonl"));
-    events.emit("run-start", json!({"run_id": run_id, "seed": plan.seed, "profile": profile.name, "weights": plan.weights, "ops": plan.ops.len(), "testbed_bug": bug}));
+    events.emit(Event::RunStart { run_id: run_id.clone(), seed: plan.seed, profile: profile.name.clone(), weights: plan.weights.clone(), ops: plan.ops.len(), target: spec.clone() });
     let model = profile.initial_model();
     let mut result = RunResult {
         outcome: Err(Interrupted),
@@ -239,55 +211,68 @@ pub async fn execute_local(x: &Exec<'_>, profile: &Profile, plan: &Plan, bug: Op
         versions: BTreeMap::new(),
         profile: profile.clone(),
         plan: plan.clone(),
-        bug,
+        spec: spec.clone(),
         record: None,
-        kube: None,
     };
     if x.interrupt.requested() {
         return Ok(result);
     }
+    let ctx = StartContext { run_id: &run_id, run_dir: &run_dir, profile, model: &model, options: &x.opts.target };
     let mut target = tokio::select! {
-        t = LocalTarget::start(cfg, profile, &model, Duration::from_secs(30)) => t.map_err(|e| Fatal::environment(format!("cannot bring the local stack up: {e}")))?,
+        t = targets::start(spec, &ctx) => t?,
         _ = x.interrupt.count(1) => return Ok(result),
     };
-    let bring_up_ms = t0.elapsed().as_millis();
-    events.emit("bring-up", json!({"ms": bring_up_ms as u64, "endpoint": target.testbed.endpoint_url()}));
-    say(&format!("stack up in {bring_up_ms}ms · endpoint {}", target.testbed.endpoint_url()));
+    let up_ms = t0.elapsed().as_millis() as u64;
+    let up = target.started();
+    events.emit(Event::BringUp { ms: up_ms, detail: up.fields });
+    x.say(&format!("stack up in {up_ms}ms · {}", up.line));
+    for note in up.notes {
+        events.emit(Event::Target { kind: "note".into(), detail: json!({"note": note}) });
+        x.say(&format!("note: {note}"));
+    }
+    let mut invariants = Vec::new();
+    let mut unchecked = Vec::new();
+    for id in wanted {
+        match target.unchecked(id) {
+            None => invariants.push(id),
+            Some(why) => unchecked.push(format!("{id} ({why})")),
+        }
+    }
+    if !unchecked.is_empty() && !x.opts.target.kube.dry_run {
+        x.say(&format!("not checked on the {} target: {}", target.name(), unchecked.join("; ")));
+    }
     result.versions = target.component_versions();
-    drive(x, &mut target, plan, profile, &invariants, events, result, t0, "interrupted: the stack was torn down").await
+    drive(x, target.as_mut(), plan, profile, &invariants, events, result, t0).await
 }
 
 /// Executes `plan` on a started target (a first stop request ends it after the current step, a
 /// second at once), tears the target down whatever happens, then writes the record and reports.
 #[allow(clippy::too_many_arguments)]
-pub async fn drive<T: Target>(
-    x: &Exec<'_>,
-    target: &mut T,
-    plan: &Plan,
-    profile: &Profile,
-    invariants: &[shakedown::invariants::InvariantId],
-    mut events: EventLog,
-    mut result: RunResult,
-    t0: std::time::Instant,
-    interrupted: &str,
-) -> Result<RunResult, Fatal> {
-    let say = |text: &str| x.say(text);
-    let mut progress = |l: &str| say(l);
-    let options = run::Options { skip_liveness: x.skip_liveness, stop: Some(x.interrupt.receiver()), forensics: Some(result.run_dir.join("forensics")) };
-    let outcome = tokio::select! {
-        r = run::execute(target, plan, profile, invariants, &mut events, &mut progress, &options) => Some(r),
-        _ = x.interrupt.count(2) => None,
+async fn drive(x: &Exec<'_>, target: &mut dyn Target, plan: &Plan, profile: &Profile, invariants: &[InvariantId], mut events: EventLog, mut result: RunResult, t0: std::time::Instant) -> Result<RunResult, Fatal> {
+    let mut progress = |l: &str| x.say(l);
+    let options = engine::Options {
+        skip_liveness: x.skip_liveness,
+        dry_run: x.opts.target.kube.dry_run,
+        stop: Some(x.interrupt.receiver()),
+        forensics: Some(result.run_dir.join("forensics")),
+    };
+    let outcome = {
+        let mut engine = Engine::new(&mut *target, profile, invariants, &mut events, &mut progress, &options);
+        tokio::select! {
+            r = engine.execute(plan) => Some(r),
+            _ = x.interrupt.count(2) => None,
+        }
     };
     let t_down = std::time::Instant::now();
     target.teardown().await;
-    for (kind, fields) in target.take_events() {
-        events.emit(&kind, fields);
+    for e in target.take_events() {
+        events.emit(e);
     }
-    events.emit("teardown", json!({"ms": t_down.elapsed().as_millis() as u64, "workload": target.workload_stats()}));
+    events.emit(Event::Teardown { ms: t_down.elapsed().as_millis() as u64, workload: target.workload_stats() });
     result.elapsed = t0.elapsed();
     result.outcome = match outcome {
         None => {
-            say(interrupted);
+            x.say(target.interrupted());
             Err(Interrupted)
         }
         // The target lost its control API (the kube target's management cluster): what the
@@ -297,7 +282,13 @@ pub async fn drive<T: Target>(
         Some(Err(TargetError::Unsupported(m))) => return Err(Fatal::usage(m)),
         Some(Err(e)) => return Err(Fatal::environment(e.to_string())),
     };
-    events.emit("run-end", json!({"outcome": format!("{:?}", result.outcome), "ms": result.elapsed.as_millis() as u64}));
+    let (outcome, failure) = match &result.outcome {
+        Ok(Outcome::Pass { .. }) => (RunOutcome::Pass, None),
+        Ok(Outcome::Failed(f)) => (RunOutcome::Fail, Some(f.clone())),
+        Ok(Outcome::Stopped { .. }) => (RunOutcome::Stopped, None),
+        Err(Interrupted) => (RunOutcome::Interrupted, None),
+    };
+    events.emit(Event::RunEnd { outcome, ms: result.elapsed.as_millis() as u64, failure });
     drop(events);
     finish(x, result)
 }
@@ -344,12 +335,12 @@ pub fn case_of(r: &RunResult) -> Case {
             kind: format!("{:?}", f.kind).to_lowercase(),
             invariant: f.invariant.map(|i| i.to_string()),
             message: describe(f),
-            replay: r.record.as_ref().map(|p| format!("shakedown replay {}{}", p.display(), super::kube::replay_flags(&Default::default(), r.kube.as_ref()))),
+            replay: r.record.as_ref().map(|p| format!("shakedown replay {}", p.display())),
         },
     };
     Case {
         name: format!("seed {}", r.plan.seed),
-        classname: format!("shakedown.{}.{}", r.profile.name, if r.bug.is_some() { "planted" } else { "local" }),
+        classname: format!("shakedown.{}.{}", r.profile.name, r.spec.junit_class()),
         seconds: r.elapsed.as_secs_f64(),
         steps: r.plan.ops.len(),
         run_dir: r.run_dir.clone(),
@@ -378,18 +369,16 @@ pub fn record_of(r: &RunResult, failure: &Failure) -> SeedRecord {
         format: FORMAT,
         shakedown_version: env!("CARGO_PKG_VERSION").into(),
         seed: r.plan.seed,
-        target: if r.kube.is_some() { "kube".into() } else { "local".into() },
+        target: r.spec.clone(),
         run_id: r.run_id.clone(),
         started: r.started.clone(),
         duration_ms: Some(r.elapsed.as_millis() as u64),
-        testbed_bug: r.bug,
         expect: Expect::Fail,
         versions: r.versions.clone(),
         failure: failure.clone(),
         profile: r.profile.clone(),
         plan: r.plan.clone(),
         shrunk: None,
-        kube: r.kube.clone(),
     }
 }
 
@@ -413,6 +402,10 @@ pub fn report_run(r: &RunResult, opts: &RunOpts) -> Exit {
             println!("interrupted; plan, logs and report are in {}", r.run_dir.display());
             Exit::Interrupted
         }
+        Ok(Outcome::Pass { steps }) if opts.target.kube.dry_run => {
+            println!("dry run: seed {} · {steps} ops · nothing was checked", r.plan.seed);
+            Exit::Pass
+        }
         Ok(Outcome::Pass { steps }) => {
             println!("PASS: seed {} · {steps} steps · every invariant held after every step, and the healed stack converged", r.plan.seed);
             println!("run directory: {}", r.run_dir.display());
@@ -425,7 +418,7 @@ pub fn report_run(r: &RunResult, opts: &RunOpts) -> Exit {
             println!("report: {} (forensics in {})", r.run_dir.join("report.html").display(), r.run_dir.join("forensics").display());
             if let Some(path) = &r.record {
                 println!("seed record: {}", path.display());
-                println!("shakedown replay {}{}", path.display(), super::kube::replay_flags(&opts.kube, r.kube.as_ref()));
+                println!("shakedown replay {}{}", path.display(), r.spec.replay_flags(&opts.target));
             }
             exit_for(f)
         }

@@ -7,10 +7,11 @@ use std::time::Duration;
 use shakedown::exit::{Exit, Fatal};
 use shakedown::faults::{Plan, Shrinker};
 use shakedown::record::{now_rfc3339, Failure, FailureKind, SeedRecord, Shrunk};
-use shakedown::run::Outcome;
+use shakedown::engine::Outcome;
+use shakedown::targets::TargetSpec;
 use tokio::time::Instant;
 
-use super::session::{create_run_dir, describe, execute_local, new_run_id, Exec, Interrupted};
+use super::session::{create_run_dir, describe, execute, new_run_id, Exec, Interrupted};
 use super::RunOpts;
 
 pub struct Limits {
@@ -45,7 +46,7 @@ pub async fn shrink(file: &Path, limits: Limits, opts: &RunOpts, json_logs: bool
     // Shrink what `replay` would run: a shrunk plan from an earlier (partial) shrink goes on.
     let (start, target_failure) = record.to_replay(false);
     let target_failure = target_failure.clone();
-    let bug = opts.testbed_bug.or(record.testbed_bug);
+    let spec = TargetSpec::from_options(record.target.kind(), &opts.target, Some(&record.target))?;
     let same = |f: &Failure| f.kind == target_failure.kind && f.invariant == target_failure.invariant;
     let group = create_run_dir(&opts.runs_dir, &format!("shrink-{}", new_run_id().trim_start_matches("sd-")))?;
     // A safety violation during the steps needs no healing phase to show.
@@ -55,9 +56,10 @@ pub async fn shrink(file: &Path, limits: Limits, opts: &RunOpts, json_logs: bool
     let initial = record.profile.initial_model();
     let mut shrinker = Shrinker::new(initial, &start.ops, target_failure.step);
     println!(
-        "shrinking {} · seed {} · {} ops · failing: {}",
+        "shrinking {} · seed {} · {} · {} ops · failing: {}",
         file.display(),
         record.seed,
+        spec.describe(),
         start.ops.len(),
         describe(&target_failure)
     );
@@ -93,7 +95,7 @@ pub async fn shrink(file: &Path, limits: Limits, opts: &RunOpts, json_logs: bool
             // A candidate still running when the budget ends is dropped: its stack is torn down
             // by the target's Drop.
             let r = tokio::select! {
-                r = execute_local(&x, &record.profile, &plan, bug) => r?,
+                r = execute(&x, &spec, &record.profile, &plan) => r?,
                 _ = tokio::time::sleep_until(deadline) => break 'shrink Stop::Budget,
             };
             match r.outcome {

@@ -16,10 +16,11 @@ use shakedown::exit::{Exit, Fatal};
 use shakedown::faults::{generate, OpKind, Profile};
 use shakedown::record::FailureKind;
 use shakedown::report::{self, html::SoakSummary, Case};
-use shakedown::run::Outcome;
+use shakedown::engine::Outcome;
+use shakedown::targets::TargetSpec;
 use tokio::time::Instant;
 
-use super::session::{case_of, create_run_dir, execute_local, new_run_id, progress_line, Exec, Interrupt, Interrupted};
+use super::session::{case_of, create_run_dir, execute, new_run_id, progress_line, Exec, Interrupt, Interrupted};
 use super::RunOpts;
 
 pub struct SoakArgs {
@@ -27,6 +28,7 @@ pub struct SoakArgs {
     pub first_seed: u64,
     pub max_failures: Option<u32>,
     pub profile: Profile,
+    pub spec: TargetSpec,
 }
 
 #[derive(Default)]
@@ -72,7 +74,8 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
     progress_line(
         json_logs,
         &format!(
-            "soak {soak_id} · profile {} · for {} · seeds {first}, {}, … · runs in {}",
+            "soak {soak_id} · {} · profile {} · for {} · seeds {first}, {}, … · runs in {}",
+            args.spec.describe(),
             args.profile.name,
             humantime::format_duration(args.duration),
             first.wrapping_add(1),
@@ -112,7 +115,7 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
         if let Some(b) = &bar {
             b.set_prefix(format!("seeds {} · steps {} · failures {} · seed {seed}", tally.seeds, tally.steps, tally.failed));
         }
-        let r = execute_local(&x, &args.profile, &plan, opts.testbed_bug).await?;
+        let r = execute(&x, &args.spec, &args.profile, &plan).await?;
         tally.seeds += 1;
         let ran = match &r.outcome {
             Ok(Outcome::Pass { steps }) => *steps,

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use shakedown::exit::{Exit, Fatal};
 use shakedown::profiles;
-use shakedown::target::local::{reap, Testbed};
+use shakedown::targets::local::{reap, Testbed, TestbedConfig, BRING_UP_BOUND};
 
-use super::session::{create_run_dir, environment, new_run_id, testbed_config};
+use super::session::{create_run_dir, new_run_id};
 use super::TestbedAction;
 
 fn current_testbed(runs_dir: &Path) -> Result<PathBuf, Fatal> {
@@ -25,11 +25,12 @@ pub async fn testbed(action: TestbedAction) -> Result<Exit, Fatal> {
                     return Err(Fatal::usage(format!("a testbed is already up in {}: `shakedown testbed down` first", dir.display())));
                 }
             }
-            let env = environment(&opts, &profile)?;
+            opts.target.kube.refuse_for("local")?;
+            let (binaries, disks) = opts.target.local.environment(&profile)?;
             let run_id = new_run_id();
             let run_dir = create_run_dir(&opts.runs_dir, &run_id)?;
-            let cfg = testbed_config(env, &run_id, &run_dir, opts.testbed_bug);
-            let tb = Testbed::up(cfg, &profile.initial_model(), Duration::from_secs(30)).await.map_err(|e| Fatal::environment(format!("cannot bring the local stack up: {e}")))?;
+            let cfg = TestbedConfig::new(&run_id, &run_dir, binaries, disks, opts.target.local.testbed_bug);
+            let tb = Testbed::up(cfg, &profile.initial_model(), BRING_UP_BOUND).await.map_err(|e| Fatal::environment(format!("cannot bring the local stack up: {e}")))?;
             std::fs::write(opts.runs_dir.join("current-testbed"), run_dir.to_string_lossy().as_bytes()).map_err(|e| Fatal::environment(e.to_string()))?;
             println!("testbed {run_id} up in {}", run_dir.display());
             println!("endpoint  {}", tb.endpoint_url());
@@ -61,7 +62,7 @@ pub async fn testbed(action: TestbedAction) -> Result<Exit, Fatal> {
                     _ => continue,
                 };
                 let url = format!("http://{addr}");
-                match shakedown::target::local::etcd::status(&url, Duration::from_secs(1)).await {
+                match shakedown::targets::local::etcd::status(&url, Duration::from_secs(1)).await {
                     Ok(s) => println!("{name:<9} {url:<28} ok   etcd {} leader {:x} revision {}", s.version(), s.leader(), s.header().map(|h| h.revision()).unwrap_or(0)),
                     Err(e) => {
                         all_ok = false;

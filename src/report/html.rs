@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use serde_json::Value;
 use shakedown_faults::{Model, Op, Plan, Profile};
+
+use crate::events::{self, Check, CheckVerdict, Event, RunOutcome};
+use crate::targets::TargetSpec;
 
 /// Everything the report shows, read from a run directory.
 #[derive(Debug, Default)]
@@ -22,9 +24,9 @@ struct RunData {
     steps: BTreeMap<usize, Step>,
     /// (unix ms, op text) of each healing op.
     heals: Vec<(u64, Op)>,
-    liveness: Option<Value>,
-    bring_up: Option<Value>,
-    outcome: String,
+    liveness: Option<Check>,
+    bring_up_ms: Option<u64>,
+    outcome: Option<RunOutcome>,
     failure: Option<(String, String)>,
     forensics: Vec<String>,
     skipped: Vec<(usize, String, String)>,
@@ -38,7 +40,7 @@ struct Step {
     start: u64,
     op_ms: Option<u64>,
     op_error: Option<String>,
-    check: Option<Value>,
+    check: Option<Check>,
 }
 
 /// One write of the workload.
@@ -58,65 +60,62 @@ pub fn run_report(run_dir: &Path) -> Result<String, String> {
 }
 
 fn read_run(dir: &Path) -> Result<RunData, String> {
-    let events = std::fs::read_to_string(dir.join("events.jsonl")).map_err(|e| format!("cannot read {}/events.jsonl: {e}", dir.display()))?;
-    let mut d = RunData { outcome: "unfinished".into(), ..Default::default() };
+    let lines = events::read(&dir.join("events.jsonl"))?;
+    let mut d = RunData::default();
     d.plan = std::fs::read_to_string(dir.join("plan.toml")).ok().and_then(|t| toml::from_str(&t).ok());
     d.profile = std::fs::read_to_string(dir.join("profile.toml")).ok().and_then(|t| Profile::from_toml(&t).ok());
-    for line in events.lines() {
-        // A run killed mid-write leaves a torn last line: skip what does not parse.
-        let Ok(e) = serde_json::from_str::<Value>(line) else { continue };
-        let ts = e["ts_ms"].as_u64().unwrap_or(0);
+    for line in lines {
+        let ts = line.ts_ms;
         if d.t0 == 0 {
             d.t0 = ts;
         }
         d.t_end = d.t_end.max(ts);
-        let step = e["step"].as_u64().map(|s| s as usize);
-        match e["event"].as_str().unwrap_or("") {
-            "run-start" => {
-                d.seed = e["seed"].as_u64();
-                d.run_id = e["run_id"].as_str().unwrap_or("").to_string();
-                d.bug = e["testbed_bug"].as_str().map(str::to_string);
+        match line.event {
+            Event::RunStart { seed, run_id, target, .. } => {
+                d.seed = Some(seed);
+                d.run_id = run_id;
+                d.bug = match target {
+                    TargetSpec::Local(l) => l.testbed_bug.map(|b| b.to_string()),
+                    _ => None,
+                };
             }
-            "bring-up" => d.bring_up = Some(e.clone()),
-            "op-start" => {
-                let s = d.steps.entry(step.unwrap_or(0)).or_default();
-                s.op = serde_json::from_value(e["op"].clone()).ok();
-                s.text = e["text"].as_str().unwrap_or("").to_string();
-                s.family = e["family"].as_str().unwrap_or("").to_string();
+            Event::BringUp { ms, .. } => d.bring_up_ms = Some(ms),
+            Event::OpStart { step, op, text, family } => {
+                let s = d.steps.entry(step).or_default();
+                s.op = Some(op);
+                s.text = text;
+                s.family = family.to_string();
                 s.start = ts;
             }
-            "op-end" => {
-                let s = d.steps.entry(step.unwrap_or(0)).or_default();
-                s.op_ms = e["ms"].as_u64();
-                s.op_error = e["error"].as_str().map(str::to_string);
+            Event::OpEnd { step, ms, error } => {
+                let s = d.steps.entry(step).or_default();
+                s.op_ms = Some(ms);
+                s.op_error = error;
             }
-            "op-skipped" => d.skipped.push((step.unwrap_or(0), serde_json::from_value::<Op>(e["op"].clone()).map(|o| o.to_string()).unwrap_or_default(), e["reason"].as_str().unwrap_or("").to_string())),
-            "check" => {
-                let n = step.unwrap_or(0);
+            Event::OpSkipped { step, op, reason } => d.skipped.push((step, op.to_string(), reason)),
+            Event::Check(c) => {
+                let n = c.step;
+                let t0 = d.t0;
                 let s = d.steps.entry(n).or_default();
                 if n == 0 {
                     s.text = "bring-up".into();
-                    s.start = d.t0;
+                    s.start = t0;
                 }
-                s.check = Some(e.clone());
-                if e["verdict"] == "fail" {
-                    d.failure = Some((e["invariant"].as_str().unwrap_or("").to_string(), e["message"].as_str().unwrap_or("").to_string()));
+                if c.verdict == CheckVerdict::Fail {
+                    d.failure = Some((c.invariant.map(|i| i.to_string()).unwrap_or_default(), c.message.clone().unwrap_or_default()));
                 }
+                s.check = Some(c);
             }
-            "heal" => {
-                if let Ok(op) = serde_json::from_value(e["op"].clone()) {
-                    d.heals.push((ts, op));
+            Event::Heal { op, .. } => d.heals.push((ts, op)),
+            Event::Liveness(c) => {
+                if c.verdict == CheckVerdict::Fail {
+                    d.failure = Some((format!("liveness{}", c.invariant.map(|i| format!(" ({i})")).unwrap_or_default()), c.message.clone().unwrap_or_default()));
                 }
+                d.liveness = Some(c);
             }
-            "liveness" => {
-                if e["verdict"] == "fail" {
-                    d.failure = Some((format!("liveness{}", e["invariant"].as_str().map(|i| format!(" ({i})")).unwrap_or_default()), e["message"].as_str().unwrap_or("").to_string()));
-                }
-                d.liveness = Some(e);
-            }
-            "forensics" => d.forensics = e["files"].as_array().map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_string)).collect()).unwrap_or_default(),
-            "run-end" => d.outcome = e["outcome"].as_str().unwrap_or("").to_string(),
-            _ => {}
+            Event::Forensics { files, .. } => d.forensics = files,
+            Event::RunEnd { outcome, .. } => d.outcome = Some(outcome),
+            Event::Stopped { .. } | Event::Teardown { .. } | Event::Target { .. } => {}
         }
     }
     Ok(d)
@@ -234,7 +233,7 @@ fn plot(d: &RunData, writes: &[Write]) -> String {
     // Op starts: a tick with the step number.
     for (n, st) in d.steps.iter().filter(|(n, s)| **n > 0 && s.start > 0) {
         let xx = x(st.start);
-        let failed = st.check.as_ref().is_some_and(|c| c["verdict"] == "fail") || st.op_error.is_some();
+        let failed = st.check.as_ref().is_some_and(|c| c.verdict == CheckVerdict::Fail) || st.op_error.is_some();
         let colour = if failed { "#c00" } else { "#555" };
         let _ = write!(s, r#"<line x1="{xx:.1}" x2="{xx:.1}" y1="{LAT_TOP}" y2="{:.1}" stroke="{colour}" stroke-dasharray="2,3" stroke-width="0.6"><title>step {n}: {}</title></line>"#, LAT_TOP + 6.0, esc(&st.text));
     }
@@ -295,10 +294,11 @@ fn seconds(s: f64, span_ms: f64) -> String {
 fn render(d: &RunData, writes: &[Write]) -> String {
     let mut h = String::with_capacity(64 * 1024 + d.steps.len() * 600);
     let title = format!("shakedown · seed {} · {}", d.seed.map(|s| s.to_string()).unwrap_or("?".into()), d.profile.as_ref().map_or("", |p| p.name.as_str()));
-    let (verdict, class) = match (&d.failure, d.outcome.as_str()) {
+    let (verdict, class) = match (&d.failure, d.outcome) {
         (Some(_), _) => ("FAIL", "fail"),
-        (None, o) if o.starts_with("Ok(Pass") => ("PASS", "pass"),
-        (None, o) if o.starts_with("Ok(Stopped") => ("STOPPED", "skip"),
+        (None, Some(RunOutcome::Pass)) => ("PASS", "pass"),
+        (None, Some(RunOutcome::Stopped)) => ("STOPPED", "skip"),
+        (None, Some(RunOutcome::Interrupted)) => ("INTERRUPTED", "skip"),
         _ => ("UNFINISHED", "skip"),
     };
     let _ = write!(
@@ -326,8 +326,8 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
         let _ = write!(h, " · {} ops · weights <code>{}</code>", p.ops.len(), esc(&weights.join(" ")));
     }
     let _ = write!(h, " · {:.1}s", (d.t_end.saturating_sub(d.t0)) as f64 / 1000.0);
-    if let Some(b) = &d.bring_up {
-        let _ = write!(h, " · bring-up {}ms", b["ms"]);
+    if let Some(ms) = d.bring_up_ms {
+        let _ = write!(h, " · bring-up {ms}ms");
     }
     h.push_str("</p>");
     if let Some((inv, msg)) = &d.failure {
@@ -350,19 +350,14 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
     h.push_str("<h2>Timeline</h2><table><tr><th>step</th><th>at</th><th>op</th><th>op ms</th><th>checks ms</th><th>invariants</th><th>verdict</th></tr>");
     for (n, st) in &d.steps {
         let check = st.check.as_ref();
-        let failed = check.is_some_and(|c| c["verdict"] == "fail") || st.op_error.is_some();
+        let failed = check.is_some_and(|c| c.verdict == CheckVerdict::Fail) || st.op_error.is_some();
         let chips: String = check
-            .and_then(|c| c["invariants"].as_array())
-            .map(|a| {
-                a.iter()
-                    .map(|j| format!(r#"<span class="inv {}" title="{}: {} ({}µs)"></span>"#, j["verdict"].as_str().unwrap_or(""), j["invariant"].as_str().unwrap_or(""), j["verdict"].as_str().unwrap_or(""), j["us"]))
-                    .collect()
-            })
+            .map(|c| c.invariants.iter().map(|j| format!(r#"<span class="inv {0}" title="{1}: {0} ({2}µs)"></span>"#, j.verdict, j.invariant, j.us)).collect())
             .unwrap_or_default();
         let verdict = match (check, &st.op_error) {
-            (Some(c), _) if c["verdict"] == "fail" => format!("{}: {}", c["invariant"].as_str().unwrap_or(""), c["message"].as_str().unwrap_or("")),
+            (Some(c), _) if c.verdict == CheckVerdict::Fail => format!("{}: {}", c.invariant.map(|i| i.to_string()).unwrap_or_default(), c.message.as_deref().unwrap_or("")),
             (_, Some(e)) => format!("op failed: {e}"),
-            (Some(c), _) => format!("ok ({} attempts)", c["attempts"]),
+            (Some(c), _) => format!("ok ({} attempts)", c.attempts.unwrap_or(1)),
             (None, None) => String::new(),
         };
         let _ = write!(
@@ -372,7 +367,7 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
             st.start.saturating_sub(d.t0) as f64 / 1000.0,
             esc(&st.text),
             st.op_ms.map(|m| m.to_string()).unwrap_or_default(),
-            check.and_then(|c| c["ms"].as_u64()).map(|m| m.to_string()).unwrap_or_default(),
+            check.and_then(|c| c.ms).map(|m| m.to_string()).unwrap_or_default(),
             esc(&verdict)
         );
     }
@@ -381,8 +376,8 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
     }
     if let Some(l) = &d.liveness {
         let heal: Vec<String> = d.heals.iter().map(|(_, o)| o.to_string()).collect();
-        let what = if l["verdict"] == "pass" { format!("converged in {}ms", l["ms"]) } else { format!("{}", esc(l["message"].as_str().unwrap_or(""))) };
-        let _ = write!(h, r#"<tr><td class="n">✓</td><td></td><td>heal: {}</td><td></td><td></td><td></td><td>liveness {}: {what}</td></tr>"#, esc(&heal.join(", ")), l["verdict"].as_str().unwrap_or(""));
+        let (what, v) = if l.verdict == CheckVerdict::Pass { (format!("converged in {}ms", l.ms.unwrap_or(0)), "pass") } else { (esc(l.message.as_deref().unwrap_or("")), "fail") };
+        let _ = write!(h, r#"<tr><td class="n">✓</td><td></td><td>heal: {}</td><td></td><td></td><td></td><td>liveness {v}: {what}</td></tr>"#, esc(&heal.join(", ")));
     }
     h.push_str("</table>");
     if let Some(p) = &d.plan {
@@ -484,7 +479,7 @@ mod tests {
     #[test]
     fn torn_lines_and_missing_files_do_not_break_the_report() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("events.jsonl"), "{\"ts_ms\":1,\"event\":\"run-start\",\"seed\":4}\n{\"ts_ms\":2,\"ev").unwrap();
+        std::fs::write(dir.path().join("events.jsonl"), "{\"v\":1,\"ts_ms\":1,\"event\":\"run-start\",\"run_id\":\"sd-x\",\"seed\":4,\"profile\":\"p\",\"weights\":{},\"ops\":1,\"target\":{\"kind\":\"local\"}}\n{\"ts_ms\":2,\"ev").unwrap();
         std::fs::write(dir.path().join("workload.csv"), "unix_ms,latency_us,ok\n1,500,1\n2,9").unwrap();
         let html = run_report(dir.path()).unwrap();
         assert!(html.contains("seed 4") && html.contains("UNFINISHED") && html.contains("<svg"), "{html}");

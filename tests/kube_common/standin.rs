@@ -31,8 +31,8 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::runtime::{reflector, watcher};
 use kube::Client;
 use serde_json::{json, Value};
-use shakedown::target::kube::client::capi;
-use shakedown::target::kube::conditions::{condition, ETCD_MEMBER_HEALTHY};
+use shakedown::targets::kube::client::capi;
+use shakedown::targets::kube::conditions::{condition, ETCD_MEMBER_HEALTHY};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bug {
@@ -53,6 +53,44 @@ impl Drop for StandIn {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// What each control-plane stand-in did last, by `ns/name`: for a test's failure message when a
+/// Cluster does not settle (was it running, did its watches see the Machines it created, what
+/// did the apiserver answer).
+static DIAG: Mutex<BTreeMap<String, Diag>> = Mutex::new(BTreeMap::new());
+
+#[derive(Debug, Default, Clone)]
+pub struct Diag {
+    pub passes: u64,
+    pub watch_events: u64,
+    pub watch_errors: u64,
+    pub machines_in_cache: usize,
+    pub created: u32,
+    pub pending: Option<(String, bool)>,
+    pub last_error: Option<String>,
+    pub last_pass: Option<std::time::Instant>,
+}
+
+/// The stand-in's diagnostics for `ns/name` (what it last did, and how long ago).
+pub fn diagnostics(ns: &str, name: &str) -> String {
+    let d = DIAG.lock().unwrap_or_else(|e| e.into_inner()).get(&format!("{ns}/{name}")).cloned().unwrap_or_default();
+    format!(
+        "stand-in {ns}/{name}: {} passes (last {:?} ago), {} watch events, {} watch errors, {} Machines in its cache, {} created, pending {:?}, last error {:?}",
+        d.passes,
+        d.last_pass.map(|t| t.elapsed()),
+        d.watch_events,
+        d.watch_errors,
+        d.machines_in_cache,
+        d.created,
+        d.pending,
+        d.last_error
+    )
+}
+
+fn note_error(key: &str, e: String) {
+    eprintln!("{e}");
+    DIAG.lock().unwrap_or_else(|e| e.into_inner()).entry(key.to_string()).or_default().last_error = Some(e);
 }
 
 fn now() -> String {
@@ -78,6 +116,7 @@ pub fn start_with(client: Client, ns: &str, name: &str, health_delay: Duration, 
     let writes = Arc::new(AtomicU64::new(0));
     let w2 = writes.clone();
     let (ns, name) = (ns.to_string(), name.to_string());
+    let key = format!("{ns}/{name}");
     let task = tokio::spawn(async move {
         let by_cluster = ListParams::default().labels(&format!("cluster.x-k8s.io/cluster-name={name}"));
         let mut stores = vec![];
@@ -88,10 +127,16 @@ pub fn start_with(client: Client, ns: &str, name: &str, health_delay: Duration, 
             let writer = reflector::store::Writer::new(ar.clone());
             let reader = writer.as_reader();
             stores.push(reader);
+            let key = key.clone();
             streams.push(
                 reflector::reflector(writer, watcher(api, by_cluster.clone()))
                     .map(move |r| {
+                        let mut diag = DIAG.lock().unwrap_or_else(|e| e.into_inner());
+                        let d = diag.entry(key.clone()).or_default();
+                        d.watch_events += 1;
                         if let Err(e) = r {
+                            d.watch_errors += 1;
+                            d.last_error = Some(format!("watching {kind}: {e}"));
                             eprintln!("stand-in: watching {kind}: {e}");
                         }
                     })
@@ -115,6 +160,13 @@ pub fn start_with(client: Client, ns: &str, name: &str, health_delay: Duration, 
                 s.nodes(&stores[1].state(), &mut made_nodes).await;
             }
             s.reconcile(&stores[0].state(), &stores[1].state(), &stores[2].state(), &mut born, &mut created, &mut pending).await;
+            let mut diag = DIAG.lock().unwrap_or_else(|e| e.into_inner());
+            let d = diag.entry(key.clone()).or_default();
+            d.passes += 1;
+            d.last_pass = Some(std::time::Instant::now());
+            d.machines_in_cache = stores[1].state().len();
+            d.created = created;
+            d.pending = pending.clone();
         }
     });
     StandIn { task, writes }
@@ -191,7 +243,7 @@ impl Pass<'_> {
             }
             // A conflict: the next pass works from the newer object.
             Err(kube::Error::Api(r)) if r.code == 409 => {}
-            Err(e) => eprintln!("stand-in: status of {kind} {}: {e}", o.metadata.name.as_deref().unwrap_or_default()),
+            Err(e) => note_error(&format!("{}/{}", self.ns, self.name), format!("stand-in: status of {kind} {}: {e}", o.metadata.name.as_deref().unwrap_or_default())),
         }
     }
 
@@ -353,7 +405,7 @@ impl Pass<'_> {
                 Some(n)
             }
             Err(e) => {
-                eprintln!("stand-in: creating Machine {n}: {e}");
+                note_error(&format!("{}/{}", self.ns, self.name), format!("stand-in: creating Machine {n}: {e}"));
                 None
             }
         }

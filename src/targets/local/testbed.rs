@@ -35,6 +35,18 @@ pub struct TestbedConfig {
     pub election_ms: u32,
 }
 
+/// etcd's raft heartbeat on the testbed (loopback: far below etcd's 100 ms default).
+pub const HEARTBEAT_MS: u32 = 50;
+/// etcd's election timeout on the testbed (ten heartbeats, as etcd recommends).
+pub const ELECTION_MS: u32 = 500;
+
+impl TestbedConfig {
+    /// A testbed with the default raft timing.
+    pub fn new(run_id: &str, run_dir: &std::path::Path, binaries: Binaries, disks: DiskMode, bug: Option<PlantedBug>) -> TestbedConfig {
+        TestbedConfig { run_id: run_id.into(), run_dir: run_dir.into(), binaries, disks, bug, heartbeat_ms: HEARTBEAT_MS, election_ms: ELECTION_MS }
+    }
+}
+
 #[derive(Debug)]
 pub struct MemberProc {
     pub id: MemberId,

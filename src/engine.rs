@@ -1,0 +1,414 @@
+//! The run engine: executes a plan on a target, checking every invariant after every step with a
+//! bounded wait for convergence; then heals and requires convergence (liveness).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use shakedown_faults::{Model, Op, Plan, Profile};
+use shakedown_invariants::{check_all, unreachable_members, InvariantId, Observation, Verdict};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::events::{Check, CheckVerdict, Event, EventLog, Judged};
+use crate::record::{now_rfc3339, Failure, FailureKind};
+use crate::targets::{Target, TargetError};
+
+/// How a plan execution ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Pass { steps: usize },
+    Failed(Failure),
+    /// Asked to stop (Ctrl-C): the run ended after `steps` completed steps, every one checked.
+    Stopped { steps: usize },
+}
+
+/// How to execute a plan, beyond the plan itself.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Skip healing and the liveness check at the end (shrinking a safety violation only needs
+    /// the steps).
+    pub skip_liveness: bool,
+    /// Execute the ops and check nothing (a kube dry run, whose writes are printed, not sent).
+    pub dry_run: bool,
+    /// Counts stop requests: from 1 on, the run stops before its next step.
+    pub stop: Option<watch::Receiver<u32>>,
+    /// Where to write forensics when the run fails.
+    pub forensics: Option<PathBuf>,
+}
+
+impl Options {
+    fn stop_requested(&self) -> bool {
+        self.stop.as_ref().is_some_and(|s| *s.borrow() > 0)
+    }
+}
+
+/// Where progress lines go (stderr for people, nowhere for tests).
+pub trait Progress {
+    fn line(&mut self, text: &str);
+}
+
+impl<F: FnMut(&str)> Progress for F {
+    fn line(&mut self, text: &str) {
+        self(text)
+    }
+}
+
+/// How long checks wait between two observations of a stack that has not converged yet.
+pub const CHECK_RETRY: Duration = Duration::from_millis(50);
+
+/// Result of checking all invariants until they pass or the bound runs out.
+enum Checked {
+    /// `last_ms`: the last attempt (observe + judge), the check that confirmed convergence.
+    Pass { attempts: u32, samples: Vec<(u64, usize, usize)>, verdicts: Vec<Judged>, last_ms: u64 },
+    Fail { invariant: InvariantId, message: String, obs: Box<Observation>, verdicts: Vec<Judged> },
+}
+
+/// Judges every invariant on `obs`, timing each; returns the failures and every verdict.
+fn judge(invariants: &[InvariantId], model: &Model, obs: &Observation) -> (Vec<(InvariantId, Verdict)>, Vec<Judged>) {
+    let mut failures = Vec::new();
+    let mut verdicts = Vec::with_capacity(invariants.len());
+    for &id in invariants {
+        let t = std::time::Instant::now();
+        let v = check_all(&[id], model, obs).pop().map(|(_, v)| v).unwrap_or(Verdict::Pass);
+        let us = t.elapsed().as_micros() as u64;
+        let verdict = match v {
+            Verdict::Pass => "pass",
+            Verdict::Fail(_) => "fail",
+            Verdict::Definite(_) => "definite",
+        };
+        verdicts.push(Judged { invariant: id, verdict: verdict.into(), us });
+        if !v.is_pass() {
+            failures.push((id, v));
+        }
+    }
+    (failures, verdicts)
+}
+
+fn failure(kind: FailureKind, step: usize, op: &str, invariant: Option<InvariantId>, message: String) -> Failure {
+    Failure { kind, step, op: op.to_string(), invariant, message, at: now_rfc3339() }
+}
+
+fn check_event(step: usize, checked: &Checked, ms: u64) -> Check {
+    match checked {
+        Checked::Pass { attempts, samples, verdicts, last_ms } => Check {
+            step,
+            verdict: CheckVerdict::Pass,
+            attempts: Some(*attempts),
+            ms: Some(ms),
+            last_ms: Some(*last_ms),
+            invariant: None,
+            message: None,
+            invariants: verdicts.clone(),
+            serving_samples: (!samples.is_empty()).then(|| samples.clone()),
+            workload: None,
+            observation: None,
+        },
+        Checked::Fail { invariant, message, obs, verdicts } => Check {
+            step,
+            verdict: CheckVerdict::Fail,
+            attempts: None,
+            ms: Some(ms),
+            last_ms: None,
+            invariant: Some(*invariant),
+            message: Some(message.clone()),
+            invariants: verdicts.clone(),
+            serving_samples: None,
+            workload: None,
+            observation: Some(obs.clone()),
+        },
+    }
+}
+
+/// One plan execution on a started target: the target, the profile's bounds, the invariants
+/// checked, where events and progress go, and the model as the plan moves it.
+pub struct Engine<'a> {
+    pub target: &'a mut dyn Target,
+    pub profile: &'a Profile,
+    pub invariants: &'a [InvariantId],
+    pub events: &'a mut EventLog,
+    pub progress: &'a mut dyn Progress,
+    pub options: &'a Options,
+    model: Model,
+    width: usize,
+    total: usize,
+}
+
+impl<'a> Engine<'a> {
+    pub fn new(target: &'a mut dyn Target, profile: &'a Profile, invariants: &'a [InvariantId], events: &'a mut EventLog, progress: &'a mut dyn Progress, options: &'a Options) -> Engine<'a> {
+        Engine { target, profile, invariants, events, progress, options, model: profile.initial_model(), width: 1, total: 0 }
+    }
+
+    /// Executes `plan` from the freshly started stack the profile describes.
+    /// Errors are environment problems (the machine, not the stack); findings are `Outcome::Failed`.
+    pub async fn execute(&mut self, plan: &Plan) -> Result<Outcome, TargetError> {
+        self.model = self.profile.initial_model();
+        self.total = plan.ops.len();
+        self.width = self.total.to_string().len();
+        let outcome = self.steps(plan).await?;
+        if let (Outcome::Failed(_), Some(dir)) = (&outcome, self.options.forensics.clone()) {
+            self.write_forensics(&dir).await;
+        }
+        Ok(outcome)
+    }
+
+    fn say(&mut self, step: &dyn std::fmt::Display, text: &str) {
+        let (width, total) = (self.width, self.total);
+        self.progress.line(&format!("[{step:>width$}/{total}] {text}"));
+    }
+
+    /// Observes and checks until every invariant passes, a definite failure is seen, or `limit`
+    /// runs out. Retries are spaced [`CHECK_RETRY`] apart.
+    async fn check_until(&mut self, quorum_throughout: bool, require_all_up: bool, limit: Duration) -> Checked {
+        let deadline = Instant::now() + limit;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let t_attempt = Instant::now();
+            let mut obs = self.target.observe(&self.model, self.invariants).await;
+            obs.quorum_throughout = quorum_throughout;
+            let (mut failures, verdicts) = judge(self.invariants, &self.model, &obs);
+            if require_all_up && failures.is_empty() {
+                let down = unreachable_members(&self.model, &obs);
+                if !down.is_empty() {
+                    let names: Vec<String> = down.iter().map(|m| m.to_string()).collect();
+                    failures.push((InvariantId::Quorum, Verdict::Fail(format!("member(s) {} not serving after healing", names.join(", ")))));
+                }
+            }
+            if failures.is_empty() {
+                let samples = obs.serving_samples.iter().map(|s| (s.at_ms, s.serving.len(), s.cluster_size)).collect();
+                return Checked::Pass { attempts, samples, verdicts, last_ms: t_attempt.elapsed().as_millis() as u64 };
+            }
+            let definite = failures.iter().find(|(_, v)| matches!(v, Verdict::Definite(_)));
+            if definite.is_some() || Instant::now() >= deadline {
+                let (invariant, verdict) = definite.unwrap_or(&failures[0]).clone();
+                let message = verdict.message().unwrap_or_default().to_string();
+                let message = if definite.is_none() && !limit.is_zero() { format!("{message} (still failing after {}s)", limit.as_secs_f32()) } else { message };
+                return Checked::Fail { invariant, message, obs: Box::new(obs), verdicts };
+            }
+            tokio::time::sleep(CHECK_RETRY).await;
+        }
+    }
+
+    /// Runs the step's checks, records them, ends the step: `Some(failure)` when one broke.
+    async fn checked_step(&mut self, step: usize, op: &Op, op_ms: Option<u128>, quorum_throughout: bool) -> Option<Failure> {
+        let t_check = Instant::now();
+        let checked = self.check_until(quorum_throughout, step == 0, self.profile.timeouts.converge).await;
+        self.target.end_step().await;
+        let check_ms = t_check.elapsed().as_millis();
+        let mut event = check_event(step, &checked, check_ms as u64);
+        let text = if step == 0 { "bring-up".to_string() } else { op.to_string() };
+        let op_col = op_ms.map(|ms| format!("{:<32} {ms:>6}ms  ", text)).unwrap_or_else(|| format!("{text} "));
+        match checked {
+            Checked::Pass { .. } => {
+                if step > 0 {
+                    event.workload = Some(self.target.workload_stats());
+                }
+                self.events.emit(Event::Check(event));
+                self.say(&step, &format!("{op_col}checks ok in {check_ms}ms"));
+                None
+            }
+            Checked::Fail { invariant, message, .. } => {
+                self.events.emit(Event::Check(event));
+                self.say(&step, &format!("{op_col}VIOLATION {invariant}: {message}"));
+                Some(failure(FailureKind::Violation, step, &text, Some(invariant), message))
+            }
+        }
+    }
+
+    async fn steps(&mut self, plan: &Plan) -> Result<Outcome, TargetError> {
+        let total = self.total;
+        // Step 0: the freshly started stack must satisfy every invariant.
+        if !self.options.dry_run {
+            if let Some(f) = self.checked_step(0, &Op::Backup, None, true).await {
+                return Ok(Outcome::Failed(f));
+            }
+        }
+
+        // Testing hook: `SHAKEDOWN_PANIC_AFTER_STEP=N` panics after step N, to show that a panic
+        // still tears the stack down (tests/local_target.rs).
+        let panic_after: Option<usize> = std::env::var("SHAKEDOWN_PANIC_AFTER_STEP").ok().and_then(|v| v.parse().ok());
+        let mut skipped = 0usize;
+        for (i, op) in plan.ops.iter().enumerate() {
+            if panic_after == Some(i) {
+                panic!("SHAKEDOWN_PANIC_AFTER_STEP={i}: panicking on purpose");
+            }
+            if self.options.stop_requested() {
+                self.events.emit(Event::Stopped { after_step: i });
+                self.say(&i, &format!("stopped on request after {i} checked steps"));
+                return Ok(Outcome::Stopped { steps: i });
+            }
+            let step = i + 1;
+            // An op the target cannot run here is skipped and said so; later ops that depended on
+            // it no longer satisfy their precondition and are skipped too. The rest still runs.
+            if let Err(reason) = self.target.supports(op) {
+                self.say(&step, &format!("{:<32} skipped: unavailable on the {} target here: {reason}", op.to_string(), self.target.name()));
+                self.events.emit(Event::OpSkipped { step, op: op.clone(), reason });
+                skipped += 1;
+                continue;
+            }
+            let before = self.model.clone();
+            if let Err(e) = self.model.apply(op) {
+                if skipped == 0 {
+                    // Plans are validated before they run; reaching this is a bug.
+                    panic!("step {step} ({op}) breaks its precondition after validation: {e}");
+                }
+                self.say(&step, &format!("{:<32} skipped: {e} (an earlier op was skipped)", op.to_string()));
+                self.events.emit(Event::OpSkipped { step, op: op.clone(), reason: e.to_string() });
+                continue;
+            }
+            self.events.emit(Event::OpStart { step, op: op.clone(), text: op.to_string(), family: op.kind() });
+            if self.options.dry_run {
+                self.say(&step, &op.to_string());
+            }
+            let t_op = Instant::now();
+            let executed = self.target.execute(op, &before, &self.model).await;
+            for e in self.target.take_events() {
+                self.events.emit(e);
+            }
+            let op_ms = t_op.elapsed().as_millis();
+            match executed {
+                Ok(()) => self.events.emit(Event::OpEnd { step, ms: op_ms as u64, error: None }),
+                Err(TargetError::Stack(msg)) => {
+                    self.events.emit(Event::OpEnd { step, ms: op_ms as u64, error: Some(msg.clone()) });
+                    return Ok(Outcome::Failed(self.op_failed(step, op, &before, msg).await));
+                }
+                Err(e) => return Err(e),
+            }
+            if self.options.dry_run {
+                continue;
+            }
+            if let Some(f) = self.checked_step(step, op, Some(op_ms), before.quorum_throughout(op)).await {
+                return Ok(Outcome::Failed(f));
+            }
+        }
+        if self.options.skip_liveness || self.options.dry_run {
+            return Ok(Outcome::Pass { steps: total });
+        }
+        self.liveness().await
+    }
+
+    /// The op's own wait ran out. If an invariant already says what is wrong, that is the more
+    /// precise finding; otherwise it is a liveness failure.
+    async fn op_failed(&mut self, step: usize, op: &Op, before: &Model, msg: String) -> Failure {
+        let checked = self.check_until(before.quorum_throughout(op), false, Duration::ZERO).await;
+        self.target.end_step().await;
+        if let Checked::Fail { invariant, message, .. } = &checked {
+            let mut event = check_event(step, &checked, 0);
+            event.ms = None;
+            self.events.emit(Event::Check(event));
+            let message = format!("{message} (and the op failed: {msg})");
+            self.say(&step, &format!("{:<32} VIOLATION {invariant}: {message}", op.to_string()));
+            return failure(FailureKind::Violation, step, &op.to_string(), Some(*invariant), message);
+        }
+        self.events.emit(Event::Liveness(Check {
+            step,
+            verdict: CheckVerdict::Fail,
+            attempts: None,
+            ms: None,
+            last_ms: None,
+            invariant: None,
+            message: Some(msg.clone()),
+            invariants: vec![],
+            serving_samples: None,
+            workload: None,
+            observation: None,
+        }));
+        self.say(&step, &format!("{:<32} LIVENESS: {msg}", op.to_string()));
+        failure(FailureKind::Liveness, step, &op.to_string(), None, msg)
+    }
+
+    /// Liveness: heal every fault, then require convergence with every member serving.
+    async fn liveness(&mut self) -> Result<Outcome, TargetError> {
+        let total = self.total;
+        let heal: Vec<Op> = self.model.heal_ops();
+        let step = total + 1;
+        let t_heal = Instant::now();
+        for op in &heal {
+            let before = self.model.clone();
+            self.model.apply(op).expect("heal ops satisfy their preconditions");
+            self.events.emit(Event::Heal { op: op.clone(), text: op.to_string() });
+            match self.target.execute(op, &before, &self.model).await {
+                Ok(_) => {}
+                Err(TargetError::Stack(msg)) => {
+                    self.events.emit(Event::Liveness(Check {
+                        step,
+                        verdict: CheckVerdict::Fail,
+                        attempts: None,
+                        ms: None,
+                        last_ms: None,
+                        invariant: None,
+                        message: Some(msg.clone()),
+                        invariants: vec![],
+                        serving_samples: None,
+                        workload: None,
+                        observation: None,
+                    }));
+                    return Ok(Outcome::Failed(failure(FailureKind::Liveness, step, &format!("heal: {op}"), None, msg)));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let heal_text = if heal.is_empty() { "heal (nothing to heal)".to_string() } else { format!("heal ({})", heal.iter().map(|o| o.to_string()).collect::<Vec<_>>().join(", ")) };
+        let checked = self.check_until(false, true, self.profile.timeouts.liveness).await;
+        self.target.end_step().await;
+        let ms = t_heal.elapsed().as_millis() as u64;
+        let mut event = check_event(step, &checked, ms);
+        match checked {
+            Checked::Pass { .. } => {
+                event.workload = Some(self.target.workload_stats());
+                event.serving_samples = None;
+                self.events.emit(Event::Liveness(event));
+                self.say(&"✓", &format!("{heal_text}: converged in {ms}ms"));
+                Ok(Outcome::Pass { steps: total })
+            }
+            Checked::Fail { invariant, message, .. } => {
+                self.events.emit(Event::Liveness(event));
+                let message = format!("after healing, the stack did not converge within {}s: {invariant}: {message}", self.profile.timeouts.liveness.as_secs());
+                self.say(&"✗", &format!("{heal_text}: LIVENESS {message}"));
+                Ok(Outcome::Failed(failure(FailureKind::Liveness, step, &heal_text, Some(invariant), message)))
+            }
+        }
+    }
+
+    /// On failure, before teardown: what the stack looks like now (every invariant's observation:
+    /// member status, member list, inventory) and the last lines of each component's log.
+    /// Best effort: a forensics problem is logged, never turns into the run's outcome.
+    async fn write_forensics(&mut self, dir: &Path) {
+        let obs = self.target.observe(&self.model, &InvariantId::ALL).await;
+        let logs = self.target.log_files();
+        let res = (|| -> std::io::Result<Vec<String>> {
+            std::fs::create_dir_all(dir)?;
+            let mut written = vec!["observation.json".to_string()];
+            std::fs::write(dir.join("observation.json"), serde_json::to_string_pretty(&obs).unwrap_or_default())?;
+            for (name, path) in logs {
+                let tail = tail_lines(&path, FORENSIC_LOG_LINES);
+                let file = format!("{name}.log.tail");
+                std::fs::write(dir.join(&file), tail)?;
+                written.push(file);
+            }
+            Ok(written)
+        })();
+        match res {
+            Ok(files) => self.events.emit(Event::Forensics { dir: dir.to_path_buf(), files }),
+            Err(e) => tracing::warn!("cannot write forensics into {}: {e}", dir.display()),
+        }
+    }
+}
+
+/// How many lines of each component log the forensics keep.
+pub const FORENSIC_LOG_LINES: usize = 200;
+
+/// The last `n` lines of a file (reads at most the last 1 MiB).
+pub fn tail_lines(path: &Path, n: usize) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else { return format!("(cannot open {})\n", path.display()) };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(1 << 20)));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = lines[lines.len().saturating_sub(n)..].join("\n");
+    out.push('\n');
+    out
+}

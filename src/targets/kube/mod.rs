@@ -1,0 +1,400 @@
+//! The kube target: a Cluster API `Cluster` on a management cluster, reached through a kubeconfig.
+//!
+//! The plan's members are the control-plane Machines of the Cluster's KubeadmControlPlane (KCP),
+//! its sites are failure domains. Ops map onto Cluster API objects:
+//! - `rolling-upgrade(to V)`: KCP `spec.version` (and `spec.machineTemplate.spec.infrastructureRef`
+//!   to the machine template the kube profile names for V) and every MachineDeployment's
+//!   `spec.template.spec.version`; waits until the rollouts complete;
+//! - `rolling-replace`: KCP `spec.rollout.after` = now; waits the same way;
+//! - `crash(m)`: KCP paused (`cluster.x-k8s.io/paused`), m's Machine deleted; `restart(m)`: KCP
+//!   resumed, waits for the replacement Machine in m's failure domain to be healthy;
+//! - `site-outage(s, power-loss)` / `site-recover(s)`: the same for every Machine of the failure
+//!   domain; `isolate` needs a hook;
+//! - `disk-detach(m)` / `disk-reattach(m)`: the VolumeAttachment of the kube profile's `[disk]`
+//!   volume (a probe workload's, in the workload cluster) deleted / a new one attached;
+//! - `backup` / `restore(b)`: Velero `Backup` / `Restore` objects when Velero's CRDs are installed;
+//! - pause, resume (and any op, instead of the above): command hooks from the kube profile, else
+//!   unsupported (the engine skips them, with the reason).
+//!
+//! The workload cluster (Nodes, PersistentVolumes, VolumeAttachments) is reached through the
+//! kubeconfig in the Cluster's `<name>-kubeconfig` Secret; without it those checks are skipped
+//! with a note.
+//!
+//! Waiting and observing read watch caches (kube-runtime reflectors): no polling requests.
+//! Architecture invariant: like every target, this one observes; `shakedown-invariants` judges.
+
+mod cache;
+pub mod client;
+pub mod command;
+pub mod conditions;
+mod connect;
+mod observe;
+mod ops;
+pub mod profile;
+pub mod reap;
+pub mod spec;
+pub mod workload;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::api::{ApiResource, DynamicObject};
+use kube::Client;
+use serde_json::{json, Value};
+use shakedown_faults::{MemberId, Model, Op, OpKind, OutageMode};
+use shakedown_invariants::{InvariantId, Observation};
+use tokio::time::Instant;
+
+use self::cache::{cp_machines, Cache, CpMachine, Sampler};
+use self::client::RequestCounter;
+use self::command::{http_get, run_command};
+use self::ops::TEARDOWN_BOUND;
+use self::profile::KubeProfile;
+use super::{StartContext, Started, Target, TargetError};
+use crate::events::Event;
+use crate::exit::Fatal;
+pub use spec::{KubeOptions, KubeSpec};
+
+/// The opt-in: shakedown acts only on a Cluster annotated (or labelled) with this, set to "true".
+pub const OPT_IN: &str = "shakedown.dev/allow-chaos";
+/// Every object shakedown creates carries its run id under this label.
+pub const RUN_LABEL: &str = "shakedown.dev/run-id";
+/// Set with the run id on a KubeadmControlPlane shakedown paused (so `reap` can resume it).
+pub const PAUSED_BY: &str = "shakedown.dev/paused-by";
+/// Cluster API's pause annotation: controllers leave the object alone while it is set.
+pub const CAPI_PAUSED: &str = "cluster.x-k8s.io/paused";
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
+pub const DEPLOYMENT_NAME_LABEL: &str = "cluster.x-k8s.io/deployment-name";
+
+/// Why the kube target could not start (each maps to a documented exit code in the CLI).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum KubeError {
+    /// Bad input: a kubeconfig that does not parse, an unknown context, no such Cluster, a
+    /// profile that does not fit the Cluster (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// The Cluster has not opted in (exit 4).
+    #[error("{0}")]
+    Refused(String),
+    /// The management cluster cannot be reached, or denies a request (exit 4).
+    #[error("{0}")]
+    Environment(String),
+}
+
+/// What to connect to and how.
+#[derive(Debug, Clone)]
+pub struct KubeConfig {
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub namespace: String,
+    pub name: String,
+    pub dry_run: bool,
+    pub profile: KubeProfile,
+    pub run_id: String,
+}
+
+/// A write the target makes — or, with `--dry-run`, prints instead.
+#[derive(Debug, Clone)]
+pub enum Write {
+    /// A JSON merge patch.
+    Patch { ar: ApiResource, ns: String, name: String, body: Value },
+    Delete { ar: ApiResource, ns: String, name: String },
+    Create { ar: ApiResource, ns: String, body: Value },
+    /// A cluster-scoped object in the workload cluster, deleted only while it has `uid`.
+    DeleteInWorkload { ar: ApiResource, name: String, uid: String },
+}
+
+fn path_of(ar: &ApiResource, ns: &str, name: Option<&str>) -> String {
+    let base = if ar.group.is_empty() { format!("/api/{}", ar.version) } else { format!("/apis/{}/{}", ar.group, ar.version) };
+    match name {
+        Some(n) => format!("{base}/namespaces/{ns}/{}/{n}", ar.plural),
+        None => format!("{base}/namespaces/{ns}/{}", ar.plural),
+    }
+}
+
+impl fmt::Display for Write {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Write::Patch { ar, ns, name, body } => write!(f, "PATCH {} (merge patch) {body}", path_of(ar, ns, Some(name))),
+            Write::Delete { ar, ns, name } => write!(f, "DELETE {}", path_of(ar, ns, Some(name))),
+            Write::Create { ar, ns, body } => write!(f, "POST {} {body}", path_of(ar, ns, None)),
+            Write::DeleteInWorkload { ar, name, uid } => {
+                let base = if ar.group.is_empty() { format!("/api/{}", ar.version) } else { format!("/apis/{}/{}", ar.group, ar.version) };
+                write!(f, "DELETE (workload cluster) {base}/{}/{name} (precondition uid {uid})", ar.plural)
+            }
+        }
+    }
+}
+
+fn api_error(what: &str, e: kube::Error) -> TargetError {
+    match &e {
+        kube::Error::Api(r) if r.code == 403 => TargetError::Environment(format!("{what}: forbidden ({}): give the identity of the kubeconfig the RBAC of ci/k8s/rbac.yaml", r.message)),
+        kube::Error::Api(_) => TargetError::Environment(format!("{what}: {e}")),
+        _ => TargetError::Environment(format!("{what}: no answer from the management cluster: {e}")),
+    }
+}
+
+/// Velero's kinds (group velero.io, version v1).
+pub fn velero_ar(kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("velero.io", "v1", kind))
+}
+
+/// `Ok` when Velero's Backup and Restore kinds are served on the management cluster (API
+/// discovery: readable by every authenticated identity, and no 404 for a missing group).
+pub(crate) async fn probe_velero(client: &Client) -> Result<(), String> {
+    let groups = client.list_api_groups().await.map_err(|e| format!("cannot list the management cluster's API groups: {e}"))?;
+    if !groups.groups.iter().any(|g| g.name == "velero.io" && g.versions.iter().any(|v| v.version == "v1")) {
+        return Err("Velero's CRDs (backups.velero.io, restores.velero.io) are not installed on the management cluster".into());
+    }
+    let resources = client.list_api_group_resources("velero.io/v1").await.map_err(|e| format!("cannot list the kinds of velero.io/v1: {e}"))?;
+    for plural in ["backups", "restores"] {
+        if !resources.resources.iter().any(|r| r.name == plural) {
+            return Err(format!("Velero's CRD {plural}.velero.io is not installed on the management cluster"));
+        }
+    }
+    Ok(())
+}
+
+
+pub struct KubeTarget {
+    client: Client,
+    /// Every request sent, by verb and resource.
+    pub counter: RequestCounter,
+    cfg: KubeConfig,
+    kcp_name: String,
+    kcp_ar: ApiResource,
+    infra_ref: Option<(String, String)>,
+    site_fds: Vec<String>,
+    cache: Cache,
+    bindings: BTreeMap<MemberId, String>,
+    model: Model,
+    sampler: Arc<Mutex<Sampler>>,
+    events: Vec<(String, Value)>,
+    paused: bool,
+    versions: BTreeMap<String, String>,
+    op_timeout: Duration,
+    torn_down: bool,
+    lock_created: bool,
+    /// `Kind/name` → the generation our last patch gave the object.
+    written_generation: BTreeMap<String, i64>,
+    /// Machines a rollout was asked to replace: never bound again, so one left behind shows.
+    retired: BTreeSet<String>,
+    /// The writes a dry run printed.
+    pub dry_run_writes: Vec<String>,
+    /// What the run should be told at the start (a check skipped, and why).
+    notes: Vec<String>,
+    /// The PersistentVolume the disk ops act on, or why there is none.
+    disk_pv: Result<String, String>,
+    /// VolumeAttachments this run deleted (uids): a reattach waits for a new one.
+    detached: BTreeSet<String>,
+    /// Velero is usable, or why not.
+    velero: Result<(), String>,
+    /// Velero objects this run created: (kind, name), removed at teardown.
+    velero_objects: Vec<(String, String)>,
+    /// Set when the management cluster was lost: the run's outcome cannot be trusted.
+    lost: Option<String>,
+    /// Set by a wait's check when waiting longer cannot help (a Velero Backup that failed).
+    wait_failed: Option<String>,
+}
+
+
+impl KubeTarget {
+    /// Connects to the Cluster `spec` names (see [`KubeTarget::connect`]).
+    pub async fn start_spec(spec: &KubeSpec, ctx: &StartContext<'_>) -> Result<KubeTarget, Fatal> {
+        let (ns, name) = spec.namespace_name();
+        let cfg = KubeConfig {
+            kubeconfig: ctx.options.kube.kubeconfig.clone(),
+            context: spec.context.clone(),
+            namespace: ns.into(),
+            name: name.into(),
+            dry_run: ctx.options.kube.dry_run,
+            profile: spec.kube_profile.clone(),
+            run_id: ctx.run_id.into(),
+        };
+        KubeTarget::connect(cfg, ctx.profile, ctx.model).await.map_err(spec::fatal)
+    }
+
+    /// Notes for the start of the run: checks skipped (no workload cluster), ops without a backend.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// `Some(why)` when the management cluster stopped answering during the run: the outcome
+    /// of the run cannot be trusted (exit 4).
+    pub fn management_lost(&self) -> Option<String> {
+        self.lost.clone().or_else(|| self.cache.lost(self.cfg.profile.timeouts.unreachable))
+    }
+
+    pub fn server_namespace(&self) -> &str {
+        &self.cfg.namespace
+    }
+
+    /// The Machine each member stands for.
+    pub fn bindings(&self) -> &BTreeMap<MemberId, String> {
+        &self.bindings
+    }
+
+    /// Waits until the Machine watch cache satisfies `pred`; `false` when `timeout` ran out.
+    /// For tests and measurements (no requests: the cache is kept by the watch).
+    pub async fn wait_machines(&self, timeout: Duration, pred: impl Fn(&[Arc<DynamicObject>]) -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut changed = self.cache.changed.clone();
+        loop {
+            if pred(&self.cache.machines.objects()) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changed.changed()).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// For tests and the measurement: the underlying client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// `true` when the op kind has a hook in the kube profile.
+    pub fn has_hook(&self, kind: OpKind) -> bool {
+        self.cfg.profile.hooks.contains_key(&kind)
+    }
+}
+
+#[async_trait::async_trait]
+impl Target for KubeTarget {
+    fn name(&self) -> &'static str {
+        "kube"
+    }
+
+    fn started(&self) -> Started {
+        let bindings: Vec<String> = self.bindings.iter().map(|(m, n)| format!("{m}={n}")).collect();
+        Started { line: format!("members {}", bindings.join(" ")), fields: json!({"bindings": bindings}), notes: self.notes.clone() }
+    }
+
+    fn unchecked(&self, id: InvariantId) -> Option<String> {
+        let p = &self.cfg.profile;
+        match id {
+            InvariantId::Consistency | InvariantId::Durability => Some("needs etcd access, which the kube target does not have".into()),
+            InvariantId::Reachability if p.probes.is_empty() && p.commands.is_empty() && p.conditions.is_empty() => {
+                Some("needs [[probes]], [[commands]] or [[conditions]] in the kube profile".into())
+            }
+            _ => None,
+        }
+    }
+
+    fn interrupted(&self) -> &'static str {
+        "interrupted: shakedown's objects were removed and the control plane resumed"
+    }
+
+    fn component_versions(&self) -> BTreeMap<String, String> {
+        let mut v = self.versions.clone();
+        if let Some(k) = self.current_kcp_version() {
+            v.insert("kubernetes".into(), k);
+        }
+        v
+    }
+
+    fn supports(&self, op: &Op) -> Result<(), String> {
+        if self.cfg.profile.hooks.contains_key(&op.kind()) {
+            return Ok(());
+        }
+        let one_at_a_time = || {
+            if self.model.down() == 0 && self.model.outages.is_empty() {
+                Ok(())
+            } else {
+                Err("the kube target deletes Machines for one fault at a time (KubeadmControlPlane replaces every missing Machine once resumed); set a hook in the kube profile for more".to_string())
+            }
+        };
+        match op {
+            Op::Crash { .. } => one_at_a_time(),
+            Op::SiteOutage { mode: OutageMode::PowerLoss, .. } => one_at_a_time(),
+            Op::SiteOutage { mode: OutageMode::Isolate, .. } => Err("cutting a failure domain's network is provider-specific: set [hooks.site-outage] and [hooks.site-recover] in the kube profile".into()),
+            Op::Restart { .. } | Op::SiteRecover { .. } | Op::RollingReplace => Ok(()),
+            Op::RollingUpgrade { to } => match self.cfg.profile.versions.contains_key(to) {
+                true => Ok(()),
+                false => Err(format!("the kube profile names no Kubernetes version for {to}: add [versions.\"{to}\"] kubernetes = \"v1.x.y\"")),
+            },
+            Op::Pause { .. } | Op::Resume { .. } => Err("stopping an etcd member's process has no Cluster API counterpart: set [hooks.pause] and [hooks.resume] in the kube profile".into()),
+            Op::DiskDetach { .. } | Op::DiskReattach { .. } => match &self.disk_pv {
+                Err(why) => Err(format!("disk ops need [hooks.disk-detach] and [hooks.disk-reattach], or a [disk] volume in the workload cluster: {why}")),
+                Ok(pv) if matches!(op, Op::DiskDetach { .. }) && self.model.members.values().any(|m| m.disk == shakedown_faults::DiskState::Detached) => {
+                    Err(format!("the kube profile names one [disk] volume ({pv}), already detached: one disk at a time"))
+                }
+                Ok(_) => Ok(()),
+            },
+            Op::Backup | Op::Restore { .. } => match &self.velero {
+                Err(why) => Err(format!("backup and restore need Velero or [hooks.backup] and [hooks.restore] in the kube profile: {why}")),
+                Ok(()) if matches!(op, Op::Restore { .. }) && self.cfg.profile.hooks.contains_key(&OpKind::Backup) => {
+                    Err("the backups were taken by [hooks.backup]: set [hooks.restore] too".into())
+                }
+                Ok(()) => Ok(()),
+            },
+        }
+    }
+
+    async fn execute(&mut self, op: &Op, before: &Model, after: &Model) -> Result<(), TargetError> {
+        {
+            let mut s = self.sampler.lock().unwrap_or_else(|e| e.into_inner());
+            s.start = Some(std::time::Instant::now());
+            s.samples.clear();
+        }
+        if let Some(lost) = self.management_lost() {
+            self.lost = Some(lost.clone());
+            return Err(TargetError::Environment(format!("{op}: {lost}")));
+        }
+        let counts = self.counter.snapshot();
+        self.model = before.clone();
+        self.rebind();
+        let res = self.execute_op(op, after).await;
+        self.model = after.clone();
+        self.rebind();
+        self.events.push(("kube-requests".into(), json!({"op": op.to_string(), "non_watch_requests": self.counter.non_watch_since(&counts)})));
+        res
+    }
+
+    async fn end_step(&mut self) {
+        let mut s = self.sampler.lock().unwrap_or_else(|e| e.into_inner());
+        s.start = None;
+        s.samples.clear();
+    }
+
+    async fn observe(&mut self, model: &Model, _invariants: &[InvariantId]) -> Observation {
+        self.observation(model).await
+    }
+
+    fn log_files(&self) -> Vec<(String, std::path::PathBuf)> {
+        // The stack's logs are on its machines; hook output is in the event log.
+        Vec::new()
+    }
+
+    fn workload_stats(&self) -> Value {
+        json!({"machines": self.bindings.len(), "requests": self.counter.snapshot().values().sum::<u64>()})
+    }
+
+    fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events).into_iter().map(|(kind, detail)| Event::Target { kind, detail }).collect()
+    }
+
+    fn lost(&self) -> Option<String> {
+        self.management_lost().map(|why| format!("lost the management cluster during the run ({why}); what the run created may remain: run `shakedown reap --kube` once the apiserver is back"))
+    }
+
+    async fn teardown(&mut self) {
+        if self.torn_down {
+            return;
+        }
+        self.torn_down = true;
+        if self.cfg.dry_run {
+            println!("dry run: {} write request(s) printed, none sent", self.dry_run_writes.len());
+        }
+        // Bounded: an apiserver that stopped answering must not hold the run (reap finishes the job).
+        if tokio::time::timeout(TEARDOWN_BOUND, self.teardown_objects()).await.is_err() {
+            tracing::warn!("teardown did not finish within {}s; `shakedown reap --kube` removes what is left", TEARDOWN_BOUND.as_secs());
+        }
+    }
+}
+

@@ -1,0 +1,102 @@
+//! The kube target's spec (what a seed record says: the Cluster, the context, the kube profile)
+//! and its options (the kubeconfig, a dry run).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::profile::KubeProfile;
+use super::KubeError;
+use crate::exit::Fatal;
+
+/// The Cluster of a record and how it was driven (the kubeconfig is given again on replay).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubeSpec {
+    /// `NAMESPACE/NAME` of the Cluster API Cluster.
+    pub cluster: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    pub kube_profile: KubeProfile,
+}
+
+/// The kube target's command-line options.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct KubeOptions {
+    /// kube target: the kubeconfig (default: KUBECONFIG, else ~/.kube/config, else in-cluster).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// kube target: the kubeconfig context (default: its current context).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// kube target: the Cluster API Cluster under test, NAMESPACE/NAME. It must carry the
+    /// annotation shakedown.dev/allow-chaos: "true".
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub cluster: Option<String>,
+    /// kube target: versions, failure domains, hooks, probes and checks (TOML; see the README).
+    #[arg(long, value_name = "FILE")]
+    pub kube_profile: Option<PathBuf>,
+    /// kube target: print every write request the plan would make, and make none.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+impl KubeOptions {
+    /// Kube options given to another target are an error, not silently ignored.
+    pub fn refuse_for(&self, target: &str) -> Result<(), Fatal> {
+        let given: Vec<&str> = [
+            (self.kubeconfig.is_some(), "--kubeconfig"),
+            (self.context.is_some(), "--context"),
+            (self.cluster.is_some(), "--cluster"),
+            (self.kube_profile.is_some(), "--kube-profile"),
+            (self.dry_run, "--dry-run"),
+        ]
+        .into_iter()
+        .filter_map(|(g, n)| g.then_some(n))
+        .collect();
+        if given.is_empty() {
+            Ok(())
+        } else {
+            Err(Fatal::usage(format!("{} {} for the kube target (--target kube); --target {target} does not take {}", given.join(", "), if given.len() == 1 { "is" } else { "are" }, if given.len() == 1 { "it" } else { "them" })))
+        }
+    }
+}
+
+impl KubeSpec {
+    /// A new run's spec from the flags, or the recorded one with what the flags override.
+    pub fn from_options(opts: &KubeOptions, recorded: Option<&KubeSpec>) -> Result<KubeSpec, Fatal> {
+        let cluster = match (&opts.cluster, recorded) {
+            (Some(c), _) => c.clone(),
+            (None, Some(r)) => r.cluster.clone(),
+            (None, None) => return Err(Fatal::usage("--target kube needs --cluster NAMESPACE/NAME (the Cluster API Cluster under test)")),
+        };
+        match cluster.split_once('/') {
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {}
+            _ => return Err(Fatal::usage(format!("--cluster {cluster:?}: expected NAMESPACE/NAME"))),
+        }
+        let kube_profile = match (&opts.kube_profile, recorded) {
+            (Some(p), _) => KubeProfile::load(p).map_err(Fatal::usage)?,
+            (None, Some(r)) => r.kube_profile.clone(),
+            (None, None) => KubeProfile::default(),
+        };
+        let context = opts.context.clone().or_else(|| recorded.and_then(|r| r.context.clone()));
+        Ok(KubeSpec { cluster, context, kube_profile })
+    }
+
+    /// (namespace, name) of the Cluster.
+    pub fn namespace_name(&self) -> (&str, &str) {
+        self.cluster.split_once('/').unwrap_or(("", &self.cluster))
+    }
+
+    pub fn describe(&self) -> String {
+        format!("Cluster {}", self.cluster)
+    }
+}
+
+/// The CLI's exit code for a failure to start.
+pub fn fatal(e: KubeError) -> Fatal {
+    match e {
+        KubeError::Usage(m) => Fatal::usage(m),
+        KubeError::Refused(m) | KubeError::Environment(m) => Fatal::environment(m),
+    }
+}

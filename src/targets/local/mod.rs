@@ -1,0 +1,204 @@
+//! The local target: a real stack on this machine (see [`testbed`]), faults done for real
+//! (SIGKILL, SIGSTOP, rolling restarts onto another etcd binary, member add/remove), observed
+//! through the etcd API.
+
+pub mod backup;
+pub mod bugs;
+pub mod disk;
+pub mod etcd;
+pub mod nft;
+mod observe;
+mod ops;
+pub mod reap;
+mod sampler;
+pub mod spec;
+pub mod testbed;
+pub mod workload;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::json;
+use shakedown_faults::{Model, Op, OutageMode, Profile};
+use shakedown_invariants::{InvariantId, Marks, Observation};
+
+use crate::exit::Fatal;
+use crate::targets::{StartContext, Started, Target};
+pub use bugs::PlantedBug;
+pub use crate::targets::TargetError as LocalError;
+pub use disk::DiskMode;
+use sampler::Sampler;
+pub use spec::{DiskArg, LocalOptions, LocalSpec};
+pub use testbed::{Testbed, TestbedConfig};
+use workload::Workload;
+
+/// How long the local stack may take to come up (every member healthy, HAProxy serving).
+pub const BRING_UP_BOUND: Duration = Duration::from_secs(30);
+
+/// Bounds used by the local target's own waits.
+#[derive(Debug, Clone)]
+pub struct LocalBounds {
+    /// One status/hash/member-list request to a member.
+    pub request: Duration,
+    /// One linearizable read through the endpoint.
+    pub probe: Duration,
+    /// A whole op, including its waits for health.
+    pub op: Duration,
+    /// How long a freshly restored cluster may take to be healthy and caught up (the profile's
+    /// `converge`: starting members from a snapshot is convergence, not the op's own work).
+    pub converge: Duration,
+    /// How often members are sampled while an op runs.
+    pub sample_every: Duration,
+}
+
+impl LocalBounds {
+    pub fn from_profile(p: &Profile) -> LocalBounds {
+        LocalBounds { request: Duration::from_millis(500), probe: p.timeouts.probe, op: p.timeouts.op, converge: p.timeouts.converge, sample_every: Duration::from_millis(10) }
+    }
+}
+
+pub struct LocalTarget {
+    pub testbed: Testbed,
+    workload: Workload,
+    bounds: LocalBounds,
+    sampler: Option<Sampler>,
+    /// Where backups and restores fall in the workload's acknowledged writes.
+    marks: Marks,
+    /// How many restores this run did (each new cluster gets its own token).
+    restores: u32,
+}
+
+impl LocalTarget {
+    /// Brings the stack up and starts the workload.
+    pub async fn start(cfg: TestbedConfig, profile: &Profile, model: &Model, bring_up_limit: Duration) -> Result<LocalTarget, LocalError> {
+        let bug = cfg.bug;
+        let prefix = format!("/shakedown/{}/w/", cfg.run_id);
+        let samples = cfg.run_dir.join("workload.csv");
+        let testbed = Testbed::up(cfg, model, bring_up_limit).await?;
+        let workload = Workload::start(
+            testbed.endpoint_url(),
+            prefix,
+            profile.workload.interval,
+            profile.workload.timeout,
+            bug == Some(PlantedBug::AckBeforeWrite),
+            Some(&samples),
+        );
+        Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), sampler: None, marks: Marks::default(), restores: 0 })
+    }
+
+    /// Checks the machine (binaries, disks), then brings the stack of `spec` up.
+    pub async fn start_spec(spec: &LocalSpec, ctx: &StartContext<'_>) -> Result<LocalTarget, Fatal> {
+        let (binaries, disks) = ctx.options.local.environment(ctx.profile)?;
+        let cfg = TestbedConfig::new(ctx.run_id, ctx.run_dir, binaries, disks, spec.testbed_bug);
+        LocalTarget::start(cfg, ctx.profile, ctx.model, BRING_UP_BOUND).await.map_err(|e| Fatal::environment(format!("cannot bring the local stack up: {e}")))
+    }
+
+    fn bug(&self, bug: PlantedBug) -> bool {
+        self.testbed.cfg.bug == Some(bug)
+    }
+}
+
+/// Joins futures concurrently, in order (a tiny join_all, to avoid a dependency for one call).
+async fn futures_join_all<F: std::future::Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output>
+where
+    F: Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futs.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("observation task does not panic"));
+    }
+    out
+}
+
+#[async_trait::async_trait]
+impl Target for LocalTarget {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn started(&self) -> Started {
+        let endpoint = self.testbed.endpoint_url();
+        Started { line: format!("endpoint {endpoint}"), fields: json!({"endpoint": endpoint}), notes: vec![] }
+    }
+
+    fn component_versions(&self) -> BTreeMap<String, String> {
+        let b = &self.testbed.cfg.binaries;
+        let mut v: BTreeMap<String, String> = b.etcd.iter().map(|(k, e)| (format!("etcd-{k}"), e.full_version.clone())).collect();
+        v.insert("haproxy".into(), b.haproxy_version.clone());
+        v.insert("disks".into(), format!("{:?}", self.testbed.cfg.disks).to_lowercase());
+        v
+    }
+
+    fn supports(&self, op: &Op) -> Result<(), String> {
+        match op {
+            Op::SiteOutage { mode: OutageMode::Isolate, .. } if self.testbed.cfg.disks != DiskMode::Loop => {
+                Err("site isolation needs root (nftables and per-site group ids)".into())
+            }
+            Op::SiteOutage { mode: OutageMode::Isolate, .. } => nft::available(),
+            Op::DiskDetach { .. } | Op::DiskReattach { .. } if self.testbed.cfg.disks != DiskMode::Loop => {
+                Err("disk faults need loop-mounted disks (root)".into())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn execute(&mut self, op: &Op, before: &Model, after: &Model) -> Result<(), LocalError> {
+        if self.sampler.is_none() {
+            let members = self.testbed.members.values().map(|m| (m.name(), m.client_url())).collect();
+            self.sampler = Some(Sampler::start(members, self.bounds.sample_every));
+        }
+        let limit = self.bounds.op;
+        let res = tokio::time::timeout(limit, async {
+            match *op {
+                Op::Crash { member } => self.testbed.kill(member),
+                Op::Restart { member } => {
+                    let cluster = self.testbed.initial_cluster();
+                    self.testbed.spawn_member(member, &cluster, "existing")
+                }
+                Op::Pause { member } => self.testbed.signal(member, libc::SIGSTOP),
+                Op::Resume { member } => self.testbed.signal(member, libc::SIGCONT),
+                Op::RollingUpgrade { .. } => self.rolling_upgrade(after).await,
+                Op::RollingReplace => self.rolling_replace(before, after).await,
+                Op::SiteOutage { site, mode } => self.site_outage(site, mode).await,
+                Op::SiteRecover { site } => self.site_recover(site, before).await,
+                Op::DiskDetach { member } => self.testbed.shutdown_disk(member),
+                Op::DiskReattach { member } => self.disk_reattach(member).await,
+                Op::Backup => self.backup(after).await,
+                Op::Restore { backup } => self.restore(backup).await,
+            }
+        })
+        .await
+        .unwrap_or_else(|_| Err(LocalError::Stack(format!("{op} did not finish within {}s", limit.as_secs()))));
+        res
+    }
+
+    async fn end_step(&mut self) {
+        if let Some(s) = self.sampler.take() {
+            s.finish().await;
+        }
+    }
+
+    async fn observe(&mut self, model: &Model, invariants: &[InvariantId]) -> Observation {
+        self.observation(model, invariants).await
+    }
+
+    fn log_files(&self) -> Vec<(String, std::path::PathBuf)> {
+        let Ok(rd) = std::fs::read_dir(self.testbed.cfg.run_dir.join("logs")) else { return vec![] };
+        let mut logs: Vec<(String, std::path::PathBuf)> =
+            rd.flatten().filter_map(|e| e.file_name().to_str().and_then(|f| f.strip_suffix(".log")).map(|n| (n.to_string(), e.path()))).collect();
+        logs.sort();
+        logs
+    }
+
+    fn workload_stats(&self) -> serde_json::Value {
+        json!(self.workload.stats())
+    }
+
+    async fn teardown(&mut self) {
+        self.end_step().await;
+        self.workload.stop().await;
+        self.testbed.teardown();
+    }
+}

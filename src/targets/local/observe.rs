@@ -1,0 +1,145 @@
+//! What the local target observes after a step: every member's status, etcd's member list,
+//! HashKV at a common revision, probes through the endpoint, the workload's read-back, and the
+//! run's resources on the machine.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use etcd_client::GetOptions;
+use shakedown_faults::{MemberId, Model};
+use shakedown_invariants::{Durability, InvariantId, ListedMember, MemberStatus, Observation, Probe};
+use tokio::time::Instant;
+
+use super::disk::DiskMode;
+use super::{etcd, futures_join_all, reap, LocalTarget};
+
+impl LocalTarget {
+    pub(super) async fn probes(&mut self) -> Vec<Probe> {
+        // One fresh connection per endpoint server: HAProxy's round robin sends each to a
+        // different member, so a member the endpoint should have routed around is hit.
+        let n = self.testbed.members.len().max(1);
+        let endpoint = self.testbed.endpoint_url();
+        let limit = self.bounds.probe;
+        let key = format!("/shakedown/{}/probe", self.testbed.cfg.run_id);
+        let futs = (0..n).map(|_| {
+            let (endpoint, key) = (endpoint.clone(), key.clone());
+            async move {
+                let t0 = Instant::now();
+                let res = async {
+                    let mut c = etcd::connect(&endpoint, limit).await?;
+                    etcd::bounded("linearizable read", limit, c.get(key.as_str(), None)).await
+                }
+                .await;
+                Probe { latency_ms: t0.elapsed().as_millis() as u64, error: res.err() }
+            }
+        });
+        futures_join_all(futs).await
+    }
+
+    pub(super) async fn durability(&self) -> Durability {
+        let acked = self.workload.acked();
+        let limit = self.bounds.probe;
+        let res = async {
+            let mut c = etcd::connect(&self.testbed.endpoint_url(), limit).await?;
+            etcd::bounded("read back", limit.max(Duration::from_secs(2)), c.get(self.workload.prefix.as_str(), Some(GetOptions::new().with_prefix()))).await
+        }
+        .await;
+        match res {
+            Ok(resp) => Durability {
+                read: resp
+                    .kvs()
+                    .iter()
+                    .map(|kv| (String::from_utf8_lossy(kv.key()).to_string(), String::from_utf8_lossy(kv.value()).to_string()))
+                    .collect(),
+                acked,
+                marks: self.marks.clone(),
+                read_error: None,
+            },
+            Err(e) => Durability { acked, marks: self.marks.clone(), read: HashMap::new(), read_error: Some(e) },
+        }
+    }
+
+    pub(super) async fn observation(&mut self, model: &Model, invariants: &[InvariantId]) -> Observation {
+        let wants = |i: InvariantId| invariants.contains(&i);
+        let request = self.bounds.request;
+        let members: Vec<(String, String)> = self.testbed.members.values().map(|m| (m.name(), m.client_url())).collect();
+        let status_futs = members.iter().cloned().map(|(name, url)| async move {
+            let r = etcd::status(&url, request).await;
+            (name, url, r)
+        });
+        let statuses = futures_join_all(status_futs).await;
+        let mut obs = Observation::default();
+        if let Some(s) = &self.sampler {
+            obs.serving_samples = s.samples();
+            obs.samples_until_ms = s.t0.elapsed().as_millis() as u64;
+        }
+        let mut leader_url = None;
+        for (name, url, r) in &statuses {
+            let member = name.parse::<MemberId>().ok();
+            obs.members.push(match r {
+                Ok(s) => {
+                    let me = s.header().map(|h| h.member_id());
+                    if s.leader() != 0 && me == Some(s.leader()) {
+                        leader_url = Some(url.clone());
+                    }
+                    MemberStatus {
+                        name: name.clone(),
+                        member,
+                        reachable: true,
+                        leader: (s.leader() != 0).then_some(s.leader()),
+                        etcd_id: me,
+                        revision: s.header().map(|h| h.revision()).unwrap_or(0),
+                        raft_index: s.raft_index(),
+                        version: Some(s.version().to_string()),
+                        hash: None,
+                        error: None,
+                    }
+                }
+                Err(e) => MemberStatus { name: name.clone(), member, reachable: false, leader: None, etcd_id: None, revision: 0, raft_index: 0, version: None, hash: None, error: Some(e.clone()) },
+            });
+        }
+        let any_url = leader_url.or_else(|| statuses.iter().find(|(_, _, r)| r.is_ok()).map(|(_, u, _)| u.clone()));
+        if wants(InvariantId::Membership) || wants(InvariantId::Quorum) {
+            if let Some(url) = &any_url {
+                if let Ok(mut c) = etcd::connect(url, request).await {
+                    if let Ok(list) = etcd::bounded("member list", request, c.member_list()).await {
+                        obs.member_list = Some(
+                            list.members().iter().map(|m| ListedMember { id: m.id(), name: m.name().to_string(), peer_urls: m.peer_urls().to_vec() }).collect(),
+                        );
+                    }
+                }
+            }
+        }
+        if wants(InvariantId::Consistency) {
+            let rev = obs.members.iter().filter(|m| m.reachable && m.revision > 0).map(|m| m.revision).min();
+            if let Some(rev) = rev {
+                let futs = statuses.iter().filter(|(_, _, r)| r.is_ok()).map(|(name, url, _)| {
+                    let (name, url) = (name.clone(), url.clone());
+                    async move {
+                        let r = async {
+                            let mut c = etcd::connect(&url, request).await?;
+                            etcd::bounded("hash kv", request, c.hash_kv(rev)).await
+                        }
+                        .await;
+                        (name, r.map(|h| h.hash()))
+                    }
+                });
+                for (name, r) in futures_join_all(futs).await {
+                    if let (Ok(h), Some(m)) = (r, obs.members.iter_mut().find(|m| m.name == name)) {
+                        m.hash = Some((rev, h));
+                    }
+                }
+            }
+        }
+        if wants(InvariantId::Reachability) && model.service_expected_up() {
+            obs.probes = self.probes().await;
+        }
+        if wants(InvariantId::Durability) && model.service_expected_up() {
+            obs.durability = Some(self.durability().await);
+        }
+        if wants(InvariantId::Leaks) {
+            obs.inventory = Some(reap::inventory(&self.testbed.cfg.run_dir, &self.testbed.nft_table(), self.testbed.cfg.disks == DiskMode::Loop));
+        }
+        obs
+    }
+}

@@ -1,0 +1,295 @@
+//! The local target's ops: membership changes, rolling upgrade and replace, site outages, disk
+//! reattach, backup and restore. Each is bounded by the op bound (the caller's timeout) and by
+//! its own waits.
+
+use std::time::Duration;
+
+use shakedown_faults::{BackupId, MemberId, Model, OutageMode, SiteId};
+use tokio::time::Instant;
+
+use super::bugs::PlantedBug;
+use super::{backup, etcd, futures_join_all, nft, LocalError, LocalTarget};
+
+impl LocalTarget {
+    pub(super) fn url_of(&self, id: MemberId) -> Result<String, LocalError> {
+        self.testbed.members.get(&id).map(|m| m.client_url()).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))
+    }
+
+    pub(super) fn urls(&self) -> Vec<String> {
+        self.testbed.members.values().map(|m| m.client_url()).collect()
+    }
+
+    pub(super) fn confirm_serving(&self, url: &str) {
+        if let Some(s) = &self.sampler {
+            s.confirm(url);
+        }
+    }
+
+    /// A client to the leader, or to any member that answers when none leads. Members are asked
+    /// at once, so a member that does not answer costs one request bound, not one per member.
+    pub(super) async fn cluster_client(&self) -> Result<etcd_client::Client, LocalError> {
+        let request = self.bounds.request;
+        let answers = futures_join_all(self.urls().into_iter().map(|url| async move {
+            let s = etcd::status(&url, request).await.ok();
+            (url, s)
+        }))
+        .await;
+        let leads = |s: &etcd_client::StatusResponse| s.leader() != 0 && s.header().is_some_and(|h| h.member_id() == s.leader());
+        let pick = answers
+            .iter()
+            .find(|(_, s)| s.as_ref().is_some_and(leads))
+            .or_else(|| answers.iter().find(|(_, s)| s.is_some()))
+            .map(|(u, _)| u.clone())
+            .ok_or_else(|| LocalError::Stack("no member answers".into()))?;
+        etcd::connect(&pick, request).await.map_err(LocalError::Stack)
+    }
+
+    /// A membership change, retried within the op bound: etcd refuses reconfiguration while a
+    /// member (re)connected less than 5 s ago ("unhealthy cluster"); operators such as KCP retry.
+    pub(super) async fn reconfigure<T, F, Fut>(&self, what: &str, call: F) -> Result<T, String>
+    where
+        F: Fn(etcd_client::Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let deadline = Instant::now() + self.bounds.op;
+        loop {
+            let res = match self.cluster_client().await {
+                Ok(c) => etcd::bounded(what, self.bounds.request * 4, call(c)).await,
+                Err(e) => Err(e.to_string()),
+            };
+            match res {
+                Ok(v) => return Ok(v),
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!("{what} refused, retrying: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Announces member `id` (which the testbed has, not started) to etcd — as a learner when
+    /// asked — then starts it with the cluster as etcd reports it. Returns its etcd member id.
+    pub(super) async fn announce_and_start(&mut self, id: MemberId, learner: bool) -> Result<u64, LocalError> {
+        let name = id.to_string();
+        let peer = self.testbed.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?.peer_url();
+        let options = learner.then(|| etcd_client::MemberAddOptions::new().with_is_learner());
+        let added = self
+            .reconfigure("member add", |mut c| {
+                let (peer, options) = (peer.clone(), options.clone());
+                async move { c.member_add([peer.as_str()], options).await }
+            })
+            .await
+            .map_err(|e| LocalError::Stack(format!("adding {id}: {e}")))?;
+        let etcd_id = added.member().map(|m| m.id()).unwrap_or(0);
+        // The new member has no name in etcd's list until it starts: it is `name`.
+        let cluster: Vec<String> = added
+            .member_list()
+            .iter()
+            .map(|m| {
+                let n = if m.id() == etcd_id { name.as_str() } else { m.name() };
+                format!("{n}={}", m.peer_urls().first().cloned().unwrap_or_default())
+            })
+            .collect();
+        self.testbed.spawn_member(id, &cluster.join(","), "existing")?;
+        Ok(etcd_id)
+    }
+
+    /// Waits until member `id` sees a leader and caught up with the others (bounded by the op
+    /// bound), and tells the sampler it serves.
+    pub(super) async fn wait_caught_up(&self, id: MemberId, what: &str) -> Result<(), LocalError> {
+        let url = self.url_of(id)?;
+        let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
+        etcd::wait_caught_up(&url, &others, self.bounds.op).await.map_err(|e| LocalError::Stack(format!("{what} {id}: {e}")))?;
+        self.confirm_serving(&url);
+        Ok(())
+    }
+
+    /// etcd's member id of the member named `name`.
+    pub(super) async fn etcd_id(&self, name: &str) -> Result<Option<u64>, LocalError> {
+        let mut c = self.cluster_client().await?;
+        let list = etcd::bounded("member list", self.bounds.request, c.member_list()).await.map_err(LocalError::Stack)?;
+        Ok(list.members().iter().find(|m| m.name() == name).map(|m| m.id()))
+    }
+
+    /// Moves leadership off `id` if it leads (best effort: etcd also does it on SIGTERM).
+    pub(super) async fn move_leader_off(&self, id: MemberId) {
+        let Ok(url) = self.url_of(id) else { return };
+        let Ok(s) = etcd::status(&url, self.bounds.request).await else { return };
+        let me = s.header().map(|h| h.member_id()).unwrap_or(0);
+        if s.leader() != me || me == 0 {
+            return;
+        }
+        let Ok(mut c) = etcd::connect(&url, self.bounds.request).await else { return };
+        let Ok(list) = etcd::bounded("member list", self.bounds.request, c.member_list()).await else { return };
+        if let Some(to) = list.members().iter().find(|m| m.id() != me && !m.name().is_empty()) {
+            let res = etcd::bounded("move leader", Duration::from_secs(3), c.move_leader(to.id())).await;
+            tracing::debug!(from = %id, to = to.name(), ?res, "moved leadership");
+        }
+    }
+
+    pub(super) async fn rolling_upgrade(&mut self, after: &Model) -> Result<(), LocalError> {
+        let ids: Vec<MemberId> = self.testbed.members.keys().copied().collect();
+        for id in ids {
+            let to = after.member(id).map_err(|e| LocalError::Stack(e.to_string()))?.version;
+            if self.testbed.members[&id].version == to {
+                continue;
+            }
+            self.move_leader_off(id).await;
+            self.testbed.stop(id, Duration::from_secs(10)).await?;
+            self.testbed.members.get_mut(&id).expect("listed above").version = to;
+            let cluster = self.testbed.initial_cluster();
+            self.testbed.spawn_member(id, &cluster, "existing")?;
+            if !self.bug(PlantedBug::UpgradeNoWait) {
+                self.wait_caught_up(id, "upgraded").await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn rolling_replace(&mut self, before: &Model, after: &Model) -> Result<(), LocalError> {
+        for (old, new) in before.replacements() {
+            let spec = after.member(new).map_err(|e| LocalError::Stack(e.to_string()))?.clone();
+            let url = self.testbed.add_member(new, spec.site, spec.version)?.client_url();
+            if let Some(s) = &self.sampler {
+                s.watch(&url);
+            }
+            if let Err(e) = self.announce_and_start(new, false).await {
+                self.testbed.remove_member(new).ok();
+                return Err(e);
+            }
+            self.wait_caught_up(new, "new member").await?;
+            self.move_leader_off(old).await;
+            if !self.bug(PlantedBug::ReplaceKeepsOldMember) {
+                let old_id = self.etcd_id(&old.to_string()).await?.ok_or_else(|| LocalError::Stack(format!("{old} is not in the member list")))?;
+                self.reconfigure("member remove", |mut c| async move { c.member_remove(old_id).await })
+                    .await
+                    .map_err(|e| LocalError::Stack(format!("removing {old}: {e}")))?;
+            }
+            self.testbed.stop(old, Duration::from_secs(5)).await?;
+            self.testbed.remove_member(old)?;
+            self.testbed.start_haproxy()?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn site_outage(&mut self, site: SiteId, mode: OutageMode) -> Result<(), LocalError> {
+        let ids: Vec<MemberId> = self.testbed.members.values().filter(|m| m.site == site).map(|m| m.id).collect();
+        match mode {
+            OutageMode::PowerLoss => ids.into_iter().try_for_each(|id| self.testbed.kill(id)),
+            OutageMode::Isolate => {
+                let (table, subnet, gid) = (self.testbed.nft_table(), self.testbed.site_subnet(site), self.testbed.site_gid(site));
+                nft::isolate(&table, &site.to_string(), subnet, gid)
+            }
+        }
+    }
+
+    pub(super) async fn site_recover(&mut self, site: SiteId, before: &Model) -> Result<(), LocalError> {
+        match before.outages.get(&site) {
+            Some(OutageMode::Isolate) => nft::recover(&self.testbed.nft_table(), &site.to_string(), self.bug(PlantedBug::RecoverLeavesRule)),
+            Some(OutageMode::PowerLoss) => {
+                let ids: Vec<MemberId> = self.testbed.members.values().filter(|m| m.site == site).map(|m| m.id).collect();
+                let cluster = self.testbed.initial_cluster();
+                ids.into_iter().try_for_each(|id| self.testbed.spawn_member(id, &cluster, "existing"))
+            }
+            None => Err(LocalError::Stack(format!("{site} is not out"))),
+        }
+    }
+
+    /// Unmount, check, remount; then the member's etcd data is discarded and the member re-added
+    /// empty (remove, add as a learner, start, promote once in sync). etcd cannot prove its data complete
+    /// after an abrupt detach, and a member restarted on it was seen to win an election and serve
+    /// a stale store (see ARCHITECTURE.md); an operator re-adds it instead.
+    pub(super) async fn disk_reattach(&mut self, id: MemberId) -> Result<(), LocalError> {
+        // The member usually died on EIO; if it did not, it is stopped now.
+        self.testbed.kill(id)?;
+        let cluster = self.testbed.initial_cluster();
+        if self.bug(PlantedBug::ReattachOnShutdownDisk) {
+            return self.testbed.spawn_member(id, &cluster, "existing");
+        }
+        if let Err(e) = self.testbed.remount_disk(id) {
+            tracing::info!(member = %id, "disk unusable after reattach ({e}); giving the member a fresh disk");
+            self.testbed.replace_disk(id)?;
+        }
+        let data = self.testbed.members[&id].disk.data_dir();
+        let _ = std::fs::remove_dir_all(&data);
+        std::fs::create_dir_all(&data).map_err(|e| LocalError::Environment(format!("cannot create {}: {e}", data.display())))?;
+        let name = id.to_string();
+        if let Some(etcd_id) = self.etcd_id(&name).await? {
+            self.reconfigure("member remove", |mut c| async move { c.member_remove(etcd_id).await }).await.map_err(|e| LocalError::Stack(format!("removing {id}: {e}")))?;
+        }
+        // Re-added as a learner, promoted once it has caught up: a learner does not count
+        // towards quorum while it syncs.
+        let etcd_id = self.announce_and_start(id, true).await?;
+        // etcd refuses the promotion until the learner is in sync: retried within the op bound.
+        self.reconfigure("member promote", |mut c| async move { c.member_promote(etcd_id).await })
+            .await
+            .map_err(|e| LocalError::Stack(format!("promoting {id}: {e}")))?;
+        self.wait_caught_up(id, "re-added").await
+    }
+
+    pub(super) fn backup_path(&self, b: BackupId) -> std::path::PathBuf {
+        self.testbed.cfg.run_dir.join("backups").join(format!("{b}.db"))
+    }
+
+    pub(super) async fn backup(&mut self, after: &Model) -> Result<(), LocalError> {
+        let b = *after.backups.last().ok_or_else(|| LocalError::Stack("the model has no backup to take".into()))?;
+        let path = self.backup_path(b);
+        std::fs::create_dir_all(path.parent().expect("has a parent")).map_err(|e| LocalError::Environment(format!("cannot create the backup store: {e}")))?;
+        // From the leader: it has applied every acknowledged write; a follower may lag.
+        let mut c = self.cluster_client().await?;
+        let start = self.workload.acked_len();
+        let size = backup::take(&mut c, &path, self.bounds.op).await.map_err(LocalError::Stack)?;
+        // The workload's one write in flight when the snapshot ended may be in it and be
+        // acknowledged just after: it is the next position, so the snapshot's window ends
+        // after it (seen as a false "restore did not restore" with a 2 ms workload interval).
+        self.marks.backups.insert(b, (start, self.workload.acked_len() + 1));
+        tracing::debug!(backup = %b, bytes = size, "backup taken");
+        Ok(())
+    }
+
+    pub(super) async fn restore(&mut self, b: BackupId) -> Result<(), LocalError> {
+        let path = self.backup_path(b);
+        // Refuse a damaged backup before touching the running cluster.
+        backup::verify(&path).map_err(|e| LocalError::Stack(format!("restore refused, the cluster was left untouched: {e}")))?;
+        let version = self.testbed.members.values().map(|m| m.version).max().ok_or_else(|| LocalError::Stack("no members".into()))?;
+        let tool = self.testbed.cfg.binaries.etcd.get(&version).and_then(|e| e.restore_tool.clone()).ok_or_else(|| {
+            LocalError::Environment(format!("no snapshot restore tool (etcdutl or etcdctl) beside the etcd {version} binary"))
+        })?;
+        // Recorded before anything stops, open-ended until the stack is back: if the restore
+        // fails or is cut short, every write from its start on is uncertain.
+        self.marks.restores.push((b, self.workload.acked_len(), usize::MAX));
+        let res = self.restore_cluster(&tool, &path, b).await;
+        if let Some(last) = self.marks.restores.last_mut() {
+            last.2 = self.workload.acked_len();
+        }
+        res
+    }
+
+    pub(super) async fn restore_cluster(&mut self, tool: &std::path::Path, path: &std::path::Path, b: BackupId) -> Result<(), LocalError> {
+        let ids: Vec<MemberId> = self.testbed.members.keys().copied().collect();
+        // The data is about to be replaced: a hard stop (a graceful one hangs on the last member,
+        // which has no quorum left to hand leadership over).
+        ids.iter().try_for_each(|&id| self.testbed.kill(id))?;
+        self.restores += 1;
+        let token = format!("{}-r{}", self.testbed.cfg.run_id, self.restores);
+        let cluster = self.testbed.initial_cluster();
+        let restored: Vec<MemberId> = if self.bug(PlantedBug::RestorePartial) { ids[..ids.len() - 1].to_vec() } else { ids.clone() };
+        for &id in &restored {
+            self.testbed.replace_disk(id)?;
+            let m = &self.testbed.members[&id];
+            let data = m.disk.data_dir();
+            let _ = std::fs::remove_dir_all(&data);
+            backup::restore_into(tool, path, &m.name(), &cluster, &token, &m.peer_url(), &data)?;
+        }
+        for &id in &ids {
+            self.testbed.spawn_member(id, &cluster, "new")?;
+        }
+        let urls = self.urls();
+        for url in &urls {
+            etcd::wait_caught_up(url, &urls, self.bounds.converge).await.map_err(|e| LocalError::Stack(format!("after restoring {b}: {e}")))?;
+            self.confirm_serving(url);
+        }
+        Ok(())
+    }
+}

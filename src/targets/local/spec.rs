@@ -1,0 +1,113 @@
+//! The local target's spec (what a seed record says: the planted bug) and its options (what
+//! this machine says: etcd and HAProxy binaries, disk mode).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use shakedown_faults::{Profile, Version};
+
+use super::bugs::PlantedBug;
+use super::disk::DiskMode;
+use crate::binaries::{self, Binaries, BinaryOverrides};
+use crate::exit::Fatal;
+
+/// The local stack of a record: the planted bug it ran with, if any.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalSpec {
+    /// A planted bug switched on in the local target's own operations (`--testbed-bug`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub testbed_bug: Option<PlantedBug>,
+}
+
+/// Member disks: loop-mounted ext4 images (root) or plain directories; `auto` picks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiskArg {
+    #[default]
+    Auto,
+    Loop,
+    Plain,
+}
+
+/// The local target's command-line options.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct LocalOptions {
+    /// local target: switch on a planted bug: upgrade-no-wait, replace-keeps-old-member,
+    /// endpoint-no-health-check, ack-before-write, recover-leaves-rule,
+    /// reattach-on-shutdown-disk, restore-partial (see the README).
+    #[arg(long, value_parser = parse_bug)]
+    pub testbed_bug: Option<PlantedBug>,
+    /// local target: an etcd binary for a version, e.g. --etcd 3.5=/opt/etcd-3.5/etcd (repeatable).
+    #[arg(long = "etcd", value_name = "VERSION=PATH", value_parser = parse_etcd)]
+    pub etcd: Vec<(Version, PathBuf)>,
+    /// local target: the haproxy binary.
+    #[arg(long, env = "SHAKEDOWN_HAPROXY")]
+    pub haproxy: Option<PathBuf>,
+    /// local target: member disks: loop-mounted ext4 images (root) or plain directories; auto picks.
+    #[arg(long, value_enum, default_value_t = DiskArg::Auto)]
+    pub disks: DiskArg,
+}
+
+fn parse_bug(s: &str) -> Result<PlantedBug, String> {
+    s.parse()
+}
+
+fn parse_etcd(s: &str) -> Result<(Version, PathBuf), String> {
+    let (v, p) = s.split_once('=').ok_or("expected VERSION=PATH, e.g. 3.5=/usr/local/bin/etcd")?;
+    Ok((v.parse()?, PathBuf::from(p)))
+}
+
+impl LocalOptions {
+    /// Local options given to another target are an error, not silently ignored.
+    pub fn refuse_for(&self, target: &str) -> Result<(), Fatal> {
+        let given: Vec<&str> = [
+            (self.testbed_bug.is_some(), "--testbed-bug"),
+            (!self.etcd.is_empty(), "--etcd"),
+            (self.disks != DiskArg::Auto, "--disks"),
+        ]
+        .into_iter()
+        .filter_map(|(g, n)| g.then_some(n))
+        .collect();
+        if given.is_empty() {
+            Ok(())
+        } else {
+            Err(Fatal::usage(format!("{} {} for the local target; --target {target} does not take {}", given.join(", "), if given.len() == 1 { "is" } else { "are" }, if given.len() == 1 { "it" } else { "them" })))
+        }
+    }
+
+    /// The binaries and the disk mode, checked before anything is created.
+    pub fn environment(&self, profile: &Profile) -> Result<(Binaries, DiskMode), Fatal> {
+        let overrides = BinaryOverrides { etcd: self.etcd.iter().cloned().collect::<BTreeMap<_, _>>(), haproxy: self.haproxy.clone() };
+        let binaries = binaries::discover(&profile.versions, &overrides)?;
+        let (detected, why) = DiskMode::detect();
+        let disks = match self.disks {
+            DiskArg::Auto => {
+                if let Some(why) = why {
+                    tracing::warn!("{why}");
+                }
+                detected
+            }
+            DiskArg::Loop if detected != DiskMode::Loop => {
+                return Err(Fatal::environment(format!("--disks loop is not possible here: {}", why.unwrap_or_default())))
+            }
+            DiskArg::Loop => DiskMode::Loop,
+            DiskArg::Plain => DiskMode::Plain,
+        };
+        Ok((binaries, disks))
+    }
+}
+
+impl LocalSpec {
+    /// A new run's spec from the options, or the recorded one with `--testbed-bug` overriding.
+    pub fn from_options(options: &LocalOptions, recorded: Option<&LocalSpec>) -> LocalSpec {
+        LocalSpec { testbed_bug: options.testbed_bug.or(recorded.and_then(|r| r.testbed_bug)) }
+    }
+
+    pub fn describe(&self) -> String {
+        match self.testbed_bug {
+            Some(b) => format!("local · planted bug {b}"),
+            None => "local".into(),
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! Targets: the stacks under test. One trait ([`Target`]), backends as siblings (`local`,
+//! `kube`), and one registration: [`TargetSpec`] (what a seed record says about the stack),
+//! [`TargetOptions`] (what this machine says: binaries, kubeconfig) and [`start`].
+//!
+//! A new target is a folder beside `local/` and `kube/` holding its spec, its options and its
+//! `Target` implementation, plus one arm in each of the three enums/matches of this file.
+
+pub mod kube;
+pub mod local;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use shakedown_faults::{Model, Op, Profile};
+use shakedown_invariants::{InvariantId, Observation};
+
+use crate::events::Event;
+use crate::exit::Fatal;
+
+/// Why a target could not do what was asked.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TargetError {
+    /// The machine cannot do it: a command failed, a binary is missing, no permission.
+    #[error("{0}")]
+    Environment(String),
+    /// The stack did not do what the op waits for within its bound (a member never became
+    /// healthy, a reconfiguration was refused): a finding about the stack.
+    #[error("{0}")]
+    Stack(String),
+    /// The target does not support the op here (with the reason).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// The kinds of target, as `--target` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TargetKind {
+    /// The built-in real testbed on this machine (etcd members, HAProxy, loop disks).
+    Local,
+    /// A Cluster API Cluster on a management cluster (--cluster NS/NAME, kubeconfig).
+    Kube,
+}
+
+/// What a seed record says about the stack its plan ran on: enough to run the same plan on the
+/// same kind of stack again. Serialized as the record's `[target]` table, tagged by `kind`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum TargetSpec {
+    Local(local::LocalSpec),
+    Kube(kube::KubeSpec),
+}
+
+/// What this machine and this command line add to a spec (binaries, disks, kubeconfig, dry
+/// run): never recorded, given again on replay.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TargetOptions {
+    #[command(flatten)]
+    pub local: local::LocalOptions,
+    #[command(flatten)]
+    pub kube: kube::KubeOptions,
+}
+
+/// Where and for what a target is started.
+pub struct StartContext<'a> {
+    pub run_id: &'a str,
+    pub run_dir: &'a Path,
+    pub profile: &'a Profile,
+    pub model: &'a Model,
+    pub options: &'a TargetOptions,
+}
+
+/// What a started target says about itself: the progress line after bring-up, and notes (what
+/// it could not find, what it will not check) that the run prints and records.
+#[derive(Debug, Clone, Default)]
+pub struct Started {
+    pub line: String,
+    pub fields: serde_json::Value,
+    pub notes: Vec<String>,
+}
+
+impl TargetSpec {
+    pub fn kind(&self) -> TargetKind {
+        match self {
+            TargetSpec::Local(_) => TargetKind::Local,
+            TargetSpec::Kube(_) => TargetKind::Kube,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self.kind() {
+            TargetKind::Local => "local",
+            TargetKind::Kube => "kube",
+        }
+    }
+
+    /// The spec of a new run on `kind` from the command line; with `recorded` (a replay, a
+    /// shrink), the recorded spec with what the command line overrides. Options that belong to
+    /// another target are refused, never ignored.
+    pub fn from_options(kind: TargetKind, options: &TargetOptions, recorded: Option<&TargetSpec>) -> Result<TargetSpec, Fatal> {
+        match kind {
+            TargetKind::Local => {
+                options.kube.refuse_for("local")?;
+                let recorded = match recorded {
+                    Some(TargetSpec::Local(s)) => Some(s),
+                    _ => None,
+                };
+                Ok(TargetSpec::Local(local::LocalSpec::from_options(&options.local, recorded)))
+            }
+            TargetKind::Kube => {
+                options.local.refuse_for("kube")?;
+                let recorded = match recorded {
+                    Some(TargetSpec::Kube(s)) => Some(s),
+                    _ => None,
+                };
+                Ok(TargetSpec::Kube(kube::KubeSpec::from_options(&options.kube, recorded)?))
+            }
+        }
+    }
+
+    /// A short description for progress lines: `local`, `local · planted bug X`, `Cluster ns/c`.
+    pub fn describe(&self) -> String {
+        match self {
+            TargetSpec::Local(s) => s.describe(),
+            TargetSpec::Kube(s) => s.describe(),
+        }
+    }
+
+    /// The JUnit classname part for runs of this spec.
+    pub fn junit_class(&self) -> String {
+        match self {
+            TargetSpec::Local(s) if s.testbed_bug.is_some() => "planted".into(),
+            other => other.name().into(),
+        }
+    }
+
+    /// What the replay command of a record of this spec needs besides the file (the options
+    /// that are not recorded, such as the kubeconfig).
+    pub fn replay_flags(&self, options: &TargetOptions) -> String {
+        match self {
+            TargetSpec::Local(_) => String::new(),
+            TargetSpec::Kube(_) => options.kube.kubeconfig.as_ref().map(|k| format!(" --kubeconfig {}", k.display())).unwrap_or_default(),
+        }
+    }
+}
+
+/// Checks, before anything is created, that this machine can start the target (the local
+/// target's binaries and disks): a run that cannot start leaves no run directory behind.
+pub fn preflight(spec: &TargetSpec, options: &TargetOptions, profile: &Profile) -> Result<(), Fatal> {
+    match spec {
+        TargetSpec::Local(_) => options.local.environment(profile).map(|_| ()),
+        TargetSpec::Kube(_) => Ok(()),
+    }
+}
+
+/// Starts the target a spec names (brings the local stack up, connects to the management
+/// cluster). The one place that knows every target.
+pub async fn start(spec: &TargetSpec, ctx: &StartContext<'_>) -> Result<Box<dyn Target>, Fatal> {
+    Ok(match spec {
+        TargetSpec::Local(s) => Box::new(local::LocalTarget::start_spec(s, ctx).await?),
+        TargetSpec::Kube(s) => Box::new(kube::KubeTarget::start_spec(s, ctx).await?),
+    })
+}
+
+/// A stack under test.
+///
+/// Architecture invariant: a target never decides whether an invariant holds; it executes ops
+/// and reports observations, and `shakedown-invariants` judges them against the model.
+#[async_trait::async_trait]
+pub trait Target: Send {
+    fn name(&self) -> &'static str;
+
+    /// Component name → version, for seed records.
+    fn component_versions(&self) -> BTreeMap<String, String>;
+
+    /// What the run prints and records once the target is up.
+    fn started(&self) -> Started;
+
+    /// `Some(reason)` when this target cannot check invariant `id` here; such invariants are
+    /// left out of its runs, and the run says so.
+    fn unchecked(&self, _id: InvariantId) -> Option<String> {
+        None
+    }
+
+    /// `Err(reason)` when this target cannot execute `op` here (the engine skips it, says why,
+    /// and runs the rest of the plan).
+    fn supports(&self, op: &Op) -> Result<(), String>;
+
+    /// Executes `op`, which takes the stack from `before` to `after` in the model. A target may
+    /// start sampling the stack here; samples go into every observation until [`Target::end_step`].
+    async fn execute(&mut self, op: &Op, before: &Model, after: &Model) -> Result<(), TargetError>;
+
+    /// The step's checks are done: stop what `execute` started for the step.
+    async fn end_step(&mut self);
+
+    /// Observes what the listed invariants need, including the samples of the current step.
+    async fn observe(&mut self, model: &Model, invariants: &[InvariantId]) -> Observation;
+
+    /// Component logs (name, path) whose last lines go into the forensics of a failed run.
+    fn log_files(&self) -> Vec<(String, PathBuf)>;
+
+    /// One-line workload statistics for progress output and the event log.
+    fn workload_stats(&self) -> serde_json::Value;
+
+    /// Events the target recorded since the last call (hook output, request counts), for the
+    /// run's event log ([`Event::Target`]).
+    fn take_events(&mut self) -> Vec<Event> {
+        Vec::new()
+    }
+
+    /// `Some(why)` when the target lost the stack's control API during the run (the kube
+    /// target's management cluster): what the checks read cannot be trusted, the run ends with
+    /// exit 4 whatever its outcome.
+    fn lost(&self) -> Option<String> {
+        None
+    }
+
+    /// What an interrupted run says it did before stopping.
+    fn interrupted(&self) -> &'static str {
+        "interrupted: the stack was torn down"
+    }
+
+    /// Tears everything down. Idempotent.
+    async fn teardown(&mut self);
+}
