@@ -60,6 +60,7 @@ pub fn draw_weights(runner: &mut TestRunner, profile: &Profile) -> Weights {
         .into_iter()
         .map(|kind| {
             let w = match profile.weights.get(&kind) {
+                _ if !profile.allows(kind) => 0,
                 Some(&w) => w,
                 None => draw(runner, &(0..=MAX_DRAWN_WEIGHT)),
             };
@@ -67,7 +68,7 @@ pub fn draw_weights(runner: &mut TestRunner, profile: &Profile) -> Weights {
         })
         .collect();
     if weights.values().all(|&w| w == 0) {
-        weights.values_mut().for_each(|w| *w = 1);
+        weights.iter_mut().filter(|(k, _)| profile.allows(**k)).for_each(|(_, w)| *w = 1);
     }
     weights
 }
@@ -109,7 +110,7 @@ pub fn generate(seed: u64, profile: &Profile) -> Plan {
 pub fn generate_from(seed: u64, profile: &Profile, mut model: Model, steps: usize) -> Plan {
     let mut runner = TestRunner::new_with_rng(Config::default(), rng_for(seed));
     let weights = draw_weights(&mut runner, profile);
-    let switched_off: Vec<OpKind> = profile.weights.iter().filter(|(_, &w)| w == 0).map(|(&k, _)| k).collect();
+    let switched_off: Vec<OpKind> = OpKind::ALL.into_iter().filter(|k| !profile.allows(*k) || profile.weights.get(k) == Some(&0)).collect();
     let mut ops = Vec::with_capacity(steps);
     for _ in 0..steps {
         let Some(strategy) = next_op_strategy(&model, &weights, &switched_off) else { break };

@@ -31,6 +31,10 @@ pub struct Profile {
     /// The most members down at once. Default: as many as keeps quorum.
     #[serde(default)]
     pub max_down: Option<usize>,
+    /// The op kinds this tier may use; kinds not listed get weight 0 (default: every kind). A
+    /// tier that lists its ops never picks up a new op kind by accident.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops: Option<Vec<OpKind>>,
     /// Pinned op weights. Kinds left out are drawn from the seed (swarm testing);
     /// a weight of 0 disables a kind.
     #[serde(default)]
@@ -125,6 +129,11 @@ impl Profile {
         if self.steps > MAX_STEPS {
             return bad(format!("steps = {} is more than the {MAX_STEPS} a plan may have", self.steps));
         }
+        if let Some(ops) = &self.ops {
+            if let Some((k, _)) = self.weights.iter().find(|(k, w)| **w > 0 && !ops.contains(k)) {
+                return bad(format!("weights.{k} is set but {k} is not in ops"));
+            }
+        }
         if self.sites == 0 || self.members == 0 {
             return bad("sites and members must be at least 1".into());
         }
@@ -158,6 +167,11 @@ impl Profile {
             return bad("workload.timeout must be more than zero".into());
         }
         Ok(())
+    }
+
+    /// Whether the tier may use op kind `k` at all (its `ops` list, when it has one).
+    pub fn allows(&self, k: OpKind) -> bool {
+        self.ops.as_ref().is_none_or(|ops| ops.contains(&k))
     }
 
     /// max_down as configured, or the most that keeps quorum.

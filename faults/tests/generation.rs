@@ -291,3 +291,33 @@ fn the_edges_of_the_seed_space_plan() {
         assert_eq!(toml::from_str::<shakedown_faults::Plan>(&text).unwrap(), plan, "seed {seed}");
     }
 }
+
+/// A new op kind is placed in each tier on purpose, never by accident: the cheap smoke tier lists
+/// its ops (a kind not listed has weight 0, drawn from nothing), and the release tier pins every
+/// kind (a new kind fails here until the release tier gives it a weight). The default and
+/// nightly tiers are swarm tiers over every kind by design.
+#[test]
+fn tiers_place_every_op_kind_deliberately() {
+    let smoke = profile(1);
+    let listed = smoke.ops.clone().expect("the smoke tier lists its ops");
+    for kind in OpKind::ALL {
+        assert_eq!(smoke.allows(kind), listed.contains(&kind));
+        if !listed.contains(&kind) {
+            for seed in 0..50u64 {
+                assert_eq!(generate(seed, &smoke).weights[&kind], 0, "{kind} must not join the smoke tier");
+            }
+        }
+    }
+    let release = profile(3);
+    let unpinned: Vec<OpKind> = OpKind::ALL.into_iter().filter(|k| !release.weights.contains_key(k)).collect();
+    assert!(unpinned.is_empty(), "the release tier pins every op kind; give these a weight in ci/profiles/release.toml: {unpinned:?}");
+    for i in [0, 2] {
+        assert!(profile(i).ops.is_none() && profile(i).weights.is_empty(), "{} is a swarm tier over every kind", profile(i).name);
+    }
+}
+
+#[test]
+fn a_weight_for_an_op_the_tier_does_not_list_is_refused() {
+    let err = Profile::from_toml("name = \"x\"\nsteps = 3\nversions = [\"3.4\"]\nops = [\"crash\", \"restart\"]\n[weights]\nbackup = 2\n").unwrap_err();
+    assert!(err.to_string().contains("weights.backup is set but backup is not in ops"), "{err}");
+}

@@ -24,13 +24,24 @@ pub struct Observation {
     pub samples_until_ms: u64,
     /// Whether the model says quorum holds at every moment of the step.
     pub quorum_throughout: bool,
-    /// What the target finds on the machine that belongs to this run.
+    /// The target-specific part: what the target finds of this run (for `leaks`).
     pub inventory: Option<Inventory>,
+}
+
+/// What a target finds of the run, read off the stack rather than the target's bookkeeping:
+/// the part of an observation that differs per target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "target", rename_all = "kebab-case")]
+pub enum Inventory {
+    /// The local target: processes, mounts, loop devices, rules and files on this machine.
+    Local(LocalInventory),
+    /// The kube target: Cluster API objects (and the workload cluster's).
+    Kube(KubeInventory),
 }
 
 /// Resources of the run found on the machine (not from the target's own bookkeeping).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Inventory {
+pub struct LocalInventory {
     /// Member names with a live etcd process.
     pub processes: BTreeSet<String>,
     /// Live HAProxy processes (a reload hands over within seconds).
@@ -47,9 +58,6 @@ pub struct Inventory {
     pub backups: BTreeSet<String>,
     /// Whether the target uses loop-mounted disks (else plain directories: no mounts expected).
     pub loop_disks: bool,
-    /// The kube target's inventory (Cluster API objects) instead of the machine's resources.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kube: Option<KubeInventory>,
 }
 
 /// The kube target's inventory: objects labelled `cluster.x-k8s.io/cluster-name=<cluster>`.

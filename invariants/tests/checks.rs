@@ -4,7 +4,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use shakedown_faults::{BackupId, MemberId, Model, Op, OutageMode, SiteId, Version};
 use shakedown_invariants::{
-    check_all, expect_write, Durability, Expect, Inventory, InvariantId, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample, Verdict,
+    check_all, expect_write, Durability, Expect, Inventory, InvariantId, LocalInventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample, Verdict,
 };
 
 fn model() -> Model {
@@ -40,13 +40,13 @@ fn healthy() -> Observation {
         serving_samples: vec![ServingSample { at_ms: 0, serving: vec!["m0".into(), "m1".into(), "m2".into()], cluster_size: 3 }],
         quorum_throughout: true,
         samples_until_ms: 0,
-        inventory: Some(inventory()),
+        inventory: Some(Inventory::Local(inventory())),
     }
 }
 
-fn inventory() -> Inventory {
+fn inventory() -> LocalInventory {
     let names: BTreeSet<String> = (0..3).map(|i| format!("m{i}")).collect();
-    Inventory {
+    LocalInventory {
         processes: names.clone(),
         haproxies: 1,
         mounts: names.clone(),
@@ -55,7 +55,13 @@ fn inventory() -> Inventory {
         partition_rules: BTreeSet::new(),
         backups: BTreeSet::new(),
         loop_disks: true,
-        kube: None,
+    }
+}
+
+fn local_inv(o: &mut Observation) -> &mut LocalInventory {
+    match o.inventory.as_mut() {
+        Some(Inventory::Local(inv)) => inv,
+        other => panic!("a local inventory, not {other:?}"),
     }
 }
 
@@ -244,7 +250,7 @@ fn a_member_whose_disk_was_detached_may_answer_or_not() {
     assert!(verdict(InvariantId::Members, &m, &healthy()).is_pass());
     let mut o = healthy();
     o.members[2].reachable = false;
-    o.inventory.as_mut().unwrap().processes.remove("m2");
+    local_inv(&mut o).processes.remove("m2");
     assert!(verdict(InvariantId::Members, &m, &o).is_pass());
     assert!(verdict(InvariantId::Leaks, &m, &o).is_pass(), "a dead member on a detached disk is no leak");
 }
@@ -253,7 +259,7 @@ fn a_member_whose_disk_was_detached_may_answer_or_not() {
 fn leaks_name_what_is_left_behind_and_what_is_missing() {
     let m = model();
     let mut o = healthy();
-    let inv = o.inventory.as_mut().unwrap();
+    let inv = local_inv(&mut o);
     inv.partition_rules.insert("site1".into());
     inv.loop_devices.insert("m7".into());
     inv.processes.remove("m0");
@@ -271,7 +277,7 @@ fn leaks_follow_outages_and_backups_in_the_model() {
     m.apply(&Op::Backup).unwrap();
     let mut o = healthy();
     assert!(!verdict(InvariantId::Leaks, &m, &o).is_pass(), "rule and backup file are expected");
-    let inv = o.inventory.as_mut().unwrap();
+    let inv = local_inv(&mut o);
     inv.partition_rules.insert("site0".into());
     inv.backups.insert("b0".into());
     assert!(verdict(InvariantId::Leaks, &m, &o).is_pass());
@@ -280,17 +286,17 @@ fn leaks_follow_outages_and_backups_in_the_model() {
     m.apply(&Op::SiteOutage { site: SiteId(2), mode: OutageMode::PowerLoss }).unwrap();
     let mut o = healthy();
     assert!(matches!(verdict(InvariantId::Leaks, &m, &o), Verdict::Fail(x) if x.contains("etcd processes left behind: m2")));
-    o.inventory.as_mut().unwrap().processes.remove("m2");
+    local_inv(&mut o).processes.remove("m2");
     assert!(verdict(InvariantId::Leaks, &m, &o).is_pass());
 }
 
 #[test]
 fn plain_disks_expect_no_mounts() {
     let mut o = healthy();
-    let inv = o.inventory.as_mut().unwrap();
+    let inv = local_inv(&mut o);
     inv.loop_disks = false;
     assert!(matches!(verdict(InvariantId::Leaks, &model(), &o), Verdict::Fail(x) if x.contains("mounts left behind")));
-    let inv = o.inventory.as_mut().unwrap();
+    let inv = local_inv(&mut o);
     inv.mounts.clear();
     inv.loop_devices.clear();
     assert!(verdict(InvariantId::Leaks, &model(), &o).is_pass());

@@ -10,7 +10,7 @@ fn model() -> Model {
 }
 
 fn obs(inv: KubeInventory) -> Observation {
-    Observation { inventory: Some(Inventory { kube: Some(inv), ..Default::default() }), ..Default::default() }
+    Observation { inventory: Some(Inventory::Kube(inv)), ..Default::default() }
 }
 
 fn bound() -> KubeInventory {

@@ -177,7 +177,7 @@ impl KubeTarget {
             obs.serving_samples = s.samples.clone();
             obs.samples_until_ms = s.start.map(|t| t.elapsed().as_millis() as u64).unwrap_or(0);
         }
-        obs.inventory = Some(Inventory { kube: Some(self.inventory()), haproxies: 1, ..Default::default() });
+        obs.inventory = Some(Inventory::Kube(self.inventory()));
         obs
     }
 }

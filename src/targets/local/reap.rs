@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use shakedown_invariants::Inventory;
+use shakedown_invariants::LocalInventory;
 
 use super::disk::{loop_backing, loops_under, mounts_under, run_cmd};
 
@@ -42,10 +42,10 @@ pub fn processes_of(run_dir: &Path) -> Vec<(i32, String)> {
 
 /// What of the run is on the machine now, found from the machine itself (/proc, /proc/mounts,
 /// sysfs, nftables, the run directory), not from the target's bookkeeping.
-pub fn inventory(run_dir: &Path, nft_table: &str, loop_disks: bool) -> Inventory {
+pub fn inventory(run_dir: &Path, nft_table: &str, loop_disks: bool) -> LocalInventory {
     let members = run_dir.join("members");
     let member_of = |p: &Path| p.strip_prefix(&members).ok().and_then(|r| r.components().next()).map(|c| c.as_os_str().to_string_lossy().to_string());
-    let mut inv = Inventory { loop_disks, ..Default::default() };
+    let mut inv = LocalInventory { loop_disks, ..Default::default() };
     for (_, cmd) in processes_of(run_dir) {
         if cmd.contains("haproxy") {
             inv.haproxies += 1;

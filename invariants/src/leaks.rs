@@ -1,0 +1,91 @@
+//! `leaks`: what the target finds of the run (on the machine, or in the cluster) equals what the
+//! model expects: nothing left behind, nothing missing.
+
+use std::collections::BTreeSet;
+
+use shakedown_faults::{Answers, BackupId, MemberId, Model, OutageMode};
+
+use crate::{Inventory, KubeInventory, LocalInventory, Observation, Verdict, STUCK_DELETION_SECS};
+
+pub(crate) fn leaks(model: &Model, obs: &Observation) -> Verdict {
+    match &obs.inventory {
+        None => Verdict::Pass,
+        Some(Inventory::Local(inv)) => local_leaks(model, inv),
+        Some(Inventory::Kube(inv)) => kube_leaks(model, inv),
+    }
+}
+
+/// The local target's leaks: etcd processes, mounts, loop devices, data directories, partition
+/// rules and backup files against the model; HAProxy running.
+fn local_leaks(model: &Model, inv: &LocalInventory) -> Verdict {
+    let mut problems = Vec::new();
+    let mut compare = |what: &str, found: &std::collections::BTreeSet<String>, must: Vec<String>, may: Vec<String>| {
+        let leaked: Vec<&String> = found.iter().filter(|f| !must.contains(f) && !may.contains(f)).collect();
+        let missing: Vec<&String> = must.iter().filter(|m| !found.contains(*m)).collect();
+        if !leaked.is_empty() {
+            problems.push(format!("{what} left behind: {}", leaked.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+        }
+        if !missing.is_empty() {
+            problems.push(format!("{what} missing: {}", missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+        }
+    };
+    let names = |f: &dyn Fn(&shakedown_faults::Member) -> bool| model.members.values().filter(|m| f(m)).map(|m| m.id.to_string()).collect::<Vec<_>>();
+    // A member whose process is missing is the `members` invariant's finding, not a leak.
+    compare("etcd processes", &inv.processes, vec![], names(&|m| model.has_process(m) != Answers::No));
+    let all = names(&|_| true);
+    let disks = if inv.loop_disks { all.clone() } else { vec![] };
+    compare("mounts", &inv.mounts, disks.clone(), vec![]);
+    compare("loop devices", &inv.loop_devices, disks, vec![]);
+    compare("data directories", &inv.data_dirs, all, vec![]);
+    let isolated: Vec<String> = model.outages.iter().filter(|(_, m)| **m == OutageMode::Isolate).map(|(s, _)| s.to_string()).collect();
+    compare("partition rules", &inv.partition_rules, isolated, vec![]);
+    compare("backup files", &inv.backups, model.backups.iter().map(BackupId::to_string).collect(), vec![]);
+    if inv.haproxies == 0 {
+        problems.push("no HAProxy process".into());
+    }
+    if problems.is_empty() {
+        Verdict::Pass
+    } else {
+        Verdict::Fail(problems.join("; "))
+    }
+}
+
+/// The kube target's leaks: Machines that stand for no model member, members expected to have
+/// a Machine without one, worker Machines against their MachineDeployment's replicas, orphaned
+/// InfraMachines, Nodes, volumes and attachments, objects stuck in deletion.
+fn kube_leaks(model: &Model, inv: &KubeInventory) -> Verdict {
+    let mut problems = Vec::new();
+    let stray: Vec<&str> = inv.machines.iter().filter(|(_, m)| m.is_none()).map(|(n, _)| n.as_str()).collect();
+    if !stray.is_empty() {
+        problems.push(format!("control-plane Machine(s) standing for no member of the model left behind: {}", stray.join(", ")));
+    }
+    let bound: BTreeSet<MemberId> = inv.machines.values().flatten().copied().collect();
+    let missing: Vec<String> = model.members.values().filter(|m| model.has_process(m) == Answers::Yes && !bound.contains(&m.id)).map(|m| m.id.to_string()).collect();
+    if !missing.is_empty() {
+        problems.push(format!("no Machine for member(s) {}", missing.join(", ")));
+    }
+    for (md, want, found) in &inv.machine_deployments {
+        if *found as i64 != *want {
+            problems.push(format!("MachineDeployment {md} has {found} Machine(s), spec.replicas is {want}"));
+        }
+    }
+    for (what, list) in [
+        ("InfraMachine(s) without a Machine", &inv.orphan_infra_machines),
+        ("Node(s) without a Machine", &inv.orphan_nodes),
+        ("PersistentVolume(s) Released or Failed", &inv.released_volumes),
+        ("VolumeAttachment(s) whose Node is gone", &inv.orphan_volume_attachments),
+    ] {
+        if !list.is_empty() {
+            problems.push(format!("{what}: {}", list.join(", ")));
+        }
+    }
+    let stuck: Vec<String> = inv.deleting.iter().filter(|(_, s)| **s >= STUCK_DELETION_SECS).map(|(o, s)| format!("{o} ({s}s)")).collect();
+    if !stuck.is_empty() {
+        problems.push(format!("object(s) stuck in deletion for more than {STUCK_DELETION_SECS}s: {}", stuck.join(", ")));
+    }
+    if problems.is_empty() {
+        Verdict::Pass
+    } else {
+        Verdict::Fail(problems.join("; "))
+    }
+}
