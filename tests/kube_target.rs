@@ -177,6 +177,15 @@ async fn seeded_plan_passes_then_a_planted_failure_is_recorded_and_replayed() {
     let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
     let typed = shakedown::events::parse(&events);
     assert!(typed.iter().any(|l| matches!(&l.event, shakedown::events::Event::Target { kind, .. } if kind == "kube-wait")), "{events}");
+    // Architecture invariant: waiting and observing read watch caches. Over the whole run
+    // (rollouts waited on, probes and a KCP condition check after every step) no GET or LIST
+    // was sent after connecting: the only non-watch requests of a step are its writes.
+    let teardown = typed.iter().find_map(|l| match &l.event {
+        shakedown::events::Event::Teardown { workload, .. } => Some(workload.clone()),
+        _ => None,
+    });
+    let reads = teardown.as_ref().map(|w| w["reads_since_connect"].clone()).expect("a teardown event with the request counts");
+    assert_eq!(reads, json!({}), "reads after connecting (the checks must read watch caches): {reads}");
 
     // The same plan on a Cluster whose controller leaves the old Machine behind during a
     // rollout (and claims it done): detected, recorded, replayed.
@@ -690,4 +699,81 @@ async fn interrupted_runs_and_a_lost_apiserver_clean_up() {
     assert_eq!(code, 0);
     assert!(out.contains("deleted run ConfigMap chaos/shakedown-sd-"), "{out}");
     assert!(run_configmaps(&client).await.is_empty());
+}
+
+/// Issue 11: `shrink` and `soak` run on the kube target (never on the local stack): a plan whose
+/// `pause` hook claims to pause a member that keeps reporting healthy fails `members`; shrink
+/// reduces it to that one op, each candidate a run against the Cluster; a soak of the same
+/// profile stops at its first failure with a record and JUnit naming the kube target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shrink_and_soak_run_on_the_kube_target() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bin = require_apiserver();
+    let env = KubeEnv::start(&bin).await;
+    let client = env.client().await;
+    let files = Files::new(&env);
+    namespace(&client, "chaos").await;
+    cluster(&client, "chaos", "c", 3, &["fd-a", "fd-b", "fd-c"], true, "v1.29.0").await;
+    let _standin = standin::start(client.clone(), "chaos", "c", Duration::from_millis(200), None);
+    settled(&client, "chaos", "c").await;
+    let profile = files.dir.path().join("pause.toml");
+    std::fs::write(
+        &profile,
+        "name = \"kube-pause\"\nsteps = 5\nversions = [\"3.4\"]\nops = [\"crash\", \"restart\", \"pause\"]\n[weights]\ncrash = 2\nrestart = 3\npause = 1\n[timeouts]\nconverge = \"3s\"\nliveness = \"60s\"\nop = \"60s\"\n",
+    )
+    .unwrap();
+    let kube_pause = files.dir.path().join("kube-pause.toml");
+    std::fs::write(&kube_pause, format!("{}\n[hooks.pause]\ncommand = [\"true\"]\n", kube_profile(&env))).unwrap();
+    let profile_s = profile.to_string_lossy().to_string();
+    // A plan where something comes before the pause, so there is something to shrink away.
+    let seed = (1..400u64)
+        .find(|&s| {
+            let p = shakedown::profiles::load(&profile_s).unwrap();
+            let ops = shakedown::faults::generate(s, &p).ops;
+            ops.iter().position(|o| o.kind() == shakedown::faults::OpKind::Pause).is_some_and(|i| i >= 2)
+        })
+        .expect("a seed with a pause after two other ops");
+    let kc = env.kubeconfig.to_string_lossy().to_string();
+    let (runs, seeds) = (files.p("runs"), files.p("seeds"));
+    let kp = kube_pause.to_string_lossy().to_string();
+    let seed_s = seed.to_string();
+    let target = ["--target", "kube", "--kubeconfig", &kc, "--cluster", "chaos/c", "--profile", &profile_s, "--kube-profile", &kp, "--runs-dir", &runs, "--seeds-dir", &seeds];
+    let mut args = vec!["run", "--seed", &seed_s];
+    args.extend_from_slice(&target);
+    let (code, out, _) = shakedown(&args).await;
+    assert_eq!(code, 1, "the hook-paused member still reports healthy: {out}");
+    assert!(out.contains("invariant members violated") && out.contains("(pause(m"), "{out}");
+    let record = out.lines().find_map(|l| l.strip_prefix("seed record: ")).expect("a seed record").to_string();
+
+    // Shrink: candidates against the same Cluster.
+    let (code, out, err) = shakedown(&["shrink", &record, "--kubeconfig", &kc, "--max-runs", "12", "--runs-dir", &runs, "--seeds-dir", &seeds]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("Cluster chaos/c") && out.contains("→ 1 ops"), "{out}");
+    let shrunk = shakedown::record::SeedRecord::load(std::path::Path::new(&record)).unwrap().shrunk.expect("a shrunk plan");
+    assert_eq!(shrunk.ops.len(), 1);
+    assert_eq!(shrunk.ops[0].kind(), shakedown::faults::OpKind::Pause);
+    // Every candidate ran on the kube target.
+    let group = std::fs::read_dir(&runs).unwrap().flatten().map(|e| e.path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with("shrink-")).expect("the shrink's directory");
+    let candidates: Vec<_> = std::fs::read_dir(&group).unwrap().flatten().map(|e| e.path()).filter(|p| p.join("events.jsonl").is_file()).collect();
+    assert!(!candidates.is_empty());
+    for c in &candidates {
+        let start = shakedown::events::read(&c.join("events.jsonl")).unwrap().into_iter().next().expect("run-start").event;
+        assert!(matches!(start, shakedown::events::Event::RunStart { target: shakedown::targets::TargetSpec::Kube(_), .. }), "{}: {start:?}", c.display());
+    }
+    // The shrunk record replays on the kube target.
+    let (code, out, _) = shakedown(&["replay", &record, "--kubeconfig", &kc, "--runs-dir", &runs, "--seeds-dir", &seeds]).await;
+    assert_eq!(code, 1);
+    assert!(out.contains("shrunk plan, 1 of") && out.contains("reproduced 1 of 1"), "{out}");
+
+    // Soak on the kube target, stopping at the first failure.
+    let mut args = vec!["soak", "--for", "5m", "--max-failures", "1", "--seed", &seed_s];
+    args.extend_from_slice(&target);
+    let (code, out, err) = shakedown(&args).await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("Cluster chaos/c") && out.contains("--max-failures reached"), "{out}{err}");
+    let soak = std::fs::read_dir(&runs).unwrap().flatten().map(|e| e.path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with("soak-")).expect("the soak's directory");
+    let junit = std::fs::read_to_string(soak.join("junit.xml")).unwrap();
+    assert!(junit.contains("classname=\"shakedown.kube-pause.kube\""), "{junit}");
+    assert!(run_configmaps(&client).await.is_empty(), "every run removed its ConfigMap");
+    assert!(!kcp_annotations(&client, "chaos", "c").await.contains_key(CAPI_PAUSED), "no run left KCP paused");
 }

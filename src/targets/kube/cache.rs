@@ -64,6 +64,8 @@ pub(super) struct Cache {
     pub(super) infra: Vec<Watched>,
     /// The run's Velero Backups and Restores (when Velero is installed).
     pub(super) velero: Vec<Watched>,
+    /// The objects of the kube profile's condition checks, one watch per check (in order).
+    pub(super) conditions: Vec<Watched>,
     /// The workload cluster (when its kubeconfig Secret is there).
     pub(super) workload: Option<Workload>,
     pub(super) changed: watch::Receiver<u64>,
@@ -73,7 +75,7 @@ pub(super) struct Cache {
 impl Cache {
     /// The management cluster's watches.
     pub(super) fn management(&self) -> impl Iterator<Item = &Watched> {
-        [&self.cluster, &self.kcp, &self.machines, &self.deployments].into_iter().chain(self.infra.iter()).chain(self.velero.iter())
+        [&self.cluster, &self.kcp, &self.machines, &self.deployments].into_iter().chain(self.infra.iter()).chain(self.velero.iter()).chain(self.conditions.iter())
     }
     pub(super) fn all(&self) -> impl Iterator<Item = &Watched> {
         self.management().chain(self.workload.iter().flat_map(|w| w.all()))

@@ -99,6 +99,18 @@ impl KubeTarget {
             let ar = client::resource_of(spec).map_err(KubeError::Usage)?;
             infra.push(Watched::start(&client, &ar, &ns, by_cluster.clone(), tx.clone(), errors.clone(), None));
         }
+        // Condition checks read watch caches too: observing makes no requests.
+        let mut conditions = Vec::new();
+        for c in &cfg.profile.conditions {
+            let ar = c.resource();
+            let lp = match (&c.name, &c.selector) {
+                (Some(n), _) => by_name(n),
+                (None, Some(sel)) => ListParams::default().labels(sel),
+                (None, None) => ListParams::default(),
+            };
+            let ns = c.namespace.clone().unwrap_or_else(|| ns.clone());
+            conditions.push(Watched::start(&client, &ar, &ns, lp, tx.clone(), errors.clone(), None));
+        }
         let cache = Cache {
             cluster: Watched::start(&client, &capi("Cluster"), &ns, by_name(&name), tx.clone(), errors.clone(), None),
             kcp: Watched::start(&client, &kcp_ar, &ns, by_name(&kcp_name), tx.clone(), errors.clone(), None),
@@ -106,6 +118,7 @@ impl KubeTarget {
             deployments: Watched::start(&client, &capi("MachineDeployment"), &ns, by_cluster, tx.clone(), errors.clone(), None),
             infra,
             velero: velero_watches,
+            conditions,
             workload,
             changed: rx,
             errors,
@@ -201,9 +214,11 @@ impl KubeTarget {
             velero_objects: vec![],
             lost: None,
             wait_failed: None,
+            connected: BTreeMap::new(),
         };
         t.take_lock().await.map_err(|e| KubeError::Environment(e.to_string()))?;
         t.rebind();
+        t.connected = t.counter.snapshot();
         Ok(t)
     }
 }

@@ -199,6 +199,8 @@ pub struct KubeTarget {
     lost: Option<String>,
     /// Set by a wait's check when waiting longer cannot help (a Velero Backup that failed).
     wait_failed: Option<String>,
+    /// The request counts once connected: everything after is a step's (see `reads_since_connect`).
+    connected: BTreeMap<String, u64>,
 }
 
 
@@ -251,6 +253,12 @@ impl KubeTarget {
                 return false;
             }
         }
+    }
+
+    /// GET and LIST requests made since the target connected, by resource. Waiting and
+    /// observing read watch caches, so this stays empty unless a watch had to relist.
+    pub fn reads_since_connect(&self) -> BTreeMap<String, u64> {
+        self.counter.non_watch_since(&self.connected).into_iter().filter(|(k, _)| k.starts_with("GET ") || k.starts_with("LIST ")).collect()
     }
 
     /// For tests and the measurement: the underlying client.
@@ -372,7 +380,7 @@ impl Target for KubeTarget {
     }
 
     fn workload_stats(&self) -> Value {
-        json!({"machines": self.bindings.len(), "requests": self.counter.snapshot().values().sum::<u64>()})
+        json!({"machines": self.bindings.len(), "requests": self.counter.snapshot().values().sum::<u64>(), "reads_since_connect": self.reads_since_connect()})
     }
 
     fn take_events(&mut self) -> Vec<Event> {

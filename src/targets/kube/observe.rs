@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+
 use serde_json::Value;
 use shakedown_faults::{Answers, MemberId, Model};
 use shakedown_invariants::{Inventory, KubeInventory, ListedMember, MemberStatus, Observation, Probe};
@@ -25,33 +25,29 @@ impl KubeTarget {
         }
         for c in &self.cfg.profile.commands {
             let t0 = std::time::Instant::now();
-            let res = run_command(&c.command, &[], c.timeout).await;
+            let res = run_command(&c.command, &self.hook_env(), c.timeout).await;
             out.push(Probe { latency_ms: t0.elapsed().as_millis() as u64, error: res.error.map(|e| format!("command probe {}: {e}", c.command.join(" "))) });
         }
-        for c in &self.cfg.profile.conditions {
+        for (i, c) in self.cfg.profile.conditions.iter().enumerate() {
             let t0 = std::time::Instant::now();
-            let res = self.condition_check(c).await;
+            let res = self.condition_check(i, c);
             out.push(Probe { latency_ms: t0.elapsed().as_millis() as u64, error: res.err().map(|e| format!("condition check {} {}={}: {e}", c.kind, c.type_, c.status)) });
         }
         out
     }
 
-    pub(super) async fn condition_check(&self, c: &profile::ConditionCheck) -> Result<(), String> {
-        let (group, version) = c.api_version.rsplit_once('/').unwrap_or(("", c.api_version.as_str()));
-        let ar = ApiResource { group: group.into(), version: version.into(), api_version: c.api_version.clone(), kind: c.kind.clone(), plural: c.plural.clone() };
-        let ns = c.namespace.clone().unwrap_or_else(|| self.cfg.namespace.clone());
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &ns, &ar);
-        let objs = match (&c.name, &c.selector) {
-            (Some(n), _) => vec![api.get(n).await.map_err(|e| e.to_string())?],
-            (None, Some(sel)) => api.list(&ListParams::default().labels(sel)).await.map_err(|e| e.to_string())?.items,
-            _ => vec![],
-        };
+    /// A condition check against its watch cache (no request).
+    pub(super) fn condition_check(&self, i: usize, c: &profile::ConditionCheck) -> Result<(), String> {
+        if c.name.is_none() && c.selector.is_none() {
+            return Err("the check names neither an object (name) nor a selector".into());
+        }
+        let objs = self.cache.conditions.get(i).map(|w| w.objects()).unwrap_or_default();
         if objs.is_empty() {
             return Err("no object matches".into());
         }
         let mut wrong = Vec::new();
         for o in objs {
-            let v = serde_json::to_value(&o).unwrap_or_default();
+            let v = serde_json::to_value(o.as_ref()).unwrap_or_default();
             let name = o.metadata.name.clone().unwrap_or_default();
             match condition(&v, &[c.type_.as_str()]) {
                 Some(cond) if format!("{:?}", cond.status) == c.status => {}

@@ -317,12 +317,14 @@ impl KubeTarget {
         .await
     }
 
+    /// What every hook and command probe is told: the run id and the Cluster.
+    pub(super) fn hook_env(&self) -> Vec<(String, String)> {
+        vec![("SHAKEDOWN_RUN_ID".into(), self.cfg.run_id.clone()), ("SHAKEDOWN_CLUSTER".into(), format!("{}/{}", self.cfg.namespace, self.cfg.name))]
+    }
+
     pub(super) async fn run_hook(&mut self, op: &Op, hook: &Hook) -> Result<(), TargetError> {
-        let mut env: Vec<(String, String)> = vec![
-            ("SHAKEDOWN_OP".into(), op.kind().to_string()),
-            ("SHAKEDOWN_RUN_ID".into(), self.cfg.run_id.clone()),
-            ("SHAKEDOWN_CLUSTER".into(), format!("{}/{}", self.cfg.namespace, self.cfg.name)),
-        ];
+        let mut env = self.hook_env();
+        env.push(("SHAKEDOWN_OP".into(), op.kind().to_string()));
         if let Some(m) = op.member() {
             env.push(("SHAKEDOWN_MEMBER".into(), m.to_string()));
             if let Some(machine) = self.bindings.get(&m) {

@@ -140,6 +140,14 @@ pub struct ConditionCheck {
     pub status: String,
 }
 
+impl ConditionCheck {
+    /// The API resource the check reads.
+    pub fn resource(&self) -> kube::api::ApiResource {
+        let (group, version) = self.api_version.rsplit_once('/').unwrap_or(("", self.api_version.as_str()));
+        kube::api::ApiResource { group: group.into(), version: version.into(), api_version: self.api_version.clone(), kind: self.kind.clone(), plural: self.plural.clone() }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct KubeTimeouts {
