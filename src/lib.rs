@@ -6,6 +6,7 @@
 //! recording, replay and the CLI.
 
 pub mod binaries;
+pub mod command;
 pub mod events;
 pub mod exit;
 pub mod profiles;

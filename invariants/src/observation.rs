@@ -115,7 +115,7 @@ pub struct Probe {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Durability {
     /// Every write the workload acknowledged, in the order acknowledged: key → value.
-    pub acked: Vec<(String, String)>,
+    pub acked: Acked,
     /// Where backups and restores fall in `acked` (counts of acknowledged writes at the time).
     pub marks: Marks,
     /// What a linearizable read of the workload's prefix returned.
@@ -141,4 +141,44 @@ pub struct Marks {
     pub backups: BTreeMap<BackupId, (usize, usize)>,
     /// Restores in order: (backup, acks when the restore started, acks when the stack was back).
     pub restores: Vec<(BackupId, usize, usize)>,
+}
+
+/// Acknowledged writes (key, value) in the order acknowledged, kept in shared chunks: taking a
+/// snapshot for a check costs one pointer per [`Acked::CHUNK`] writes plus the open chunk, not a
+/// copy of every write (checks run every 50 ms on a history that grows for the whole run).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Acked {
+    chunks: Vec<std::sync::Arc<Vec<(String, String)>>>,
+}
+
+impl Acked {
+    /// Writes per sealed chunk.
+    pub const CHUNK: usize = 4096;
+
+    /// A history from sealed chunks (each shared, not copied) and the open one.
+    pub fn from_chunks(sealed: &[std::sync::Arc<Vec<(String, String)>>], open: &[(String, String)]) -> Acked {
+        let mut chunks = sealed.to_vec();
+        if !open.is_empty() {
+            chunks.push(std::sync::Arc::new(open.to_vec()));
+        }
+        Acked { chunks }
+    }
+
+    pub fn len(&self) -> usize {
+        self.chunks.iter().map(|c| c.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &(String, String)> {
+        self.chunks.iter().flat_map(|c| c.iter())
+    }
+}
+
+impl From<Vec<(String, String)>> for Acked {
+    fn from(v: Vec<(String, String)>) -> Acked {
+        Acked { chunks: if v.is_empty() { vec![] } else { vec![std::sync::Arc::new(v)] } }
+    }
 }

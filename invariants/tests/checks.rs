@@ -32,7 +32,7 @@ fn healthy() -> Observation {
         member_list: Some((0..3).map(|i| ListedMember { id: 100 + i, name: format!("m{i}"), peer_urls: vec![] }).collect()),
         probes: vec![Probe { latency_ms: 2, error: None }; 3],
         durability: Some(Durability {
-            acked: vec![("k1".into(), "v1".into())],
+            acked: vec![("k1".to_string(), "v1".to_string())].into(),
             read: HashMap::from([("k1".to_string(), "v1".to_string())]),
             marks: Marks::default(),
             read_error: None,
@@ -345,7 +345,7 @@ fn durability_expectations_with_ties_terminate() {
 fn durability_after_a_restore_flags_lost_and_resurrected_writes() {
     let mut o = healthy();
     let d = o.durability.as_mut().unwrap();
-    d.acked = (0..6).map(|i| (format!("k{i}"), format!("v{i}"))).collect();
+    d.acked = (0..6).map(|i| (format!("k{i}"), format!("v{i}"))).collect::<Vec<_>>().into();
     d.marks = marks(&[(0, 2, 2)], &[(0, 4, 4)]);
     // k0,k1 before the backup; k2,k3 after it (gone); k4,k5 after the restore.
     d.read = [0, 1, 4, 5].iter().map(|i| (format!("k{i}"), format!("v{i}"))).collect();
@@ -356,4 +356,17 @@ fn durability_after_a_restore_flags_lost_and_resurrected_writes() {
     let v = verdict(InvariantId::Durability, &model(), &o);
     let msg = v.message().unwrap_or_default();
     assert!(msg.contains("1 of 6 acknowledged writes lost (k0; the first is ack #0; b0 taken during acks #2..#2, b0 restored during acks #4..#4)") && msg.contains("the restore did not restore"), "{msg}");
+}
+
+/// The acknowledged history is kept in shared chunks: a snapshot iterates the same writes, in
+/// order, across chunk boundaries.
+#[test]
+fn acked_history_in_chunks_iterates_in_order() {
+    use std::sync::Arc;
+    let w = |i: usize| (format!("k{i}"), format!("v{i}"));
+    let sealed: Vec<Arc<Vec<(String, String)>>> = vec![Arc::new((0..3).map(w).collect()), Arc::new((3..5).map(w).collect())];
+    let a = shakedown_invariants::Acked::from_chunks(&sealed, &[w(5)]);
+    assert_eq!(a.len(), 6);
+    assert_eq!(a.iter().cloned().collect::<Vec<_>>(), (0..6).map(w).collect::<Vec<_>>());
+    assert!(shakedown_invariants::Acked::from_chunks(&[], &[]).is_empty());
 }

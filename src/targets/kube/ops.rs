@@ -231,7 +231,7 @@ impl KubeTarget {
     /// they are gone (a CSI attacher's finalizer holds one until the volume is detached).
     pub(super) async fn detach_disk(&mut self) -> Result<(), TargetError> {
         let pv = self.disk_pv.clone().map_err(TargetError::Unsupported)?;
-        let timeout = self.cfg.profile.disk.as_ref().map(|d| d.timeout).unwrap_or(Duration::from_secs(300));
+        let timeout = self.cfg.profile.disk.as_ref().map(|d| d.timeout).unwrap_or(profile::DEFAULT_DISK_TIMEOUT);
         let vas = self.cache.workload.as_ref().map(|w| w.attachments_of(&pv)).unwrap_or_default();
         if vas.is_empty() && !self.cfg.dry_run {
             return Err(TargetError::Stack(format!("PersistentVolume {pv} has no VolumeAttachment to delete: the probe workload's volume is not attached")));
@@ -257,7 +257,7 @@ impl KubeTarget {
     /// not delete reports `status.attached: true`.
     pub(super) async fn reattach_disk(&mut self) -> Result<(), TargetError> {
         let pv = self.disk_pv.clone().map_err(TargetError::Unsupported)?;
-        let timeout = self.cfg.profile.disk.as_ref().map(|d| d.timeout).unwrap_or(Duration::from_secs(300));
+        let timeout = self.cfg.profile.disk.as_ref().map(|d| d.timeout).unwrap_or(profile::DEFAULT_DISK_TIMEOUT);
         let old = self.detached.clone();
         self.wait_until(&format!("PersistentVolume {pv} attached again"), timeout, |t| {
             let w = t.cache.workload.as_ref().ok_or("the workload cluster is not observed")?;

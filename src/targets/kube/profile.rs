@@ -169,8 +169,11 @@ impl Default for KubeTimeouts {
     }
 }
 
+/// How long a disk op waits for its VolumeAttachment when `[disk]` sets no `timeout`.
+pub const DEFAULT_DISK_TIMEOUT: Duration = Duration::from_secs(300);
+
 fn default_disk_timeout() -> Duration {
-    Duration::from_secs(300)
+    DEFAULT_DISK_TIMEOUT
 }
 
 fn default_hook_timeout() -> Duration {

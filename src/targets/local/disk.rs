@@ -2,9 +2,9 @@
 //! the member (as root), or a plain directory (without root).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use super::LocalError;
+use crate::command::{run_bounded, COMMAND_BOUND, VERSION_BOUND};
 
 /// Size of each sparse disk image. etcd preallocates 64 MiB WAL segments (two at a time).
 pub const IMAGE_BYTES: u64 = 512 * 1024 * 1024;
@@ -24,7 +24,7 @@ impl DiskMode {
         if unsafe { libc::geteuid() } != 0 {
             return (DiskMode::Plain, Some("not running as root: member data lives on plain directories and disk faults are unavailable".into()));
         }
-        if Command::new("losetup").arg("--version").output().is_err() {
+        if run_bounded("losetup", &["--version"], VERSION_BOUND).is_err() {
             return (DiskMode::Plain, Some("losetup not found (apt-get install mount): member data lives on plain directories".into()));
         }
         (DiskMode::Loop, None)
@@ -37,12 +37,10 @@ pub enum Disk {
     Plain { dir: PathBuf },
 }
 
-/// Runs a command, returning its stdout or an environment error with its stderr.
+/// Runs a command (bounded by [`COMMAND_BOUND`]), returning its stdout or an environment error
+/// with its stderr.
 pub fn run_cmd(program: &str, args: &[&str]) -> Result<String, LocalError> {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| LocalError::Environment(format!("cannot run {program}: {e}")))?;
+    let out = run_bounded(program, args, COMMAND_BOUND).map_err(LocalError::Environment)?;
     if !out.status.success() {
         return Err(LocalError::Environment(format!(
             "`{program} {}` failed ({}): {}",
@@ -97,7 +95,7 @@ impl Disk {
             run_cmd("umount", &["-l", &m])?;
         }
         // e2fsck exits 1 when it fixed something; 4 and up mean it could not.
-        let out = Command::new("e2fsck").args(["-p", device]).output().map_err(|e| LocalError::Environment(format!("cannot run e2fsck: {e}")))?;
+        let out = run_bounded("e2fsck", &["-p", device], COMMAND_BOUND).map_err(LocalError::Environment)?;
         if out.status.code().is_none_or(|c| c >= 4) {
             return Err(LocalError::Stack(format!("e2fsck {device} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stdout).trim())));
         }

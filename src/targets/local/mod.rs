@@ -22,6 +22,7 @@ use serde_json::json;
 use shakedown_faults::{Model, Op, OutageMode, Profile};
 use shakedown_invariants::{InvariantId, Marks, Observation};
 
+use crate::command::blocking;
 use crate::exit::Fatal;
 use crate::targets::{StartContext, Started, Target};
 pub use bugs::PlantedBug;
@@ -34,6 +35,20 @@ use workload::Workload;
 
 /// How long the local stack may take to come up (every member healthy, HAProxy serving).
 pub const BRING_UP_BOUND: Duration = Duration::from_secs(30);
+/// One status, hash or member-list request to one member.
+pub const REQUEST_BOUND: Duration = Duration::from_millis(500);
+/// How often the serving sampler polls each member during a step.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(10);
+/// A graceful stop of a member being upgraded (SIGTERM, then SIGKILL).
+pub const UPGRADE_STOP_GRACE: Duration = Duration::from_secs(10);
+/// A graceful stop of a member a rolling replace removed.
+pub const REPLACE_STOP_GRACE: Duration = Duration::from_secs(5);
+/// Moving leadership off a member about to stop (best effort).
+pub const MOVE_LEADER_BOUND: Duration = Duration::from_secs(3);
+/// Reading back every acknowledged write takes at least this long a bound (a big prefix).
+pub const READ_BACK_MIN_BOUND: Duration = Duration::from_secs(2);
+/// How long a refused membership change waits before it is tried again.
+pub const RECONFIGURE_RETRY: Duration = Duration::from_millis(50);
 
 /// Bounds used by the local target's own waits.
 #[derive(Debug, Clone)]
@@ -53,7 +68,7 @@ pub struct LocalBounds {
 
 impl LocalBounds {
     pub fn from_profile(p: &Profile) -> LocalBounds {
-        LocalBounds { request: Duration::from_millis(500), probe: p.timeouts.probe, op: p.timeouts.op, converge: p.timeouts.converge, sample_every: Duration::from_millis(10) }
+        LocalBounds { request: REQUEST_BOUND, probe: p.timeouts.probe, op: p.timeouts.op, converge: p.timeouts.converge, sample_every: SAMPLE_EVERY }
     }
 }
 
@@ -152,7 +167,7 @@ impl Target for LocalTarget {
         let limit = self.bounds.op;
         let res = tokio::time::timeout(limit, async {
             match *op {
-                Op::Crash { member } => self.testbed.kill(member),
+                Op::Crash { member } => blocking(|| self.testbed.kill(member)),
                 Op::Restart { member } => {
                     let cluster = self.testbed.initial_cluster();
                     self.testbed.spawn_member(member, &cluster, "existing")
@@ -163,7 +178,7 @@ impl Target for LocalTarget {
                 Op::RollingReplace => self.rolling_replace(before, after).await,
                 Op::SiteOutage { site, mode } => self.site_outage(site, mode).await,
                 Op::SiteRecover { site } => self.site_recover(site, before).await,
-                Op::DiskDetach { member } => self.testbed.shutdown_disk(member),
+                Op::DiskDetach { member } => blocking(|| self.testbed.shutdown_disk(member)),
                 Op::DiskReattach { member } => self.disk_reattach(member).await,
                 Op::Backup => self.backup(after).await,
                 Op::Restore { backup } => self.restore(backup).await,

@@ -7,10 +7,10 @@
 //! address.
 
 use std::net::Ipv4Addr;
-use std::process::Command;
 
 use super::disk::run_cmd;
 use super::LocalError;
+use crate::command::{run_bounded, COMMAND_BOUND, VERSION_BOUND};
 
 /// The table of a run.
 pub fn table_name(run_id: &str) -> String {
@@ -23,7 +23,7 @@ pub fn available() -> Result<(), String> {
     if unsafe { libc::geteuid() } != 0 {
         return Err("site isolation needs root (nftables)".into());
     }
-    match Command::new("nft").arg("--version").output() {
+    match run_bounded("nft", &["--version"], VERSION_BOUND) {
         Ok(o) if o.status.success() => Ok(()),
         _ => Err("site isolation needs nftables: apt-get install nftables".into()),
     }
@@ -78,7 +78,7 @@ pub fn rules(table: &str) -> Vec<String> {
 
 /// Deletes the run's table if it exists. Returns whether it existed.
 pub fn delete_table(table: &str) -> bool {
-    let exists = Command::new("nft").args(["list", "table", "inet", table]).output().is_ok_and(|o| o.status.success());
+    let exists = run_bounded("nft", &["list", "table", "inet", table], COMMAND_BOUND).is_ok_and(|o| o.status.success());
     if exists {
         if let Err(e) = nft(&["delete", "table", "inet", table]) {
             tracing::warn!("{e}");

@@ -3,7 +3,6 @@
 //! run's resources on the machine.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use etcd_client::GetOptions;
 use shakedown_faults::{MemberId, Model};
@@ -11,7 +10,7 @@ use shakedown_invariants::{Durability, InvariantId, ListedMember, MemberStatus, 
 use tokio::time::Instant;
 
 use super::disk::DiskMode;
-use super::{etcd, futures_join_all, reap, LocalTarget};
+use super::{etcd, futures_join_all, reap, LocalTarget, READ_BACK_MIN_BOUND};
 
 impl LocalTarget {
     pub(super) async fn probes(&mut self) -> Vec<Probe> {
@@ -41,7 +40,7 @@ impl LocalTarget {
         let limit = self.bounds.probe;
         let res = async {
             let mut c = etcd::connect(&self.testbed.endpoint_url(), limit).await?;
-            etcd::bounded("read back", limit.max(Duration::from_secs(2)), c.get(self.workload.prefix.as_str(), Some(GetOptions::new().with_prefix()))).await
+            etcd::bounded("read back", limit.max(READ_BACK_MIN_BOUND), c.get(self.workload.prefix.as_str(), Some(GetOptions::new().with_prefix()))).await
         }
         .await;
         match res {

@@ -2,13 +2,13 @@
 //! reattach, backup and restore. Each is bounded by the op bound (the caller's timeout) and by
 //! its own waits.
 
-use std::time::Duration;
 
 use shakedown_faults::{BackupId, MemberId, Model, OutageMode, SiteId};
 use tokio::time::Instant;
 
 use super::bugs::PlantedBug;
-use super::{backup, etcd, futures_join_all, nft, LocalError, LocalTarget};
+use crate::command::blocking;
+use super::{backup, etcd, futures_join_all, nft, LocalError, LocalTarget, MOVE_LEADER_BOUND, RECONFIGURE_RETRY, REPLACE_STOP_GRACE, UPGRADE_STOP_GRACE};
 
 impl LocalTarget {
     pub(super) fn url_of(&self, id: MemberId) -> Result<String, LocalError> {
@@ -61,7 +61,7 @@ impl LocalTarget {
                 Ok(v) => return Ok(v),
                 Err(e) if Instant::now() < deadline => {
                     tracing::debug!("{what} refused, retrying: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tokio::time::sleep(RECONFIGURE_RETRY).await;
                 }
                 Err(e) => return Err(e),
             }
@@ -123,7 +123,7 @@ impl LocalTarget {
         let Ok(mut c) = etcd::connect(&url, self.bounds.request).await else { return };
         let Ok(list) = etcd::bounded("member list", self.bounds.request, c.member_list()).await else { return };
         if let Some(to) = list.members().iter().find(|m| m.id() != me && !m.name().is_empty()) {
-            let res = etcd::bounded("move leader", Duration::from_secs(3), c.move_leader(to.id())).await;
+            let res = etcd::bounded("move leader", MOVE_LEADER_BOUND, c.move_leader(to.id())).await;
             tracing::debug!(from = %id, to = to.name(), ?res, "moved leadership");
         }
     }
@@ -136,7 +136,7 @@ impl LocalTarget {
                 continue;
             }
             self.move_leader_off(id).await;
-            self.testbed.stop(id, Duration::from_secs(10)).await?;
+            self.testbed.stop(id, UPGRADE_STOP_GRACE).await?;
             self.testbed.members.get_mut(&id).expect("listed above").version = to;
             let cluster = self.testbed.initial_cluster();
             self.testbed.spawn_member(id, &cluster, "existing")?;
@@ -166,9 +166,11 @@ impl LocalTarget {
                     .await
                     .map_err(|e| LocalError::Stack(format!("removing {old}: {e}")))?;
             }
-            self.testbed.stop(old, Duration::from_secs(5)).await?;
-            self.testbed.remove_member(old)?;
-            self.testbed.start_haproxy()?;
+            self.testbed.stop(old, REPLACE_STOP_GRACE).await?;
+            blocking(|| {
+                self.testbed.remove_member(old)?;
+                self.testbed.start_haproxy()
+            })?;
         }
         Ok(())
     }
@@ -176,17 +178,17 @@ impl LocalTarget {
     pub(super) async fn site_outage(&mut self, site: SiteId, mode: OutageMode) -> Result<(), LocalError> {
         let ids: Vec<MemberId> = self.testbed.members.values().filter(|m| m.site == site).map(|m| m.id).collect();
         match mode {
-            OutageMode::PowerLoss => ids.into_iter().try_for_each(|id| self.testbed.kill(id)),
+            OutageMode::PowerLoss => blocking(|| ids.into_iter().try_for_each(|id| self.testbed.kill(id))),
             OutageMode::Isolate => {
                 let (table, subnet, gid) = (self.testbed.nft_table(), self.testbed.site_subnet(site), self.testbed.site_gid(site));
-                nft::isolate(&table, &site.to_string(), subnet, gid)
+                blocking(|| nft::isolate(&table, &site.to_string(), subnet, gid))
             }
         }
     }
 
     pub(super) async fn site_recover(&mut self, site: SiteId, before: &Model) -> Result<(), LocalError> {
         match before.outages.get(&site) {
-            Some(OutageMode::Isolate) => nft::recover(&self.testbed.nft_table(), &site.to_string(), self.bug(PlantedBug::RecoverLeavesRule)),
+            Some(OutageMode::Isolate) => blocking(|| nft::recover(&self.testbed.nft_table(), &site.to_string(), self.bug(PlantedBug::RecoverLeavesRule))),
             Some(OutageMode::PowerLoss) => {
                 let ids: Vec<MemberId> = self.testbed.members.values().filter(|m| m.site == site).map(|m| m.id).collect();
                 let cluster = self.testbed.initial_cluster();
@@ -202,15 +204,18 @@ impl LocalTarget {
     /// a stale store (see ARCHITECTURE.md); an operator re-adds it instead.
     pub(super) async fn disk_reattach(&mut self, id: MemberId) -> Result<(), LocalError> {
         // The member usually died on EIO; if it did not, it is stopped now.
-        self.testbed.kill(id)?;
+        blocking(|| self.testbed.kill(id))?;
         let cluster = self.testbed.initial_cluster();
         if self.bug(PlantedBug::ReattachOnShutdownDisk) {
             return self.testbed.spawn_member(id, &cluster, "existing");
         }
-        if let Err(e) = self.testbed.remount_disk(id) {
-            tracing::info!(member = %id, "disk unusable after reattach ({e}); giving the member a fresh disk");
-            self.testbed.replace_disk(id)?;
-        }
+        blocking(|| match self.testbed.remount_disk(id) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                tracing::info!(member = %id, "disk unusable after reattach ({e}); giving the member a fresh disk");
+                self.testbed.replace_disk(id)
+            }
+        })?;
         let data = self.testbed.members[&id].disk.data_dir();
         let _ = std::fs::remove_dir_all(&data);
         std::fs::create_dir_all(&data).map_err(|e| LocalError::Environment(format!("cannot create {}: {e}", data.display())))?;
@@ -270,17 +275,19 @@ impl LocalTarget {
         let ids: Vec<MemberId> = self.testbed.members.keys().copied().collect();
         // The data is about to be replaced: a hard stop (a graceful one hangs on the last member,
         // which has no quorum left to hand leadership over).
-        ids.iter().try_for_each(|&id| self.testbed.kill(id))?;
+        blocking(|| ids.iter().try_for_each(|&id| self.testbed.kill(id)))?;
         self.restores += 1;
         let token = format!("{}-r{}", self.testbed.cfg.run_id, self.restores);
         let cluster = self.testbed.initial_cluster();
         let restored: Vec<MemberId> = if self.bug(PlantedBug::RestorePartial) { ids[..ids.len() - 1].to_vec() } else { ids.clone() };
         for &id in &restored {
-            self.testbed.replace_disk(id)?;
-            let m = &self.testbed.members[&id];
-            let data = m.disk.data_dir();
-            let _ = std::fs::remove_dir_all(&data);
-            backup::restore_into(tool, path, &m.name(), &cluster, &token, &m.peer_url(), &data)?;
+            blocking(|| {
+                self.testbed.replace_disk(id)?;
+                let m = &self.testbed.members[&id];
+                let data = m.disk.data_dir();
+                let _ = std::fs::remove_dir_all(&data);
+                backup::restore_into(tool, path, &m.name(), &cluster, &token, &m.peer_url(), &data)
+            })?;
         }
         for &id in &ids {
             self.testbed.spawn_member(id, &cluster, "new")?;

@@ -12,6 +12,15 @@ use tokio::time::Instant;
 
 use super::{etcd, testbed};
 
+/// A member that does not accept a TCP connection within this is not counted either way.
+const CONNECT_BOUND: Duration = Duration::from_millis(100);
+/// One status (or member list) request of the sampler.
+const SAMPLE_REQUEST_BOUND: Duration = Duration::from_millis(250);
+/// How often the membership is read during a step.
+const MEMBERSHIP_EVERY: Duration = Duration::from_millis(100);
+/// How long the sampler may take to stop at the end of a step before it is aborted.
+const FINISH_BOUND: Duration = Duration::from_secs(2);
+
 /// One member's serving state changes, as (ms since the step began, serving).
 type Flips = Arc<Mutex<Vec<(u64, bool)>>>;
 
@@ -31,16 +40,16 @@ async fn watch_member(url: String, t0: Instant, every: Duration, flips: Flips, m
     };
     while !*stop.borrow() {
         let tick = Instant::now();
-        let connect = tokio::time::timeout(Duration::from_millis(100), tokio::net::TcpStream::connect(&addr)).await;
+        let connect = tokio::time::timeout(CONNECT_BOUND, tokio::net::TcpStream::connect(&addr)).await;
         match connect {
             Ok(Err(_)) => push(tick, false, &mut last),
             Err(_) => {}
             Ok(Ok(_)) => {
                 if client.is_none() {
-                    client = etcd::connect(&url, Duration::from_millis(250)).await.ok();
+                    client = etcd::connect(&url, SAMPLE_REQUEST_BOUND).await.ok();
                 }
                 if let Some(c) = client.as_mut() {
-                    match tokio::time::timeout(Duration::from_millis(250), c.status()).await {
+                    match tokio::time::timeout(SAMPLE_REQUEST_BOUND, c.status()).await {
                         Ok(Ok(_)) => push(Instant::now(), true, &mut last),
                         // An error answer from a listening member is no evidence either way
                         // (a fresh channel may not be ready yet): try again on a new client.
@@ -78,8 +87,8 @@ async fn sample_serving(initial: Vec<(String, String)>, t0: Instant, every: Dura
         }
         // The membership, from any member that answers.
         for url in names.keys().cloned().collect::<Vec<_>>() {
-            let Ok(mut c) = etcd::connect(&url, Duration::from_millis(250)).await else { continue };
-            if let Ok(list) = etcd::bounded("member list", Duration::from_millis(250), c.member_list()).await {
+            let Ok(mut c) = etcd::connect(&url, SAMPLE_REQUEST_BOUND).await else { continue };
+            if let Ok(list) = etcd::bounded("member list", SAMPLE_REQUEST_BOUND, c.member_list()).await {
                 // A member added but not started yet has no client URL: on this testbed it is its
                 // peer URL with the client port.
                 let members: BTreeMap<String, String> = list
@@ -101,7 +110,7 @@ async fn sample_serving(initial: Vec<(String, String)>, t0: Instant, every: Dura
             break;
         }
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = tokio::time::sleep(MEMBERSHIP_EVERY) => {}
             _ = stop_rx.changed() => {}
         }
     }
@@ -188,7 +197,7 @@ impl Sampler {
     pub(super) async fn finish(self) {
         let _ = self.stop.send(true);
         let abort = self.task.abort_handle();
-        if tokio::time::timeout(Duration::from_secs(2), self.task).await.is_err() {
+        if tokio::time::timeout(FINISH_BOUND, self.task).await.is_err() {
             abort.abort();
         }
     }

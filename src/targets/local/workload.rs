@@ -12,6 +12,8 @@ use etcd_client::Client;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use shakedown_invariants::Acked;
+
 use super::etcd::{bounded, connect};
 
 #[derive(Debug, Default)]
@@ -29,9 +31,27 @@ pub struct StatsSnapshot {
     pub failed: u64,
 }
 
+/// The acknowledged writes: sealed chunks (shared with the snapshots checks take) and the open one.
+#[derive(Default)]
+struct AckLog {
+    sealed: Vec<Arc<Vec<(String, String)>>>,
+    open: Vec<(String, String)>,
+    len: usize,
+}
+
+impl AckLog {
+    fn push(&mut self, w: (String, String)) {
+        self.open.push(w);
+        self.len += 1;
+        if self.open.len() == Acked::CHUNK {
+            self.sealed.push(Arc::new(std::mem::take(&mut self.open)));
+        }
+    }
+}
+
 pub struct Workload {
     pub prefix: String,
-    acked: Arc<Mutex<Vec<(String, String)>>>,
+    acked: Arc<Mutex<AckLog>>,
     stats: Arc<Stats>,
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
@@ -56,7 +76,7 @@ impl Workload {
                 None
             }
         });
-        let acked = Arc::new(Mutex::new(Vec::new()));
+        let acked = Arc::new(Mutex::new(AckLog::default()));
         let stats = Arc::new(Stats::default());
         let (stop, mut stopped) = watch::channel(false);
         let (a, s, p) = (acked.clone(), stats.clone(), prefix.clone());
@@ -122,13 +142,14 @@ impl Workload {
     }
 
     /// Every acknowledged write so far, in order.
-    pub fn acked(&self) -> Vec<(String, String)> {
-        self.acked.lock().expect("acked lock").clone()
+    pub fn acked(&self) -> Acked {
+        let log = self.acked.lock().expect("acked lock");
+        Acked::from_chunks(&log.sealed, &log.open)
     }
 
     /// How many writes have been acknowledged so far (a position in `acked()`).
     pub fn acked_len(&self) -> usize {
-        self.acked.lock().expect("acked lock").len()
+        self.acked.lock().expect("acked lock").len
     }
 
     pub fn stats(&self) -> StatsSnapshot {
