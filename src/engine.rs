@@ -300,19 +300,7 @@ impl<'a> Engine<'a> {
             self.say(&step, &format!("{:<32} VIOLATION {invariant}: {message}", op.to_string()));
             return failure(FailureKind::Violation, step, &op.to_string(), Some(*invariant), message);
         }
-        self.events.emit(Event::Liveness(Check {
-            step,
-            verdict: CheckVerdict::Fail,
-            attempts: None,
-            ms: None,
-            last_ms: None,
-            invariant: None,
-            message: Some(msg.clone()),
-            invariants: vec![],
-            serving_samples: None,
-            workload: None,
-            observation: None,
-        }));
+        self.events.emit(Event::Liveness(Check::failed(step, &msg)));
         self.say(&step, &format!("{:<32} LIVENESS: {msg}", op.to_string()));
         failure(FailureKind::Liveness, step, &op.to_string(), None, msg)
     }
@@ -330,19 +318,7 @@ impl<'a> Engine<'a> {
             match self.target.execute(op, &before, &self.model).await {
                 Ok(_) => {}
                 Err(TargetError::Stack(msg)) => {
-                    self.events.emit(Event::Liveness(Check {
-                        step,
-                        verdict: CheckVerdict::Fail,
-                        attempts: None,
-                        ms: None,
-                        last_ms: None,
-                        invariant: None,
-                        message: Some(msg.clone()),
-                        invariants: vec![],
-                        serving_samples: None,
-                        workload: None,
-                        observation: None,
-                    }));
+                    self.events.emit(Event::Liveness(Check::failed(step, &msg)));
                     return Ok(Outcome::Failed(failure(FailureKind::Liveness, step, &format!("heal: {op}"), None, msg)));
                 }
                 Err(e) => return Err(e),

@@ -77,6 +77,25 @@ pub struct Check {
     pub observation: Option<Box<Observation>>,
 }
 
+impl Check {
+    /// A failed check that only has a message (an op or a heal whose own wait ran out).
+    pub fn failed(step: usize, message: &str) -> Check {
+        Check {
+            step,
+            verdict: CheckVerdict::Fail,
+            attempts: None,
+            ms: None,
+            last_ms: None,
+            invariant: None,
+            message: Some(message.to_string()),
+            invariants: vec![],
+            serving_samples: None,
+            workload: None,
+            observation: None,
+        }
+    }
+}
+
 /// How a run ended, in `run-end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

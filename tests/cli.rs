@@ -265,3 +265,19 @@ fn the_release_tier_is_shipped_destructive_and_switches_every_op_on() {
     }
     assert_eq!(all, shakedown::faults::OpKind::ALL.into_iter().collect());
 }
+
+/// Issue 11: an option of another target is refused before anything runs, never ignored.
+#[test]
+fn options_of_another_target_are_refused() {
+    let d = dirs();
+    let out = run(&["soak", "--for", "1m", "--cluster", "ns/c"], &d);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--cluster is for the kube target; --target local does not take it"), "{}", text(&out.stderr));
+    let out = run(&["run", "--target", "kube", "--cluster", "ns/c", "--testbed-bug", "ack-before-write", "--disks", "plain"], &d);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--testbed-bug, --disks are for the local target; --target kube does not take them"), "{}", text(&out.stderr));
+    let out = run(&["run", "--target", "kube"], &d);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--target kube needs --cluster NAMESPACE/NAME"), "{}", text(&out.stderr));
+    assert!(!d.runs.exists(), "nothing was created");
+}

@@ -61,6 +61,15 @@ pub struct TargetOptions {
     pub kube: kube::KubeOptions,
 }
 
+/// The usage error for options of one target given to another (`given`: the flags used).
+pub fn refuse_options(given: &[&str], owner: &str, target: &str) -> Result<(), Fatal> {
+    match given.len() {
+        0 => Ok(()),
+        1 => Err(Fatal::usage(format!("{} is for the {owner} target; --target {target} does not take it", given[0]))),
+        _ => Err(Fatal::usage(format!("{} are for the {owner} target; --target {target} does not take them", given.join(", ")))),
+    }
+}
+
 /// Where and for what a target is started.
 pub struct StartContext<'a> {
     pub run_id: &'a str,

@@ -295,10 +295,21 @@ impl Pass<'_> {
             }
         }
         let Some(kcp) = kcps.first() else { return };
+        let gen = kcp.metadata.generation.unwrap_or(1);
+        // Like Cluster API's controllers (1.9 on), a `Paused` condition says whether the
+        // controller has seen the pause annotation; a paused KCP is otherwise left alone.
         if kcp.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("cluster.x-k8s.io/paused")) {
+            let mut status = kcp.data.get("status").cloned().unwrap_or_else(|| json!({}));
+            let paused_already = status.get("conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Paused" && c["status"] == "True"));
+            if !paused_already {
+                let mut cs: Vec<Value> = status.get("conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+                cs.retain(|c| c["type"] != "Paused");
+                cs.push(cond("Paused", true, gen, "paused"));
+                status["conditions"] = Value::Array(cs);
+                self.put_status("KubeadmControlPlane", kcp, status).await;
+            }
             return;
         }
-        let gen = kcp.metadata.generation.unwrap_or(1);
         let spec = &kcp.data["spec"];
         let replicas = spec["replicas"].as_i64().unwrap_or(1);
         let version = spec["version"].as_str().unwrap_or_default().to_string();
@@ -366,6 +377,7 @@ impl Pass<'_> {
                 cond("RollingOut", rolling, gen, if rolling { "rolling out" } else { "" }),
                 cond("Available", ready > replicas / 2, gen, ""),
                 cond("EtcdClusterHealthy", etcd_ok, gen, if etcd_ok { "" } else { "some members unhealthy" }),
+                cond("Paused", false, gen, ""),
             ]
         });
         let mut cur = kcp.data.get("status").cloned().unwrap_or(Value::Null);

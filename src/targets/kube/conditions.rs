@@ -15,6 +15,8 @@ use serde_json::Value;
 pub const ETCD_CLUSTER_HEALTHY: &[&str] = &["EtcdClusterHealthy"];
 /// Control-plane Machine: its etcd member healthy (v1beta1 and v1beta2 name).
 pub const ETCD_MEMBER_HEALTHY: &[&str] = &["EtcdMemberHealthy"];
+/// Set by Cluster API controllers (1.9 on) once they have seen the pause annotation.
+pub const PAUSED: &[&str] = &["Paused"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {

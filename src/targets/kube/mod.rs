@@ -44,7 +44,7 @@ use std::time::Duration;
 use kube::api::{ApiResource, DynamicObject};
 use kube::Client;
 use serde_json::{json, Value};
-use shakedown_faults::{MemberId, Model, Op, OpKind, OutageMode};
+use shakedown_faults::{MemberId, Model, Op, OpKind};
 use shakedown_invariants::{InvariantId, Observation};
 use tokio::time::Instant;
 
@@ -307,41 +307,7 @@ impl Target for KubeTarget {
     }
 
     fn supports(&self, op: &Op) -> Result<(), String> {
-        if self.cfg.profile.hooks.contains_key(&op.kind()) {
-            return Ok(());
-        }
-        let one_at_a_time = || {
-            if self.model.down() == 0 && self.model.outages.is_empty() {
-                Ok(())
-            } else {
-                Err("the kube target deletes Machines for one fault at a time (KubeadmControlPlane replaces every missing Machine once resumed); set a hook in the kube profile for more".to_string())
-            }
-        };
-        match op {
-            Op::Crash { .. } => one_at_a_time(),
-            Op::SiteOutage { mode: OutageMode::PowerLoss, .. } => one_at_a_time(),
-            Op::SiteOutage { mode: OutageMode::Isolate, .. } => Err("cutting a failure domain's network is provider-specific: set [hooks.site-outage] and [hooks.site-recover] in the kube profile".into()),
-            Op::Restart { .. } | Op::SiteRecover { .. } | Op::RollingReplace => Ok(()),
-            Op::RollingUpgrade { to } => match self.cfg.profile.versions.contains_key(to) {
-                true => Ok(()),
-                false => Err(format!("the kube profile names no Kubernetes version for {to}: add [versions.\"{to}\"] kubernetes = \"v1.x.y\"")),
-            },
-            Op::Pause { .. } | Op::Resume { .. } => Err("stopping an etcd member's process has no Cluster API counterpart: set [hooks.pause] and [hooks.resume] in the kube profile".into()),
-            Op::DiskDetach { .. } | Op::DiskReattach { .. } => match &self.disk_pv {
-                Err(why) => Err(format!("disk ops need [hooks.disk-detach] and [hooks.disk-reattach], or a [disk] volume in the workload cluster: {why}")),
-                Ok(pv) if matches!(op, Op::DiskDetach { .. }) && self.model.members.values().any(|m| m.disk == shakedown_faults::DiskState::Detached) => {
-                    Err(format!("the kube profile names one [disk] volume ({pv}), already detached: one disk at a time"))
-                }
-                Ok(_) => Ok(()),
-            },
-            Op::Backup | Op::Restore { .. } => match &self.velero {
-                Err(why) => Err(format!("backup and restore need Velero or [hooks.backup] and [hooks.restore] in the kube profile: {why}")),
-                Ok(()) if matches!(op, Op::Restore { .. }) && self.cfg.profile.hooks.contains_key(&OpKind::Backup) => {
-                    Err("the backups were taken by [hooks.backup]: set [hooks.restore] too".into())
-                }
-                Ok(()) => Ok(()),
-            },
-        }
+        self.supports_op(op)
     }
 
     async fn execute(&mut self, op: &Op, before: &Model, after: &Model) -> Result<(), TargetError> {

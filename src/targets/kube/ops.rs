@@ -17,6 +17,46 @@ use super::*;
 use crate::targets::{Target, TargetError};
 
 impl KubeTarget {
+    /// Whether this Cluster can run `op` (hooks win; otherwise what Cluster API, the workload
+    /// cluster and Velero make possible), with the reason when not.
+    pub(super) fn supports_op(&self, op: &Op) -> Result<(), String> {
+        if self.cfg.profile.hooks.contains_key(&op.kind()) {
+            return Ok(());
+        }
+        let one_at_a_time = || {
+            if self.model.down() == 0 && self.model.outages.is_empty() {
+                Ok(())
+            } else {
+                Err("the kube target deletes Machines for one fault at a time (KubeadmControlPlane replaces every missing Machine once resumed); set a hook in the kube profile for more".to_string())
+            }
+        };
+        match op {
+            Op::Crash { .. } => one_at_a_time(),
+            Op::SiteOutage { mode: OutageMode::PowerLoss, .. } => one_at_a_time(),
+            Op::SiteOutage { mode: OutageMode::Isolate, .. } => Err("cutting a failure domain's network is provider-specific: set [hooks.site-outage] and [hooks.site-recover] in the kube profile".into()),
+            Op::Restart { .. } | Op::SiteRecover { .. } | Op::RollingReplace => Ok(()),
+            Op::RollingUpgrade { to } => match self.cfg.profile.versions.contains_key(to) {
+                true => Ok(()),
+                false => Err(format!("the kube profile names no Kubernetes version for {to}: add [versions.\"{to}\"] kubernetes = \"v1.x.y\"")),
+            },
+            Op::Pause { .. } | Op::Resume { .. } => Err("stopping an etcd member's process has no Cluster API counterpart: set [hooks.pause] and [hooks.resume] in the kube profile".into()),
+            Op::DiskDetach { .. } | Op::DiskReattach { .. } => match &self.disk_pv {
+                Err(why) => Err(format!("disk ops need [hooks.disk-detach] and [hooks.disk-reattach], or a [disk] volume in the workload cluster: {why}")),
+                Ok(pv) if matches!(op, Op::DiskDetach { .. }) && self.model.members.values().any(|m| m.disk == shakedown_faults::DiskState::Detached) => {
+                    Err(format!("the kube profile names one [disk] volume ({pv}), already detached: one disk at a time"))
+                }
+                Ok(_) => Ok(()),
+            },
+            Op::Backup | Op::Restore { .. } => match &self.velero {
+                Err(why) => Err(format!("backup and restore need Velero or [hooks.backup] and [hooks.restore] in the kube profile: {why}")),
+                Ok(()) if matches!(op, Op::Restore { .. }) && self.cfg.profile.hooks.contains_key(&OpKind::Backup) => {
+                    Err("the backups were taken by [hooks.backup]: set [hooks.restore] too".into())
+                }
+                Ok(()) => Ok(()),
+            },
+        }
+    }
+
     pub(super) fn fd_of(&self, site: SiteId) -> Option<&str> {
         self.site_fds.get(site.0 as usize).map(String::as_str)
     }
@@ -193,8 +233,22 @@ impl KubeTarget {
         } else {
             json!({"metadata": {"annotations": {CAPI_PAUSED: null, PAUSED_BY: null}}})
         };
+        // A controller that reports a `Paused` condition (Cluster API 1.9 on) is waited for: until
+        // it has seen the pause, it may still act on its cached, unpaused view, e.g. replace a
+        // Machine deleted right after the patch (seen with the test stand-in: a "crash" whose
+        // Machine came straight back). Controllers without the condition are not waited for.
+        let acknowledges = self.cache.kcp().is_some_and(|k| super::conditions::condition(&k, super::conditions::PAUSED).is_some());
         self.send(Write::Patch { ar: self.kcp_ar.clone(), ns: self.cfg.namespace.clone(), name: self.kcp_name.clone(), body }).await?;
         self.paused = paused;
+        if paused && acknowledges && !self.cfg.dry_run {
+            let timeout = self.op_timeout;
+            self.wait_until("KubeadmControlPlane reports Paused", timeout, |t| match t.cache.kcp().and_then(|k| super::conditions::condition(&k, super::conditions::PAUSED)) {
+                Some(c) if c.is_true() => Ok(()),
+                Some(c) => Err(format!("Paused is {}", c.text())),
+                None => Err("no Paused condition".into()),
+            })
+            .await?;
+        }
         Ok(())
     }
 

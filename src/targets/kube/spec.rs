@@ -54,11 +54,7 @@ impl KubeOptions {
         .into_iter()
         .filter_map(|(g, n)| g.then_some(n))
         .collect();
-        if given.is_empty() {
-            Ok(())
-        } else {
-            Err(Fatal::usage(format!("{} {} for the kube target (--target kube); --target {target} does not take {}", given.join(", "), if given.len() == 1 { "is" } else { "are" }, if given.len() == 1 { "it" } else { "them" })))
-        }
+        crate::targets::refuse_options(&given, "kube", target)
     }
 }
 

@@ -69,11 +69,7 @@ impl LocalOptions {
         .into_iter()
         .filter_map(|(g, n)| g.then_some(n))
         .collect();
-        if given.is_empty() {
-            Ok(())
-        } else {
-            Err(Fatal::usage(format!("{} {} for the local target; --target {target} does not take {}", given.join(", "), if given.len() == 1 { "is" } else { "are" }, if given.len() == 1 { "it" } else { "them" })))
-        }
+        crate::targets::refuse_options(&given, "local", target)
     }
 
     /// The binaries and the disk mode, checked before anything is created.
