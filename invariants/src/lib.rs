@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use shakedown_faults::{MemberId, Model};
 
 pub use durability::{expect_write, Expect};
-pub use observation::{Acked, Durability, Inventory, KubeInventory, LocalInventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample};
+pub use observation::{Acked, Durability, Inventory, KubeInventory, Leader, LocalInventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample};
 
 /// The shortest quorum loss during a step that counts as a violation (milliseconds).
 pub const MIN_LOSS_WINDOW_MS: u64 = 25;

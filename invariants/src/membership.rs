@@ -19,7 +19,16 @@ pub(crate) fn membership(model: &Model, obs: &Observation) -> Verdict {
     let stale: Vec<String> = listed
         .iter()
         .filter(|(name, _)| !expected.contains(*name))
-        .map(|(name, m)| if name.is_empty() { format!("unstarted member {:x} ({})", m.id, m.peer_urls.join(",")) } else { format!("{name} ({:x})", m.id) })
+        .map(|(name, m)| {
+            let id = m.id.map(|id| format!(" {id:x}")).unwrap_or_default();
+            if name.is_empty() {
+                format!("unstarted member{id} ({})", m.peer_urls.join(","))
+            } else if id.is_empty() {
+                format!("{name} ({})", m.peer_urls.join(","))
+            } else {
+                format!("{name} ({})", id.trim())
+            }
+        })
         .collect();
     let missing: Vec<&String> = expected.iter().filter(|n| !listed.contains_key(*n)).collect();
     if stale.is_empty() && missing.is_empty() {

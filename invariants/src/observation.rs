@@ -88,8 +88,8 @@ pub struct MemberStatus {
     pub member: Option<MemberId>,
     /// Answered the status request in time.
     pub reachable: bool,
-    /// The leader this member sees (etcd member id), if any.
-    pub leader: Option<u64>,
+    /// The leader this member sees, if any.
+    pub leader: Option<Leader>,
     pub etcd_id: Option<u64>,
     pub revision: i64,
     pub raft_index: u64,
@@ -99,9 +99,21 @@ pub struct MemberStatus {
     pub error: Option<String>,
 }
 
+/// The leader a member sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Leader {
+    /// This etcd member id.
+    Id(u64),
+    /// A leader, which one the target cannot tell (the kube target: KubeadmControlPlane reports
+    /// the etcd cluster healthy, not who leads).
+    Unnamed,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ListedMember {
-    pub id: u64,
+    /// etcd's member id, when the target can see it (not through Cluster API).
+    pub id: Option<u64>,
     pub name: String,
     pub peer_urls: Vec<String>,
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use shakedown_faults::Model;
 
-use crate::{names, MemberStatus, Observation, ServingSample, Verdict, MIN_LOSS_WINDOW_MS};
+use crate::{names, Leader, MemberStatus, Observation, ServingSample, Verdict, MIN_LOSS_WINDOW_MS};
 
 pub(crate) fn quorum(model: &Model, obs: &Observation) -> Verdict {
     // During the step: a majority of the membership kept serving at every instant, when the
@@ -38,15 +38,29 @@ pub(crate) fn quorum(model: &Model, obs: &Observation) -> Verdict {
         }
     }
     let reachable: Vec<&MemberStatus> = obs.members.iter().filter(|m| m.reachable).collect();
-    let leaders: BTreeSet<u64> = reachable.iter().filter_map(|m| m.leader).collect();
+    let leaders: BTreeSet<u64> = reachable.iter().filter_map(|m| match m.leader {
+        Some(Leader::Id(id)) => Some(id),
+        _ => None,
+    }).collect();
     if leaders.len() > 1 {
-        let who: Vec<String> = reachable.iter().map(|m| format!("{} sees {:?}", m.name, m.leader.map(|l| format!("{l:x}")))).collect();
+        let who: Vec<String> = reachable.iter().map(|m| format!("{} sees {}", m.name, match m.leader {
+            Some(Leader::Id(l)) => format!("{l:x}"),
+            Some(Leader::Unnamed) => "a leader".into(),
+            None => "none".into(),
+        })).collect();
         return Verdict::Fail(format!("{} different leaders among reachable members: {}", leaders.len(), who.join(", ")));
     }
     if !model.quorum_expected() {
         return Verdict::Pass;
     }
-    let Some(&leader) = leaders.iter().next() else {
+    // Members that see the leader: the one named, or any when the target cannot name it.
+    let named = leaders.iter().next().copied();
+    let sees_it = |m: &MemberStatus| match m.leader {
+        Some(Leader::Id(l)) => Some(l) == named,
+        Some(Leader::Unnamed) => true,
+        None => false,
+    };
+    if !reachable.iter().any(|m| sees_it(m)) {
         return Verdict::Fail(format!(
             "no leader, although {} of {} members are expected up (quorum {})",
             model.up(),
@@ -56,7 +70,7 @@ pub(crate) fn quorum(model: &Model, obs: &Observation) -> Verdict {
     };
     let healthy: Vec<&str> = reachable
         .iter()
-        .filter(|m| m.leader == Some(leader) && m.member.is_some_and(|id| model.members.contains_key(&id)))
+        .filter(|m| sees_it(m) && m.member.is_some_and(|id| model.members.contains_key(&id)))
         .map(|m| m.name.as_str())
         .collect();
     if healthy.len() < model.quorum() {

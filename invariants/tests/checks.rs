@@ -4,7 +4,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use shakedown_faults::{BackupId, MemberId, Model, Op, OutageMode, SiteId, Version};
 use shakedown_invariants::{
-    check_all, expect_write, Durability, Expect, Inventory, InvariantId, LocalInventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample, Verdict,
+    check_all, expect_write, Durability, Expect, Inventory, InvariantId, Leader, LocalInventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample, Verdict,
 };
 
 fn model() -> Model {
@@ -12,6 +12,7 @@ fn model() -> Model {
 }
 
 fn member(i: u32, leader: Option<u64>) -> MemberStatus {
+    let leader = leader.map(Leader::Id);
     MemberStatus {
         name: format!("m{i}"),
         member: Some(MemberId(i)),
@@ -29,7 +30,7 @@ fn member(i: u32, leader: Option<u64>) -> MemberStatus {
 fn healthy() -> Observation {
     Observation {
         members: (0..3).map(|i| member(i, Some(100))).collect(),
-        member_list: Some((0..3).map(|i| ListedMember { id: 100 + i, name: format!("m{i}"), peer_urls: vec![] }).collect()),
+        member_list: Some((0..3).map(|i| ListedMember { id: Some(100 + i), name: format!("m{i}"), peer_urls: vec![] }).collect()),
         probes: vec![Probe { latency_ms: 2, error: None }; 3],
         durability: Some(Durability {
             acked: vec![("k1".to_string(), "v1".to_string())].into(),
@@ -77,7 +78,7 @@ fn healthy_observation_passes_every_invariant() {
 #[test]
 fn quorum_fails_on_two_leaders_and_on_no_leader() {
     let mut o = healthy();
-    o.members[2].leader = Some(102);
+    o.members[2].leader = Some(Leader::Id(102));
     let v = verdict(InvariantId::Quorum, &model(), &o);
     assert!(matches!(&v, Verdict::Fail(m) if m.contains("2 different leaders")), "{v:?}");
 
@@ -166,7 +167,7 @@ fn members_must_answer_as_the_model_expects() {
 #[test]
 fn membership_names_stale_and_missing_members() {
     let mut o = healthy();
-    o.member_list.as_mut().unwrap().push(ListedMember { id: 0x99, name: "m7".into(), peer_urls: vec![] });
+    o.member_list.as_mut().unwrap().push(ListedMember { id: Some(0x99), name: "m7".into(), peer_urls: vec![] });
     let v = verdict(InvariantId::Membership, &model(), &o);
     assert!(matches!(&v, Verdict::Fail(m) if m.contains("stale member(s) not in the model: m7 (99)")), "{v:?}");
     let mut o = healthy();
@@ -369,4 +370,18 @@ fn acked_history_in_chunks_iterates_in_order() {
     assert_eq!(a.len(), 6);
     assert_eq!(a.iter().cloned().collect::<Vec<_>>(), (0..6).map(w).collect::<Vec<_>>());
     assert!(shakedown_invariants::Acked::from_chunks(&[], &[]).is_empty());
+}
+
+/// A target that cannot name the leader (the kube target) reports `Leader::Unnamed`: quorum
+/// counts those members as seeing it; members that see none still fail.
+#[test]
+fn an_unnamed_leader_counts_for_quorum_and_no_leader_still_fails() {
+    let mut o = healthy();
+    o.members.iter_mut().for_each(|m| m.leader = Some(Leader::Unnamed));
+    assert_eq!(verdict(InvariantId::Quorum, &model(), &o), Verdict::Pass);
+    o.members[0].leader = None;
+    o.members[1].leader = None;
+    assert!(matches!(verdict(InvariantId::Quorum, &model(), &o), Verdict::Fail(m) if m.contains("only 1 healthy voting members")));
+    o.members[2].leader = None;
+    assert!(matches!(verdict(InvariantId::Quorum, &model(), &o), Verdict::Fail(m) if m.contains("no leader")));
 }

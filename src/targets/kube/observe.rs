@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 use shakedown_faults::{Answers, MemberId, Model};
-use shakedown_invariants::{Inventory, KubeInventory, ListedMember, MemberStatus, Observation, Probe};
+use shakedown_invariants::{Inventory, KubeInventory, Leader, ListedMember, MemberStatus, Observation, Probe};
 
 use super::conditions::{condition, ETCD_CLUSTER_HEALTHY};
 use super::*;
@@ -121,7 +121,7 @@ impl KubeTarget {
                 name: member.map(|id| id.to_string()).unwrap_or_else(|| m.name.clone()),
                 member,
                 reachable: m.healthy && !m.deleting,
-                leader: (m.healthy && !m.deleting && cluster_cond.is_some()).then_some(1),
+                leader: (m.healthy && !m.deleting && cluster_cond.is_some()).then_some(Leader::Unnamed),
                 etcd_id: None,
                 revision: 0,
                 raft_index: 0,
@@ -143,9 +143,8 @@ impl KubeTarget {
             let mut list: Vec<ListedMember> = ms
                 .iter()
                 .filter(|m| !m.deleting)
-                .enumerate()
-                .map(|(i, m)| ListedMember {
-                    id: i as u64 + 1,
+                .map(|m| ListedMember {
+                    id: None,
                     name: by_machine.get(&m.name).map(|id| id.to_string()).unwrap_or_else(|| m.name.clone()),
                     peer_urls: vec![format!("machine/{} ({})", m.name, m.fd.clone().unwrap_or_default())],
                 })
@@ -155,7 +154,7 @@ impl KubeTarget {
             // were deleted to crash them are still etcd members.
             if self.paused {
                 for m in self.model.members.values().filter(|m| self.model.has_process(m) == Answers::No && !self.bindings.contains_key(&m.id)) {
-                    list.push(ListedMember { id: 1000 + m.id.0 as u64, name: m.id.to_string(), peer_urls: vec!["machine deleted, KubeadmControlPlane paused".into()] });
+                    list.push(ListedMember { id: None, name: m.id.to_string(), peer_urls: vec!["machine deleted, KubeadmControlPlane paused".into()] });
                 }
             }
             obs.member_list = Some(list);

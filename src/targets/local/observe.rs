@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use etcd_client::GetOptions;
 use shakedown_faults::{MemberId, Model};
-use shakedown_invariants::{Durability, InvariantId, ListedMember, MemberStatus, Observation, Probe};
+use shakedown_invariants::{Durability, InvariantId, Leader, ListedMember, MemberStatus, Observation, Probe};
 use tokio::time::Instant;
 
 use super::disk::DiskMode;
@@ -85,7 +85,7 @@ impl LocalTarget {
                         name: name.clone(),
                         member,
                         reachable: true,
-                        leader: (s.leader() != 0).then_some(s.leader()),
+                        leader: (s.leader() != 0).then_some(Leader::Id(s.leader())),
                         etcd_id: me,
                         revision: s.header().map(|h| h.revision()).unwrap_or(0),
                         raft_index: s.raft_index(),
@@ -103,7 +103,7 @@ impl LocalTarget {
                 if let Ok(mut c) = etcd::connect(url, request).await {
                     if let Ok(list) = etcd::bounded("member list", request, c.member_list()).await {
                         obs.member_list = Some(
-                            list.members().iter().map(|m| ListedMember { id: m.id(), name: m.name().to_string(), peer_urls: m.peer_urls().to_vec() }).collect(),
+                            list.members().iter().map(|m| ListedMember { id: Some(m.id()), name: m.name().to_string(), peer_urls: m.peer_urls().to_vec() }).collect(),
                         );
                     }
                 }
