@@ -11,11 +11,10 @@ use shakedown::engine::{self, Engine, Outcome};
 use shakedown::events::{Event, EventLog, RunOutcome};
 use shakedown::exit::{Exit, Fatal};
 use shakedown::faults::{Plan, Profile};
-use shakedown::invariants::InvariantId;
 use shakedown::profiles;
 use shakedown::record::{now_rfc3339, Expect, Failure, FailureKind, SeedRecord, FORMAT};
 use shakedown::report::{self, Case, CaseOutcome};
-use shakedown::targets::{self, StartContext, Target, TargetError, TargetSpec};
+use shakedown::targets::{self, StartContext, TargetError, TargetSpec};
 use tokio::sync::watch;
 
 use super::RunOpts;
@@ -189,7 +188,7 @@ pub fn weights_text(plan: &Plan) -> String {
 /// (run, replay, shrink, soak) takes on every target.
 pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &Plan) -> Result<RunResult, Fatal> {
     let wanted = profiles::invariants(profile)?;
-    targets::preflight(spec, &x.opts.target, profile)?;
+    let prepared = targets::prepare(spec, &x.opts.target, profile)?;
     let run_id = new_run_id();
     let run_dir = create_run_dir(x.runs_dir, &run_id)?;
     // The plan is on disk before anything executes.
@@ -219,7 +218,7 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
     }
     let ctx = StartContext { run_id: &run_id, run_dir: &run_dir, profile, model: &model, options: &x.opts.target };
     let mut target = tokio::select! {
-        t = targets::start(spec, &ctx) => t?,
+        t = targets::start(prepared, &ctx) => t?,
         _ = x.interrupt.count(1) => return Ok(result),
     };
     let up_ms = t0.elapsed().as_millis() as u64;
@@ -242,13 +241,9 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
         x.say(&format!("not checked on the {} target: {}", target.name(), unchecked.join("; ")));
     }
     result.versions = target.component_versions();
-    drive(x, target.as_mut(), plan, profile, &invariants, events, result, t0).await
-}
 
-/// Executes `plan` on a started target (a first stop request ends it after the current step, a
-/// second at once), tears the target down whatever happens, then writes the record and reports.
-#[allow(clippy::too_many_arguments)]
-async fn drive(x: &Exec<'_>, target: &mut dyn Target, plan: &Plan, profile: &Profile, invariants: &[InvariantId], mut events: EventLog, mut result: RunResult, t0: std::time::Instant) -> Result<RunResult, Fatal> {
+    // The plan on the started target: a first stop request ends it after the current step, a
+    // second at once; the target is torn down whatever happens.
     let mut progress = |l: &str| x.say(l);
     let options = engine::Options {
         skip_liveness: x.skip_liveness,
@@ -257,7 +252,7 @@ async fn drive(x: &Exec<'_>, target: &mut dyn Target, plan: &Plan, profile: &Pro
         forensics: Some(result.run_dir.join("forensics")),
     };
     let outcome = {
-        let mut engine = Engine::new(&mut *target, profile, invariants, &mut events, &mut progress, &options);
+        let mut engine = Engine::new(target.as_mut(), profile, &invariants, &mut events, &mut progress, &options);
         tokio::select! {
             r = engine.execute(plan) => Some(r),
             _ = x.interrupt.count(2) => None,

@@ -3,7 +3,7 @@
 //! [`TargetOptions`] (what this machine says: binaries, kubeconfig) and [`start`].
 //!
 //! A new target is a folder beside `local/` and `kube/` holding its spec, its options and its
-//! `Target` implementation, plus one arm in each of the three enums/matches of this file.
+//! `Target` implementation, plus an entry in each enum and match of this file.
 
 pub mod kube;
 pub mod local;
@@ -153,21 +153,28 @@ impl TargetSpec {
     }
 }
 
-/// Checks, before anything is created, that this machine can start the target (the local
-/// target's binaries and disks): a run that cannot start leaves no run directory behind.
-pub fn preflight(spec: &TargetSpec, options: &TargetOptions, profile: &Profile) -> Result<(), Fatal> {
-    match spec {
-        TargetSpec::Local(_) => options.local.environment(profile).map(|_| ()),
-        TargetSpec::Kube(_) => Ok(()),
-    }
+/// A spec whose machine-side needs were checked by [`prepare`], with what the check found.
+pub enum Prepared {
+    /// The local target's binaries and disk mode.
+    Local(local::LocalSpec, local::Environment),
+    Kube(kube::KubeSpec),
 }
 
-/// Starts the target a spec names (brings the local stack up, connects to the management
-/// cluster). The one place that knows every target.
-pub async fn start(spec: &TargetSpec, ctx: &StartContext<'_>) -> Result<Box<dyn Target>, Fatal> {
+/// Checks, before anything is created, that this machine can start the target (the local
+/// target's binaries and disks): a run that cannot start leaves no run directory behind.
+pub fn prepare(spec: &TargetSpec, options: &TargetOptions, profile: &Profile) -> Result<Prepared, Fatal> {
     Ok(match spec {
-        TargetSpec::Local(s) => Box::new(local::LocalTarget::start_spec(s, ctx).await?),
-        TargetSpec::Kube(s) => Box::new(kube::KubeTarget::start_spec(s, ctx).await?),
+        TargetSpec::Local(s) => Prepared::Local(s.clone(), options.local.environment(profile)?),
+        TargetSpec::Kube(s) => Prepared::Kube(s.clone()),
+    })
+}
+
+/// Starts the target a prepared spec names (brings the local stack up, connects to the
+/// management cluster). The one place that knows every target.
+pub async fn start(prepared: Prepared, ctx: &StartContext<'_>) -> Result<Box<dyn Target>, Fatal> {
+    Ok(match prepared {
+        Prepared::Local(s, env) => Box::new(local::LocalTarget::start_spec(&s, env, ctx).await?),
+        Prepared::Kube(s) => Box::new(kube::KubeTarget::start_spec(&s, ctx).await?),
     })
 }
 

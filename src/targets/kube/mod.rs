@@ -173,7 +173,7 @@ pub struct KubeTarget {
     bindings: BTreeMap<MemberId, String>,
     model: Model,
     sampler: Arc<Mutex<Sampler>>,
-    events: Vec<(String, Value)>,
+    events: Vec<Event>,
     paused: bool,
     versions: BTreeMap<String, String>,
     op_timeout: Duration,
@@ -326,7 +326,7 @@ impl Target for KubeTarget {
         let res = self.execute_op(op, after).await;
         self.model = after.clone();
         self.rebind();
-        self.events.push(("kube-requests".into(), json!({"op": op.to_string(), "non_watch_requests": self.counter.non_watch_since(&counts)})));
+        self.events.push(Event::Target { kind: "kube-requests".into(), detail: json!({"op": op.to_string(), "non_watch_requests": self.counter.non_watch_since(&counts)})});
         res
     }
 
@@ -350,7 +350,7 @@ impl Target for KubeTarget {
     }
 
     fn take_events(&mut self) -> Vec<Event> {
-        std::mem::take(&mut self.events).into_iter().map(|(kind, detail)| Event::Target { kind, detail }).collect()
+        std::mem::take(&mut self.events)
     }
 
     fn lost(&self) -> Option<String> {

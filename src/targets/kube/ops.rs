@@ -183,7 +183,7 @@ impl KubeTarget {
             }
         }
         let requests = self.counter.non_watch_since(&before);
-        self.events.push(("kube-wait".into(), json!({"until": what, "ms": t0.elapsed().as_millis() as u64, "non_watch_requests": requests})));
+        self.events.push(Event::Target { kind: "kube-wait".into(), detail: json!({"until": what, "ms": t0.elapsed().as_millis() as u64, "non_watch_requests": requests})});
         Ok(())
     }
 
@@ -407,7 +407,7 @@ impl KubeTarget {
             return Ok(());
         }
         let res = run_command(&hook.command, &env, hook.timeout).await;
-        self.events.push(("hook".into(), json!({"op": op.to_string(), "command": hook.command, "exit": res.exit, "ms": res.ms, "stdout": res.stdout, "stderr": res.stderr, "error": res.error})));
+        self.events.push(Event::Target { kind: "hook".into(), detail: json!({"op": op.to_string(), "command": hook.command, "exit": res.exit, "ms": res.ms, "stdout": res.stdout, "stderr": res.stderr, "error": res.error})});
         match res.error {
             None => Ok(()),
             Some(e) => Err(TargetError::Environment(format!("hook for {op} ({}): {e}", hook.command.join(" ")))),

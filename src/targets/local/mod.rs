@@ -29,7 +29,7 @@ pub use bugs::PlantedBug;
 pub use crate::targets::TargetError as LocalError;
 pub use disk::DiskMode;
 use sampler::Sampler;
-pub use spec::{DiskArg, LocalOptions, LocalSpec};
+pub use spec::{DiskArg, Environment, LocalOptions, LocalSpec};
 pub use testbed::{Testbed, TestbedConfig};
 use workload::Workload;
 
@@ -101,9 +101,9 @@ impl LocalTarget {
         Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), sampler: None, marks: Marks::default(), restores: 0 })
     }
 
-    /// Checks the machine (binaries, disks), then brings the stack of `spec` up.
-    pub async fn start_spec(spec: &LocalSpec, ctx: &StartContext<'_>) -> Result<LocalTarget, Fatal> {
-        let (binaries, disks) = ctx.options.local.environment(ctx.profile)?;
+    /// Brings the stack of `spec` up with the binaries and disks `targets::prepare` found.
+    pub async fn start_spec(spec: &LocalSpec, env: Environment, ctx: &StartContext<'_>) -> Result<LocalTarget, Fatal> {
+        let (binaries, disks) = env;
         let cfg = TestbedConfig::new(ctx.run_id, ctx.run_dir, binaries, disks, spec.testbed_bug);
         LocalTarget::start(cfg, ctx.profile, ctx.model, BRING_UP_BOUND).await.map_err(|e| Fatal::environment(format!("cannot bring the local stack up: {e}")))
     }

@@ -21,6 +21,9 @@ pub struct LocalSpec {
     pub testbed_bug: Option<PlantedBug>,
 }
 
+/// What this machine offers the local target: the binaries found and the disk mode.
+pub type Environment = (Binaries, DiskMode);
+
 /// Member disks: loop-mounted ext4 images (root) or plain directories; `auto` picks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum DiskArg {
@@ -73,7 +76,7 @@ impl LocalOptions {
     }
 
     /// The binaries and the disk mode, checked before anything is created.
-    pub fn environment(&self, profile: &Profile) -> Result<(Binaries, DiskMode), Fatal> {
+    pub fn environment(&self, profile: &Profile) -> Result<Environment, Fatal> {
         let overrides = BinaryOverrides { etcd: self.etcd.iter().cloned().collect::<BTreeMap<_, _>>(), haproxy: self.haproxy.clone() };
         let binaries = binaries::discover(&profile.versions, &overrides)?;
         let (detected, why) = DiskMode::detect();
