@@ -190,13 +190,14 @@ impl<'a> Engine<'a> {
     }
 
     /// Runs the step's checks, records them, ends the step: `Some(failure)` when one broke.
-    async fn checked_step(&mut self, step: usize, op: &Op, op_ms: Option<u128>, quorum_throughout: bool) -> Option<Failure> {
+    /// `op` is `None` for step 0, the bring-up.
+    async fn checked_step(&mut self, step: usize, op: Option<&Op>, op_ms: Option<u128>, quorum_throughout: bool) -> Option<Failure> {
         let t_check = Instant::now();
         let checked = self.check_until(quorum_throughout, step == 0, self.profile.timeouts.converge).await;
         self.target.end_step().await;
         let check_ms = t_check.elapsed().as_millis();
         let mut event = check_event(step, &checked, check_ms as u64);
-        let text = if step == 0 { "bring-up".to_string() } else { op.to_string() };
+        let text = op.map_or_else(|| "bring-up".to_string(), Op::to_string);
         let op_col = op_ms.map(|ms| format!("{:<32} {ms:>6}ms  ", text)).unwrap_or_else(|| format!("{text} "));
         match checked {
             Checked::Pass { .. } => {
@@ -219,7 +220,7 @@ impl<'a> Engine<'a> {
         let total = self.total;
         // Step 0: the freshly started stack must satisfy every invariant.
         if !self.options.dry_run {
-            if let Some(f) = self.checked_step(0, &Op::Backup, None, true).await {
+            if let Some(f) = self.checked_step(0, None, None, true).await {
                 return Ok(Outcome::Failed(f));
             }
         }
@@ -277,7 +278,7 @@ impl<'a> Engine<'a> {
             if self.options.dry_run {
                 continue;
             }
-            if let Some(f) = self.checked_step(step, op, Some(op_ms), before.quorum_throughout(op)).await {
+            if let Some(f) = self.checked_step(step, Some(op), Some(op_ms), before.quorum_throughout(op)).await {
                 return Ok(Outcome::Failed(f));
             }
         }

@@ -23,6 +23,60 @@ pub use op::{Op, OpKind, PreconditionError, MAX_BACKUPS};
 pub use profile::{Profile, ProfileError};
 pub use shrink::{repair, without, Shrinker};
 
+/// Declares a registry enum: its variants with their names, in one list, from which `ALL` (the
+/// variants in declaration order), `name()`, `Display` and `FromStr` are generated — so a new
+/// variant cannot be left out of `ALL` (op kinds, invariants and planted bugs use it).
+///
+/// ```
+/// shakedown_faults::registry! {
+///     /// Colours.
+///     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///     pub enum Colour: "colour" {
+///         Red => "red",
+///         /// The sky's.
+///         Blue => "blue",
+///     }
+/// }
+/// assert_eq!(Colour::ALL, [Colour::Red, Colour::Blue]);
+/// assert_eq!("blue".parse::<Colour>(), Ok(Colour::Blue));
+/// assert_eq!(Colour::Red.to_string(), "red");
+/// assert!("green".parse::<Colour>().unwrap_err().contains("known: red, blue"));
+/// ```
+#[macro_export]
+macro_rules! registry {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident : $what:literal { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        $vis enum $name {
+            $($(#[$vmeta])* $variant),+
+        }
+
+        impl $name {
+            /// Every variant, in declaration order (generated: it cannot miss one).
+            pub const ALL: [$name; [$($text),+].len()] = [$($name::$variant),+];
+
+            /// The name used in profiles, records, flags and reports.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl ::std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                $crate::parse_name(s, &$name::ALL, $name::name, $what)
+            }
+        }
+    };
+}
+
 /// Finds the entry of a registry named `s`; the error lists every known name.
 /// (Op kinds, invariants and planted bugs are all parsed this way.)
 pub fn parse_name<T: Copy>(s: &str, all: &[T], name: fn(T) -> &'static str, what: &str) -> Result<T, String> {

@@ -2,7 +2,6 @@
 //! expected effect ([`Model::apply`]). Execution lives in the targets.
 
 use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -47,69 +46,24 @@ pub enum Op {
 /// The most backups a plan keeps (each is a file in the run directory).
 pub const MAX_BACKUPS: usize = 8;
 
-/// The family of an op: what profiles weigh and reports count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OpKind {
-    Crash,
-    Restart,
-    Pause,
-    Resume,
-    RollingUpgrade,
-    RollingReplace,
-    SiteOutage,
-    SiteRecover,
-    DiskDetach,
-    DiskReattach,
-    Backup,
-    Restore,
-}
-
-impl OpKind {
-    /// Every registered op kind, in a fixed order (generation depends on it).
-    pub const ALL: [OpKind; 12] = [
-        OpKind::Crash,
-        OpKind::Restart,
-        OpKind::Pause,
-        OpKind::Resume,
-        OpKind::RollingUpgrade,
-        OpKind::RollingReplace,
-        OpKind::SiteOutage,
-        OpKind::SiteRecover,
-        OpKind::DiskDetach,
-        OpKind::DiskReattach,
-        OpKind::Backup,
-        OpKind::Restore,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            OpKind::Crash => "crash",
-            OpKind::Restart => "restart",
-            OpKind::Pause => "pause",
-            OpKind::Resume => "resume",
-            OpKind::RollingUpgrade => "rolling-upgrade",
-            OpKind::RollingReplace => "rolling-replace",
-            OpKind::SiteOutage => "site-outage",
-            OpKind::SiteRecover => "site-recover",
-            OpKind::DiskDetach => "disk-detach",
-            OpKind::DiskReattach => "disk-reattach",
-            OpKind::Backup => "backup",
-            OpKind::Restore => "restore",
-        }
-    }
-}
-
-impl fmt::Display for OpKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for OpKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        crate::parse_name(s, &OpKind::ALL, OpKind::name, "op")
+crate::registry! {
+    /// The family of an op: what profiles weigh and reports count. Declaration order is
+    /// `ALL`'s order, which generation depends on: add new kinds at the end.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum OpKind: "op" {
+        Crash => "crash",
+        Restart => "restart",
+        Pause => "pause",
+        Resume => "resume",
+        RollingUpgrade => "rolling-upgrade",
+        RollingReplace => "rolling-replace",
+        SiteOutage => "site-outage",
+        SiteRecover => "site-recover",
+        DiskDetach => "disk-detach",
+        DiskReattach => "disk-reattach",
+        Backup => "backup",
+        Restore => "restore",
     }
 }
 

@@ -12,7 +12,6 @@ mod quorum;
 mod reachability;
 
 use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use shakedown_faults::{MemberId, Model};
@@ -32,58 +31,37 @@ pub const MAX_REVISION_LAG: i64 = 1000;
 /// stuck (finalizers that never finish).
 pub const STUCK_DELETION_SECS: u64 = 120;
 
-/// The registered invariants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum InvariantId {
-    /// The etcd member list equals the model's members: nothing stale, nothing missing.
-    Membership,
-    /// Nothing of the run is on the machine that the model does not expect (processes, mounts,
-    /// loop devices, data directories, partition rules, backup files), and the disks, data
-    /// directories, rules and backups it expects are there.
-    Leaks,
-    /// Every member answers as the model expects: running members answer and see a leader,
-    /// paused, crashed and cut-off members do not answer.
-    Members,
-    /// Exactly one leader among reachable members; members serving ≥ quorum whenever the model
-    /// says quorum holds, at the end of a step and at every instant during it.
-    Quorum,
-    /// Members agree on the KV hash at a common revision, and no member's store falls more than
-    /// [`MAX_REVISION_LAG`] revisions behind the most advanced one.
-    Consistency,
-    /// A linearizable read through the endpoint succeeds within the deadline whenever the model
-    /// says the service is up.
-    Reachability,
-    /// Every acknowledged write is readable with its value (after a restore: the writes before
-    /// the backup; writes after the backup and before the restore are gone).
-    Durability,
+shakedown_faults::registry! {
+    /// The registered invariants. Declaration order is checking order: structure first (who is
+    /// in the cluster, who answers), so the first failure reported is the most direct one.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum InvariantId: "invariant" {
+        /// The etcd member list equals the model's members: nothing stale, nothing missing.
+        Membership => "membership",
+        /// Nothing of the run is on the machine that the model does not expect (processes, mounts,
+        /// loop devices, data directories, partition rules, backup files), and the disks, data
+        /// directories, rules and backups it expects are there.
+        Leaks => "leaks",
+        /// Every member answers as the model expects: running members answer and see a leader,
+        /// paused, crashed and cut-off members do not answer.
+        Members => "members",
+        /// Exactly one leader among reachable members; members serving ≥ quorum whenever the model
+        /// says quorum holds, at the end of a step and at every instant during it.
+        Quorum => "quorum",
+        /// Members agree on the KV hash at a common revision, and no member's store falls more than
+        /// [`MAX_REVISION_LAG`] revisions behind the most advanced one.
+        Consistency => "consistency",
+        /// A linearizable read through the endpoint succeeds within the deadline whenever the model
+        /// says the service is up.
+        Reachability => "reachability",
+        /// Every acknowledged write is readable with its value (after a restore: the writes before
+        /// the backup; writes after the backup and before the restore are gone).
+        Durability => "durability",
+    }
 }
 
 impl InvariantId {
-    /// In checking order: structure first (who is in the cluster, who answers), so the first
-    /// failure reported is the most direct one.
-    pub const ALL: [InvariantId; 7] = [
-        InvariantId::Membership,
-        InvariantId::Leaks,
-        InvariantId::Members,
-        InvariantId::Quorum,
-        InvariantId::Consistency,
-        InvariantId::Reachability,
-        InvariantId::Durability,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            InvariantId::Quorum => "quorum",
-            InvariantId::Members => "members",
-            InvariantId::Membership => "membership",
-            InvariantId::Consistency => "consistency",
-            InvariantId::Reachability => "reachability",
-            InvariantId::Durability => "durability",
-            InvariantId::Leaks => "leaks",
-        }
-    }
-
     /// Checks this invariant. [`Verdict::Fail`] may still go away as the stack converges;
     /// [`Verdict::Definite`] cannot.
     pub fn check(self, model: &Model, obs: &Observation) -> Verdict {
@@ -96,19 +74,6 @@ impl InvariantId {
             InvariantId::Durability => durability::durability(model, obs),
             InvariantId::Leaks => leaks::leaks(model, obs),
         }
-    }
-}
-
-impl fmt::Display for InvariantId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for InvariantId {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        shakedown_faults::parse_name(s, &InvariantId::ALL, InvariantId::name, "invariant")
     }
 }
 

@@ -23,6 +23,9 @@ use tokio::time::Instant;
 use super::session::{case_of, create_run_dir, execute, new_run_id, progress_line, Exec, Interrupt, Interrupted};
 use super::RunOpts;
 
+/// How often the progress line redraws on a terminal.
+const PROGRESS_TICK: Duration = Duration::from_millis(200);
+
 pub struct SoakArgs {
     pub duration: Duration,
     pub first_seed: u64,
@@ -85,7 +88,7 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
     let bar = if std::io::stderr().is_terminal() && !json_logs {
         let b = ProgressBar::new_spinner();
         b.set_style(ProgressStyle::with_template("{spinner} {elapsed_precise} {prefix} · {wide_msg}").expect("a valid template"));
-        b.enable_steady_tick(Duration::from_millis(200));
+        b.enable_steady_tick(PROGRESS_TICK);
         Some(b)
     } else {
         None

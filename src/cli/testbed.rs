@@ -1,7 +1,6 @@
 //! `shakedown testbed up|status|down` (the local stack by hand) and `shakedown reap`.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use shakedown::exit::{Exit, Fatal};
 use shakedown::profiles;
@@ -62,7 +61,7 @@ pub async fn testbed(action: TestbedAction) -> Result<Exit, Fatal> {
                     _ => continue,
                 };
                 let url = format!("http://{addr}");
-                match shakedown::targets::local::etcd::status(&url, Duration::from_secs(1)).await {
+                match shakedown::targets::local::etcd::status(&url, shakedown::targets::local::REQUEST_BOUND * 2).await {
                     Ok(s) => println!("{name:<9} {url:<28} ok   etcd {} leader {:x} revision {}", s.version(), s.leader(), s.header().map(|h| h.revision()).unwrap_or(0)),
                     Err(e) => {
                         all_ok = false;

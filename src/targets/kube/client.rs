@@ -18,6 +18,14 @@ use tokio::task::JoinHandle;
 
 use super::KubeError;
 
+/// Connecting to the management cluster's apiserver.
+const CONNECT_BOUND: Duration = Duration::from_secs(5);
+/// Reading an answer: a watch's server-side timeout (290 s) plus a margin, so a long watch is
+/// not cut by the client.
+const READ_BOUND: Duration = Duration::from_secs(295);
+/// Pause before a failed watch is retried.
+const WATCH_RETRY: Duration = Duration::from_millis(500);
+
 /// Requests sent, by `VERB resource` (`LIST machines`, `WATCH machines`, `PATCH kubeadmcontrolplanes`).
 #[derive(Debug, Clone, Default)]
 pub struct RequestCounter(Arc<Mutex<BTreeMap<String, u64>>>);
@@ -97,8 +105,8 @@ pub async fn connect(path: Option<&Path>, context: Option<&str>) -> Result<(Clie
 
 /// A client for `config` whose requests `counter` counts (bounded connect and read timeouts).
 pub fn build(mut config: Config, counter: &RequestCounter) -> Result<(Client, String), String> {
-    config.connect_timeout = Some(Duration::from_secs(5));
-    config.read_timeout = Some(Duration::from_secs(295));
+    config.connect_timeout = Some(CONNECT_BOUND);
+    config.read_timeout = Some(READ_BOUND);
     let server = config.cluster_url.to_string();
     let c2 = counter.clone();
     let layer = tower::layer::layer_fn(move |svc| {
@@ -182,7 +190,7 @@ impl Watched {
                         f2.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(|| (std::time::Instant::now(), String::new())).1 = msg.clone();
                         *errors.lock().unwrap_or_else(|e| e.into_inner()) = Some(msg);
                         changed.send_modify(|g| *g += 1);
-                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        tokio::time::sleep(WATCH_RETRY).await;
                     }
                 }
             }

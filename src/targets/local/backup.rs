@@ -3,13 +3,12 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
 use super::LocalError;
-use crate::command::{run_bounded_cmd, COMMAND_BOUND};
+use crate::command::{self, COMMAND_BOUND};
 
 /// Checks a snapshot file: the last 32 bytes are the SHA-256 of everything before them.
 pub fn verify(path: &Path) -> Result<u64, String> {
@@ -52,15 +51,15 @@ pub async fn take(client: &mut etcd_client::Client, path: &Path, limit: Duration
 }
 
 /// Restores `backup` into `data_dir` (which must not exist) as member `name` of a new cluster.
-pub fn restore_into(tool: &Path, backup: &Path, name: &str, cluster: &str, token: &str, peer_url: &str, data_dir: &Path) -> Result<(), LocalError> {
-    let mut cmd = Command::new(tool);
+pub async fn restore_into(tool: &Path, backup: &Path, name: &str, cluster: &str, token: &str, peer_url: &str, data_dir: &Path) -> Result<(), LocalError> {
+    let mut cmd = tokio::process::Command::new(tool);
     cmd.env("ETCDCTL_API", "3")
         .args(["snapshot", "restore"])
         .arg(backup)
         .args(["--name", name, "--initial-cluster", cluster, "--initial-cluster-token", token, "--initial-advertise-peer-urls", peer_url])
         .arg("--data-dir")
         .arg(data_dir);
-    let out = run_bounded_cmd(cmd, &format!("{} snapshot restore", tool.display()), COMMAND_BOUND).map_err(LocalError::Environment)?;
+    let out = command::run_cmd(cmd, &format!("{} snapshot restore", tool.display()), COMMAND_BOUND).await.map_err(LocalError::Environment)?;
     if !out.status.success() {
         return Err(LocalError::Stack(format!(
             "{} snapshot restore for {name} failed: {}",

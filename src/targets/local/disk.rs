@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::LocalError;
-use crate::command::{run_bounded, COMMAND_BOUND, VERSION_BOUND};
+use crate::command::{self, run_bounded, COMMAND_BOUND, VERSION_BOUND};
 
 /// Size of each sparse disk image. etcd preallocates 64 MiB WAL segments (two at a time).
 pub const IMAGE_BYTES: u64 = 512 * 1024 * 1024;
@@ -37,10 +37,19 @@ pub enum Disk {
     Plain { dir: PathBuf },
 }
 
-/// Runs a command (bounded by [`COMMAND_BOUND`]), returning its stdout or an environment error
-/// with its stderr.
-pub fn run_cmd(program: &str, args: &[&str]) -> Result<String, LocalError> {
-    let out = run_bounded(program, args, COMMAND_BOUND).map_err(LocalError::Environment)?;
+/// Runs a command (async, bounded by [`COMMAND_BOUND`], killed if the caller gives up),
+/// returning its stdout or an environment error with its stderr.
+pub async fn run_cmd(program: &str, args: &[&str]) -> Result<String, LocalError> {
+    stdout_of(program, args, command::run(program, args, COMMAND_BOUND).await)
+}
+
+/// [`run_cmd`] for code that cannot await (teardown from `Drop`, `reap`).
+pub fn run_cmd_sync(program: &str, args: &[&str]) -> Result<String, LocalError> {
+    stdout_of(program, args, run_bounded(program, args, COMMAND_BOUND))
+}
+
+fn stdout_of(program: &str, args: &[&str], out: Result<std::process::Output, String>) -> Result<String, LocalError> {
+    let out = out.map_err(LocalError::Environment)?;
     if !out.status.success() {
         return Err(LocalError::Environment(format!(
             "`{program} {}` failed ({}): {}",
@@ -54,7 +63,7 @@ pub fn run_cmd(program: &str, args: &[&str]) -> Result<String, LocalError> {
 
 impl Disk {
     /// Creates the disk `name` under `run_dir`: `disks/<name>.img` mounted on `members/<name>`.
-    pub fn create(run_dir: &Path, name: &str, mode: DiskMode) -> Result<Disk, LocalError> {
+    pub async fn create(run_dir: &Path, name: &str, mode: DiskMode) -> Result<Disk, LocalError> {
         let mount = run_dir.join("members").join(name);
         std::fs::create_dir_all(&mount).map_err(|e| LocalError::Environment(format!("cannot create {}: {e}", mount.display())))?;
         let disk = match mode {
@@ -66,10 +75,12 @@ impl Disk {
                     .and_then(|f| f.set_len(IMAGE_BYTES))
                     .map_err(|e| LocalError::Environment(format!("cannot create disk image {}: {e}", image.display())))?;
                 let img = image.to_string_lossy().to_string();
-                let device = run_cmd("losetup", &["--find", "--show", &img])?;
+                let device = run_cmd("losetup", &["--find", "--show", &img]).await?;
                 let disk = Disk::Loop { image, device: device.clone(), mount: mount.clone() };
-                let made = run_cmd("mkfs.ext4", &["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", &device])
-                    .and_then(|_| run_cmd("mount", &["-o", "noatime,noinit_itable", &device, &mount.to_string_lossy()]));
+                let mut made = run_cmd("mkfs.ext4", &["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", &device]).await;
+                if made.is_ok() {
+                    made = run_cmd("mount", &["-o", "noatime,noinit_itable", &device, &mount.to_string_lossy()]).await;
+                }
                 if let Err(e) = made {
                     disk.release();
                     return Err(e);
@@ -88,18 +99,18 @@ impl Disk {
     }
 
     /// Unmounts (lazily if it must), checks (e2fsck -p: fixes what is safe) and mounts again.
-    pub fn remount(&self) -> Result<(), LocalError> {
+    pub async fn remount(&self) -> Result<(), LocalError> {
         let Disk::Loop { device, mount, .. } = self else { return Ok(()) };
         let m = mount.to_string_lossy().to_string();
-        if is_mounted(mount) && run_cmd("umount", &[&m]).is_err() {
-            run_cmd("umount", &["-l", &m])?;
+        if is_mounted(mount) && run_cmd("umount", &[&m]).await.is_err() {
+            run_cmd("umount", &["-l", &m]).await?;
         }
         // e2fsck exits 1 when it fixed something; 4 and up mean it could not.
-        let out = run_bounded("e2fsck", &["-p", device], COMMAND_BOUND).map_err(LocalError::Environment)?;
+        let out = command::run("e2fsck", &["-p", device], COMMAND_BOUND).await.map_err(LocalError::Environment)?;
         if out.status.code().is_none_or(|c| c >= 4) {
             return Err(LocalError::Stack(format!("e2fsck {device} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stdout).trim())));
         }
-        run_cmd("mount", &["-o", "noatime,noinit_itable", device, &m])?;
+        run_cmd("mount", &["-o", "noatime,noinit_itable", device, &m]).await?;
         Ok(())
     }
 
@@ -117,13 +128,13 @@ impl Disk {
         match self {
             Disk::Loop { image, device, mount } => {
                 if is_mounted(mount) {
-                    if let Err(e) = run_cmd("umount", &[&mount.to_string_lossy()]) {
+                    if let Err(e) = run_cmd_sync("umount", &[&mount.to_string_lossy()]) {
                         tracing::warn!("{e}; unmounting lazily");
-                        let _ = run_cmd("umount", &["-l", &mount.to_string_lossy()]);
+                        let _ = run_cmd_sync("umount", &["-l", &mount.to_string_lossy()]);
                     }
                 }
                 if loop_backing(device).is_some_and(|b| b == *image) {
-                    if let Err(e) = run_cmd("losetup", &["-d", device]) {
+                    if let Err(e) = run_cmd_sync("losetup", &["-d", device]) {
                         tracing::warn!("{e}");
                     }
                 }

@@ -5,10 +5,15 @@ use std::time::Duration;
 use etcd_client::{Client, ConnectOptions, StatusResponse};
 use tokio::time::{timeout, Instant};
 
+/// The longest a connection attempt may take (a member that is up answers in milliseconds).
+pub const CONNECT_BOUND: Duration = Duration::from_millis(500);
+/// How often a wait for a member polls it.
+const POLL: Duration = Duration::from_millis(20);
+
 /// A client for one URL. The connection is made lazily by the first request.
 pub async fn connect(url: &str, request_timeout: Duration) -> Result<Client, String> {
     let opts = ConnectOptions::new()
-        .with_connect_timeout(request_timeout.min(Duration::from_millis(500)))
+        .with_connect_timeout(request_timeout.min(CONNECT_BOUND))
         .with_timeout(request_timeout);
     match timeout(request_timeout, Client::connect([url], Some(opts))).await {
         Ok(Ok(c)) => Ok(c),
@@ -39,7 +44,7 @@ pub async fn status(url: &str, limit: Duration) -> Result<StatusResponse, String
 /// committed when the wait began (as seen from `reference_url`, e.g. the leader). Bounded by `limit`.
 pub async fn wait_caught_up(url: &str, others: &[String], limit: Duration) -> Result<(), String> {
     let deadline = Instant::now() + limit;
-    let step = Duration::from_millis(500);
+    let step = CONNECT_BOUND;
     // The commit index the cluster had when the wait began.
     let mut target: Option<u64> = None;
     let mut last = String::from("no answer yet");
@@ -63,7 +68,7 @@ pub async fn wait_caught_up(url: &str, others: &[String], limit: Duration) -> Re
             },
             Err(e) => last = e,
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(POLL).await;
     }
     Err(format!("{url} not healthy and caught up within {}ms: {last}", limit.as_millis()))
 }

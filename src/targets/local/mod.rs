@@ -22,7 +22,6 @@ use serde_json::json;
 use shakedown_faults::{Model, Op, OutageMode, Profile};
 use shakedown_invariants::{InvariantId, Marks, Observation};
 
-use crate::command::blocking;
 use crate::exit::Fatal;
 use crate::targets::{StartContext, Started, Target};
 pub use bugs::PlantedBug;
@@ -167,7 +166,7 @@ impl Target for LocalTarget {
         let limit = self.bounds.op;
         let res = tokio::time::timeout(limit, async {
             match *op {
-                Op::Crash { member } => blocking(|| self.testbed.kill(member)),
+                Op::Crash { member } => self.testbed.kill(member).await,
                 Op::Restart { member } => {
                     let cluster = self.testbed.initial_cluster();
                     self.testbed.spawn_member(member, &cluster, "existing")
@@ -178,7 +177,7 @@ impl Target for LocalTarget {
                 Op::RollingReplace => self.rolling_replace(before, after).await,
                 Op::SiteOutage { site, mode } => self.site_outage(site, mode).await,
                 Op::SiteRecover { site } => self.site_recover(site, before).await,
-                Op::DiskDetach { member } => blocking(|| self.testbed.shutdown_disk(member)),
+                Op::DiskDetach { member } => self.testbed.shutdown_disk(member),
                 Op::DiskReattach { member } => self.disk_reattach(member).await,
                 Op::Backup => self.backup(after).await,
                 Op::Restore { backup } => self.restore(backup).await,

@@ -8,7 +8,7 @@
 
 use std::net::Ipv4Addr;
 
-use super::disk::run_cmd;
+use super::disk::{run_cmd, run_cmd_sync};
 use super::LocalError;
 use crate::command::{run_bounded, COMMAND_BOUND, VERSION_BOUND};
 
@@ -29,43 +29,43 @@ pub fn available() -> Result<(), String> {
     }
 }
 
-fn nft(args: &[&str]) -> Result<String, LocalError> {
-    run_cmd("nft", args)
+async fn nft(args: &[&str]) -> Result<String, LocalError> {
+    run_cmd("nft", args).await
 }
 
 /// Drops all traffic to and from `subnet` (a /24), except within it.
-pub fn isolate(table: &str, site: &str, subnet: Ipv4Addr, gid: u32) -> Result<(), LocalError> {
-    nft(&["add", "table", "inet", table])?;
-    nft(&["add", "chain", "inet", table, "out", "{ type filter hook output priority 0 ; policy accept ; }"])?;
+pub async fn isolate(table: &str, site: &str, subnet: Ipv4Addr, gid: u32) -> Result<(), LocalError> {
+    nft(&["add", "table", "inet", table]).await?;
+    nft(&["add", "chain", "inet", table, "out", "{ type filter hook output priority 0 ; policy accept ; }"]).await?;
     let net = format!("{subnet}/24");
     let into = format!("ip saddr != {net} ip daddr {net} drop comment \"{site} in\"");
     let from = format!("meta skgid {gid} ip daddr != {net} drop comment \"{site} out\"");
     for rule in [into, from] {
         let mut args = vec!["add", "rule", "inet", table, "out"];
         args.extend(rule.split(' '));
-        nft(&args)?;
+        nft(&args).await?;
     }
     Ok(())
 }
 
 /// Removes the rules of `site` (`only_inbound`: the planted bug that forgets the outbound rule).
-pub fn recover(table: &str, site: &str, forget_outbound: bool) -> Result<(), LocalError> {
-    let listing = nft(&["-a", "list", "chain", "inet", table, "out"])?;
+pub async fn recover(table: &str, site: &str, forget_outbound: bool) -> Result<(), LocalError> {
+    let listing = nft(&["-a", "list", "chain", "inet", table, "out"]).await?;
     for line in listing.lines() {
         let is_site = line.contains(&format!("comment \"{site} in\"")) || (!forget_outbound && line.contains(&format!("comment \"{site} out\"")));
         if !is_site {
             continue;
         }
         if let Some(handle) = line.rsplit("# handle ").next().filter(|h| h.trim().chars().all(|c| c.is_ascii_digit())) {
-            nft(&["delete", "rule", "inet", table, "out", "handle", handle.trim()])?;
+            nft(&["delete", "rule", "inet", table, "out", "handle", handle.trim()]).await?;
         }
     }
     Ok(())
 }
 
 /// Sites that have rules in the run's table (from the rules' comments).
-pub fn rules(table: &str) -> Vec<String> {
-    let Ok(listing) = nft(&["list", "table", "inet", table]) else { return vec![] };
+pub async fn rules(table: &str) -> Vec<String> {
+    let Ok(listing) = nft(&["list", "table", "inet", table]).await else { return vec![] };
     let mut sites: Vec<String> = listing
         .lines()
         .filter_map(|l| l.split("comment \"").nth(1))
@@ -80,7 +80,7 @@ pub fn rules(table: &str) -> Vec<String> {
 pub fn delete_table(table: &str) -> bool {
     let exists = run_bounded("nft", &["list", "table", "inet", table], COMMAND_BOUND).is_ok_and(|o| o.status.success());
     if exists {
-        if let Err(e) = nft(&["delete", "table", "inet", table]) {
+        if let Err(e) = run_cmd_sync("nft", &["delete", "table", "inet", table]) {
             tracing::warn!("{e}");
         }
     }

@@ -137,7 +137,7 @@ impl LocalTarget {
             obs.durability = Some(self.durability().await);
         }
         if wants(InvariantId::Leaks) {
-            obs.inventory = Some(shakedown_invariants::Inventory::Local(reap::inventory(&self.testbed.cfg.run_dir, &self.testbed.nft_table(), self.testbed.cfg.disks == DiskMode::Loop)));
+            obs.inventory = Some(shakedown_invariants::Inventory::Local(reap::inventory(&self.testbed.cfg.run_dir, &self.testbed.nft_table(), self.testbed.cfg.disks == DiskMode::Loop).await));
         }
         obs
     }

@@ -7,7 +7,6 @@ use shakedown_faults::{BackupId, MemberId, Model, OutageMode, SiteId};
 use tokio::time::Instant;
 
 use super::bugs::PlantedBug;
-use crate::command::blocking;
 use super::{backup, etcd, futures_join_all, nft, LocalError, LocalTarget, MOVE_LEADER_BOUND, RECONFIGURE_RETRY, REPLACE_STOP_GRACE, UPGRADE_STOP_GRACE};
 
 impl LocalTarget {
@@ -150,12 +149,12 @@ impl LocalTarget {
     pub(super) async fn rolling_replace(&mut self, before: &Model, after: &Model) -> Result<(), LocalError> {
         for (old, new) in before.replacements() {
             let spec = after.member(new).map_err(|e| LocalError::Stack(e.to_string()))?.clone();
-            let url = self.testbed.add_member(new, spec.site, spec.version)?.client_url();
+            let url = self.testbed.add_member(new, spec.site, spec.version).await?.client_url();
             if let Some(s) = &self.sampler {
                 s.watch(&url);
             }
             if let Err(e) = self.announce_and_start(new, false).await {
-                self.testbed.remove_member(new).ok();
+                self.testbed.remove_member(new).await.ok();
                 return Err(e);
             }
             self.wait_caught_up(new, "new member").await?;
@@ -167,10 +166,8 @@ impl LocalTarget {
                     .map_err(|e| LocalError::Stack(format!("removing {old}: {e}")))?;
             }
             self.testbed.stop(old, REPLACE_STOP_GRACE).await?;
-            blocking(|| {
-                self.testbed.remove_member(old)?;
-                self.testbed.start_haproxy()
-            })?;
+            self.testbed.remove_member(old).await?;
+            self.testbed.start_haproxy().await?;
         }
         Ok(())
     }
@@ -178,17 +175,22 @@ impl LocalTarget {
     pub(super) async fn site_outage(&mut self, site: SiteId, mode: OutageMode) -> Result<(), LocalError> {
         let ids: Vec<MemberId> = self.testbed.members.values().filter(|m| m.site == site).map(|m| m.id).collect();
         match mode {
-            OutageMode::PowerLoss => blocking(|| ids.into_iter().try_for_each(|id| self.testbed.kill(id))),
+            OutageMode::PowerLoss => {
+                for id in ids {
+                    self.testbed.kill(id).await?;
+                }
+                Ok(())
+            }
             OutageMode::Isolate => {
                 let (table, subnet, gid) = (self.testbed.nft_table(), self.testbed.site_subnet(site), self.testbed.site_gid(site));
-                blocking(|| nft::isolate(&table, &site.to_string(), subnet, gid))
+                nft::isolate(&table, &site.to_string(), subnet, gid).await
             }
         }
     }
 
     pub(super) async fn site_recover(&mut self, site: SiteId, before: &Model) -> Result<(), LocalError> {
         match before.outages.get(&site) {
-            Some(OutageMode::Isolate) => blocking(|| nft::recover(&self.testbed.nft_table(), &site.to_string(), self.bug(PlantedBug::RecoverLeavesRule))),
+            Some(OutageMode::Isolate) => nft::recover(&self.testbed.nft_table(), &site.to_string(), self.bug(PlantedBug::RecoverLeavesRule)).await,
             Some(OutageMode::PowerLoss) => {
                 let ids: Vec<MemberId> = self.testbed.members.values().filter(|m| m.site == site).map(|m| m.id).collect();
                 let cluster = self.testbed.initial_cluster();
@@ -204,18 +206,15 @@ impl LocalTarget {
     /// a stale store (see ARCHITECTURE.md); an operator re-adds it instead.
     pub(super) async fn disk_reattach(&mut self, id: MemberId) -> Result<(), LocalError> {
         // The member usually died on EIO; if it did not, it is stopped now.
-        blocking(|| self.testbed.kill(id))?;
+        self.testbed.kill(id).await?;
         let cluster = self.testbed.initial_cluster();
         if self.bug(PlantedBug::ReattachOnShutdownDisk) {
             return self.testbed.spawn_member(id, &cluster, "existing");
         }
-        blocking(|| match self.testbed.remount_disk(id) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                tracing::info!(member = %id, "disk unusable after reattach ({e}); giving the member a fresh disk");
-                self.testbed.replace_disk(id)
-            }
-        })?;
+        if let Err(e) = self.testbed.remount_disk(id).await {
+            tracing::info!(member = %id, "disk unusable after reattach ({e}); giving the member a fresh disk");
+            self.testbed.replace_disk(id).await?;
+        }
         let data = self.testbed.members[&id].disk.data_dir();
         let _ = std::fs::remove_dir_all(&data);
         std::fs::create_dir_all(&data).map_err(|e| LocalError::Environment(format!("cannot create {}: {e}", data.display())))?;
@@ -275,19 +274,19 @@ impl LocalTarget {
         let ids: Vec<MemberId> = self.testbed.members.keys().copied().collect();
         // The data is about to be replaced: a hard stop (a graceful one hangs on the last member,
         // which has no quorum left to hand leadership over).
-        blocking(|| ids.iter().try_for_each(|&id| self.testbed.kill(id)))?;
+        for &id in &ids {
+            self.testbed.kill(id).await?;
+        }
         self.restores += 1;
         let token = format!("{}-r{}", self.testbed.cfg.run_id, self.restores);
         let cluster = self.testbed.initial_cluster();
         let restored: Vec<MemberId> = if self.bug(PlantedBug::RestorePartial) { ids[..ids.len() - 1].to_vec() } else { ids.clone() };
         for &id in &restored {
-            blocking(|| {
-                self.testbed.replace_disk(id)?;
-                let m = &self.testbed.members[&id];
-                let data = m.disk.data_dir();
-                let _ = std::fs::remove_dir_all(&data);
-                backup::restore_into(tool, path, &m.name(), &cluster, &token, &m.peer_url(), &data)
-            })?;
+            self.testbed.replace_disk(id).await?;
+            let m = &self.testbed.members[&id];
+            let data = m.disk.data_dir();
+            let _ = std::fs::remove_dir_all(&data);
+            backup::restore_into(tool, path, &m.name(), &cluster, &token, &m.peer_url(), &data).await?;
         }
         for &id in &ids {
             self.testbed.spawn_member(id, &cluster, "new")?;

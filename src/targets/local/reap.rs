@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use shakedown_invariants::LocalInventory;
 
-use super::disk::{loop_backing, loops_under, mounts_under, run_cmd};
+use super::disk::{loop_backing, loops_under, mounts_under, run_cmd_sync};
 
 /// What a sweep found and removed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -42,7 +42,7 @@ pub fn processes_of(run_dir: &Path) -> Vec<(i32, String)> {
 
 /// What of the run is on the machine now, found from the machine itself (/proc, /proc/mounts,
 /// sysfs, nftables, the run directory), not from the target's bookkeeping.
-pub fn inventory(run_dir: &Path, nft_table: &str, loop_disks: bool) -> LocalInventory {
+pub async fn inventory(run_dir: &Path, nft_table: &str, loop_disks: bool) -> LocalInventory {
     let members = run_dir.join("members");
     let member_of = |p: &Path| p.strip_prefix(&members).ok().and_then(|r| r.components().next()).map(|c| c.as_os_str().to_string_lossy().to_string());
     let mut inv = LocalInventory { loop_disks, ..Default::default() };
@@ -67,7 +67,7 @@ pub fn inventory(run_dir: &Path, nft_table: &str, loop_disks: bool) -> LocalInve
         inv.backups = rd.flatten().filter_map(|e| e.file_name().to_str().and_then(|f| f.strip_suffix(".db")).map(str::to_string)).collect();
     }
     if loop_disks {
-        inv.partition_rules = super::nft::rules(nft_table).into_iter().collect();
+        inv.partition_rules = super::nft::rules(nft_table).await.into_iter().collect();
     }
     inv
 }
@@ -84,17 +84,17 @@ pub fn sweep(run_dir: &Path) -> Swept {
         if swept.processes.iter().all(|(pid, _)| !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(*pid)) {
             break;
         }
-        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::thread::sleep(super::testbed::REAP_POLL);
     }
     for m in mounts_under(run_dir) {
         let p = m.to_string_lossy().to_string();
-        if run_cmd("umount", &[&p]).is_err() {
-            let _ = run_cmd("umount", &["-l", &p]);
+        if run_cmd_sync("umount", &[&p]).is_err() {
+            let _ = run_cmd_sync("umount", &["-l", &p]);
         }
         swept.mounts.push(m);
     }
     for dev in loops_under(run_dir) {
-        let _ = run_cmd("losetup", &["-d", &dev]);
+        let _ = run_cmd_sync("losetup", &["-d", &dev]);
         swept.loops.push(dev);
     }
     if let Some(run_id) = run_dir.file_name().and_then(|n| n.to_str()) {

@@ -23,6 +23,16 @@ use crate::binaries::Binaries;
 
 pub const CLIENT_PORT: u16 = 2379;
 pub const PEER_PORT: u16 = 2380;
+/// How long HAProxy may take to accept connections after it is (re)started.
+pub const HAPROXY_START_BOUND: Duration = Duration::from_secs(2);
+/// How long a SIGKILLed process may take to be reaped (it may be finishing a disk write).
+pub const REAP_BOUND: Duration = Duration::from_secs(10);
+/// How long bring-up waits for a started member's peer port to answer before starting the next.
+const PEER_ANSWER_BOUND: Duration = Duration::from_secs(3);
+/// How often a process that was signalled (or a port that should open) is polled.
+const EXIT_POLL: Duration = Duration::from_millis(5);
+/// How often teardown's sweep checks whether the processes it killed are gone (100 times at most).
+pub const REAP_POLL: Duration = Duration::from_millis(10);
 
 #[derive(Debug, Clone)]
 pub struct TestbedConfig {
@@ -122,10 +132,10 @@ async fn wait_http(addr: SocketAddrV4, limit: Duration) {
             s.read_exact(&mut buf).await.ok()?;
             buf.starts_with(b"HTTP/1.").then_some(())
         };
-        if let Ok(Some(())) = tokio::time::timeout(Duration::from_millis(100), attempt).await {
+        if let Ok(Some(())) = tokio::time::timeout(EXIT_POLL * 20, attempt).await {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(EXIT_POLL).await;
     }
 }
 
@@ -177,14 +187,8 @@ impl Testbed {
         let run_dir = self.cfg.run_dir.clone();
         let mode = self.cfg.disks;
         let ids: Vec<MemberId> = model.members.keys().copied().collect();
-        let disks = tokio::task::spawn_blocking(move || {
-            std::thread::scope(|s| {
-                let hs: Vec<_> = ids.iter().map(|id| s.spawn(|| Disk::create(&run_dir, &id.to_string(), mode))).collect();
-                hs.into_iter().map(|h| h.join().expect("disk thread does not panic")).collect::<Vec<_>>()
-            })
-        })
-        .await
-        .map_err(|e| LocalError::Environment(format!("disk setup task failed: {e}")))?;
+        let names: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+        let disks = futures::future::join_all(names.iter().map(|name| Disk::create(&run_dir, name, mode))).await;
         let mut first_err = None;
         for (m, disk) in model.members.values().zip(disks) {
             match disk {
@@ -206,9 +210,9 @@ impl Testbed {
         for id in ids {
             self.spawn_member(id, &cluster, "new")?;
             let addr = SocketAddrV4::new(self.members[&id].ip, PEER_PORT);
-            wait_http(addr, deadline.saturating_duration_since(Instant::now()).min(Duration::from_secs(3))).await;
+            wait_http(addr, deadline.saturating_duration_since(Instant::now()).min(PEER_ANSWER_BOUND)).await;
         }
-        self.start_haproxy()?;
+        self.start_haproxy().await?;
         let urls: Vec<String> = self.members.values().map(|m| m.client_url()).collect();
         for url in &urls {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -225,8 +229,8 @@ impl Testbed {
     }
 
     /// Adds a member process record with a fresh disk (not started).
-    pub fn add_member(&mut self, id: MemberId, site: SiteId, version: Version) -> Result<&MemberProc, LocalError> {
-        let disk = Disk::create(&self.cfg.run_dir, &id.to_string(), self.cfg.disks)?;
+    pub async fn add_member(&mut self, id: MemberId, site: SiteId, version: Version) -> Result<&MemberProc, LocalError> {
+        let disk = Disk::create(&self.cfg.run_dir, &id.to_string(), self.cfg.disks).await?;
         let ip = self.member_ip(id, site);
         self.members.insert(id, MemberProc { id, site, version, ip, disk, child: None });
         Ok(&self.members[&id])
@@ -258,16 +262,16 @@ impl Testbed {
     }
 
     /// Unmounts member `id`'s disk, checks it (e2fsck -p) and mounts it again.
-    pub fn remount_disk(&mut self, id: MemberId) -> Result<(), LocalError> {
+    pub async fn remount_disk(&mut self, id: MemberId) -> Result<(), LocalError> {
         let m = self.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
-        m.disk.remount()
+        m.disk.remount().await
     }
 
     /// Gives member `id` a fresh, empty disk in place of its old one.
-    pub fn replace_disk(&mut self, id: MemberId) -> Result<(), LocalError> {
+    pub async fn replace_disk(&mut self, id: MemberId) -> Result<(), LocalError> {
         let m = self.members.get_mut(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
         m.disk.release();
-        m.disk = Disk::create(&self.cfg.run_dir, &id.to_string(), self.cfg.disks)?;
+        m.disk = Disk::create(&self.cfg.run_dir, &id.to_string(), self.cfg.disks).await?;
         Ok(())
     }
 
@@ -310,12 +314,12 @@ impl Testbed {
         Ok(())
     }
 
-    /// `kill -9` and reap member `id`'s process.
-    pub fn kill(&mut self, id: MemberId) -> Result<(), LocalError> {
+    /// `kill -9` and reap member `id`'s process (polled, so the runtime keeps running).
+    pub async fn kill(&mut self, id: MemberId) -> Result<(), LocalError> {
         let m = self.members.get_mut(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
         if let Some(mut c) = m.child.take() {
             let _ = c.kill();
-            let _ = c.wait();
+            reap_child(id, c).await;
         }
         Ok(())
     }
@@ -335,17 +339,17 @@ impl Testbed {
             if let Ok(Some(_)) = c.try_wait() {
                 return Ok(());
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(EXIT_POLL).await;
         }
         tracing::warn!(member = %id, "did not stop within {}ms of SIGTERM; killing it", grace.as_millis());
         let _ = c.kill();
-        let _ = c.wait();
+        reap_child(id, c).await;
         Ok(())
     }
 
     /// Removes member `id` from the testbed: kills its process and releases its disk.
-    pub fn remove_member(&mut self, id: MemberId) -> Result<(), LocalError> {
-        self.kill(id)?;
+    pub async fn remove_member(&mut self, id: MemberId) -> Result<(), LocalError> {
+        self.kill(id).await?;
         if let Some(m) = self.members.remove(&id) {
             m.disk.release();
         }
@@ -372,7 +376,7 @@ impl Testbed {
 
     /// Writes the HAProxy config for the current members and (re)starts HAProxy; a reload hands
     /// over from the old process with -sf.
-    pub fn start_haproxy(&mut self) -> Result<(), LocalError> {
+    pub async fn start_haproxy(&mut self) -> Result<(), LocalError> {
         let path = self.cfg.run_dir.join("haproxy.cfg");
         std::fs::write(&path, self.haproxy_config()).map_err(|e| LocalError::Environment(format!("cannot write {}: {e}", path.display())))?;
         let (out, err) = log_file(&self.cfg.run_dir, "haproxy")?;
@@ -394,16 +398,17 @@ impl Testbed {
         self.retired.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
         // Bounded wait for the frontend to accept connections.
         let addr = self.endpoint_addr();
-        for _ in 0..200 {
-            if std::net::TcpStream::connect_timeout(&addr.into(), Duration::from_millis(50)).is_ok() {
+        let deadline = Instant::now() + HAPROXY_START_BOUND;
+        while Instant::now() < deadline {
+            if let Ok(Ok(_)) = tokio::time::timeout(EXIT_POLL * 10, tokio::net::TcpStream::connect(addr)).await {
                 return Ok(());
             }
             if let Some(Ok(Some(status))) = self.haproxy.as_mut().map(|c| c.try_wait()) {
                 return Err(LocalError::Environment(format!("haproxy exited ({status}); see {}/logs/haproxy.log", self.cfg.run_dir.display())));
             }
-            std::thread::sleep(Duration::from_millis(10));
+            tokio::time::sleep(EXIT_POLL * 2).await;
         }
-        Err(LocalError::Environment(format!("haproxy does not accept connections on {addr} after 2s")))
+        Err(LocalError::Environment(format!("haproxy does not accept connections on {addr} after {}s", HAPROXY_START_BOUND.as_secs())))
     }
 
     /// Leaves the stack running after this value is dropped (`shakedown testbed up`);
@@ -445,6 +450,19 @@ impl Testbed {
         let _ = std::fs::remove_dir_all(self.cfg.run_dir.join("disks"));
         let _ = std::fs::remove_dir_all(self.cfg.run_dir.join("members"));
     }
+}
+
+/// Waits (polling, bounded by [`REAP_BOUND`]) for a child that was sent SIGKILL to exit; one
+/// that does not is left to teardown's sweep.
+async fn reap_child(id: MemberId, mut c: Child) {
+    let deadline = Instant::now() + REAP_BOUND;
+    while Instant::now() < deadline {
+        if !matches!(c.try_wait(), Ok(None)) {
+            return;
+        }
+        tokio::time::sleep(EXIT_POLL).await;
+    }
+    tracing::warn!(member = %id, pid = c.id(), "not reaped within {}s of SIGKILL", REAP_BOUND.as_secs());
 }
 
 impl Drop for Testbed {

@@ -16,6 +16,13 @@ use shakedown_invariants::Acked;
 
 use super::etcd::{bounded, connect};
 
+/// Pause before reconnecting after the endpoint could not be reached.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(50);
+/// The planted write-behind bug's delay between acknowledging a write and sending it.
+const WRITE_BEHIND_DELAY: Duration = Duration::from_millis(100);
+/// How long stopping waits for the write in flight.
+const STOP_BOUND: Duration = Duration::from_secs(3);
+
 #[derive(Debug, Default)]
 pub struct Stats {
     pub attempted: AtomicU64,
@@ -99,7 +106,7 @@ impl Workload {
                 }
                 let Some(c) = client.as_mut() else {
                     s.failed.fetch_add(1, Ordering::Relaxed);
-                    tokio::select! { _ = tokio::time::sleep(Duration::from_millis(50)) => {}, _ = stopped.changed() => {} }
+                    tokio::select! { _ = tokio::time::sleep(RECONNECT_PAUSE) => {}, _ = stopped.changed() => {} }
                     continue;
                 };
                 if ack_before_write {
@@ -109,7 +116,7 @@ impl Workload {
                     s.acked.fetch_add(1, Ordering::Relaxed);
                     let mut c = c.clone();
                     tokio::spawn(async move {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        tokio::time::sleep(WRITE_BEHIND_DELAY).await;
                         let _ = bounded("put", write_timeout, c.put(key.as_str(), value.as_str(), None)).await;
                     });
                     tokio::select! { _ = tokio::time::sleep(interval) => {}, _ = stopped.changed() => {} }
@@ -165,7 +172,7 @@ impl Workload {
         let _ = self.stop.send(true);
         if let Some(t) = self.task.take() {
             let abort = t.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(3), t).await.is_err() {
+            if tokio::time::timeout(STOP_BOUND, t).await.is_err() {
                 abort.abort();
             }
         }
