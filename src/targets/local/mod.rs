@@ -80,9 +80,17 @@ pub struct LocalTarget {
     marks: Marks,
     /// How many restores this run did (each new cluster gets its own token).
     restores: u32,
+    /// Notes for the run's event log (`local-note`: what an op had to work around).
+    events: Vec<crate::events::Event>,
 }
 
 impl LocalTarget {
+    /// Records a note in the run's event log (and the debug log).
+    pub(crate) fn note(&mut self, text: String) {
+        tracing::info!("{text}");
+        self.events.push(crate::events::Event::Target { kind: "local-note".into(), detail: serde_json::Value::String(text) });
+    }
+
     /// Brings the stack up and starts the workload.
     pub async fn start(cfg: TestbedConfig, profile: &Profile, model: &Model, bring_up_limit: Duration) -> Result<LocalTarget, LocalError> {
         let bug = cfg.bug;
@@ -97,7 +105,7 @@ impl LocalTarget {
             bug == Some(PlantedBug::AckBeforeWrite),
             Some(&samples),
         );
-        Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), sampler: None, marks: Marks::default(), restores: 0 })
+        Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), sampler: None, marks: Marks::default(), restores: 0, events: vec![] })
     }
 
     /// Brings the stack of `spec` up with the binaries and disks `targets::prepare` found.
@@ -186,6 +194,10 @@ impl Target for LocalTarget {
         .await
         .unwrap_or_else(|_| Err(LocalError::Stack(format!("{op} did not finish within {}s", limit.as_secs()))));
         res
+    }
+
+    fn take_events(&mut self) -> Vec<crate::events::Event> {
+        std::mem::take(&mut self.events)
     }
 
     async fn end_step(&mut self) {

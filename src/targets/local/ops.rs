@@ -240,16 +240,65 @@ impl LocalTarget {
         let b = *after.backups.last().ok_or_else(|| LocalError::Stack("the model has no backup to take".into()))?;
         let path = self.backup_path(b);
         std::fs::create_dir_all(path.parent().expect("has a parent")).map_err(|e| LocalError::Environment(format!("cannot create the backup store: {e}")))?;
-        // From the leader: it has applied every acknowledged write; a follower may lag.
-        let mut c = self.cluster_client().await?;
+        let deadline = Instant::now() + self.bounds.op;
         let start = self.workload.acked_len();
-        let size = backup::take(&mut c, &path, self.bounds.op).await.map_err(LocalError::Stack)?;
-        // The workload's one write in flight when the snapshot ended may be in it and be
-        // acknowledged just after: it is the next position, so the snapshot's window ends
-        // after it (seen as a false "restore did not restore" with a 2 ms workload interval).
-        self.marks.backups.insert(b, (start, self.workload.acked_len() + 1));
-        tracing::debug!(backup = %b, bytes = size, "backup taken");
-        Ok(())
+        // From the leader first (it has applied every acknowledged write; a follower may lag),
+        // then from the other members the model says answer. Like an operator, the op tries the
+        // next source when a snapshot stream breaks: a member whose disk has just been shut down
+        // can still lead for a moment and then die mid-stream (seen: "transport error … broken
+        // pipe" right after disk-detach). A member whose disk the model knows is detached is
+        // never a source. Every source failing is the op failing.
+        let mut tried = vec![];
+        for url in self.backup_sources(after).await {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let res = match etcd::connect(&url, self.bounds.request).await {
+                Ok(mut c) => backup::take(&mut c, &path, left).await,
+                Err(e) => Err(e),
+            };
+            match res {
+                Ok(size) => {
+                    // The workload's one write in flight when the snapshot ended may be in it and be
+                    // acknowledged just after: it is the next position, so the snapshot's window ends
+                    // after it (seen as a false "restore did not restore" with a 2 ms workload interval).
+                    // A failed attempt before this one only widens the window (it starts earlier).
+                    self.marks.backups.insert(b, (start, self.workload.acked_len() + 1));
+                    if !tried.is_empty() {
+                        self.note(format!("backup {b} taken from {url} after {} failed source(s): {}", tried.len(), tried.join("; ")));
+                    }
+                    tracing::debug!(backup = %b, bytes = size, source = %url, "backup taken");
+                    return Ok(());
+                }
+                Err(e) => tried.push(format!("{url}: {e}")),
+            }
+        }
+        if tried.is_empty() {
+            return Err(LocalError::Stack(format!("backup {b}: no member the model says answers could be asked for a snapshot")));
+        }
+        Err(LocalError::Stack(format!("backup {b} failed from every source: {}", tried.join("; "))))
+    }
+
+    /// Client URLs to take a snapshot from: the leader first, then the other members that answer
+    /// a status request, only among members the model says run on an attached disk.
+    async fn backup_sources(&self, model: &Model) -> Vec<String> {
+        let healthy: Vec<String> = model
+            .members
+            .values()
+            .filter(|m| model.answers(m) == shakedown_faults::Answers::Yes)
+            .filter_map(|m| self.url_of(m.id).ok())
+            .collect();
+        let request = self.bounds.request;
+        let answers = futures_join_all(healthy.into_iter().map(|url| async move {
+            let s = etcd::status(&url, request).await.ok();
+            (url, s)
+        }))
+        .await;
+        let leads = |s: &etcd_client::StatusResponse| s.leader() != 0 && s.header().is_some_and(|h| h.member_id() == s.leader());
+        let mut sources: Vec<(bool, String)> = answers.into_iter().filter_map(|(u, s)| s.map(|s| (!leads(&s), u))).collect();
+        sources.sort();
+        sources.into_iter().map(|(_, u)| u).collect()
     }
 
     pub(super) async fn restore(&mut self, b: BackupId) -> Result<(), LocalError> {
