@@ -45,7 +45,13 @@ impl LocalTarget {
 
     /// A membership change, retried within the op bound: etcd refuses reconfiguration while a
     /// member (re)connected less than 5 s ago ("unhealthy cluster"); operators such as KCP retry.
-    pub(super) async fn reconfigure<T, F, Fut>(&self, what: &str, call: F) -> Result<T, String>
+    /// A change is not idempotent, and its answer can be lost after etcd applied it (the member
+    /// asked was the one being removed, and it exits as the removal applies): before each retry
+    /// the member list is read, and `done` says whether the change is already in it (its result
+    /// then comes from the list). Without that check a lost answer turned into retries refused
+    /// until the op bound ("member not found", "peer URL exists"; seen under load as a rolling
+    /// replace that "did not finish within 120s").
+    pub(super) async fn reconfigure<T, F, Fut>(&self, what: &str, call: F, done: impl Fn(&[etcd_client::Member]) -> Option<T>) -> Result<T, String>
     where
         F: Fn(etcd_client::Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
@@ -61,10 +67,26 @@ impl LocalTarget {
                 Err(e) if Instant::now() < deadline => {
                     tracing::debug!("{what} refused, retrying: {e}");
                     tokio::time::sleep(RECONFIGURE_RETRY).await;
+                    if let Ok(mut c) = self.cluster_client().await {
+                        if let Ok(list) = etcd::bounded("member list", self.bounds.request, c.member_list()).await {
+                            if let Some(v) = done(list.members()) {
+                                tracing::info!("{what}: the answer was lost ({e}), but the member list shows it applied");
+                                return Ok(v);
+                            }
+                        }
+                    }
                 }
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// `member remove` of etcd member `etcd_id`, retried (see [`Self::reconfigure`]).
+    pub(super) async fn remove_etcd_member(&self, etcd_id: u64) -> Result<(), String> {
+        self.reconfigure("member remove", |mut c| async move { c.member_remove(etcd_id).await.map(|_| ()) }, |list| {
+            (!list.iter().any(|m| m.id() == etcd_id)).then_some(())
+        })
+        .await
     }
 
     /// Announces member `id` (which the testbed has, not started) to etcd — as a learner when
@@ -73,24 +95,31 @@ impl LocalTarget {
         let name = id.to_string();
         let peer = self.testbed.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?.peer_url();
         let options = learner.then(|| etcd_client::MemberAddOptions::new().with_is_learner());
-        let added = self
-            .reconfigure("member add", |mut c| {
-                let (peer, options) = (peer.clone(), options.clone());
-                async move { c.member_add([peer.as_str()], options).await }
-            })
+        // The new member has no name in etcd's list until it starts: it is `name`.
+        let cluster_of = |etcd_id: u64, list: &[etcd_client::Member]| -> Vec<String> {
+            list.iter()
+                .map(|m| {
+                    let n = if m.id() == etcd_id { name.as_str() } else { m.name() };
+                    format!("{n}={}", m.peer_urls().first().cloned().unwrap_or_default())
+                })
+                .collect()
+        };
+        let (etcd_id, cluster) = self
+            .reconfigure(
+                "member add",
+                |mut c| {
+                    let (peer, options) = (peer.clone(), options.clone());
+                    async move {
+                        let added = c.member_add([peer.as_str()], options).await?;
+                        let etcd_id = added.member().map(|m| m.id()).unwrap_or(0);
+                        Ok((etcd_id, added.member_list().to_vec()))
+                    }
+                },
+                |list| list.iter().find(|m| m.peer_urls().iter().any(|u| *u == peer)).map(|m| (m.id(), list.to_vec())),
+            )
             .await
             .map_err(|e| LocalError::Stack(format!("adding {id}: {e}")))?;
-        let etcd_id = added.member().map(|m| m.id()).unwrap_or(0);
-        // The new member has no name in etcd's list until it starts: it is `name`.
-        let cluster: Vec<String> = added
-            .member_list()
-            .iter()
-            .map(|m| {
-                let n = if m.id() == etcd_id { name.as_str() } else { m.name() };
-                format!("{n}={}", m.peer_urls().first().cloned().unwrap_or_default())
-            })
-            .collect();
-        self.testbed.spawn_member(id, &cluster.join(","), "existing")?;
+        self.testbed.spawn_member(id, &cluster_of(etcd_id, &cluster).join(","), "existing")?;
         Ok(etcd_id)
     }
 
@@ -161,7 +190,7 @@ impl LocalTarget {
             self.move_leader_off(old).await;
             if !self.bug(PlantedBug::ReplaceKeepsOldMember) {
                 let old_id = self.etcd_id(&old.to_string()).await?.ok_or_else(|| LocalError::Stack(format!("{old} is not in the member list")))?;
-                self.reconfigure("member remove", |mut c| async move { c.member_remove(old_id).await })
+                self.remove_etcd_member(old_id)
                     .await
                     .map_err(|e| LocalError::Stack(format!("removing {old}: {e}")))?;
             }
@@ -220,13 +249,15 @@ impl LocalTarget {
         std::fs::create_dir_all(&data).map_err(|e| LocalError::Environment(format!("cannot create {}: {e}", data.display())))?;
         let name = id.to_string();
         if let Some(etcd_id) = self.etcd_id(&name).await? {
-            self.reconfigure("member remove", |mut c| async move { c.member_remove(etcd_id).await }).await.map_err(|e| LocalError::Stack(format!("removing {id}: {e}")))?;
+            self.remove_etcd_member(etcd_id).await.map_err(|e| LocalError::Stack(format!("removing {id}: {e}")))?;
         }
         // Re-added as a learner, promoted once it has caught up: a learner does not count
         // towards quorum while it syncs.
         let etcd_id = self.announce_and_start(id, true).await?;
         // etcd refuses the promotion until the learner is in sync: retried within the op bound.
-        self.reconfigure("member promote", |mut c| async move { c.member_promote(etcd_id).await })
+        self.reconfigure("member promote", |mut c| async move { c.member_promote(etcd_id).await.map(|_| ()) }, |list| {
+            list.iter().any(|m| m.id() == etcd_id && !m.is_learner()).then_some(())
+        })
             .await
             .map_err(|e| LocalError::Stack(format!("promoting {id}: {e}")))?;
         self.wait_caught_up(id, "re-added").await
