@@ -6,7 +6,22 @@ use clap::Parser;
 
 mod cli;
 
+/// glibc's malloc arenas for the whole process (its default is 8 per core). A soak lives for
+/// hours while threads come and go (the runtime's blocking pool, the bounded commands of
+/// teardown); each new thread may get an arena of its own, and what an arena keeps after a seed
+/// shows as RSS growth that is not a leak: a heap profile of a 15-minute release-tier soak
+/// shows the live heap between seeds flat (158 → 180 KiB) while RSS grew. Two arenas keep the
+/// retained memory bounded (README, "Soak memory").
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const MALLOC_ARENAS: libc::c_int = 2;
+
 fn main() -> ExitCode {
+    // SAFETY: mallopt only sets an allocator parameter; called before any other thread exists.
+    // An explicit MALLOC_ARENA_MAX in the environment wins (then this is not called).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS) };
+    }
     let args = cli::Cli::parse();
     cli::init_logging(args.log_format);
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
