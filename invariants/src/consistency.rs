@@ -25,7 +25,14 @@ pub(crate) fn consistency(obs: &Observation) -> Verdict {
     for (rev, hashes) in by_rev {
         if hashes.len() > 1 {
             let detail: Vec<String> = hashes.iter().map(|(h, who)| format!("{h:08x} on {}", who.join(","))).collect();
-            return Verdict::Fail(format!("members disagree on the KV hash at revision {rev}: {}", detail.join("; ")));
+            // Where each member stands: a replica that applied the same raft log as the others
+            // but holds other data diverged from the log (etcd 3.5.0–3.5.2 after a crash under
+            // load: etcd-io/etcd#13766, docs/findings.md).
+            let hashed: Vec<&crate::MemberStatus> = obs.members.iter().filter(|m| m.hash.is_some_and(|(r, _)| r == rev)).collect();
+            let states: Vec<String> = hashed.iter().map(|m| format!("{} at revision {}, raft index {}", m.name, m.revision, m.raft_index)).collect();
+            let same_index = hashed.windows(2).all(|w| w[0].raft_index == w[1].raft_index);
+            let diverged = if same_index { "; same raft index on every member: a replica diverged from the replicated log" } else { "" };
+            return Verdict::Fail(format!("members disagree on the KV hash at revision {rev}: {} ({}{diverged})", detail.join("; "), states.join(", ")));
         }
     }
     Verdict::Pass

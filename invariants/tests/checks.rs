@@ -187,6 +187,27 @@ fn consistency_fails_when_hashes_differ_at_the_same_revision() {
     assert!(verdict(InvariantId::Consistency, &model(), &o).is_pass());
 }
 
+/// etcd-io/etcd#13766 as seen on etcd 3.5.1 (docs/findings.md): every member at the same raft
+/// index, one a revision short, its hash different at the common revision. The verdict names
+/// each member's revision and raft index and says a replica diverged from the log.
+#[test]
+fn consistency_names_a_replica_that_diverged_from_the_log() {
+    let mut o = healthy();
+    for m in &mut o.members {
+        (m.revision, m.raft_index, m.hash) = (36561, 36622, Some((36560, 0xbba9_2c70)));
+    }
+    (o.members[2].revision, o.members[2].hash) = (36560, Some((36560, 0xd149_2f3d)));
+    let v = verdict(InvariantId::Consistency, &model(), &o);
+    let Verdict::Fail(m) = &v else { panic!("{v:?}") };
+    assert!(m.contains("at revision 36560") && m.contains("d1492f3d on m2") && m.contains("bba92c70 on m0,m1"), "{m}");
+    assert!(m.contains("m2 at revision 36560, raft index 36622") && m.contains("m0 at revision 36561, raft index 36622"), "{m}");
+    assert!(m.contains("same raft index on every member: a replica diverged from the replicated log"), "{m}");
+    // Members at different raft indexes disagreeing is reported without that conclusion.
+    o.members[2].raft_index = 36600;
+    let v = verdict(InvariantId::Consistency, &model(), &o);
+    assert!(matches!(&v, Verdict::Fail(m) if !m.contains("diverged")), "{v:?}");
+}
+
 #[test]
 fn consistency_fails_when_a_store_trails_far_behind() {
     let mut o = healthy();
