@@ -31,8 +31,15 @@ pub(crate) fn consistency(obs: &Observation) -> Verdict {
             let hashed: Vec<&crate::MemberStatus> = obs.members.iter().filter(|m| m.hash.is_some_and(|(r, _)| r == rev)).collect();
             let states: Vec<String> = hashed.iter().map(|m| format!("{} at revision {}, raft index {}", m.name, m.revision, m.raft_index)).collect();
             let same_index = hashed.windows(2).all(|w| w[0].raft_index == w[1].raft_index);
-            let diverged = if same_index { "; same raft index on every member: a replica diverged from the replicated log" } else { "" };
-            return Verdict::Fail(format!("members disagree on the KV hash at revision {rev}: {} ({}{diverged})", detail.join("; "), states.join(", ")));
+            let text = format!("members disagree on the KV hash at revision {rev}: {} ({}", detail.join("; "), states.join(", "));
+            // Every member has applied revision `rev`, so their histories up to it must be equal
+            // whatever else is in flight. With the same raft index on every member nothing can
+            // still converge: the verdict is definite and names the divergence (it is the cause;
+            // a lost write found by `durability` in the same check is its consequence).
+            if same_index {
+                return Verdict::Definite(format!("{text}; same raft index on every member: a replica diverged from the replicated log)"));
+            }
+            return Verdict::Fail(format!("{text})"));
         }
     }
     Verdict::Pass
