@@ -183,11 +183,11 @@ impl<'a> Engine<'a> {
                 let (invariant, verdict) = definite.unwrap_or(&failures[0]).clone();
                 let message = verdict.message().unwrap_or_default().to_string();
                 let message = if definite.is_none() && !limit.is_zero() { format!("{message} (still failing after {}s)", limit.as_secs_f32()) } else { message };
-                // What else broke in the same check, for a cause reported with its consequence
-                // (a diverged replica with the write it lost).
+                // What else broke in the same check, so a consequence is reported with its cause
+                // (the write a diverged replica lost, with the hashes that show the divergence).
                 let also: Vec<String> = failures
                     .iter()
-                    .filter(|(i, v)| *i != invariant && matches!(v, Verdict::Definite(_)))
+                    .filter(|(i, _)| *i != invariant)
                     .map(|(i, v)| format!("{i}: {}", v.message().unwrap_or_default()))
                     .collect();
                 let message = if also.is_empty() { message } else { format!("{message}; in the same check {}", also.join("; ")) };
