@@ -23,10 +23,13 @@ ETCDCTL = os.path.join(HERE, "bin", "etcdctl-3.5.16")
 IPS = ["127.250.0.1", "127.250.0.2", "127.250.0.3"]
 FS_IOC_SHUTDOWN = 0x8004587D
 FS_GOING_FLAGS_NOLOGFLUSH = 2
+FS_GOING_FLAGS = {"default": 0, "logflush": 1, "nologflush": 2}
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--etcd", required=True)
 ap.add_argument("--fault", choices=["kill", "detach"], default="kill")
+ap.add_argument("--shutdown-flag", choices=sorted(FS_GOING_FLAGS), default="nologflush",
+                help="FS_IOC_SHUTDOWN flag for --fault detach: default=0 (freeze+flush), logflush=1, nologflush=2")
 ap.add_argument("--cycles", type=int, default=20)
 ap.add_argument("--disk", choices=["loop", "dir"], default="loop")
 ap.add_argument("--writers", type=int, default=6, help="writer threads (unthrottled)")
@@ -123,10 +126,62 @@ def disk_destroy(i):
     shutil.rmtree(mnt(i), ignore_errors=True)
 
 
+def wal_frag(i):
+    """filefrag -v of the member's WAL files (extent map incl. 'unwritten' flags), as text."""
+    out = []
+    try:
+        wd = os.path.join(datadir(i), "member", "wal")
+        for n in sorted(os.listdir(wd)):
+            pth = os.path.join(wd, n)
+            out.append(f"## {n} size={os.path.getsize(pth)}")
+            out.append(sh("filefrag", "-v", "-b4096", pth, check=False).stdout)
+    except Exception as e:
+        out.append(f"wal_frag error {e!r}")
+    return "\n".join(out)
+
+
+def raw_after_repair(i, before):
+    """For the repaired (truncated) tail WAL file: look up, in the extent map taken BEFORE restart, the
+    blocks just after the repaired size, and read them raw from the loop device (O_DIRECT)."""
+    import re
+    lines = []
+    try:
+        wd = os.path.join(datadir(i), "member", "wal")
+        wals = sorted(n for n in os.listdir(wd) if n.endswith(".wal"))
+        name = wals[-1]
+        size = os.path.getsize(os.path.join(wd, name))
+        sec = before.split(f"## {name} ")[1]
+        ext = []
+        for ln in sec.split("\n"):
+            m = re.match(r"^\s*\d+:\s*(\d+)\.\.\s*(\d+):\s*(\d+)\.\.\s*(\d+):\s*(\d+):(.*)$", ln)
+            if m:
+                ext.append((int(m[1]), int(m[2]), int(m[3]), "unwritten" in m[6]))
+        lb0 = size // 4096
+        lines.append(f"{name}: repaired size={size} (block {lb0} off {size % 4096})")
+        for lb in range(lb0, lb0 + 4):
+            for (a, b, p0, unw) in ext:
+                if a <= lb <= b:
+                    pb = p0 + (lb - a)
+                    r = subprocess.run(["dd", f"if={loopdevs[i]}", "bs=4096", f"skip={pb}", "count=1",
+                                        "iflag=direct", "status=none"], capture_output=True)
+                    d = r.stdout
+                    nz = sum(1 for x in d if x)
+                    with open(LOG + f".raw-m{i}-lb{lb}", "wb") as f:
+                        f.write(d)
+                    lines.append(f"  logical block {lb} -> physical {pb} extent_unwritten={unw} "
+                                 f"raw_nonzero_bytes={nz}/{len(d)}")
+                    break
+            else:
+                lines.append(f"  logical block {lb}: not mapped before restart")
+    except Exception as e:
+        lines.append(f"raw_after_repair error {e!r}")
+    return "\n".join(lines)
+
+
 def detach(i):
     fd = os.open(mnt(i), os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.ioctl(fd, FS_IOC_SHUTDOWN, FS_GOING_FLAGS_NOLOGFLUSH.to_bytes(4, "little"))
+        fcntl.ioctl(fd, FS_IOC_SHUTDOWN, FS_GOING_FLAGS[args.shutdown_flag].to_bytes(4, "little"))
     finally:
         os.close(fd)
 
@@ -312,7 +367,7 @@ def check():
 
 
 def main():
-    log(f"=== start tag={tag} etcd={args.etcd} fault={args.fault} disk={args.disk} "
+    log(f"=== start tag={tag} etcd={args.etcd} fault={args.fault} shutdown_flag={args.shutdown_flag} disk={args.disk} "
         f"cycles={args.cycles} writers={args.writers} load={args.load_s}+{args.post_s}s "
         f"down={args.down_s}s hb/el={args.heartbeat}/{args.election} "
         f"faults/check={args.faults_per_check} rebuild_every={args.rebuild_every}")
@@ -352,7 +407,10 @@ def main():
                 r = sh("e2fsck", "-p", loopdevs[v], check=False)
                 if r.returncode not in (0, 1):
                     log(f"  e2fsck rc={r.returncode} {r.stdout.strip()} {r.stderr.strip()}")
+                else:
+                    log(f"  e2fsck m{v} rc={r.returncode} " + " | ".join((r.stdout + r.stderr).split("\n")).strip(" |"))
                 disk_mount(v)
+                frag_before = wal_frag(v)
             spawn(v, "existing")
             ok = wait_healthy(30)
             victims.append(f"m{v}{'L' if was_leader else ''}")
@@ -363,7 +421,27 @@ def main():
         if failed is not None:
             v = failed
             res["restart_failed"] += 1
-            log(f"check {cyc}: victims {victims} RESTART FAILED m{v} rc={procs[v].poll()}")
+            why = ""
+            try:
+                txt = open(os.path.join(RUN, f"m{v}.log"), errors="replace").read()
+                for k in ("repaired WAL", "tocommit(", "failed to"):
+                    j = txt.rfind(k)
+                    if j >= 0:
+                        why += " [" + txt[j:j + 90].split("\n")[0] + "]"
+            except Exception:
+                pass
+            log(f"check {cyc}: victims {victims} RESTART FAILED m{v} rc={procs[v].poll()}{why}")
+            if args.fault == "detach":
+                try:
+                    fb = os.path.join(HERE, "results", "failed", f"{tag}-c{cyc}-m{v}")
+                    os.makedirs(os.path.dirname(fb), exist_ok=True)
+                    open(fb + ".frag-before-restart", "w").write(frag_before)
+                    open(fb + ".frag-after-repair", "w").write(wal_frag(v))
+                    ra = raw_after_repair(v, frag_before)
+                    for ln in ra.split("\n"):
+                        log("  " + ln)
+                except Exception as e:
+                    log("  frag dump error", repr(e))
             try:
                 os.makedirs(os.path.join(HERE, "results", "failed"), exist_ok=True)
                 shutil.copy(os.path.join(RUN, f"m{v}.log"),
