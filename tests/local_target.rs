@@ -308,22 +308,30 @@ fn forty_step_plan_with_every_op_passes() {
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 }
 
+/// What a test that drives `LocalTarget` directly needs: the testbed config of run `run_id` (loop
+/// disks, the profile's etcd binaries), its run directory, and a runtime shaped like the binary's.
+fn library_run(d: &common::Dirs, run_id: &str, profile: &shakedown::faults::Profile) -> (shakedown::targets::local::TestbedConfig, std::path::PathBuf, tokio::runtime::Runtime) {
+    let binaries = shakedown::binaries::discover(&profile.versions, &Default::default()).unwrap();
+    let run_dir = d.runs.join(run_id);
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let run_dir = run_dir.canonicalize().unwrap();
+    let disks = shakedown::targets::local::DiskMode::Loop;
+    let cfg = shakedown::targets::local::TestbedConfig { run_id: run_id.into(), run_dir: run_dir.clone(), binaries, disks, bug: None, heartbeat_ms: 50, election_ms: 500 };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    (cfg, run_dir, rt)
+}
+
 /// A truncated or corrupt backup: restore refuses it and the running cluster is left as it was.
 #[test]
 fn restore_refuses_a_damaged_backup_and_leaves_the_cluster_untouched() {
     use shakedown::faults::{BackupId, Op};
     use shakedown::invariants::{check_all, InvariantId};
-    use shakedown::targets::local::{DiskMode, LocalTarget, TestbedConfig};
+    use shakedown::targets::local::LocalTarget;
     use shakedown::targets::{Target, TargetError};
     let _l = lock();
     let d = dirs();
     let profile = shakedown::profiles::load("default").unwrap();
-    let binaries = shakedown::binaries::discover(&profile.versions, &Default::default()).unwrap();
-    let run_dir = d.runs.join("sd-damaged");
-    std::fs::create_dir_all(&run_dir).unwrap();
-    let run_dir = run_dir.canonicalize().unwrap();
-    let cfg = TestbedConfig { run_id: "sd-damaged".into(), run_dir: run_dir.clone(), binaries, disks: DiskMode::Loop, bug: None, heartbeat_ms: 50, election_ms: 500 };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let (cfg, run_dir, rt) = library_run(&d, "sd-damaged", &profile);
     rt.block_on(async {
         let mut model = profile.initial_model();
         let mut target = LocalTarget::start(cfg, &profile, &model, Duration::from_secs(30)).await.unwrap();
@@ -369,19 +377,14 @@ fn restore_refuses_a_damaged_backup_and_leaves_the_cluster_untouched() {
 fn a_backup_right_after_the_leaders_disk_detach_comes_from_a_healthy_member() {
     use shakedown::faults::Op;
     use shakedown::invariants::{check_all, InvariantId};
-    use shakedown::targets::local::{DiskMode, LocalTarget, TestbedConfig};
+    use shakedown::targets::local::LocalTarget;
     use shakedown::targets::Target;
     let _l = lock();
     let d = dirs();
     // The nightly tier pinned to the newer etcd, where it was seen.
     let mut profile = shakedown::profiles::load("default").unwrap();
     profile.versions = vec![*profile.versions.last().unwrap()];
-    let binaries = shakedown::binaries::discover(&profile.versions, &Default::default()).unwrap();
-    let run_dir = d.runs.join("sd-detach-backup");
-    std::fs::create_dir_all(&run_dir).unwrap();
-    let run_dir = run_dir.canonicalize().unwrap();
-    let cfg = TestbedConfig { run_id: "sd-detach-backup".into(), run_dir: run_dir.clone(), binaries, disks: DiskMode::Loop, bug: None, heartbeat_ms: 50, election_ms: 500 };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let (cfg, run_dir, rt) = library_run(&d, "sd-detach-backup", &profile);
     rt.block_on(async {
         let mut model = profile.initial_model();
         let mut target = LocalTarget::start(cfg, &profile, &model, Duration::from_secs(30)).await.unwrap();

@@ -24,23 +24,26 @@ impl LocalTarget {
         }
     }
 
-    /// A client to the leader, or to any member that answers when none leads. Members are asked
-    /// at once, so a member that does not answer costs one request bound, not one per member.
-    pub(super) async fn cluster_client(&self) -> Result<etcd_client::Client, LocalError> {
+    /// Of `urls`, those whose member answers a status request, the leader first (the others in
+    /// the given order). Members are asked at once, so a member that does not answer costs one
+    /// request bound, not one per member.
+    async fn answering(&self, urls: Vec<String>) -> Vec<String> {
         let request = self.bounds.request;
-        let answers = futures_join_all(self.urls().into_iter().map(|url| async move {
+        let answers = futures_join_all(urls.into_iter().map(|url| async move {
             let s = etcd::status(&url, request).await.ok();
             (url, s)
         }))
         .await;
         let leads = |s: &etcd_client::StatusResponse| s.leader() != 0 && s.header().is_some_and(|h| h.member_id() == s.leader());
-        let pick = answers
-            .iter()
-            .find(|(_, s)| s.as_ref().is_some_and(leads))
-            .or_else(|| answers.iter().find(|(_, s)| s.is_some()))
-            .map(|(u, _)| u.clone())
-            .ok_or_else(|| LocalError::Stack("no member answers".into()))?;
-        etcd::connect(&pick, request).await.map_err(LocalError::Stack)
+        let mut answering: Vec<(bool, String)> = answers.into_iter().filter_map(|(u, s)| s.map(|s| (!leads(&s), u))).collect();
+        answering.sort_by_key(|(follower, _)| *follower);
+        answering.into_iter().map(|(_, u)| u).collect()
+    }
+
+    /// A client to the leader, or to any member that answers when none leads.
+    pub(super) async fn cluster_client(&self) -> Result<etcd_client::Client, LocalError> {
+        let pick = self.answering(self.urls()).await.into_iter().next().ok_or_else(|| LocalError::Stack("no member answers".into()))?;
+        etcd::connect(&pick, self.bounds.request).await.map_err(LocalError::Stack)
     }
 
     /// A membership change, retried within the op bound: etcd refuses reconfiguration while a
@@ -320,16 +323,7 @@ impl LocalTarget {
             .filter(|m| model.answers(m) == shakedown_faults::Answers::Yes)
             .filter_map(|m| self.url_of(m.id).ok())
             .collect();
-        let request = self.bounds.request;
-        let answers = futures_join_all(healthy.into_iter().map(|url| async move {
-            let s = etcd::status(&url, request).await.ok();
-            (url, s)
-        }))
-        .await;
-        let leads = |s: &etcd_client::StatusResponse| s.leader() != 0 && s.header().is_some_and(|h| h.member_id() == s.leader());
-        let mut sources: Vec<(bool, String)> = answers.into_iter().filter_map(|(u, s)| s.map(|s| (!leads(&s), u))).collect();
-        sources.sort();
-        sources.into_iter().map(|(_, u)| u).collect()
+        self.answering(healthy).await
     }
 
     pub(super) async fn restore(&mut self, b: BackupId) -> Result<(), LocalError> {
