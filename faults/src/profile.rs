@@ -77,21 +77,80 @@ impl Default for Timeouts {
     }
 }
 
-/// The client that keeps writing through the endpoint during the run.
+/// The clients that load the stack through the endpoint during the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Workload {
-    /// Pause between two writes.
+    /// Which workload: `kube` (the shape of kube-apiserver's storage traffic, the default) or
+    /// `puts` (one client writing unique keys with plain puts).
+    pub kind: WorkloadKind,
+    /// Pause between two requests of one client (`puts`: between two writes).
     #[serde(with = "human")]
     pub interval: Duration,
-    /// Deadline of one write.
+    /// Deadline of one request.
     #[serde(with = "human")]
     pub timeout: Duration,
+    /// `kube`: concurrent clients writing objects (transactions guarded by a revision compare,
+    /// conflict retries).
+    pub clients: u32,
+    /// `kube`: how many object keys the clients share (fewer keys, more conflicts).
+    pub keyspace: u32,
+    /// `kube`: long-lived watches of the object keys, resumed from their last revision + 1.
+    pub watches: u32,
+    /// `kube`: what each client does, by weight.
+    pub mix: Mix,
+    /// `kube`: the TTL of the leases the lease client grants (etcd raises anything below its
+    /// minimum, about 1.5 s with default timings).
+    #[serde(with = "human")]
+    pub lease_ttl: Duration,
+}
+
+/// Which workload loads the stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkloadKind {
+    #[default]
+    Kube,
+    Puts,
+}
+
+/// What a `kube` workload client does, by weight (0 switches a kind of request off).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Mix {
+    /// Create a key believed absent (`If(ModRevision == 0) Then(Put) Else(Get)`).
+    pub create: u32,
+    /// Update a key believed present (`If(ModRevision == rev) Then(Put) Else(Get)`, retried on
+    /// conflict with the revision the `Else` returned).
+    pub update: u32,
+    /// Delete a key believed present (same guard, `Delete`).
+    pub delete: u32,
+    /// Put a key attached to the client's lease (a lease is reused for a few keys, then revoked
+    /// or left to expire, the way kube-apiserver attaches Events to shared leases).
+    pub lease: u32,
+    /// A paginated read of the object keys at a pinned revision (LIST with `limit` and
+    /// continue).
+    pub list: u32,
+}
+
+impl Default for Mix {
+    fn default() -> Self {
+        Mix { create: 20, update: 60, delete: 10, lease: 8, list: 2 }
+    }
 }
 
 impl Default for Workload {
     fn default() -> Self {
-        Workload { interval: Duration::from_millis(5), timeout: Duration::from_secs(1) }
+        Workload {
+            kind: WorkloadKind::Kube,
+            interval: Duration::from_millis(5),
+            timeout: Duration::from_secs(1),
+            clients: 8,
+            keyspace: 500,
+            watches: 2,
+            mix: Mix::default(),
+            lease_ttl: Duration::from_secs(3),
+        }
     }
 }
 
@@ -165,6 +224,25 @@ impl Profile {
         }
         if self.workload.timeout.is_zero() {
             return bad("workload.timeout must be more than zero".into());
+        }
+        let w = &self.workload;
+        if w.kind == WorkloadKind::Kube {
+            if w.clients == 0 || w.clients > 256 {
+                return bad(format!("workload.clients = {} must be between 1 and 256", w.clients));
+            }
+            if w.keyspace == 0 {
+                return bad("workload.keyspace must be at least 1".into());
+            }
+            if w.watches > 16 {
+                return bad(format!("workload.watches = {} is more than 16", w.watches));
+            }
+            let m = &w.mix;
+            if m.create + m.update + m.delete + m.lease + m.list == 0 {
+                return bad("workload.mix gives every request weight 0: nothing would run".into());
+            }
+            if m.lease > 0 && w.lease_ttl < Duration::from_secs(2) {
+                return bad(format!("workload.lease_ttl = {} is below 2s: etcd raises short TTLs, and the lease check needs the TTL it asked for", humantime::format_duration(w.lease_ttl)));
+            }
         }
         Ok(())
     }

@@ -1,19 +1,36 @@
-//! `consistency`: members agree on the KV hash at a common revision, and no store falls far
-//! behind the most advanced one.
+//! `consistency`: etcd is a deterministic state machine, so replicas that applied the same log
+//! hold the same store.
+//!
+//! - **Revision against applied index.** Each member's status answer reads the store revision
+//!   before the applied raft index, and a second status request after it reads the revision
+//!   again: on a correct replica `revision ≤ rev(applied + 1)` in the first answer and
+//!   `revision_after ≥ rev(applied)`, where `rev(i)` — the revision after applying entry `i` — is
+//!   the same on every replica. So a member that applied *more* of the log than another
+//!   (`applied_m > applied_n`) but reports a *lower* revision after it (`revision_after_m <
+//!   revision_n`) holds a store that did not apply what its raft index says it did. No lag
+//!   tolerance: a follower that is merely behind has applied less.
+//! - **Hash at a common revision.** HashKV at a revision every reachable member has reached
+//!   must be equal: their histories up to it are the same log applied in the same order.
 
 use std::collections::BTreeMap;
 
-use crate::{Observation, Verdict, MAX_REVISION_LAG};
+use crate::{MemberStatus, Observation, Verdict};
 
 pub(crate) fn consistency(obs: &Observation) -> Verdict {
-    let reachable = obs.members.iter().filter(|m| m.reachable && m.revision > 0);
-    if let Some(newest) = reachable.clone().map(|m| m.revision).max() {
-        let stalled: Vec<String> = reachable
-            .filter(|m| newest - m.revision > MAX_REVISION_LAG)
-            .map(|m| format!("{} at revision {} ({} behind)", m.name, m.revision, newest - m.revision))
-            .collect();
-        if !stalled.is_empty() {
-            return Verdict::Fail(format!("store(s) trailing the newest revision {newest} by more than {MAX_REVISION_LAG}: {}", stalled.join(", ")));
+    let reachable: Vec<&MemberStatus> = obs.members.iter().filter(|m| m.reachable && m.revision > 0 && m.applied_index > 0).collect();
+    for m in &reachable {
+        let Some(after) = m.revision_after else { continue };
+        if let Some(n) = reachable.iter().filter(|n| n.applied_index < m.applied_index && n.revision > after).max_by_key(|n| n.revision) {
+            return Verdict::Definite(format!(
+                "{} applied the log up to raft index {} but its store is at revision {after}, behind {} at revision {} with only raft index {}: {}'s store did not apply what its raft index says ({})",
+                m.name,
+                m.applied_index,
+                n.name,
+                n.revision,
+                n.applied_index,
+                m.name,
+                states(&reachable)
+            ));
         }
     }
     let mut by_rev: BTreeMap<i64, BTreeMap<u32, Vec<&str>>> = BTreeMap::new();
@@ -25,17 +42,16 @@ pub(crate) fn consistency(obs: &Observation) -> Verdict {
     for (rev, hashes) in by_rev {
         if hashes.len() > 1 {
             let detail: Vec<String> = hashes.iter().map(|(h, who)| format!("{h:08x} on {}", who.join(","))).collect();
-            // Where each member stands: a replica that applied the same raft log as the others
-            // but holds other data diverged from the log (etcd 3.5.0–3.5.2 after a crash under
-            // load: etcd-io/etcd#13766, docs/findings.md).
-            let hashed: Vec<&crate::MemberStatus> = obs.members.iter().filter(|m| m.hash.is_some_and(|(r, _)| r == rev)).collect();
-            let states: Vec<String> = hashed.iter().map(|m| format!("{} at revision {}, raft index {}", m.name, m.revision, m.raft_index)).collect();
+            let hashed: Vec<&MemberStatus> = obs.members.iter().filter(|m| m.hash.is_some_and(|(r, _)| r == rev)).collect();
+            // Every member has applied revision `rev`, so their stores up to it must be equal
+            // whatever else is in flight; with the same raft index on every member nothing can
+            // still converge and the verdict is definite. It names each member's state:
+            // a replica that applied the same raft log as the others but holds other data
+            // diverged from the log (etcd 3.5.0–3.5.2 after a crash under load:
+            // etcd-io/etcd#13766, docs/findings.md); a lost write found by `durability` in the
+            // same check is its consequence.
             let same_index = hashed.windows(2).all(|w| w[0].raft_index == w[1].raft_index);
-            let text = format!("members disagree on the KV hash at revision {rev}: {} ({}", detail.join("; "), states.join(", "));
-            // Every member has applied revision `rev`, so their histories up to it must be equal
-            // whatever else is in flight. With the same raft index on every member nothing can
-            // still converge: the verdict is definite and names the divergence (it is the cause;
-            // a lost write found by `durability` in the same check is its consequence).
+            let text = format!("members disagree on the KV hash at revision {rev}: {} ({}", detail.join("; "), states(&hashed));
             if same_index {
                 return Verdict::Definite(format!("{text}; same raft index on every member: a replica diverged from the replicated log)"));
             }
@@ -43,4 +59,8 @@ pub(crate) fn consistency(obs: &Observation) -> Verdict {
         }
     }
     Verdict::Pass
+}
+
+fn states(ms: &[&MemberStatus]) -> String {
+    ms.iter().map(|m| format!("{} at revision {}, raft index {} (applied {})", m.name, m.revision, m.raft_index, m.applied_index)).collect::<Vec<_>>().join(", ")
 }

@@ -1,8 +1,14 @@
-//! `durability`: every acknowledged write is readable with its value; after a restore, the writes
-//! before the backup are there and those between the backup and the restore are gone.
+//! `durability` over the history: every acknowledged create, update and delete is reflected —
+//! per key, the last acknowledged write (its value, or the key's absence after a delete), or a
+//! later write whose outcome is unknown; a refused compare is not a write, so not a loss. After a
+//! restore, the writes before the backup are there and those between the backup and the restore
+//! are gone.
 
 use shakedown_faults::Model;
 
+use std::collections::HashMap;
+
+use crate::observation::{Ack, Unknown};
 use crate::{Marks, Observation, Verdict};
 
 /// What the current data must say about the write acknowledged at position `i`.
@@ -40,6 +46,22 @@ pub fn expect_write(i: usize, marks: &Marks) -> Expect {
     at(i, marks, marks.restores.len())
 }
 
+/// The values a key may hold now: `None` is "absent".
+#[derive(Debug, Default)]
+struct Allowed<'a> {
+    /// The last write expected to be reflected (`None`: nothing yet, the key is absent).
+    last: Option<&'a Ack>,
+    /// Values of writes that may or may not be reflected (during a backup or a restore, or of
+    /// unknown outcome).
+    either: Vec<Option<&'a str>>,
+}
+
+impl Allowed<'_> {
+    fn admits(&self, v: Option<&str>) -> bool {
+        self.last.and_then(|a| a.value.as_deref()) == v || self.either.contains(&v)
+    }
+}
+
 pub(crate) fn durability(model: &Model, obs: &Observation) -> Verdict {
     // Without quorum nothing can be read back; the writes are checked once quorum is back.
     if !model.service_expected_up() {
@@ -48,43 +70,106 @@ pub(crate) fn durability(model: &Model, obs: &Observation) -> Verdict {
     let Some(d) = &obs.durability else {
         return Verdict::Pass;
     };
-    if let Some(err) = &d.read_error {
-        return Verdict::Fail(format!("could not read back the acknowledged writes: {err}"));
-    }
-    let mut lost = Vec::new();
-    let mut wrong = Vec::new();
-    let mut resurrected = Vec::new();
-    for (i, (key, value)) in d.acked.iter().enumerate() {
-        match (expect_write(i, &d.marks), d.read.get(key)) {
-            (Expect::Present, None) => lost.push(key.as_str()),
-            (Expect::Present | Expect::Either, Some(v)) if v != value => wrong.push(key.as_str()),
-            (Expect::Absent, Some(_)) => resurrected.push(key.as_str()),
-            _ => {}
-        }
-    }
-    if lost.is_empty() && wrong.is_empty() && resurrected.is_empty() {
-        return Verdict::Pass;
-    }
-    let sample = |v: &[&str]| {
-        let head = v.iter().take(3).copied().collect::<Vec<_>>().join(", ");
-        if v.len() > 3 {
-            format!("{head}, …")
-        } else {
-            head
-        }
-    };
     let mut parts = Vec::new();
+    if !d.list_anomalies.is_empty() {
+        parts.push(format!("a paginated read at a pinned revision was inconsistent: {}", sample(&d.list_anomalies.iter().map(String::as_str).collect::<Vec<_>>())));
+    }
+    if let Some(err) = &d.read_error {
+        if parts.is_empty() {
+            return Verdict::Fail(format!("could not read back the acknowledged writes: {err}"));
+        }
+        return Verdict::Definite(parts.join("; "));
+    }
+    // Per key, the writes in the order etcd applied them: by restore epoch (revisions start
+    // again from the backup's after a restore), then revision. Acknowledgement order is not
+    // application order when concurrent clients write the same key.
+    let epoch = |i: usize| d.marks.restores.iter().filter(|(_, _, end)| *end <= i).count();
+    let now_epoch = d.marks.restores.iter().filter(|(_, _, end)| *end <= d.acked.len()).count();
+    let acks: Vec<&Ack> = d.acked.iter().collect();
+    let mut per_key: HashMap<&str, Vec<(usize, i64, usize, Expect)>> = HashMap::new();
+    for (i, a) in acks.iter().enumerate() {
+        let e = epoch(i);
+        // Applied after the read was served (a higher revision): not visible to it.
+        if d.read_revision > 0 && e == now_epoch && a.revision > d.read_revision {
+            continue;
+        }
+        per_key.entry(a.key.as_str()).or_default().push((e, a.revision, i, expect_write(i, &d.marks)));
+    }
+    let mut unknown: HashMap<&str, Vec<&Unknown>> = HashMap::new();
+    for u in &d.unknown {
+        unknown.entry(u.key.as_str()).or_default().push(u);
+    }
+    let (mut lost, mut wrong, mut resurrected, mut deleted_back) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut first_lost = usize::MAX;
+    for (key, mut writes) in per_key {
+        writes.sort_unstable_by_key(|w| (w.0, w.1, w.2));
+        let mut allowed = Allowed::default();
+        let mut absent_expected = Vec::new();
+        let mut last_at = 0;
+        for &(_, _, i, expect) in &writes {
+            let a = acks[i];
+            match expect {
+                Expect::Present => {
+                    allowed = Allowed { last: Some(a), either: vec![] };
+                    absent_expected.clear();
+                    last_at = i;
+                }
+                Expect::Either => allowed.either.push(a.value.as_deref()),
+                Expect::Absent => absent_expected.push(a),
+            }
+        }
+        let start = allowed.last.map_or(0, |a| a.start);
+        for u in unknown.get(key).into_iter().flatten() {
+            // Compare-guarded: a write applied after the last acknowledged one compared against
+            // its revision, so it was sent after that one was; a create may apply after any
+            // delete, whenever it was sent.
+            if u.create || u.start >= start {
+                allowed.either.push(u.value.as_deref());
+            }
+        }
+        let now = d.read.get(key).map(String::as_str);
+        if allowed.admits(now) {
+            continue;
+        }
+        match (allowed.last, now) {
+            (Some(a), None) if a.value.is_some() => {
+                lost.push(key.to_string());
+                first_lost = first_lost.min(last_at);
+            }
+            (Some(a), Some(_)) if a.value.is_none() => deleted_back.push(key.to_string()),
+            (_, Some(v)) if absent_expected.iter().any(|a| a.value.as_deref() == Some(v)) => resurrected.push(key.to_string()),
+            _ => wrong.push(key.to_string()),
+        }
+    }
+    for v in [&mut lost, &mut wrong, &mut resurrected, &mut deleted_back] {
+        v.sort();
+    }
+    let s = |v: &[String]| sample(&v.iter().map(String::as_str).collect::<Vec<_>>());
     if !lost.is_empty() {
-        let first = d.acked.iter().position(|(k, _)| k == lost[0]).unwrap_or(0);
-        parts.push(format!("{} of {} acknowledged writes lost ({}; the first is ack #{first}{})", lost.len(), d.acked.len(), sample(&lost), context(&d.marks)));
+        parts.push(format!("{} of {} acknowledged writes lost ({}; the first is ack #{first_lost}{})", lost.len(), d.acked.len(), s(&lost), context(&d.marks)));
     }
     if !wrong.is_empty() {
-        parts.push(format!("{} read back with a different value ({})", wrong.len(), sample(&wrong)));
+        parts.push(format!("{} read back with a value no acknowledged or in-doubt write explains ({})", wrong.len(), s(&wrong)));
+    }
+    if !deleted_back.is_empty() {
+        parts.push(format!("{} deleted (acknowledged) but present again ({})", deleted_back.len(), s(&deleted_back)));
     }
     if !resurrected.is_empty() {
-        parts.push(format!("{} written after the restored backup are still there ({}): the restore did not restore", resurrected.len(), sample(&resurrected)));
+        parts.push(format!("{} written after the restored backup are still there ({}): the restore did not restore", resurrected.len(), s(&resurrected)));
+    }
+    if parts.is_empty() {
+        return Verdict::Pass;
     }
     Verdict::Definite(parts.join("; "))
+}
+
+fn sample(v: &[&str]) -> String {
+    let head = v.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+    if v.len() > 3 {
+        format!("{head}, …")
+    } else {
+        head
+    }
 }
 
 /// The backup and restore positions, for messages.

@@ -5,11 +5,13 @@
 mod consistency;
 mod durability;
 mod leaks;
+mod leases;
 mod members;
 mod membership;
 pub mod observation;
 mod quorum;
 mod reachability;
+mod watch;
 
 use std::fmt;
 
@@ -17,15 +19,10 @@ use serde::{Deserialize, Serialize};
 use shakedown_faults::{MemberId, Model};
 
 pub use durability::{expect_write, Expect};
-pub use observation::{Acked, Durability, Inventory, KubeInventory, Leader, LocalInventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample};
+pub use observation::{Ack, Acked, Chunked, ChunkedLog, Durability, LeaseRecord, Leases, Revoke, Unknown, WatchEvent, WatchSession, Inventory, KubeInventory, Leader, LocalInventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample};
 
 /// The shortest quorum loss during a step that counts as a violation (milliseconds).
 pub const MIN_LOSS_WINDOW_MS: u64 = 25;
-
-/// How far (in revisions) a reachable member's store may trail the most advanced member's
-/// before `consistency` calls it stalled. Followers trail by a few revisions under load; a store
-/// that stopped applying falls further behind with every write.
-pub const MAX_REVISION_LAG: i64 = 1000;
 
 /// How long (seconds) an object may stay in deletion before the kube target's `leaks` calls it
 /// stuck (finalizers that never finish).
@@ -49,8 +46,9 @@ shakedown_faults::registry! {
         /// Exactly one leader among reachable members; members serving ≥ quorum whenever the model
         /// says quorum holds, at the end of a step and at every instant during it.
         Quorum => "quorum",
-        /// Members agree on the KV hash at a common revision, and no member's store falls more than
-        /// [`MAX_REVISION_LAG`] revisions behind the most advanced one.
+        /// Replicas that applied the same log hold the same store: a member that applied more of
+        /// the raft log than another is not at a lower revision, and members agree on the KV hash
+        /// at a common revision.
         Consistency => "consistency",
         /// A linearizable read through the endpoint succeeds within the deadline whenever the model
         /// says the service is up.
@@ -58,6 +56,12 @@ shakedown_faults::registry! {
         /// Every acknowledged write is readable with its value (after a restore: the writes before
         /// the backup; writes after the backup and before the restore are gone).
         Durability => "durability",
+        /// Every long-lived watch delivers each revision of its range once, in order, with the
+        /// acknowledged value and the `prev_kv` its earlier events imply, across resumptions — or
+        /// reports compaction explicitly.
+        Watch => "watch",
+        /// A key whose lease expired or was revoked is gone; a key whose lease is alive is not.
+        Leases => "leases",
     }
 }
 
@@ -73,6 +77,8 @@ impl InvariantId {
             InvariantId::Reachability => reachability::reachability(model, obs),
             InvariantId::Durability => durability::durability(model, obs),
             InvariantId::Leaks => leaks::leaks(model, obs),
+            InvariantId::Watch => watch::watch(obs),
+            InvariantId::Leases => leases::leases(model, obs),
         }
     }
 }

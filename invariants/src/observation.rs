@@ -17,6 +17,13 @@ pub struct Observation {
     /// The acknowledged writes and what a linearizable read returned for them.
     #[serde(skip)]
     pub durability: Option<Durability>,
+    /// The workload's long-lived watches (empty when the workload has none).
+    #[serde(skip)]
+    pub watches: Vec<WatchSession>,
+    /// The workload's leases and what etcd says of them (`None`: no lease workload, or not
+    /// observed).
+    #[serde(skip)]
+    pub leases: Option<Leases>,
     /// Samples taken since the step began: one per change.
     pub serving_samples: Vec<ServingSample>,
     /// Milliseconds since the step began when this observation was taken (the samples cover
@@ -92,7 +99,15 @@ pub struct MemberStatus {
     pub leader: Option<Leader>,
     pub etcd_id: Option<u64>,
     pub revision: i64,
+    /// The raft index etcd reports (its committed index).
     pub raft_index: u64,
+    /// The raft applied index, read by etcd after `revision` in the same status answer.
+    #[serde(default)]
+    pub applied_index: u64,
+    /// The revision of a second status request sent after the first answered: it reflects at
+    /// least every entry up to `applied_index`.
+    #[serde(default)]
+    pub revision_after: Option<i64>,
     pub version: Option<String>,
     /// (revision, hash) from HashKV at a revision common to all reachable members.
     pub hash: Option<(i64, u32)>,
@@ -126,13 +141,127 @@ pub struct Probe {
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Durability {
-    /// Every write the workload acknowledged, in the order acknowledged: key → value.
+    /// Every write the workload acknowledged, in the order acknowledged.
     pub acked: Acked,
+    /// Writes whose outcome the workload does not know (a timeout, a broken connection, or still
+    /// in flight): each may or may not have been applied.
+    pub unknown: Vec<Unknown>,
     /// Where backups and restores fall in `acked` (counts of acknowledged writes at the time).
     pub marks: Marks,
-    /// What a linearizable read of the workload's prefix returned.
+    /// What a linearizable read of the workload's object keys returned: key → value. It was
+    /// taken before `acked` and `unknown`, so every write it can reflect is in one of them.
     pub read: HashMap<String, String>,
+    /// The store revision of that read: it reflects every write at or below it and none above
+    /// (0: not known, every acknowledged write counts).
+    pub read_revision: i64,
     pub read_error: Option<String>,
+    /// What the workload's paginated reads at a pinned revision found wrong (keys out of order
+    /// or repeated across pages, an entry newer than the pinned revision).
+    pub list_anomalies: Vec<String>,
+}
+
+/// One acknowledged write of the workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ack {
+    pub key: String,
+    /// The value written; `None` for a delete.
+    pub value: Option<String>,
+    /// The store revision etcd assigned to the write (its response header); 0 when not known
+    /// (then the write is judged by its place in acknowledgement order alone).
+    pub revision: i64,
+    /// How many writes had been acknowledged when this one was sent (a position in `acked`).
+    pub start: usize,
+}
+
+impl Ack {
+    /// A plain put (the unique-key writer).
+    pub fn put(key: impl Into<String>, value: impl Into<String>, revision: i64, start: usize) -> Ack {
+        Ack { key: key.into(), value: Some(value.into()), revision, start }
+    }
+}
+
+/// A write whose outcome is unknown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unknown {
+    pub key: String,
+    /// `None` for a delete.
+    pub value: Option<String>,
+    /// How many writes had been acknowledged when it was sent.
+    pub start: usize,
+    /// A create (`If(ModRevision(key) == 0)`): it may apply after any later write that removed
+    /// the key, whenever it was sent.
+    pub create: bool,
+}
+
+/// What one long-lived watch of the workload's object keys delivered since it last started from
+/// scratch (resumptions from the last revision + 1 continue the same session).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WatchSession {
+    /// The watcher (`w0`, …).
+    pub name: String,
+    /// The first revision the session covers.
+    pub start_revision: i64,
+    /// How many writes had been acknowledged when the session started.
+    pub start_ack: usize,
+    /// Every event delivered, in delivery order.
+    pub events: Chunked<WatchEvent>,
+    /// How often the stream broke and was resumed from the last revision + 1.
+    pub resumptions: u32,
+    /// Compaction reported by etcd on a resumption: events below this revision are declared
+    /// lost, explicitly (the session goes on from the compacted revision).
+    pub compacted_below: Option<i64>,
+}
+
+/// One event a watch delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchEvent {
+    pub revision: i64,
+    pub key: String,
+    /// `None` for a delete.
+    pub value: Option<String>,
+    /// The `prev_kv` etcd sent: `None` when it sent none.
+    pub prev: Option<String>,
+}
+
+/// What the lease invariant judges: the workload's leases, etcd's live leases, and the
+/// lease-attached keys, read in that order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Leases {
+    /// The workload's leases whose grant was acknowledged before the observation began (since
+    /// the last restore: a restore brings back another lease table).
+    pub records: Vec<LeaseRecord>,
+    /// etcd's live leases (LeaseLeases), asked after `records` was taken.
+    pub alive: std::collections::BTreeSet<i64>,
+    /// A linearizable read of the lease-attached keys, after `alive`: key → lease id.
+    pub read: BTreeMap<String, i64>,
+    /// Milliseconds since the workload started when the read had returned.
+    pub read_done_ms: u64,
+    pub error: Option<String>,
+}
+
+/// One lease the workload granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRecord {
+    pub id: i64,
+    /// The TTL etcd granted, in milliseconds.
+    pub ttl_ms: u64,
+    /// Milliseconds since the workload started when the grant was sent: the lease cannot
+    /// expire before this + TTL (a leader change only extends it).
+    pub granted_at_ms: u64,
+    /// Keys put with this lease whose put was acknowledged.
+    pub keys: Vec<String>,
+    pub revoke: Revoke,
+}
+
+/// Whether the workload revoked a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Revoke {
+    #[default]
+    No,
+    /// Revoked, acknowledged.
+    Acked,
+    /// A revoke was sent; its outcome is unknown.
+    Unknown,
 }
 
 /// Which members answered at one instant during a step.
@@ -155,25 +284,34 @@ pub struct Marks {
     pub restores: Vec<(BackupId, usize, usize)>,
 }
 
-/// Acknowledged writes (key, value) in the order acknowledged, kept in shared chunks: taking a
-/// snapshot for a check costs one pointer per [`Acked::CHUNK`] writes plus the open chunk, not a
-/// copy of every write (checks run every 50 ms on a history that grows for the whole run).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Acked {
-    chunks: Vec<std::sync::Arc<Vec<(String, String)>>>,
+/// An append-only log kept in shared chunks: taking a snapshot for a check costs one pointer per
+/// [`Chunked::CHUNK`] entries plus the open chunk, not a copy of every entry (checks run every
+/// 50 ms on histories that grow for the whole run).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chunked<T> {
+    chunks: Vec<std::sync::Arc<Vec<T>>>,
 }
 
-impl Acked {
-    /// Writes per sealed chunk.
+/// The acknowledged writes, in the order acknowledged.
+pub type Acked = Chunked<Ack>;
+
+impl<T> Default for Chunked<T> {
+    fn default() -> Self {
+        Chunked { chunks: vec![] }
+    }
+}
+
+impl<T: Clone> Chunked<T> {
+    /// Entries per sealed chunk.
     pub const CHUNK: usize = 4096;
 
-    /// A history from sealed chunks (each shared, not copied) and the open one.
-    pub fn from_chunks(sealed: &[std::sync::Arc<Vec<(String, String)>>], open: &[(String, String)]) -> Acked {
+    /// A log from sealed chunks (each shared, not copied) and the open one.
+    pub fn from_chunks(sealed: &[std::sync::Arc<Vec<T>>], open: &[T]) -> Chunked<T> {
         let mut chunks = sealed.to_vec();
         if !open.is_empty() {
             chunks.push(std::sync::Arc::new(open.to_vec()));
         }
-        Acked { chunks }
+        Chunked { chunks }
     }
 
     pub fn len(&self) -> usize {
@@ -184,13 +322,50 @@ impl Acked {
         self.len() == 0
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &(String, String)> {
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
         self.chunks.iter().flat_map(|c| c.iter())
     }
 }
 
-impl From<Vec<(String, String)>> for Acked {
-    fn from(v: Vec<(String, String)>) -> Acked {
-        Acked { chunks: if v.is_empty() { vec![] } else { vec![std::sync::Arc::new(v)] } }
+impl<T> From<Vec<T>> for Chunked<T> {
+    fn from(v: Vec<T>) -> Chunked<T> {
+        Chunked { chunks: if v.is_empty() { vec![] } else { vec![std::sync::Arc::new(v)] } }
+    }
+}
+
+/// The writer side of a [`Chunked`] log: sealed chunks (shared with the snapshots checks take)
+/// and the open one.
+#[derive(Debug)]
+pub struct ChunkedLog<T> {
+    sealed: Vec<std::sync::Arc<Vec<T>>>,
+    open: Vec<T>,
+    len: usize,
+}
+
+impl<T> Default for ChunkedLog<T> {
+    fn default() -> Self {
+        ChunkedLog { sealed: vec![], open: vec![], len: 0 }
+    }
+}
+
+impl<T: Clone> ChunkedLog<T> {
+    pub fn push(&mut self, v: T) {
+        self.open.push(v);
+        self.len += 1;
+        if self.open.len() == Chunked::<T>::CHUNK {
+            self.sealed.push(std::sync::Arc::new(std::mem::take(&mut self.open)));
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn snapshot(&self) -> Chunked<T> {
+        Chunked::from_chunks(&self.sealed, &self.open)
     }
 }

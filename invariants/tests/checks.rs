@@ -4,7 +4,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use shakedown_faults::{BackupId, MemberId, Model, Op, OutageMode, SiteId, Version};
 use shakedown_invariants::{
-    check_all, expect_write, Durability, Expect, Inventory, InvariantId, Leader, LocalInventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample, Verdict,
+    check_all, expect_write, Ack, Durability, Expect, LeaseRecord, Leases, Revoke, Unknown, WatchEvent, WatchSession, Inventory, InvariantId, Leader, LocalInventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample, Verdict,
 };
 
 fn model() -> Model {
@@ -21,6 +21,8 @@ fn member(i: u32, leader: Option<u64>) -> MemberStatus {
         etcd_id: Some(100 + i as u64),
         revision: 10,
         raft_index: 20,
+        applied_index: 20,
+        revision_after: Some(10),
         version: Some("3.4.23".into()),
         hash: Some((10, 0xabcd)),
         error: None,
@@ -33,11 +35,14 @@ fn healthy() -> Observation {
         member_list: Some((0..3).map(|i| ListedMember { id: Some(100 + i), name: format!("m{i}"), peer_urls: vec![] }).collect()),
         probes: vec![Probe { latency_ms: 2, error: None }; 3],
         durability: Some(Durability {
-            acked: vec![("k1".to_string(), "v1".to_string())].into(),
+            acked: vec![Ack::put("k1", "v1", 5, 0)].into(),
             read: HashMap::from([("k1".to_string(), "v1".to_string())]),
+            read_revision: 10,
             marks: Marks::default(),
-            read_error: None,
+            ..Durability::default()
         }),
+        watches: vec![],
+        leases: None,
         serving_samples: vec![ServingSample { at_ms: 0, serving: vec!["m0".into(), "m1".into(), "m2".into()], cluster_size: 3 }],
         quorum_throughout: true,
         samples_until_ms: 0,
@@ -210,16 +215,26 @@ fn consistency_names_a_replica_that_diverged_from_the_log() {
     assert!(matches!(&v, Verdict::Fail(m) if !m.contains("diverged")), "{v:?}");
 }
 
+/// The stale store of ARCHITECTURE.md's finding: a member whose raft applied index is ahead of
+/// another's while its store (read after that index) is at a lower revision. A follower merely
+/// behind (lower applied index, lower revision) is normal, however far behind.
 #[test]
-fn consistency_fails_when_a_store_trails_far_behind() {
+fn consistency_flags_a_store_behind_its_applied_index_without_a_lag_tolerance() {
     let mut o = healthy();
-    o.members[0].revision = 5000;
-    o.members[1].revision = 4990;
-    o.members[2].revision = 3000;
+    for (m, (applied, rev)) in o.members.iter_mut().zip([(5000, 4000), (4990, 3990), (3000, 2000)]) {
+        m.hash = None;
+        (m.applied_index, m.revision, m.revision_after) = (applied, rev, Some(rev));
+    }
+    assert!(verdict(InvariantId::Consistency, &model(), &o).is_pass(), "a follower 2,000 revisions behind that applied less is normal");
+    // m2 applied past m1 (raft index 4995 > 4990), yet its store is at 3000 < m1's 3990.
+    (o.members[2].applied_index, o.members[2].revision_after) = (4995, Some(3000));
     let v = verdict(InvariantId::Consistency, &model(), &o);
-    assert!(matches!(&v, Verdict::Fail(m) if m.contains("m2 at revision 3000 (2000 behind)")), "{v:?}");
-    o.members[2].revision = 4500;
-    assert!(verdict(InvariantId::Consistency, &model(), &o).is_pass(), "a follower a little behind is normal");
+    let Verdict::Definite(m) = &v else { panic!("a store that skipped applied entries cannot catch up: {v:?}") };
+    assert!(m.contains("m2 applied the log up to raft index 4995 but its store is at revision 3000") && m.contains("m0 at revision 4000"), "{m}");
+    // The same applied index is not "more": the first answer may already include the entry
+    // being applied.
+    (o.members[2].applied_index, o.members[2].revision, o.members[2].revision_after) = (5000, 3999, Some(3999));
+    assert!(verdict(InvariantId::Consistency, &model(), &o).is_pass());
 }
 
 #[test]
@@ -241,7 +256,7 @@ fn durability_lost_or_changed_acknowledged_writes_are_definite() {
     let mut o = healthy();
     o.durability.as_mut().unwrap().read.insert("k1".into(), "other".into());
     let v = verdict(InvariantId::Durability, &model(), &o);
-    assert!(matches!(&v, Verdict::Definite(m) if m.contains("1 read back with a different value (k1)")), "{v:?}");
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("1 read back with a value no acknowledged or in-doubt write explains (k1)")), "{v:?}");
     // A failed read is not a loss, and may converge.
     let mut o = healthy();
     let d = o.durability.as_mut().unwrap();
@@ -256,7 +271,7 @@ fn invariant_names_round_trip_and_unknown_names_list_the_known_ones() {
         assert_eq!(id.name().parse::<InvariantId>().unwrap(), id);
     }
     let err = "latency".parse::<InvariantId>().unwrap_err();
-    assert!(err.contains("membership, leaks, members, quorum, consistency, reachability, durability"), "{err}");
+    assert!(err.contains("membership, leaks, members, quorum, consistency, reachability, durability, watch, leases"), "{err}");
 }
 
 #[test]
@@ -369,7 +384,8 @@ fn durability_expectations_with_ties_terminate() {
 fn durability_after_a_restore_flags_lost_and_resurrected_writes() {
     let mut o = healthy();
     let d = o.durability.as_mut().unwrap();
-    d.acked = (0..6).map(|i| (format!("k{i}"), format!("v{i}"))).collect::<Vec<_>>().into();
+    d.acked = (0..6).map(|i| Ack::put(format!("k{i}"), format!("v{i}"), i as i64 + 1, i)).collect::<Vec<_>>().into();
+    d.read_revision = 0;
     d.marks = marks(&[(0, 2, 2)], &[(0, 4, 4)]);
     // k0,k1 before the backup; k2,k3 after it (gone); k4,k5 after the restore.
     d.read = [0, 1, 4, 5].iter().map(|i| (format!("k{i}"), format!("v{i}"))).collect();
@@ -387,8 +403,8 @@ fn durability_after_a_restore_flags_lost_and_resurrected_writes() {
 #[test]
 fn acked_history_in_chunks_iterates_in_order() {
     use std::sync::Arc;
-    let w = |i: usize| (format!("k{i}"), format!("v{i}"));
-    let sealed: Vec<Arc<Vec<(String, String)>>> = vec![Arc::new((0..3).map(w).collect()), Arc::new((3..5).map(w).collect())];
+    let w = |i: usize| Ack::put(format!("k{i}"), format!("v{i}"), i as i64, i);
+    let sealed: Vec<Arc<Vec<Ack>>> = vec![Arc::new((0..3).map(w).collect()), Arc::new((3..5).map(w).collect())];
     let a = shakedown_invariants::Acked::from_chunks(&sealed, &[w(5)]);
     assert_eq!(a.len(), 6);
     assert_eq!(a.iter().cloned().collect::<Vec<_>>(), (0..6).map(w).collect::<Vec<_>>());
@@ -407,4 +423,137 @@ fn an_unnamed_leader_counts_for_quorum_and_no_leader_still_fails() {
     assert!(matches!(verdict(InvariantId::Quorum, &model(), &o), Verdict::Fail(m) if m.contains("only 1 healthy voting members")));
     o.members[2].leader = None;
     assert!(matches!(verdict(InvariantId::Quorum, &model(), &o), Verdict::Fail(m) if m.contains("no leader")));
+}
+
+fn ack(key: &str, value: Option<&str>, revision: i64, start: usize) -> Ack {
+    Ack { key: key.into(), value: value.map(str::to_string), revision, start }
+}
+
+/// Durability over the history: per key, the last acknowledged write in revision order (not
+/// acknowledgement order) must be reflected; a delete means absent; a write acknowledged above
+/// the read's revision is not visible yet; a write of unknown outcome may or may not be there.
+#[test]
+fn durability_judges_each_key_by_its_last_acknowledged_write_in_revision_order() {
+    let mut o = healthy();
+    let d = o.durability.as_mut().unwrap();
+    // k1: v1@5, then v2@8 acknowledged before v1's ack was recorded (two clients); k2 created
+    // and deleted; k3 updated at revision 12, after the read at 10.
+    d.acked = vec![ack("k1", Some("v2"), 8, 0), ack("k1", Some("v1"), 5, 0), ack("k2", Some("x"), 6, 1), ack("k2", None, 7, 2), ack("k3", Some("a"), 4, 0), ack("k3", Some("b"), 12, 4)].into();
+    d.read = HashMap::from([("k1".into(), "v2".into()), ("k3".into(), "a".into())]);
+    assert_eq!(verdict(InvariantId::Durability, &model(), &o), Verdict::Pass);
+    let d = o.durability.as_mut().unwrap();
+    d.read.insert("k1".into(), "v1".into());
+    let v = verdict(InvariantId::Durability, &model(), &o);
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("1 read back with a value no acknowledged or in-doubt write explains (k1)")), "a lost update: {v:?}");
+    let d = o.durability.as_mut().unwrap();
+    d.read.insert("k1".into(), "v2".into());
+    d.read.insert("k2".into(), "x".into());
+    let v = verdict(InvariantId::Durability, &model(), &o);
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("1 deleted (acknowledged) but present again (k2)")), "{v:?}");
+    // An update of unknown outcome sent after the delete was acknowledged explains it.
+    let d = o.durability.as_mut().unwrap();
+    d.unknown = vec![Unknown { key: "k2".into(), value: Some("x".into()), start: 3, create: false }];
+    assert_eq!(verdict(InvariantId::Durability, &model(), &o), Verdict::Pass);
+    // Sent before the delete it could not have applied after it (its compare would fail)...
+    o.durability.as_mut().unwrap().unknown[0].start = 1;
+    assert!(!verdict(InvariantId::Durability, &model(), &o).is_pass());
+    // ...unless it was a create, which may apply after any delete.
+    o.durability.as_mut().unwrap().unknown[0].create = true;
+    assert_eq!(verdict(InvariantId::Durability, &model(), &o), Verdict::Pass);
+    // A lost create.
+    let d = o.durability.as_mut().unwrap();
+    d.unknown.clear();
+    d.read.remove("k2");
+    d.read.remove("k1");
+    let v = verdict(InvariantId::Durability, &model(), &o);
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("1 of 6 acknowledged writes lost (k1;")), "{v:?}");
+}
+
+#[test]
+fn durability_reports_inconsistent_paginated_reads() {
+    let mut o = healthy();
+    o.durability.as_mut().unwrap().list_anomalies = vec!["list at revision 7: key k1 has mod revision 9".into()];
+    let v = verdict(InvariantId::Durability, &model(), &o);
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("paginated read at a pinned revision was inconsistent: list at revision 7")), "{v:?}");
+}
+
+fn session(events: Vec<WatchEvent>) -> WatchSession {
+    WatchSession { name: "w0".into(), start_revision: 5, start_ack: 0, events: events.into(), resumptions: 1, compacted_below: None }
+}
+
+fn event(revision: i64, key: &str, value: Option<&str>, prev: Option<&str>) -> WatchEvent {
+    WatchEvent { revision, key: key.into(), value: value.map(str::to_string), prev: prev.map(str::to_string) }
+}
+
+/// A watch must deliver every acknowledged write up to how far it got, once, in order, with the
+/// `prev_kv` its own earlier events imply; an explicit compaction excuses what it covers.
+#[test]
+fn watch_catches_gaps_reordering_and_wrong_prev_kv() {
+    let mut o = healthy();
+    o.durability.as_mut().unwrap().acked = vec![ack("a", Some("1"), 5, 0), ack("b", Some("x"), 6, 0), ack("a", Some("2"), 7, 1), ack("a", None, 8, 2), ack("c", Some("z"), 9, 3)].into();
+    let good = vec![event(5, "a", Some("1"), None), event(6, "b", Some("x"), None), event(7, "a", Some("2"), Some("1")), event(8, "a", None, Some("2"))];
+    o.watches = vec![session(good.clone())];
+    assert_eq!(verdict(InvariantId::Watch, &model(), &o), Verdict::Pass, "revision 9 is beyond what the stream delivered: not yet due");
+    // A gap: revision 6 skipped, 7 delivered.
+    let mut gap = good.clone();
+    gap.remove(1);
+    o.watches = vec![session(gap)];
+    let v = verdict(InvariantId::Watch, &model(), &o);
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("w0: 1 acknowledged write(s) never delivered though the stream went past them to revision 8: revision 6 (b)")), "{v:?}");
+    // Declared compaction covers it.
+    o.watches[0].compacted_below = Some(7);
+    assert_eq!(verdict(InvariantId::Watch, &model(), &o), Verdict::Pass);
+    // Twice.
+    let mut twice = good.clone();
+    twice.insert(2, event(6, "b", Some("x"), None));
+    o.watches = vec![session(twice)];
+    assert!(matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m) if m.contains("delivered revision 6 (b) after revision 6")));
+    // prev_kv that contradicts the stream.
+    let mut prev = good.clone();
+    prev[2].prev = Some("0".into());
+    o.watches = vec![session(prev)];
+    assert!(matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m) if m.contains("came with prev_kv \"0\" but the stream's previous event for the key says \"1\"")));
+    // The wrong value at a revision.
+    let mut wrong = good;
+    wrong[1].value = Some("y".into());
+    o.watches = vec![session(wrong)];
+    assert!(matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m) if m.contains("revision 6 delivered as b = \"y\" but the write acknowledged at it was b = \"x\"")));
+}
+
+fn lease(id: i64, keys: &[&str], revoke: Revoke) -> LeaseRecord {
+    LeaseRecord { id, ttl_ms: 3000, granted_at_ms: 1000, keys: keys.iter().map(|k| k.to_string()).collect(), revoke }
+}
+
+/// Keys of a gone lease are gone; keys of a lease not yet due are there; a lease is not gone
+/// before its TTL unless revoked.
+#[test]
+fn leases_catch_keys_outliving_their_lease_and_leases_gone_early() {
+    let mut o = healthy();
+    let alive = Leases {
+        records: vec![lease(1, &["l/1/0", "l/1/1"], Revoke::No), lease(2, &["l/2/0"], Revoke::Acked)],
+        alive: [1].into(),
+        read: [("l/1/0".to_string(), 1), ("l/1/1".to_string(), 1)].into(),
+        read_done_ms: 2000,
+        error: None,
+    };
+    o.leases = Some(alive.clone());
+    assert_eq!(verdict(InvariantId::Leases, &model(), &o), Verdict::Pass);
+    // A revoked lease's key still there.
+    o.leases.as_mut().unwrap().read.insert("l/2/0".into(), 2);
+    assert!(matches!(verdict(InvariantId::Leases, &model(), &o), Verdict::Definite(m) if m.contains("lease 2 is gone (revoked) but 1 of its keys are still there (l/2/0)")));
+    // A key written without its lease.
+    let mut l = alive.clone();
+    l.read.insert("l/1/1".into(), 0);
+    o.leases = Some(l);
+    assert!(matches!(verdict(InvariantId::Leases, &model(), &o), Verdict::Definite(m) if m.contains("1 acknowledged key(s) of live lease 1 missing or attached elsewhere (l/1/1")));
+    // Gone 1 s into a 3 s TTL without a revoke.
+    let mut l = alive.clone();
+    l.alive.clear();
+    l.read.clear();
+    o.leases = Some(l.clone());
+    assert!(matches!(verdict(InvariantId::Leases, &model(), &o), Verdict::Definite(m) if m.contains("lease 1 (TTL 3000 ms, granted 1000 ms before the read) is gone before its TTL ran out")));
+    // After its TTL it may be gone.
+    l.read_done_ms = 4100;
+    o.leases = Some(l);
+    assert_eq!(verdict(InvariantId::Leases, &model(), &o), Verdict::Pass);
 }

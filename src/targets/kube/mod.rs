@@ -286,7 +286,7 @@ impl Target for KubeTarget {
     fn unchecked(&self, id: InvariantId) -> Option<String> {
         let p = &self.cfg.profile;
         match id {
-            InvariantId::Consistency | InvariantId::Durability => Some("needs etcd access, which the kube target does not have".into()),
+            InvariantId::Consistency | InvariantId::Durability | InvariantId::Watch | InvariantId::Leases => Some("needs etcd access, which the kube target does not have".into()),
             InvariantId::Reachability if p.probes.is_empty() && p.commands.is_empty() && p.conditions.is_empty() => {
                 Some("needs [[probes]], [[commands]] or [[conditions]] in the kube profile".into())
             }

@@ -125,6 +125,8 @@ impl KubeTarget {
                 etcd_id: None,
                 revision: 0,
                 raft_index: 0,
+                applied_index: 0,
+                revision_after: None,
                 version: m.version.clone(),
                 hash: None,
                 error: (!m.healthy || m.deleting || cluster_cond.is_none()).then(|| {

@@ -32,6 +32,23 @@ shakedown_faults::registry! {
         /// Restore brings back only some members: the last keeps its old data and old cluster, so
         /// the new cluster never hears from it. Caught by `membership`.
         RestorePartial => "restore-partial",
+        /// The workload's write path counts a transaction whose `ModRevision` compare failed as a
+        /// successful write (it does not look at `succeeded`). Needs concurrent clients writing
+        /// the same keys. Caught by `durability`.
+        TxnIgnoresConflict => "txn-ignores-conflict",
+        /// A broken watch resumes from the current revision instead of its last revision + 1
+        /// (an informer that skips what happened while its stream was down). Needs a fault that
+        /// breaks the stream of a watch (its member crashes, pauses, is cut off or restarted)
+        /// while writes go on. Caught by `watch`.
+        WatchResumeFromNow => "watch-resume-from-now",
+        /// The lease client puts its keys without attaching the lease (Events written without a
+        /// TTL). Caught by `leases`.
+        LeaseKeysUnattached => "lease-keys-unattached",
+        /// Restore brings the last member back from the backup before the one asked for (a tool
+        /// that restores "each member's latest local backup"): the members share a raft log but
+        /// not a store. Needs two backups with writes between them and a restore of the later.
+        /// Caught by `consistency`.
+        RestoreMixedBackups => "restore-mixed-backups",
     }
 }
 
@@ -46,6 +63,10 @@ impl PlantedBug {
             PlantedBug::RecoverLeavesRule => InvariantId::Leaks,
             PlantedBug::ReattachOnShutdownDisk => InvariantId::Members,
             PlantedBug::RestorePartial => InvariantId::Membership,
+            PlantedBug::TxnIgnoresConflict => InvariantId::Durability,
+            PlantedBug::WatchResumeFromNow => InvariantId::Watch,
+            PlantedBug::LeaseKeysUnattached => InvariantId::Leases,
+            PlantedBug::RestoreMixedBackups => InvariantId::Consistency,
         }
     }
 
@@ -60,6 +81,15 @@ impl PlantedBug {
             PlantedBug::RecoverLeavesRule => matches!(op, Op::SiteOutage { mode: OutageMode::Isolate, .. }),
             PlantedBug::ReattachOnShutdownDisk => matches!(op, Op::DiskReattach { .. }),
             PlantedBug::RestorePartial => matches!(op, Op::Restore { .. }),
+            // The workload's own traffic (conflicts, leases) shows them.
+            PlantedBug::TxnIgnoresConflict | PlantedBug::LeaseKeysUnattached => true,
+            // Ops that break a watch stream on some member while the others keep taking writes.
+            PlantedBug::WatchResumeFromNow => matches!(
+                op,
+                Op::Crash { .. } | Op::Pause { .. } | Op::RollingUpgrade { .. } | Op::RollingReplace | Op::SiteOutage { .. } | Op::DiskDetach { .. }
+            ),
+            // A restore of any backup but the first (an earlier one exists).
+            PlantedBug::RestoreMixedBackups => matches!(op, Op::Restore { backup } if backup.0 > 0),
         }
     }
 }

@@ -97,14 +97,13 @@ impl LocalTarget {
         let prefix = format!("/shakedown/{}/w/", cfg.run_id);
         let samples = cfg.run_dir.join("workload.csv");
         let testbed = Testbed::up(cfg, model, bring_up_limit).await?;
-        let workload = Workload::start(
-            testbed.endpoint_url(),
-            prefix,
-            profile.workload.interval,
-            profile.workload.timeout,
-            bug == Some(PlantedBug::AckBeforeWrite),
-            Some(&samples),
-        );
+        let bugs = workload::ClientBugs {
+            ack_before_write: bug == Some(PlantedBug::AckBeforeWrite),
+            ignore_conflict: bug == Some(PlantedBug::TxnIgnoresConflict),
+            resume_from_now: bug == Some(PlantedBug::WatchResumeFromNow),
+            lease_keys_unattached: bug == Some(PlantedBug::LeaseKeysUnattached),
+        };
+        let workload = Workload::start(testbed.endpoint_url(), prefix, &profile.workload, bugs, Some(&samples));
         Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), sampler: None, marks: Marks::default(), restores: 0, events: vec![] })
     }
 

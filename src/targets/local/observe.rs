@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use etcd_client::GetOptions;
 use shakedown_faults::{MemberId, Model};
-use shakedown_invariants::{Durability, InvariantId, Leader, ListedMember, MemberStatus, Observation, Probe};
+use shakedown_invariants::{Durability, InvariantId, Leader, Leases, ListedMember, MemberStatus, Observation, Probe};
 use tokio::time::Instant;
 
 use super::disk::DiskMode;
@@ -35,26 +35,56 @@ impl LocalTarget {
         futures_join_all(futs).await
     }
 
+    /// The read first, then the history: every write the read can reflect was sent before it
+    /// returned, so it is acknowledged, failed or still in flight by the time the history is
+    /// taken.
     pub(super) async fn durability(&self) -> Durability {
+        let limit = self.bounds.probe;
+        let prefix = self.workload.object_prefix();
+        let res = async {
+            let mut c = etcd::connect(&self.testbed.endpoint_url(), limit).await?;
+            etcd::bounded("read back", limit.max(READ_BACK_MIN_BOUND), c.get(prefix.as_str(), Some(GetOptions::new().with_prefix()))).await
+        }
+        .await;
+        let (read, read_revision, read_error) = match res {
+            Ok(resp) => (
+                resp.kvs().iter().map(|kv| (String::from_utf8_lossy(kv.key()).to_string(), String::from_utf8_lossy(kv.value()).to_string())).collect(),
+                resp.header().map_or(0, |h| h.revision()),
+                None,
+            ),
+            Err(e) => (HashMap::new(), 0, Some(e)),
+        };
         let acked = self.workload.acked();
+        let unknown = self.workload.unknown();
+        let list_anomalies = self.workload.list_anomalies();
+        Durability { acked, unknown, marks: self.marks.clone(), read, read_revision, read_error, list_anomalies }
+    }
+
+    /// The workload's leases, then etcd's live leases, then the lease-attached keys — in that
+    /// order (see the `leases` invariant), all from one member behind the endpoint.
+    pub(super) async fn leases(&self, prefix: &str) -> Leases {
+        let records = self.workload.leases();
         let limit = self.bounds.probe;
         let res = async {
             let mut c = etcd::connect(&self.testbed.endpoint_url(), limit).await?;
-            etcd::bounded("read back", limit.max(READ_BACK_MIN_BOUND), c.get(self.workload.prefix.as_str(), Some(GetOptions::new().with_prefix()))).await
+            // LeaseLeases answers from the member's own lease table, which may not have applied
+            // the latest grants yet: a linearizable read on the same connection (the same member
+            // behind the endpoint) first makes it apply everything committed so far.
+            etcd::bounded("lease sync read", limit, c.get(prefix, Some(GetOptions::new().with_prefix().with_count_only()))).await?;
+            let alive = etcd::bounded("lease list", limit, c.leases()).await?;
+            let read = etcd::bounded("lease keys", limit.max(READ_BACK_MIN_BOUND), c.get(prefix, Some(GetOptions::new().with_prefix().with_keys_only()))).await?;
+            Ok::<_, String>((alive, read, self.workload.now_ms()))
         }
         .await;
         match res {
-            Ok(resp) => Durability {
-                read: resp
-                    .kvs()
-                    .iter()
-                    .map(|kv| (String::from_utf8_lossy(kv.key()).to_string(), String::from_utf8_lossy(kv.value()).to_string()))
-                    .collect(),
-                acked,
-                marks: self.marks.clone(),
-                read_error: None,
+            Ok((alive, read, read_done_ms)) => Leases {
+                records,
+                alive: alive.leases().iter().map(|l| l.id()).collect(),
+                read: read.kvs().iter().map(|kv| (String::from_utf8_lossy(kv.key()).to_string(), kv.lease())).collect(),
+                read_done_ms,
+                error: None,
             },
-            Err(e) => Durability { acked, marks: self.marks.clone(), read: HashMap::new(), read_error: Some(e) },
+            Err(e) => Leases { records, error: Some(e), ..Leases::default() },
         }
     }
 
@@ -89,12 +119,27 @@ impl LocalTarget {
                         etcd_id: me,
                         revision: s.header().map(|h| h.revision()).unwrap_or(0),
                         raft_index: s.raft_index(),
+                        applied_index: s.raft_applied_index(),
+                        revision_after: None,
                         version: Some(s.version().to_string()),
                         hash: None,
                         error: None,
                     }
                 }
-                Err(e) => MemberStatus { name: name.clone(), member, reachable: false, leader: None, etcd_id: None, revision: 0, raft_index: 0, version: None, hash: None, error: Some(e.clone()) },
+                Err(e) => MemberStatus {
+                    name: name.clone(),
+                    member,
+                    reachable: false,
+                    leader: None,
+                    etcd_id: None,
+                    revision: 0,
+                    raft_index: 0,
+                    applied_index: 0,
+                    revision_after: None,
+                    version: None,
+                    hash: None,
+                    error: Some(e.clone()),
+                },
             });
         }
         let any_url = leader_url.or_else(|| statuses.iter().find(|(_, _, r)| r.is_ok()).map(|(_, u, _)| u.clone()));
@@ -110,6 +155,17 @@ impl LocalTarget {
             }
         }
         if wants(InvariantId::Consistency) {
+            // A second status per member, sent after the first answered: its revision reflects
+            // at least every entry up to the applied index the first reported.
+            let again = statuses.iter().filter(|(_, _, r)| r.is_ok()).map(|(name, url, _)| {
+                let (name, url) = (name.clone(), url.clone());
+                async move { (name, etcd::status(&url, request).await) }
+            });
+            for (name, r) in futures_join_all(again).await {
+                if let (Ok(s), Some(m)) = (r, obs.members.iter_mut().find(|m| m.name == name)) {
+                    m.revision_after = s.header().map(|h| h.revision());
+                }
+            }
             let rev = obs.members.iter().filter(|m| m.reachable && m.revision > 0).map(|m| m.revision).min();
             if let Some(rev) = rev {
                 let futs = statuses.iter().filter(|(_, _, r)| r.is_ok()).map(|(name, url, _)| {
@@ -133,8 +189,16 @@ impl LocalTarget {
         if wants(InvariantId::Reachability) && model.service_expected_up() {
             obs.probes = self.probes().await;
         }
-        if wants(InvariantId::Durability) && model.service_expected_up() {
+        if (wants(InvariantId::Durability) || wants(InvariantId::Watch)) && model.service_expected_up() {
             obs.durability = Some(self.durability().await);
+        }
+        if wants(InvariantId::Watch) {
+            obs.watches = self.workload.watch_sessions();
+        }
+        if wants(InvariantId::Leases) && model.service_expected_up() {
+            if let Some(prefix) = self.workload.lease_prefix() {
+                obs.leases = Some(self.leases(&prefix).await);
+            }
         }
         if wants(InvariantId::Leaks) {
             obs.inventory = Some(shakedown_invariants::Inventory::Local(reap::inventory(&self.testbed.cfg.run_dir, &self.testbed.nft_table(), self.testbed.cfg.disks == DiskMode::Loop).await));

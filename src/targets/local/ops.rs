@@ -337,10 +337,14 @@ impl LocalTarget {
         // Recorded before anything stops, open-ended until the stack is back: if the restore
         // fails or is cut short, every write from its start on is uncertain.
         self.marks.restores.push((b, self.workload.acked_len(), usize::MAX));
+        // Watches start new sessions and the leases granted so far are no longer judged: the
+        // restored store has the backup's revisions and lease table.
+        self.workload.restored();
         let res = self.restore_cluster(&tool, &path, b).await;
         if let Some(last) = self.marks.restores.last_mut() {
             last.2 = self.workload.acked_len();
         }
+        self.workload.restored();
         res
     }
 
@@ -355,12 +359,19 @@ impl LocalTarget {
         let token = format!("{}-r{}", self.testbed.cfg.run_id, self.restores);
         let cluster = self.testbed.initial_cluster();
         let restored: Vec<MemberId> = if self.bug(PlantedBug::RestorePartial) { ids[..ids.len() - 1].to_vec() } else { ids.clone() };
-        for &id in &restored {
+        // Planted bug restore-mixed-backups: the last member is restored from the backup before
+        // this one (as a tool that picks "each member's latest local backup" does).
+        let older = b.0.checked_sub(1).map(|i| self.backup_path(BackupId(i))).filter(|p| self.bug(PlantedBug::RestoreMixedBackups) && p.is_file());
+        for (n, &id) in restored.iter().enumerate() {
             self.testbed.replace_disk(id).await?;
             let m = &self.testbed.members[&id];
             let data = m.disk.data_dir();
             let _ = std::fs::remove_dir_all(&data);
-            backup::restore_into(tool, path, &m.name(), &cluster, &token, &m.peer_url(), &data).await?;
+            let from = match &older {
+                Some(o) if n + 1 == restored.len() => o.as_path(),
+                _ => path,
+            };
+            backup::restore_into(tool, from, &m.name(), &cluster, &token, &m.peer_url(), &data).await?;
         }
         for &id in &ids {
             self.testbed.spawn_member(id, &cluster, "new")?;

@@ -1,0 +1,343 @@
+//! The `kube` workload: kube-apiserver's storage traffic in miniature.
+//!
+//! - Object clients (`clients` of them) share `keyspace` keys under `<prefix>o/`. A key a client
+//!   believes absent is created with `If(ModRevision(key) == 0) Then(Put) Else(Get)`; one it
+//!   believes present is updated or deleted with `If(ModRevision(key) == rev) Then(Put | Delete)
+//!   Else(Get)`, and a refused update is retried with the revision the `Else` returned (like
+//!   kube-apiserver's GuaranteedUpdate), a few times.
+//! - Each client also attaches keys under `<prefix>l/` to a lease it reuses for a few keys, then
+//!   revokes or abandons to expire; and now and then lists the object keys page by page at the
+//!   revision of the first page.
+//! - `watches` watchers follow the object keys ([`super::watch`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use shakedown_faults::Workload as Config;
+use shakedown_invariants::{Ack, LeaseRecord, Revoke, Unknown};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::{pause, unix_ms, ClientBugs, Recorder, Rng, MAX_LEASE_RECORDS, RECONNECT_PAUSE, WRITE_BEHIND_DELAY};
+use crate::targets::local::etcd::{bounded, connect};
+
+/// How often a refused update is retried with the revision the refusal returned.
+const CONFLICT_RETRIES: u32 = 3;
+/// Keys attached to one lease before the client moves on to a new lease.
+const KEYS_PER_LEASE: u32 = 8;
+/// How often a client writes a key of its own share of the keyspace rather than any key.
+const OWN_KEYS_PERCENT: u64 = 90;
+/// Page size of a paginated read.
+const PAGE: i64 = 100;
+
+pub(super) fn object_prefix(prefix: &str) -> String {
+    format!("{prefix}o/")
+}
+
+pub(super) fn lease_prefix(prefix: &str) -> String {
+    format!("{prefix}l/")
+}
+
+/// Starts the object clients and the watchers.
+pub(super) fn start(endpoint: &str, prefix: &str, cfg: &Config, bugs: ClientBugs, rec: &Arc<Recorder>, stopped: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    for i in 0..cfg.clients {
+        let c = ObjectClient {
+            id: i,
+            endpoint: endpoint.to_string(),
+            objects: object_prefix(prefix),
+            leases: lease_prefix(prefix),
+            cfg: cfg.clone(),
+            bugs,
+            rec: rec.clone(),
+            known: HashMap::new(),
+            seq: 0,
+            lease: None,
+            rng: Rng::new(u64::from(i) << 32 | u64::from(std::process::id())),
+        };
+        tasks.push(tokio::spawn(c.run(stopped.clone())));
+    }
+    for i in 0..cfg.watches {
+        tasks.push(tokio::spawn(super::watch::run(i, endpoint.to_string(), object_prefix(prefix), cfg.timeout, bugs.resume_from_now, rec.clone(), stopped.clone())));
+    }
+    tasks
+}
+
+/// What one request did.
+enum Outcome {
+    Done,
+    /// The connection is suspect: reconnect before the next request.
+    Reconnect,
+}
+
+struct ObjectClient {
+    id: u32,
+    endpoint: String,
+    objects: String,
+    leases: String,
+    cfg: Config,
+    bugs: ClientBugs,
+    rec: Arc<Recorder>,
+    /// What this client last saw of a key: its mod revision, or 0 when absent.
+    known: HashMap<u32, i64>,
+    seq: u64,
+    /// The lease in use: (id, index in the recorder's leases, keys attached so far).
+    lease: Option<(i64, u32)>,
+    rng: Rng,
+}
+
+impl ObjectClient {
+    async fn run(mut self, mut stopped: watch::Receiver<bool>) {
+        let mut client: Option<Client> = None;
+        let m = self.cfg.mix.clone();
+        let total = u64::from(m.create + m.update + m.delete + m.lease + m.list);
+        while !*stopped.borrow() {
+            if client.is_none() {
+                client = connect(&self.endpoint, self.cfg.timeout).await.ok();
+            }
+            let Some(c) = client.as_mut() else {
+                self.rec.stats.failed.fetch_add(1, Ordering::Relaxed);
+                pause(RECONNECT_PAUSE, &mut stopped).await;
+                continue;
+            };
+            let mut pick = self.rng.below(total);
+            let outcome = if pick < u64::from(m.create + m.update + m.delete) {
+                self.write(c, pick).await
+            } else {
+                pick -= u64::from(m.create + m.update + m.delete);
+                if pick < u64::from(m.lease) {
+                    self.lease_put(c).await
+                } else {
+                    self.list(c).await
+                }
+            };
+            if matches!(outcome, Outcome::Reconnect) {
+                // A fresh connection lets the endpoint route around a dead member.
+                client = None;
+            }
+            pause(self.cfg.interval, &mut stopped).await;
+        }
+    }
+
+    /// Mostly a key of the client's own share of the keyspace (a controller writes the objects
+    /// it owns), sometimes any key: conflicts happen, but not on every request.
+    fn pick_key(&mut self) -> u32 {
+        let (n, clients) = (self.cfg.keyspace, self.cfg.clients);
+        let own = (n / clients).max(1);
+        if self.rng.below(100) < OWN_KEYS_PERCENT && n >= clients {
+            (self.rng.below(u64::from(own)) as u32) * clients + self.id
+        } else {
+            self.rng.below(u64::from(n)) as u32
+        }
+    }
+
+    fn key(&self, k: u32) -> String {
+        format!("{}{k:06}", self.objects)
+    }
+
+    /// A create, update or delete of a random key, decided by what the client knows of it:
+    /// absent → create (when the mix creates), present → update or delete by their weights.
+    async fn write(&mut self, c: &mut Client, pick: u64) -> Outcome {
+        let m = self.cfg.mix.clone();
+        let k = self.pick_key();
+        let known = self.known.get(&k).copied().unwrap_or(0);
+        if known == 0 && m.create == 0 {
+            return Outcome::Done;
+        }
+        let delete = known != 0 && m.update + m.delete > 0 && pick % u64::from(m.update + m.delete) >= u64::from(m.update);
+        let key = self.key(k);
+        let mut rev = known;
+        for attempt in 0..=CONFLICT_RETRIES {
+            self.seq += 1;
+            let value = (!delete).then(|| format!("c{}-{}", self.id, self.seq));
+            let create = rev == 0;
+            let then = match &value {
+                Some(v) => TxnOp::put(key.as_str(), v.as_str(), None),
+                None => TxnOp::delete(key.as_str(), None),
+            };
+            let txn = Txn::new().when([Compare::mod_revision(key.as_str(), CompareOp::Equal, rev)]).and_then([then]).or_else([TxnOp::get(key.as_str(), None)]);
+            let start = self.rec.position();
+            self.rec.stats.attempted.fetch_add(1, Ordering::Relaxed);
+            if self.bugs.ack_before_write {
+                // Planted bug: write-behind (see the puts workload), on keys of its own (a
+                // write-behind cache creates; its revision is not known).
+                let key = format!("{}b{}-{}", self.objects, self.id, self.seq);
+                let value = format!("c{}-{}", self.id, self.seq);
+                self.rec.ack_unsent(Ack { key: key.clone(), value: Some(value.clone()), revision: 0, start });
+                let txn = Txn::new().when([Compare::mod_revision(key.as_str(), CompareOp::Equal, 0)]).and_then([TxnOp::put(key.as_str(), value.as_str(), None)]);
+                let mut c = c.clone();
+                let timeout = self.cfg.timeout;
+                tokio::spawn(async move {
+                    tokio::time::sleep(WRITE_BEHIND_DELAY).await;
+                    let _ = bounded("txn", timeout, c.txn(txn)).await;
+                });
+                self.known.remove(&k);
+                return Outcome::Done;
+            }
+            let (at, t) = (unix_ms(), std::time::Instant::now());
+            let ticket = self.rec.send(Unknown { key: key.clone(), value: value.clone(), start, create });
+            let res = bounded("txn", self.cfg.timeout, c.txn(txn)).await;
+            self.rec.sample(at, t.elapsed(), res.is_ok());
+            let resp = match res {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::trace!("workload txn on {key} failed: {e}");
+                    self.rec.failed(ticket);
+                    self.known.remove(&k);
+                    return Outcome::Reconnect;
+                }
+            };
+            let revision = resp.header().map_or(0, |h| h.revision());
+            if resp.succeeded() || self.bugs.ignore_conflict {
+                // With the planted bug ignore-conflict a refused compare counts as written too.
+                self.rec.answered(ticket, Some(Ack { key, value: value.clone(), revision, start }));
+                if value.is_some() {
+                    self.known.insert(k, revision);
+                } else {
+                    self.known.remove(&k);
+                }
+                return Outcome::Done;
+            }
+            self.rec.answered(ticket, None);
+            self.rec.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+            // Refused: the Else branch says where the key stands now.
+            rev = resp
+                .op_responses()
+                .into_iter()
+                .find_map(|r| match r {
+                    TxnOpResponse::Get(g) => Some(g.kvs().first().map_or(0, |kv| kv.mod_revision())),
+                    _ => None,
+                })
+                .unwrap_or(0);
+            if rev == 0 {
+                self.known.remove(&k);
+            } else {
+                self.known.insert(k, rev);
+            }
+            // An update retries against the new revision; a create or a delete of a key that
+            // changed under it gives up (the next write decides again).
+            if create || delete || rev == 0 || attempt == CONFLICT_RETRIES {
+                return Outcome::Done;
+            }
+        }
+        Outcome::Done
+    }
+
+    /// Puts a key attached to the client's lease, granting one when it has none; after
+    /// [`KEYS_PER_LEASE`] keys the lease is revoked (every other lease) or abandoned to expire.
+    async fn lease_put(&mut self, c: &mut Client) -> Outcome {
+        let timeout = self.cfg.timeout;
+        let (id, n) = match self.lease {
+            Some(l) => l,
+            None => {
+                let at = self.rec.now_ms();
+                let ttl = self.cfg.lease_ttl.as_secs().max(1) as i64;
+                match bounded("lease grant", timeout, c.lease_grant(ttl, None)).await {
+                    Ok(g) => {
+                        let mut leases = self.rec.leases.lock().expect("leases lock");
+                        if leases.len() >= MAX_LEASE_RECORDS {
+                            leases.remove(0);
+                        }
+                        leases.push(LeaseRecord { id: g.id(), ttl_ms: g.ttl().max(0) as u64 * 1000, granted_at_ms: at, keys: vec![], revoke: Revoke::No });
+                        (g.id(), 0)
+                    }
+                    Err(e) => {
+                        tracing::trace!("workload lease grant failed: {e}");
+                        return Outcome::Reconnect;
+                    }
+                }
+            }
+        };
+        if n >= KEYS_PER_LEASE {
+            self.lease = None;
+            if id % 2 == 0 {
+                // In doubt from the moment it is sent, acknowledged once answered.
+                self.set_lease(id, |r| r.revoke = Revoke::Unknown);
+                let res = bounded("lease revoke", timeout, c.lease_revoke(id)).await;
+                if res.is_ok() {
+                    self.set_lease(id, |r| r.revoke = Revoke::Acked);
+                }
+                return if res.is_ok() { Outcome::Done } else { Outcome::Reconnect };
+            }
+            return Outcome::Done;
+        }
+        self.seq += 1;
+        let key = format!("{}{id:x}/{n}", self.leases);
+        let opts = (!self.bugs.lease_keys_unattached).then(|| PutOptions::new().with_lease(id));
+        self.rec.stats.lease_puts.fetch_add(1, Ordering::Relaxed);
+        match bounded("lease put", timeout, c.put(key.as_str(), format!("c{}-{}", self.id, self.seq), opts)).await {
+            Ok(_) => {
+                self.set_lease(id, |r| r.keys.push(key));
+                self.lease = Some((id, n + 1));
+                Outcome::Done
+            }
+            Err(e) => {
+                // The lease may have expired (a long outage) or the connection broke: a new
+                // lease next time.
+                tracing::trace!("workload lease put failed: {e}");
+                self.lease = None;
+                Outcome::Reconnect
+            }
+        }
+    }
+
+    fn set_lease(&self, id: i64, f: impl FnOnce(&mut LeaseRecord)) {
+        if let Some(r) = self.rec.leases.lock().expect("leases lock").iter_mut().rev().find(|r| r.id == id) {
+            f(r);
+        }
+    }
+
+    /// Lists the object keys page by page at the revision of the first page, the way a paginated
+    /// LIST does, and records what is inconsistent: a key out of order or repeated across pages,
+    /// an entry newer than the pinned revision.
+    async fn list(&mut self, c: &mut Client) -> Outcome {
+        self.rec.stats.lists.fetch_add(1, Ordering::Relaxed);
+        let timeout = self.cfg.timeout;
+        let end = prefix_end(&self.objects);
+        let mut from = self.objects.clone().into_bytes();
+        let mut pinned = 0;
+        let mut last: Option<Vec<u8>> = None;
+        loop {
+            let mut opts = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+            if pinned > 0 {
+                opts = opts.with_revision(pinned);
+            }
+            let page = match bounded("list", timeout, c.get(from.clone(), Some(opts))).await {
+                Ok(p) => p,
+                // Compacted, a timeout, a dead member: the list is abandoned, like a client
+                // would relist.
+                Err(_) => return Outcome::Reconnect,
+            };
+            if pinned == 0 {
+                pinned = page.header().map_or(0, |h| h.revision());
+            }
+            for kv in page.kvs() {
+                if last.as_deref().is_some_and(|l| kv.key() <= l) {
+                    self.rec.anomaly(format!("list at revision {pinned}: key {} after {}", String::from_utf8_lossy(kv.key()), String::from_utf8_lossy(last.as_deref().unwrap_or_default())));
+                }
+                if kv.mod_revision() > pinned {
+                    self.rec.anomaly(format!("list at revision {pinned}: key {} has mod revision {}", String::from_utf8_lossy(kv.key()), kv.mod_revision()));
+                }
+                last = Some(kv.key().to_vec());
+            }
+            match (page.more(), &last) {
+                (true, Some(l)) => {
+                    from = l.clone();
+                    from.push(0);
+                }
+                _ => return Outcome::Done,
+            }
+        }
+    }
+}
+
+/// The end of the range of keys starting with `prefix`.
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    end
+}

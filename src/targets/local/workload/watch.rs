@@ -1,0 +1,112 @@
+//! Long-lived watches of the object keys, the way an informer watches: `prev_kv`, progress
+//! notifications, and after any error a resumption from the last delivered revision + 1 (or
+//! from the compacted revision, declared, when etcd says the history is gone). A restore of the
+//! stack starts a new session from the current revision.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, EventType, GetOptions, WatchOptions};
+use shakedown_invariants::{WatchEvent, WatchSession};
+use tokio::sync::watch;
+
+use super::{pause, Recorder, WatchState, RECONNECT_PAUSE};
+use crate::targets::local::etcd::{bounded, connect};
+
+/// The longest a watch stream may stay silent before it is treated as broken and resumed (a
+/// stream whose member was paused or cut off never errors on its own).
+const SILENCE: Duration = Duration::from_secs(3);
+
+/// With `resume_from_now` (a planted bug) a broken watch resumes from the current revision
+/// instead of its last revision + 1.
+pub(super) async fn run(i: u32, endpoint: String, prefix: String, timeout: Duration, resume_from_now: bool, rec: Arc<Recorder>, mut stopped: watch::Receiver<bool>) {
+    let slot = {
+        let mut w = rec.watches.lock().expect("watches lock");
+        w.push(WatchState::default());
+        w.len() - 1
+    };
+    let name = format!("w{i}");
+    let mut generation = rec.generation();
+    // Revision to watch from next; 0 = start a new session from the current revision.
+    let mut next = 0i64;
+    while !*stopped.borrow() {
+        if generation.has_changed().unwrap_or(false) {
+            generation.borrow_and_update();
+            next = 0;
+        }
+        let Ok(mut c) = connect(&endpoint, timeout).await else {
+            pause(RECONNECT_PAUSE, &mut stopped).await;
+            continue;
+        };
+        if next == 0 {
+            let start_ack = rec.position();
+            let Ok(now) = current_revision(&mut c, &prefix, timeout).await else {
+                pause(RECONNECT_PAUSE, &mut stopped).await;
+                continue;
+            };
+            next = now + 1;
+            let mut w = rec.watches.lock().expect("watches lock");
+            w[slot] = WatchState { session: WatchSession { name: name.clone(), start_revision: next, start_ack, ..WatchSession::default() }, log: Default::default() };
+        } else {
+            rec.watches.lock().expect("watches lock")[slot].session.resumptions += 1;
+            rec.stats.watch_resumptions.fetch_add(1, Ordering::Relaxed);
+            if resume_from_now {
+                // Planted bug: the informer resumes from "now", skipping what happened while
+                // its stream was down.
+                if let Ok(now) = current_revision(&mut c, &prefix, timeout).await {
+                    next = now + 1;
+                }
+            }
+        }
+        let opts = WatchOptions::new().with_prefix().with_prev_key().with_progress_notify().with_start_revision(next);
+        let Ok(Ok(mut stream)) = tokio::time::timeout(timeout, c.watch(prefix.as_str(), Some(opts))).await else {
+            pause(RECONNECT_PAUSE, &mut stopped).await;
+            continue;
+        };
+        loop {
+            let msg = tokio::select! {
+                m = tokio::time::timeout(SILENCE, stream.message()) => m,
+                _ = stopped.changed() => return,
+                _ = generation.changed() => {
+                    // Restored: a new session from the restored store's revision.
+                    next = 0;
+                    break;
+                }
+            };
+            let resp = match msg {
+                Ok(Ok(Some(r))) => r,
+                // An error, the end of the stream, or silence: resume.
+                _ => break,
+            };
+            if resp.canceled() {
+                if resp.compact_revision() > 0 {
+                    // Declared, not silent: the events before the compacted revision are gone.
+                    let mut w = rec.watches.lock().expect("watches lock");
+                    w[slot].session.compacted_below = Some(resp.compact_revision());
+                    next = resp.compact_revision();
+                }
+                break;
+            }
+            if resp.events().is_empty() {
+                continue;
+            }
+            let mut w = rec.watches.lock().expect("watches lock");
+            for e in resp.events() {
+                let Some(kv) = e.kv() else { continue };
+                let value = (e.event_type() == EventType::Put).then(|| String::from_utf8_lossy(kv.value()).to_string());
+                let prev = e.prev_kv().map(|p| String::from_utf8_lossy(p.value()).to_string());
+                w[slot].log.push(WatchEvent { revision: kv.mod_revision(), key: String::from_utf8_lossy(kv.key()).to_string(), value, prev });
+                next = next.max(kv.mod_revision() + 1);
+                rec.stats.watch_events.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        pause(RECONNECT_PAUSE, &mut stopped).await;
+    }
+}
+
+/// The store's current revision, from a linearizable read of one key of the range.
+async fn current_revision(c: &mut Client, prefix: &str, timeout: Duration) -> Result<i64, String> {
+    let r = bounded("revision", timeout, c.get(prefix, Some(GetOptions::new().with_prefix().with_count_only()))).await?;
+    r.header().map(|h| h.revision()).ok_or_else(|| "no header".to_string())
+}
