@@ -159,7 +159,7 @@ impl SeedRecord {
         let record: SeedRecord = match value.get("format").and_then(|v| v.as_integer()) {
             None => return Err("not a shakedown seed record: no integer `format` key".into()),
             Some(1) => from_format_1(value)?,
-            Some(f) if f == FORMAT as i64 => toml::from_str(text).map_err(|e| format!("not a valid seed record: {}", e.message()))?,
+            Some(f) if f == FORMAT as i64 => toml::Value::Table(with_workload_kind(value)).try_into().map_err(|e: toml::de::Error| format!("not a valid seed record: {}", e.message()))?,
             Some(f) => {
                 return Err(format!(
                     "seed record format {f} is not supported by shakedown {} (it reads formats {OLDEST_FORMAT} to {FORMAT}); use the shakedown version that wrote it",
@@ -178,6 +178,18 @@ impl SeedRecord {
         }
         Ok(record)
     }
+}
+
+/// Records written before the workload had kinds ran the unique-key `puts` writer: a recorded
+/// profile without `workload.kind` replays with it, not with today's default.
+fn with_workload_kind(mut t: toml::Table) -> toml::Table {
+    if let Some(toml::Value::Table(p)) = t.get_mut("profile") {
+        let w = p.entry("workload").or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let toml::Value::Table(w) = w {
+            w.entry("kind").or_insert_with(|| toml::Value::String("puts".into()));
+        }
+    }
+    t
 }
 
 /// A format-1 record in today's shape: `target = "local"` + `testbed_bug` or `target = "kube"`
@@ -206,7 +218,7 @@ fn from_format_1(mut t: toml::Table) -> Result<SeedRecord, String> {
     }
     t.insert("target".into(), toml::Value::Table(spec));
     t.insert("format".into(), toml::Value::Integer(FORMAT as i64));
-    t.try_into().map_err(|e: toml::de::Error| format!("not a valid seed record (format 1): {}", e.message()))
+    with_workload_kind(t).try_into().map_err(|e: toml::de::Error| format!("not a valid seed record (format 1): {}", e.message()))
 }
 
 /// Now as RFC 3339 UTC (seconds).
@@ -253,7 +265,13 @@ mod tests {
             assert!(matches!(r.target, TargetSpec::Local(_)));
             // Written back, it is a format-2 record that loads as the same record.
             assert_eq!(&SeedRecord::parse(&r.to_toml()).unwrap(), r);
+            // They ran the unique-key writer, and replay with it.
+            assert_eq!(r.profile.workload.kind, shakedown_faults::WorkloadKind::Puts, "{}", path.display());
         }
+        // A record written today keeps the workload it ran.
+        let today = record(1);
+        assert_eq!(today.profile.workload.kind, shakedown_faults::WorkloadKind::Kube);
+        assert_eq!(SeedRecord::parse(&today.to_toml()).unwrap().profile.workload.kind, shakedown_faults::WorkloadKind::Kube);
         let bugs: Vec<_> = records.iter().filter_map(|(_, r)| match &r.target {
             TargetSpec::Local(l) => l.testbed_bug,
             _ => None,

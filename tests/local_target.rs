@@ -42,6 +42,11 @@ fn seed_for(bug: PlantedBug) -> (u64, usize) {
             let Op::SiteOutage { site, .. } = ops[i] else { return None };
             ops[i..].iter().position(|op| *op == Op::SiteRecover { site }).map(|j| i + j + 1)
         }),
+        // The load shows them: a few steps of it.
+        PlantedBug::TxnIgnoresConflict | PlantedBug::LeaseKeysUnattached => (1, 3),
+        // The watcher resumes after the step that broke its stream; the gap shows once the
+        // stream delivers past it: one more step.
+        PlantedBug::WatchResumeFromNow => seed_where(|ops| ops.iter().position(|op| bug.triggered_by(op)).map(|i| (i + 2).min(ops.len()))),
         _ => seed_where(|ops| ops.iter().position(|op| bug.triggered_by(op)).map(|i| i + 1)),
     }
 }
@@ -107,8 +112,11 @@ fn run_until_caught(bug: PlantedBug, d: &common::Dirs, attempts: usize) -> (std:
 fn planted_bug_is_caught_recorded_and_replayed(bug: PlantedBug) {
     let _l = lock();
     let d = dirs();
-    // upgrade-no-wait only shows when a restart is slower than the next stop: a timing bug.
-    let attempts = if bug == PlantedBug::UpgradeNoWait { 3 } else { 1 };
+    // upgrade-no-wait only shows when a restart is slower than the next stop: a timing bug; the
+    // step where a conflict or a watch gap first shows depends on timing too, and mixed backups
+    // break durability as well (a read through the endpoint served by the stale member), which
+    // the same check may report alone when that member's status did not answer in time.
+    let attempts = if matches!(bug, PlantedBug::UpgradeNoWait | PlantedBug::TxnIgnoresConflict | PlantedBug::WatchResumeFromNow | PlantedBug::RestoreMixedBackups) { 3 } else { 1 };
     let (out, seed) = run_until_caught(bug, &d, attempts);
     assert_eq!(out.status.code(), Some(1), "{bug} must be caught as a violation");
     let stdout = text(&out.stdout);
@@ -177,6 +185,26 @@ fn planted_reattach_on_shutdown_disk_is_caught_by_members() {
 #[test]
 fn planted_restore_partial_is_caught_by_membership() {
     planted_bug_is_caught_recorded_and_replayed(PlantedBug::RestorePartial);
+}
+
+#[test]
+fn planted_txn_ignores_conflict_is_caught_by_durability() {
+    planted_bug_is_caught_recorded_and_replayed(PlantedBug::TxnIgnoresConflict);
+}
+
+#[test]
+fn planted_watch_resume_from_now_is_caught_by_watch() {
+    planted_bug_is_caught_recorded_and_replayed(PlantedBug::WatchResumeFromNow);
+}
+
+#[test]
+fn planted_lease_keys_unattached_is_caught_by_leases() {
+    planted_bug_is_caught_recorded_and_replayed(PlantedBug::LeaseKeysUnattached);
+}
+
+#[test]
+fn planted_restore_mixed_backups_is_caught_by_consistency() {
+    planted_bug_is_caught_recorded_and_replayed(PlantedBug::RestoreMixedBackups);
 }
 
 /// Starts `shakedown run ARGS` and waits (bounded) until a line of its progress contains `needle`.

@@ -96,6 +96,8 @@ pub struct Workload {
     /// `kube`: how many object keys the clients share (fewer keys, more conflicts).
     pub keyspace: u32,
     /// `kube`: long-lived watches of the object keys, resumed from their last revision + 1.
+    /// Watch `i` goes to member `i` first (as a stacked kube-apiserver watches its local
+    /// member), through the endpoint when that member does not answer.
     pub watches: u32,
     /// `kube`: what each client does, by weight.
     pub mix: Mix,
@@ -147,7 +149,7 @@ impl Default for Workload {
             timeout: Duration::from_secs(1),
             clients: 8,
             keyspace: 500,
-            watches: 2,
+            watches: 3,
             mix: Mix::default(),
             lease_ttl: Duration::from_secs(3),
         }

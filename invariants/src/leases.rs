@@ -32,7 +32,7 @@ pub(crate) fn leases(model: &Model, obs: &Observation) -> Verdict {
         }
         // Not due yet: granted less than its TTL before the read returned, never revoked.
         let due = r.granted_at_ms + r.ttl_ms;
-        if r.revoke == Revoke::No && l.read_done_ms < due {
+        if r.revoke == Revoke::No && !l.revoking.contains(&r.id) && l.read_done_ms < due {
             if !alive {
                 problems.push(format!(
                     "lease {:x} (TTL {} ms, granted {} ms before the read) is gone before its TTL ran out and without a revoke",

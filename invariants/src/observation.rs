@@ -236,6 +236,9 @@ pub struct Leases {
     pub read: BTreeMap<String, i64>,
     /// Milliseconds since the workload started when the read had returned.
     pub read_done_ms: u64,
+    /// Leases the workload had sent a revoke for by the time the read returned (a revoke sent
+    /// after `records` was taken can still have removed a lease before `alive` was asked).
+    pub revoking: std::collections::BTreeSet<i64>,
     pub error: Option<String>,
 }
 

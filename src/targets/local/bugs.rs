@@ -83,10 +83,12 @@ impl PlantedBug {
             PlantedBug::RestorePartial => matches!(op, Op::Restore { .. }),
             // The workload's own traffic (conflicts, leases) shows them.
             PlantedBug::TxnIgnoresConflict | PlantedBug::LeaseKeysUnattached => true,
-            // Ops that break a watch stream on some member while the others keep taking writes.
+            // Ops that break the watch stream of a member's own watcher at once (its process
+            // dies) while the others keep taking writes. A pause or an isolation breaks it too,
+            // after the watcher's silence bound.
             PlantedBug::WatchResumeFromNow => matches!(
                 op,
-                Op::Crash { .. } | Op::Pause { .. } | Op::RollingUpgrade { .. } | Op::RollingReplace | Op::SiteOutage { .. } | Op::DiskDetach { .. }
+                Op::Crash { .. } | Op::RollingUpgrade { .. } | Op::RollingReplace | Op::SiteOutage { mode: OutageMode::PowerLoss, .. }
             ),
             // A restore of any backup but the first (an earlier one exists).
             PlantedBug::RestoreMixedBackups => matches!(op, Op::Restore { backup } if backup.0 > 0),

@@ -103,7 +103,8 @@ impl LocalTarget {
             resume_from_now: bug == Some(PlantedBug::WatchResumeFromNow),
             lease_keys_unattached: bug == Some(PlantedBug::LeaseKeysUnattached),
         };
-        let workload = Workload::start(testbed.endpoint_url(), prefix, &profile.workload, bugs, Some(&samples));
+        let members: Vec<String> = testbed.members.values().map(|m| m.client_url()).collect();
+        let workload = Workload::start(testbed.endpoint_url(), &members, prefix, &profile.workload, bugs, Some(&samples));
         Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), sampler: None, marks: Marks::default(), restores: 0, events: vec![] })
     }
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use etcd_client::GetOptions;
 use shakedown_faults::{MemberId, Model};
-use shakedown_invariants::{Durability, InvariantId, Leader, Leases, ListedMember, MemberStatus, Observation, Probe};
+use shakedown_invariants::{Durability, InvariantId, Leader, Leases, Revoke, ListedMember, MemberStatus, Observation, Probe};
 use tokio::time::Instant;
 
 use super::disk::DiskMode;
@@ -78,6 +78,7 @@ impl LocalTarget {
         .await;
         match res {
             Ok((alive, read, read_done_ms)) => Leases {
+                revoking: self.workload.leases().iter().filter(|r| r.revoke != Revoke::No).map(|r| r.id).collect(),
                 records,
                 alive: alive.leases().iter().map(|l| l.id()).collect(),
                 read: read.kvs().iter().map(|kv| (String::from_utf8_lossy(kv.key()).to_string(), kv.lease())).collect(),

@@ -41,7 +41,8 @@ pub(super) fn lease_prefix(prefix: &str) -> String {
 }
 
 /// Starts the object clients and the watchers.
-pub(super) fn start(endpoint: &str, prefix: &str, cfg: &Config, bugs: ClientBugs, rec: &Arc<Recorder>, stopped: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+/// Watcher `i` prefers member `members[i % members.len()]`.
+pub(super) fn start(endpoint: &str, members: &[String], prefix: &str, cfg: &Config, bugs: ClientBugs, rec: &Arc<Recorder>, stopped: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     for i in 0..cfg.clients {
         let c = ObjectClient {
@@ -60,7 +61,8 @@ pub(super) fn start(endpoint: &str, prefix: &str, cfg: &Config, bugs: ClientBugs
         tasks.push(tokio::spawn(c.run(stopped.clone())));
     }
     for i in 0..cfg.watches {
-        tasks.push(tokio::spawn(super::watch::run(i, endpoint.to_string(), object_prefix(prefix), cfg.timeout, bugs.resume_from_now, rec.clone(), stopped.clone())));
+        let local = (!members.is_empty()).then(|| members[i as usize % members.len()].clone());
+        tasks.push(tokio::spawn(super::watch::run(i, local, endpoint.to_string(), object_prefix(prefix), cfg.timeout, bugs.resume_from_now, rec.clone(), stopped.clone())));
     }
     tasks
 }

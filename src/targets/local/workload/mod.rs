@@ -207,14 +207,15 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// Starts the workload of `cfg` against `endpoint`, writing under `prefix`. Every request's
-    /// outcome is appended to `samples`, streamed so memory stays flat.
-    pub fn start(endpoint: String, prefix: String, cfg: &Config, bugs: ClientBugs, samples: Option<&Path>) -> Workload {
+    /// Starts the workload of `cfg` against `endpoint`, writing under `prefix`; watchers prefer
+    /// the `members`' own URLs. Every request's outcome is appended to `samples`, streamed so
+    /// memory stays flat.
+    pub fn start(endpoint: String, members: &[String], prefix: String, cfg: &Config, bugs: ClientBugs, samples: Option<&Path>) -> Workload {
         let rec = Arc::new(Recorder::new(samples));
         let (stop, stopped) = signal::channel(false);
         let tasks = match cfg.kind {
             WorkloadKind::Puts => vec![tokio::spawn(puts::run(endpoint, prefix.clone(), cfg.interval, cfg.timeout, bugs.ack_before_write, rec.clone(), stopped))],
-            WorkloadKind::Kube => kube::start(&endpoint, &prefix, cfg, bugs, &rec, &stopped),
+            WorkloadKind::Kube => kube::start(&endpoint, members, &prefix, cfg, bugs, &rec, &stopped),
         };
         Workload { prefix, kind: cfg.kind, rec, stop, tasks }
     }

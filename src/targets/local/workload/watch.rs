@@ -18,9 +18,12 @@ use crate::targets::local::etcd::{bounded, connect};
 /// stream whose member was paused or cut off never errors on its own).
 const SILENCE: Duration = Duration::from_secs(3);
 
-/// With `resume_from_now` (a planted bug) a broken watch resumes from the current revision
-/// instead of its last revision + 1.
-pub(super) async fn run(i: u32, endpoint: String, prefix: String, timeout: Duration, resume_from_now: bool, rec: Arc<Recorder>, mut stopped: watch::Receiver<bool>) {
+/// Watcher `i` watches through `local` (its "local member", the way a stacked kube-apiserver
+/// talks to the etcd member on its machine) when that answers, else through the endpoint. With
+/// `resume_from_now` (a planted bug) a broken watch resumes from the current revision instead of
+/// its last revision + 1.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn run(i: u32, local: Option<String>, endpoint: String, prefix: String, timeout: Duration, resume_from_now: bool, rec: Arc<Recorder>, mut stopped: watch::Receiver<bool>) {
     let slot = {
         let mut w = rec.watches.lock().expect("watches lock");
         w.push(WatchState::default());
@@ -35,7 +38,17 @@ pub(super) async fn run(i: u32, endpoint: String, prefix: String, timeout: Durat
             generation.borrow_and_update();
             next = 0;
         }
-        let Ok(mut c) = connect(&endpoint, timeout).await else {
+        let mut c = None;
+        for url in local.iter().chain([&endpoint]) {
+            if let Ok(mut client) = connect(url, timeout).await {
+                // The connection is lazy: a status request shows whether the member answers.
+                if bounded("status", timeout, client.status()).await.is_ok() {
+                    c = Some(client);
+                    break;
+                }
+            }
+        }
+        let Some(mut c) = c else {
             pause(RECONNECT_PAUSE, &mut stopped).await;
             continue;
         };
