@@ -1,0 +1,100 @@
+//! `cargo bench --bench workload`: the Kubernetes-shaped workload on a healthy local stack.
+//!
+//! For each client count: acknowledged transactions per second sustained over a window (after a
+//! warm-up), conflicts, lease puts, watch events, and the cost of a full check (observe + judge,
+//! every invariant) taken every 50 ms under that load (median, p99) — with every check required
+//! to pass (a failure is printed: the check must raise no false alarm under load).
+//!
+//! Needs what `scripts/install-deps.sh` installs, and root for loop-mounted disks. Writes
+//! `target/bench/workload.json`. `SHAKEDOWN_BENCH_WINDOW` sets the window in seconds (default
+//! 20), `SHAKEDOWN_BENCH_CLIENTS` the client counts (default `8,16,32`).
+
+use std::time::{Duration, Instant};
+
+use shakedown::binaries::{discover, BinaryOverrides};
+use shakedown::invariants::{check_all, InvariantId};
+use shakedown::targets::local::{DiskMode, LocalTarget, TestbedConfig};
+use shakedown::targets::Target;
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn main() {
+    let window = Duration::from_secs(std::env::var("SHAKEDOWN_BENCH_WINDOW").ok().and_then(|s| s.parse().ok()).unwrap_or(20));
+    let clients: Vec<u32> = std::env::var("SHAKEDOWN_BENCH_CLIENTS").unwrap_or_else(|_| "8,16,32".into()).split(',').filter_map(|s| s.trim().parse().ok()).collect();
+    let base = shakedown::profiles::load("default").unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let binaries = discover(&base.versions, &BinaryOverrides::default()).expect("binaries (run scripts/install-deps.sh)");
+    let (disks, why) = DiskMode::detect();
+    if let Some(why) = why {
+        eprintln!("note: {why}");
+    }
+    let root = tempfile::Builder::new().prefix("shakedown-bench-").tempdir().unwrap();
+    let mut rows = Vec::new();
+    for (i, &n) in clients.iter().enumerate() {
+        let mut profile = base.clone();
+        profile.workload.clients = n;
+        profile.workload.interval = Duration::ZERO;
+        let run_dir = root.path().join(format!("run{i}"));
+        std::fs::create_dir_all(&run_dir).unwrap();
+        let cfg = TestbedConfig { run_id: format!("sd-wbench{i}"), run_dir, binaries: binaries.clone(), disks, bug: None, heartbeat_ms: 100, election_ms: 1000 };
+        let model = profile.initial_model();
+        let row = rt.block_on(async {
+            let mut target = LocalTarget::start(cfg, &profile, &model, Duration::from_secs(30)).await.expect("bring-up");
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let stat = |t: &LocalTarget, k: &str| t.workload_stats()[k].as_u64().unwrap_or(0);
+            let (acked0, conflicts0, leases0, events0) = (stat(&target, "acked"), stat(&target, "conflicts"), stat(&target, "lease_puts"), stat(&target, "watch_events"));
+            let t0 = Instant::now();
+            let (mut checks, mut failed) = (Vec::new(), Vec::new());
+            while t0.elapsed() < window {
+                let t = Instant::now();
+                let obs = target.observe(&model, &InvariantId::ALL).await;
+                let failures = check_all(&InvariantId::ALL, &model, &obs);
+                checks.push(t.elapsed().as_secs_f64() * 1000.0);
+                if !failures.is_empty() {
+                    failed.push(format!("{failures:?}"));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let secs = t0.elapsed().as_secs_f64();
+            let per_s = |a: u64, b: u64| (a - b) as f64 / secs;
+            let row = serde_json::json!({
+                "clients": n,
+                "acked_txn_per_s": per_s(stat(&target, "acked"), acked0),
+                "conflicts_per_s": per_s(stat(&target, "conflicts"), conflicts0),
+                "lease_puts_per_s": per_s(stat(&target, "lease_puts"), leases0),
+                "watch_events_per_s": per_s(stat(&target, "watch_events"), events0),
+                "check_ms_median": pct(&mut checks.clone(), 0.5),
+                "check_ms_p99": pct(&mut checks.clone(), 0.99),
+                "checks": checks.len(),
+                "checks_failed": failed.len(),
+            });
+            for f in failed.iter().take(3) {
+                eprintln!("clients {n}: a check failed on a healthy stack: {f}");
+            }
+            target.teardown().await;
+            row
+        });
+        println!(
+            "clients {:>3}: {:>7.0} acknowledged txn/s · {:>5.0} conflicts/s · {:>5.0} lease puts/s · {:>6.0} watch events/s · check median {:.1} ms, p99 {:.1} ms ({} checks, {} failed)",
+            n,
+            row["acked_txn_per_s"].as_f64().unwrap(),
+            row["conflicts_per_s"].as_f64().unwrap(),
+            row["lease_puts_per_s"].as_f64().unwrap(),
+            row["watch_events_per_s"].as_f64().unwrap(),
+            row["check_ms_median"].as_f64().unwrap(),
+            row["check_ms_p99"].as_f64().unwrap(),
+            row["checks"],
+            row["checks_failed"],
+        );
+        rows.push(row);
+    }
+    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("workload.json"), serde_json::to_string_pretty(&serde_json::json!({ "window_s": window.as_secs(), "disks": format!("{disks:?}"), "rows": rows })).unwrap()).unwrap();
+}
