@@ -121,6 +121,8 @@ fn good_record() -> String {
         plan,
         duration_ms: None,
         shrunk: None,
+        matching: None,
+        reproduction: Vec::new(),
         target: shakedown::targets::TargetSpec::Local(shakedown::targets::local::LocalSpec { testbed_bug: None }),
     };
     rec.to_toml()

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use shakedown::exit::{Exit, Fatal};
 use shakedown::faults::{Plan, Shrinker};
-use shakedown::record::{now_rfc3339, Failure, FailureKind, SeedRecord, Shrunk};
+use shakedown::record::{now_rfc3339, Failure, FailureKind, Match, SeedRecord, Shrunk};
 use shakedown::engine::Outcome;
 use shakedown::targets::TargetSpec;
 use tokio::time::Instant;
@@ -144,7 +144,7 @@ pub async fn shrink(file: &Path, limits: Limits, opts: &RunOpts, json_logs: bool
     // Worth writing: a shorter plan, or the proof that the plan is 1-minimal.
     if best.len() < start.ops.len() || complete {
         let previous_runs = record.shrunk.as_ref().map_or(0, |s| s.runs);
-        record.shrunk = Some(Shrunk { runs: previous_runs + runs, complete, at: now_rfc3339(), failure: best_failure, ops: best.clone() });
+        record.shrunk = Some(Shrunk { runs: previous_runs + runs, complete, at: now_rfc3339(), failure: best_failure, ops: best.clone(), confirm: Some(limits.confirm), needs: Some(1), matched: Some(Match::Invariant) });
         // Atomic replace: an interrupted write leaves the original record as it was.
         record.rewrite(file).map_err(|e| Fatal::environment(format!("cannot rewrite {}: {e}", file.display())))?;
         println!("written into {} (the original plan stays; `--original` replays it)", file.display());
