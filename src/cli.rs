@@ -112,6 +112,16 @@ pub enum Command {
         /// do not reproduce every time).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
         confirm: u32,
+        /// A candidate counts as failing when it fails the same way in J of its up to K
+        /// (--confirm) runs; it stops early once J is reached or can no longer be. J > K is a
+        /// usage error.
+        #[arg(long, default_value_t = 1, value_name = "J", value_parser = clap::value_parser!(u32).range(1..=20))]
+        needs: u32,
+        /// When a candidate fails "the same way": `invariant` (default) = the same failure kind
+        /// and invariant at any step; `step` = also at the step the recorded failure maps to
+        /// (the candidate's last op, or bring-up, or healing).
+        #[arg(long = "match", value_enum, value_name = "step|invariant", default_value_t = Match::Invariant)]
+        matching: Match,
         #[command(flatten)]
         opts: RunOpts,
     },
@@ -265,9 +275,12 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
                 replay::replay(&file, &args, &x).await
             }
         }
-        Command::Shrink { file, budget, max_runs, confirm, opts } => {
+        Command::Shrink { file, budget, max_runs, confirm, needs, matching, opts } => {
+            if needs > confirm {
+                return Err(Fatal::usage(format!("--needs {needs} is more than --confirm {confirm}: a candidate runs at most --confirm times (give --confirm {needs} or more)")));
+            }
             let interrupt = Interrupt::install(json_logs);
-            let limits = shrink::Limits { budget, max_runs, confirm };
+            let limits = shrink::Limits { budget, max_runs, confirm, needs, matching };
             shrink::shrink(&file, limits, &opts, json_logs, &interrupt).await
         }
         Command::Soak { kind, duration, seed, max_failures, profile, steps, opts } => {
