@@ -94,7 +94,7 @@ async fn replay_record(file: &Path, record: &SeedRecord, runs: &Runs, original: 
     };
     let counted = match matching {
         Match::Step => "counted at the same step",
-        Match::Invariant => "counted at any step (--match invariant)",
+        Match::Invariant => "counted at any step (match invariant)",
     };
     println!("replaying {} · seed {} · {which} · recorded: {} · {counted}", file.display(), record.seed, describe(expected));
     let times = runs.max;
