@@ -173,6 +173,8 @@ fn record_for(plan: &Plan, bug: PlantedBug) -> String {
         profile,
         plan: plan.clone(),
         shrunk: None,
+        matching: None,
+        reproduction: Vec::new(),
         target: shakedown::targets::TargetSpec::Local(shakedown::targets::local::LocalSpec { testbed_bug: Some(bug) }),
     }
     .to_toml()

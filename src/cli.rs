@@ -13,6 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use shakedown::exit::{Exit, Fatal};
 use shakedown::faults::{generate, Profile};
 use shakedown::profiles;
+use shakedown::record::Match;
 use shakedown::targets::{TargetKind, TargetOptions, TargetSpec};
 
 use session::{weights_text, Exec, Interrupt};
@@ -68,9 +69,12 @@ pub enum Command {
         #[command(flatten)]
         opts: RunOpts,
     },
-    /// Re-execute the op list of a seed record exactly, and report whether it fails the same way.
-    /// Given a directory, replay every record in it against its `expect` ("fail": the failure
-    /// still reproduces; "pass": the plan passes) and exit 1 on any mismatch.
+    /// Re-execute the op list of a seed record exactly, and report whether it fails the same way
+    /// (with --times N: the reproduction rate and its 95% interval). Given a directory, replay
+    /// every record in it against its `expect` ("fail": the failure still reproduces; "pass":
+    /// the plan passes) and exit 1 on any mismatch; a record expected to fail whose recorded
+    /// rate (`[[reproduction]]`) is below 1 gets enough replays to make a miss unlikely (at most
+    /// 20, never fewer than --times) and counts at the first that reproduces.
     Replay {
         /// A seed record, or a directory of them (a regression corpus).
         file: PathBuf,
@@ -80,6 +84,16 @@ pub enum Command {
         /// Replay the original plan even when the record holds a shrunk one.
         #[arg(long)]
         original: bool,
+        /// When a replay counts as reproducing: `step` = the same failure kind and invariant at
+        /// the same step; `invariant` = the same kind and invariant at any step (timing-bound
+        /// defects whose step moves). Default: the record's `match`, else `step`.
+        #[arg(long = "match", value_enum, value_name = "step|invariant")]
+        matching: Option<Match>,
+        /// Append the measured rate (runs, reproduced, match, the versions the replays ran with)
+        /// to the record as a `[[reproduction]]` table, atomically; older measurements stay.
+        /// One record only, not a directory.
+        #[arg(long)]
+        write_rate: bool,
         #[command(flatten)]
         opts: RunOpts,
     },
@@ -98,6 +112,16 @@ pub enum Command {
         /// do not reproduce every time).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
         confirm: u32,
+        /// A candidate counts as failing when it fails the same way in J of its up to K
+        /// (--confirm) runs; it stops early once J is reached or can no longer be. J > K is a
+        /// usage error.
+        #[arg(long, default_value_t = 1, value_name = "J", value_parser = clap::value_parser!(u32).range(1..=20))]
+        needs: u32,
+        /// When a candidate fails "the same way": `invariant` (default) = the same failure kind
+        /// and invariant at any step; `step` = also at the step the recorded failure maps to
+        /// (the candidate's last op, or bring-up, or healing).
+        #[arg(long = "match", value_enum, value_name = "step|invariant", default_value_t = Match::Invariant)]
+        matching: Match,
         #[command(flatten)]
         opts: RunOpts,
     },
@@ -237,19 +261,26 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             let r = session::execute(&x, &spec, &profile, &plan).await?;
             Ok(session::report_run(&r, &opts))
         }
-        Command::Replay { file, times, original, opts } => {
+        Command::Replay { file, times, original, matching, write_rate, opts } => {
+            if write_rate && file.is_dir() {
+                return Err(Fatal::usage(format!("--write-rate writes into one record; {} is a directory (replay each record with --times N --write-rate)", file.display())));
+            }
             let interrupt = Interrupt::install(json_logs);
             // A replay reports against the record it replays; it writes no new one.
             let x = Exec { record: false, ..exec(&opts, json_logs, &interrupt) };
+            let args = replay::ReplayArgs { times, original, matching, write_rate };
             if file.is_dir() {
-                replay::replay_corpus(&file, times, original, &x).await
+                replay::replay_corpus(&file, &args, &x).await
             } else {
-                replay::replay(&file, times, original, &x).await.map(|(exit, _)| exit)
+                replay::replay(&file, &args, &x).await
             }
         }
-        Command::Shrink { file, budget, max_runs, confirm, opts } => {
+        Command::Shrink { file, budget, max_runs, confirm, needs, matching, opts } => {
+            if needs > confirm {
+                return Err(Fatal::usage(format!("--needs {needs} is more than --confirm {confirm}: a candidate runs at most --confirm times (give --confirm {needs} or more)")));
+            }
             let interrupt = Interrupt::install(json_logs);
-            let limits = shrink::Limits { budget, max_runs, confirm };
+            let limits = shrink::Limits { budget, max_runs, confirm, needs, matching };
             shrink::shrink(&file, limits, &opts, json_logs, &interrupt).await
         }
         Command::Soak { kind, duration, seed, max_failures, profile, steps, opts } => {

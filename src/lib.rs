@@ -10,6 +10,7 @@ pub mod command;
 pub mod events;
 pub mod exit;
 pub mod profiles;
+pub mod rate;
 pub mod record;
 pub mod report;
 pub mod engine;

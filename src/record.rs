@@ -39,6 +39,73 @@ pub enum Expect {
     Pass,
 }
 
+/// When a replayed run counts as reproducing a recorded failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Match {
+    /// The same failure kind and invariant at the same step.
+    #[default]
+    Step,
+    /// The same failure kind and invariant at any step: for timing-bound defects whose step
+    /// moves from run to run.
+    Invariant,
+}
+
+impl Match {
+    /// Whether `got` fails the way `expected` did: the same kind and invariant, and (for
+    /// [`Match::Step`]) at the same step.
+    pub fn matches(self, expected: &Failure, got: &Failure) -> bool {
+        got.kind == expected.kind && got.invariant == expected.invariant && (self == Match::Invariant || got.step == expected.step)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Match::Step => "step",
+            Match::Invariant => "invariant",
+        }
+    }
+}
+
+/// Which of a record's plans ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WhichPlan {
+    /// The recorded plan (the record has no shrunk plan, or `--original`).
+    Original,
+    /// The shrunk plan.
+    Shrunk,
+}
+
+/// One measurement of how often replaying a record reproduces its failure (`replay --times N
+/// --write-rate`). A record keeps every measurement: rates on different versions are the point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reproduction {
+    /// Replays run.
+    pub runs: u32,
+    /// Replays that reproduced the failure.
+    pub reproduced: u32,
+    /// How a replay had to fail to count.
+    pub matched: Match,
+    /// The plan replayed.
+    pub plan: WhichPlan,
+    /// The component versions the replays ran with (`--etcd VERSION=PATH` changes them).
+    #[serde(default)]
+    pub versions: BTreeMap<String, String>,
+    /// When the measurement ended (RFC 3339, UTC).
+    pub at: String,
+}
+
+impl Reproduction {
+    pub fn rate(&self) -> f64 {
+        if self.runs == 0 {
+            0.0
+        } else {
+            self.reproduced as f64 / self.runs as f64
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Failure {
@@ -69,6 +136,10 @@ pub struct SeedRecord {
     /// What `shakedown replay DIR` expects of this record (edit to `"pass"` once fixed).
     #[serde(default)]
     pub expect: Expect,
+    /// How a replay must fail to count as reproducing this record (absent: the same step);
+    /// `replay --match` overrides it.
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub matching: Option<Match>,
     /// Component versions the failure was seen with.
     pub versions: BTreeMap<String, String>,
     /// The stack the plan ran on (for the local target: its planted bug; for the kube target:
@@ -81,6 +152,9 @@ pub struct SeedRecord {
     /// unless told `--original`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shrunk: Option<Shrunk>,
+    /// Measured reproduction rates (`replay --write-rate`), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reproduction: Vec<Reproduction>,
 }
 
 /// The result of shrinking a record's plan.
@@ -97,6 +171,15 @@ pub struct Shrunk {
     /// How the shrunk plan failed.
     pub failure: Failure,
     pub ops: Vec<shakedown_faults::Op>,
+    /// A candidate counted as failing when it failed the same way in `needs` of up to
+    /// `confirm` runs (absent in records shrunk before these were noted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needs: Option<u32>,
+    /// How a candidate had to fail to count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched: Option<Match>,
 }
 
 impl SeedRecord {
@@ -138,6 +221,27 @@ impl SeedRecord {
             Some(s) if !original => (Plan { ops: s.ops.clone(), ..self.plan.clone() }, &s.failure),
             _ => (self.plan.clone(), &self.failure),
         }
+    }
+
+    /// Which plan `to_replay(original)` runs.
+    pub fn which_plan(&self, original: bool) -> WhichPlan {
+        if self.shrunk.is_some() && !original {
+            WhichPlan::Shrunk
+        } else {
+            WhichPlan::Original
+        }
+    }
+
+    /// The reproduction rate a corpus replay plans with: the lowest non-zero rate measured
+    /// with `matching` on the plan it replays (the most cautious: it asks for the most runs).
+    /// `None` when no such measurement saw the failure at all. A rate of 0 is a statement about
+    /// the versions it was measured on (a fixed etcd), not a rate to plan with.
+    pub fn planning_rate(&self, matching: Match, plan: WhichPlan) -> Option<f64> {
+        self.reproduction
+            .iter()
+            .filter(|r| r.matched == matching && r.plan == plan && r.reproduced > 0)
+            .map(Reproduction::rate)
+            .min_by(|a, b| a.total_cmp(b))
     }
 
     /// Replaces the record at `path` atomically (temp file + rename): an interrupted write
@@ -250,6 +354,8 @@ mod tests {
             profile,
             plan,
             shrunk: None,
+            matching: None,
+            reproduction: Vec::new(),
         }
     }
 
@@ -281,6 +387,58 @@ mod tests {
         assert!(SeedRecord::parse(kube1).unwrap_err().contains("needs its [kube] table"));
         assert!(SeedRecord::parse("format = 1\ntarget = \"moon\"\n").unwrap_err().contains("unknown target \"moon\""));
         assert!(SeedRecord::parse("format = 3\n").unwrap_err().contains("reads formats 1 to 2"));
+    }
+
+    fn reproduction(runs: u32, reproduced: u32, matched: Match, etcd: &str) -> Reproduction {
+        Reproduction { runs, reproduced, matched, plan: WhichPlan::Original, versions: BTreeMap::from([("etcd-3.5".to_string(), etcd.to_string())]), at: "2026-12-01T00:00:00Z".into() }
+    }
+
+    /// Issue 12: measured rates are a list of `[[reproduction]]` tables that round-trip; a
+    /// record without them (every record written before) loads with none.
+    #[test]
+    fn reproduction_rates_round_trip_and_old_records_have_none() {
+        let mut r = record(7);
+        let old = r.to_toml();
+        assert!(!old.contains("reproduction") && !old.contains("match ="), "{old}");
+        assert_eq!(SeedRecord::parse(&old).unwrap().reproduction, vec![]);
+        r.matching = Some(Match::Invariant);
+        r.reproduction = vec![reproduction(8, 2, Match::Invariant, "3.5.1"), reproduction(8, 0, Match::Invariant, "3.5.16")];
+        let text = r.to_toml();
+        assert_eq!(text.matches("[[reproduction]]").count(), 2, "{text}");
+        assert!(text.contains("match = \"invariant\"") && text.contains("matched = \"invariant\""), "{text}");
+        assert_eq!(SeedRecord::parse(&text).unwrap(), r);
+    }
+
+    #[test]
+    fn the_planning_rate_is_the_lowest_non_zero_rate_measured_the_same_way() {
+        let mut r = record(7);
+        assert_eq!(r.planning_rate(Match::Step, WhichPlan::Original), None);
+        r.reproduction = vec![
+            reproduction(8, 4, Match::Step, "3.5.1"),
+            reproduction(8, 2, Match::Step, "3.5.1"),
+            reproduction(8, 0, Match::Step, "3.5.16"),
+            reproduction(4, 1, Match::Invariant, "3.5.1"),
+        ];
+        assert_eq!(r.planning_rate(Match::Step, WhichPlan::Original), Some(0.25));
+        assert_eq!(r.planning_rate(Match::Invariant, WhichPlan::Original), Some(0.25));
+        assert_eq!(r.planning_rate(Match::Step, WhichPlan::Shrunk), None, "measured on the other plan");
+        r.reproduction.truncate(0);
+        r.reproduction.push(reproduction(8, 0, Match::Step, "3.5.16"));
+        assert_eq!(r.planning_rate(Match::Step, WhichPlan::Original), None, "never seen: nothing to plan with");
+    }
+
+    #[test]
+    fn matching_by_step_or_by_invariant() {
+        let r = record(7);
+        let f = r.failure.clone();
+        let later = Failure { step: 4, ..f.clone() };
+        let other = Failure { invariant: Some(InvariantId::Consistency), ..f.clone() };
+        let liveness = Failure { kind: FailureKind::Liveness, ..f.clone() };
+        assert!(Match::Step.matches(&f, &f) && Match::Invariant.matches(&f, &f));
+        assert!(!Match::Step.matches(&f, &later) && Match::Invariant.matches(&f, &later));
+        for m in [Match::Step, Match::Invariant] {
+            assert!(!m.matches(&f, &other) && !m.matches(&f, &liveness));
+        }
     }
 
     proptest! {

@@ -121,6 +121,8 @@ fn good_record() -> String {
         plan,
         duration_ms: None,
         shrunk: None,
+        matching: None,
+        reproduction: Vec::new(),
         target: shakedown::targets::TargetSpec::Local(shakedown::targets::local::LocalSpec { testbed_bug: None }),
     };
     rec.to_toml()
@@ -280,4 +282,88 @@ fn options_of_another_target_are_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("--target kube needs --cluster NAMESPACE/NAME"), "{}", text(&out.stderr));
     assert!(!d.runs.exists(), "nothing was created");
+}
+
+/// Issue 12: `--needs J` is at most `--confirm K`; more is refused before anything runs (even
+/// before the record is read).
+#[test]
+fn shrink_needs_more_than_confirm_is_a_usage_error() {
+    let d = dirs();
+    std::fs::create_dir_all(&d.seeds).unwrap();
+    let f = d.seeds.join("r.toml");
+    std::fs::write(&f, good_record()).unwrap();
+    let out = run(&["shrink", f.to_str().unwrap(), "--confirm", "2", "--needs", "3"], &d);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--needs 3 is more than --confirm 2"), "{}", text(&out.stderr));
+    let out = run(&["shrink", f.to_str().unwrap(), "--needs", "2"], &d);
+    assert_eq!(out.status.code(), Some(2), "--confirm defaults to 1");
+    for args in [&["shrink", "x.toml", "--needs", "0"][..], &["shrink", "x.toml", "--match", "sometimes"], &["replay", "x.toml", "--match", "any"]] {
+        assert_eq!(bin().args(args).output().unwrap().status.code(), Some(2), "{args:?}");
+    }
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), good_record(), "the record is untouched");
+    assert!(!d.runs.exists(), "nothing ran");
+}
+
+#[test]
+fn write_rate_of_a_directory_is_a_usage_error() {
+    let d = dirs();
+    std::fs::create_dir_all(&d.seeds).unwrap();
+    std::fs::write(d.seeds.join("a.toml"), good_record()).unwrap();
+    let out = run(&["replay", d.seeds.to_str().unwrap(), "--times", "3", "--write-rate"], &d);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--write-rate writes into one record"), "{}", text(&out.stderr));
+    assert!(!d.runs.exists(), "nothing ran");
+}
+
+fn with_rates(record: &str) -> String {
+    format!(
+        "{}\n[[reproduction]]\nruns = 8\nreproduced = 2\nmatched = \"invariant\"\nplan = \"original\"\nat = \"2026-12-01T00:00:00Z\"\n\n[reproduction.versions]\n\"etcd-3.5\" = \"3.5.1\"\n\n[[reproduction]]\nruns = 8\nreproduced = 0\nmatched = \"invariant\"\nplan = \"original\"\nat = \"2026-12-01T01:00:00Z\"\n\n[reproduction.versions]\n\"etcd-3.5\" = \"3.5.16\"\n",
+        record.replacen("expect = \"fail\"\n", "expect = \"fail\"\nmatch = \"invariant\"\n", 1)
+    )
+}
+
+/// Records with `[[reproduction]]` measurements load; records without (every older one) load
+/// with none; a malformed measurement is bad input naming the file.
+#[test]
+fn records_with_and_without_reproduction_rates_load() {
+    use shakedown::record::{Match, SeedRecord, WhichPlan};
+    let old = SeedRecord::parse(&good_record()).unwrap();
+    assert!(old.reproduction.is_empty() && old.matching.is_none());
+    let rated = SeedRecord::parse(&with_rates(&good_record())).unwrap();
+    assert_eq!(rated.matching, Some(Match::Invariant));
+    assert_eq!(rated.reproduction.len(), 2);
+    assert_eq!((rated.reproduction[0].runs, rated.reproduction[0].reproduced), (8, 2));
+    assert_eq!(rated.reproduction[1].versions["etcd-3.5"], "3.5.16");
+    assert_eq!(rated.planning_rate(Match::Invariant, WhichPlan::Original), Some(0.25));
+    assert_eq!(SeedRecord::parse(&rated.to_toml()).unwrap(), rated, "written back, it loads the same");
+    // Through the binary: a corpus is checked before anything runs; both records pass the
+    // check, the foreign file after them is the one named.
+    let d = dirs();
+    std::fs::create_dir_all(&d.seeds).unwrap();
+    std::fs::write(d.seeds.join("a-old.toml"), good_record()).unwrap();
+    std::fs::write(d.seeds.join("b-rated.toml"), with_rates(&good_record())).unwrap();
+    std::fs::write(d.seeds.join("c-notes.toml"), "title = \"my notes\"\n").unwrap();
+    let out = run(&["replay", d.seeds.to_str().unwrap()], &d);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("c-notes.toml: not a shakedown seed record") && !err.contains("a-old") && !err.contains("b-rated"), "{err}");
+    std::fs::remove_file(d.seeds.join("c-notes.toml")).unwrap();
+    std::fs::write(d.seeds.join("b-rated.toml"), with_rates(&good_record()).replace("matched = \"invariant\"", "matched = \"sometimes\"")).unwrap();
+    let out = run(&["replay", d.seeds.to_str().unwrap()], &d);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("b-rated.toml: not a valid seed record"), "{}", text(&out.stderr));
+    assert!(!d.runs.exists(), "nothing ran");
+}
+
+#[test]
+fn help_documents_match_write_rate_and_needs() {
+    let words = |args: &[&str]| text(&bin().args(args).output().unwrap().stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    let s = words(&["replay", "--help"]);
+    for w in ["--match <step|invariant>", "--write-rate", "[[reproduction]]", "95% interval", "at most 20, never fewer than --times"] {
+        assert!(s.contains(w), "missing {w:?} in\n{s}");
+    }
+    let s = words(&["shrink", "--help"]);
+    for w in ["--needs <J>", "--match <step|invariant>", "[default: invariant]"] {
+        assert!(s.contains(w), "missing {w:?} in\n{s}");
+    }
 }

@@ -562,6 +562,8 @@ fn corpus_replay_checks_each_records_expectation() {
         plan: plan.clone(),
         duration_ms: None,
         shrunk: None,
+        matching: None,
+        reproduction: Vec::new(),
         target: shakedown::targets::TargetSpec::Local(shakedown::targets::local::LocalSpec { testbed_bug: bug }),
     };
     // ack-before-write fails at the bring-up check (step 0) every time; without it the plan passes.

@@ -225,3 +225,58 @@ fn the_shipped_regression_corpus_replays_as_expected() {
     assert!(seed_records(&d.seeds).is_empty(), "replaying writes no record");
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 }
+
+/// Issue 12: `--write-rate` appends the measured rate to the record (atomically, keeping what
+/// was there); a corpus replays a record with a rate below 1 until the first reproduction.
+#[test]
+fn replay_writes_the_rate_into_the_record_and_a_timing_bound_record_stops_at_the_first_reproduction() {
+    use shakedown::record::{Match, WhichPlan};
+    let _l = lock();
+    let d = dirs();
+    std::fs::create_dir_all(&d.seeds).unwrap();
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/seed-1-durability-ack-before-write.toml");
+    let file = d.seeds.join("seed-1.toml");
+    std::fs::copy(&shipped, &file).unwrap();
+    let f = file.to_str().unwrap();
+    let before = SeedRecord::load(&file).unwrap();
+    assert!(before.reproduction.is_empty());
+
+    let out = run(&["replay", f, "--times", "2", "--write-rate"], &d);
+    assert_eq!(out.status.code(), Some(1), "ack-before-write is caught");
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("reproduced 2 of 2 (100%), 95% interval 34–100%"), "{stdout}");
+    assert!(stdout.contains("rate written into"), "{stdout}");
+    let after = SeedRecord::load(&file).unwrap();
+    assert_eq!(after.reproduction.len(), 1, "{:?}", after.reproduction);
+    let m = &after.reproduction[0];
+    assert_eq!((m.runs, m.reproduced, m.matched, m.plan), (2, 2, Match::Step, WhichPlan::Shrunk));
+    assert!(m.versions.contains_key("etcd-3.5") && m.versions.contains_key("etcd-3.4"), "the versions the replays ran with: {:?}", m.versions);
+    assert_eq!((&after.plan, &after.failure, &after.shrunk, after.matching), (&before.plan, &before.failure, &before.shrunk, None), "the rest is kept");
+    assert!(std::fs::read_to_string(&file).unwrap().contains("[[reproduction]]"));
+
+    // A second measurement is appended; counted at any step, it sets the record's match.
+    let out = run(&["replay", f, "--match", "invariant", "--write-rate"], &d);
+    assert_eq!(out.status.code(), Some(1));
+    let after = SeedRecord::load(&file).unwrap();
+    assert_eq!(after.reproduction.len(), 2);
+    assert_eq!(after.reproduction[0], m.clone(), "older measurements stay");
+    assert_eq!((after.reproduction[1].runs, after.reproduction[1].matched), (1, Match::Invariant));
+    assert_eq!(after.matching, Some(Match::Invariant));
+    assert!(seed_records(&d.seeds).len() == 1, "replaying writes no new record (and leaves no temp file)");
+
+    // In a corpus, a rate below 1 makes the record timing-bound: up to 5 replays at 1 of 2,
+    // stopping at the first that reproduces.
+    let mut rated = after.clone();
+    rated.reproduction[1].reproduced = 1;
+    rated.reproduction[1].runs = 2;
+    let corpus = d.runs.parent().unwrap().join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    rated.rewrite(&corpus.join("seed-1.toml")).unwrap();
+    let out = run(&["replay", corpus.to_str().unwrap()], &d);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("timing-bound (reproduced in 50% of replays when measured, match invariant): up to 5 replays"), "{stdout}");
+    assert!(stdout.contains("replay 1/5: reproduced") && !stdout.contains("replay 2/5"), "{stdout}");
+    assert!(stdout.contains("1 records, 1 as expected, 0 mismatched"), "{stdout}");
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}

@@ -374,6 +374,8 @@ pub fn record_of(r: &RunResult, failure: &Failure) -> SeedRecord {
         profile: r.profile.clone(),
         plan: r.plan.clone(),
         shrunk: None,
+        matching: None,
+        reproduction: Vec::new(),
     }
 }
 
