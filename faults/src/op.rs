@@ -31,7 +31,10 @@ pub enum Op {
     /// The site comes back: rules removed, or its members started again.
     SiteRecover { site: SiteId },
     /// The member's filesystem is shut down under it (every read and write fails with EIO), as
-    /// when a cloud disk is detached from a running VM.
+    /// when a cloud disk is detached from a running VM. What the member fsync'd before stays on
+    /// the disk, as on a real detach: the local target freezes the filesystem before shutting it
+    /// down (FS_IOC_SHUTDOWN, FS_GOING_FLAGS_DEFAULT), because the flavours without the freeze
+    /// can drop acknowledged WAL blocks — an artifact of the fault (docs/findings.md, finding 2).
     DiskDetach { member: MemberId },
     /// Unmount, check, remount, restart; if the data is unusable, replace the member's data the
     /// way an operator would (remove it from the cluster, fresh disk, add it back).
