@@ -305,6 +305,12 @@ impl Testbed {
         Ok(())
     }
 
+    /// The exit status of member `id`'s process if it has exited (reaped; `None` while it runs
+    /// or when it has no process).
+    pub fn exit_status(&mut self, id: MemberId) -> Option<std::process::ExitStatus> {
+        self.members.get_mut(&id)?.child.as_mut()?.try_wait().ok().flatten()
+    }
+
     /// Sends `sig` to member `id`'s process.
     pub fn signal(&mut self, id: MemberId, sig: i32) -> Result<(), LocalError> {
         let pid = self.members.get(&id).and_then(|m| m.pid()).ok_or_else(|| LocalError::Stack(format!("{id} has no process")))?;
