@@ -135,16 +135,23 @@ fn only_run(dir: &Path) -> Option<PathBuf> {
 }
 
 /// The scripted scenario: one op of each family, in the catalogue's order, each on the first
-/// member (or site, or backup) it can apply to.
+/// member (or site, or backup) it can apply to (a disk replace after a detach of its own).
 fn scripted_plan() -> Plan {
     let profile = shakedown::profiles::load("default").unwrap();
     let mut model = profile.initial_model();
     let mut ops = Vec::new();
     let mut last_member = None;
     for kind in OpKind::ALL {
+        if kind == OpKind::DiskReplace && model.candidates(kind).is_empty() {
+            // Replacing a member's data follows a lost disk, as a reattach does.
+            let detach = model.candidates(OpKind::DiskDetach).into_iter().next().expect("a disk to detach");
+            last_member = detach.member();
+            model.apply(&detach).unwrap();
+            ops.push(detach);
+        }
         let op = match kind {
             // The recovery and restart ops go with the member or site the fault hit.
-            OpKind::Restart | OpKind::Resume | OpKind::DiskReattach => model.candidates(kind).into_iter().find(|o| o.member() == last_member),
+            OpKind::Restart | OpKind::Resume | OpKind::DiskReattach | OpKind::DiskReplace => model.candidates(kind).into_iter().find(|o| o.member() == last_member),
             OpKind::SiteOutage => Some(Op::SiteOutage { site: SiteId(1), mode: OutageMode::Isolate }),
             OpKind::SiteRecover => Some(Op::SiteRecover { site: SiteId(1) }),
             _ => model.candidates(kind).into_iter().next(),

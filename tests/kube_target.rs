@@ -40,6 +40,7 @@ disk-detach = 0
 disk-reattach = 0
 backup = 0
 restore = 0
+disk-replace = 0
 [timeouts]
 converge = "20s"
 liveness = "60s"
@@ -391,6 +392,7 @@ disk-detach = 3
 disk-reattach = 3
 backup = 2
 restore = 2
+disk-replace = 0
 [timeouts]
 converge = "20s"
 liveness = "60s"

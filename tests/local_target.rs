@@ -608,3 +608,181 @@ fn a_seed_above_i64_max_runs_records_and_replays() {
     assert!(text(&out.stdout).contains("reproduced 1 of 1 (100%)"), "{}", text(&out.stdout));
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 }
+
+/// Applies `op` to the model and executes it, as the engine does.
+async fn step(target: &mut shakedown::targets::local::LocalTarget, model: &mut shakedown::faults::Model, op: Op) {
+    use shakedown::targets::Target;
+    let before = model.clone();
+    model.apply(&op).unwrap();
+    target.execute(&op, &before, model).await.unwrap_or_else(|e| panic!("{op}: {e}"));
+    target.end_step().await;
+}
+
+/// Puts `n` keys `<prefix>-<i>` = `v<i>` through `url`, each retried for up to 30 s (right after
+/// a detach the cluster may be electing a new leader).
+async fn put_keys(url: &str, prefix: &str, n: usize) {
+    for i in 0..n {
+        let t = Instant::now();
+        let deadline = t + Duration::from_secs(30);
+        loop {
+            let res = match shakedown::targets::local::etcd::connect(url, Duration::from_secs(2)).await {
+                Ok(mut c) => c.put(format!("/test/{prefix}-{i}"), format!("v{i}"), None).await.map(|_| ()).map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            match res {
+                Ok(()) if t.elapsed() > Duration::from_secs(1) => {
+                    eprintln!("put {prefix}-{i} took {} ms", t.elapsed().as_millis());
+                    break;
+                }
+                Ok(()) => break,
+                Err(e) if Instant::now() < deadline => eprintln!("put {prefix}-{i}: {e}; retrying"),
+                Err(e) => panic!("put {prefix}-{i}: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The keys under `/test/` that the member at `url` serves from its own store (serializable
+/// reads), retried for a few seconds while it applies what it has committed.
+async fn keys_served_by(url: &str, want: &[String]) -> Vec<String> {
+    let opts = || etcd_client::GetOptions::new().with_prefix().with_serializable();
+    let mut got = vec![];
+    for _ in 0..50 {
+        if let Ok(mut c) = shakedown::targets::local::etcd::connect(url, Duration::from_secs(1)).await {
+            if let Ok(r) = c.get("/test/", Some(opts())).await {
+                got = r.kvs().iter().map(|kv| format!("{}={}", kv.key_str().unwrap(), kv.value_str().unwrap())).collect();
+                if want.iter().all(|w| got.contains(w)) {
+                    return got;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    got
+}
+
+/// Every invariant holds within 10 s (as the engine's convergence wait); returns each member's
+/// revision once they do, for the report of how far a member trails.
+async fn converged(target: &mut shakedown::targets::local::LocalTarget, model: &shakedown::faults::Model) -> Vec<(String, i64)> {
+    use shakedown::invariants::{check_all, InvariantId};
+    use shakedown::targets::Target;
+    let mut failures = vec![];
+    for _ in 0..50 {
+        let obs = target.observe(model, &InvariantId::ALL).await;
+        failures = check_all(&InvariantId::ALL, model, &obs);
+        if failures.is_empty() {
+            return obs.members.iter().map(|m| (m.name.clone(), m.revision)).collect();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("invariants failed: {failures:?}");
+}
+
+/// What `disk-detach` then `disk-reattach` does to member `m` of a fresh stack on etcd `version`:
+/// its etcd member id before and after, the keys it serves after, the target's notes, and each
+/// member's revision once every invariant holds.
+struct DiskCycle {
+    id_before: u64,
+    id_after: u64,
+    want: Vec<String>,
+    served: Vec<String>,
+    notes: Vec<String>,
+    revisions: Vec<(String, i64)>,
+}
+
+/// With `corrupt_wal`, m's WAL is damaged while its disk is detached (as a broken disk would),
+/// so that etcd refuses to start on it.
+fn disk_cycle(d: &common::Dirs, run_id: &str, version: shakedown::faults::Version, back: fn(shakedown::faults::MemberId) -> Op, corrupt_wal: bool) -> DiskCycle {
+    use shakedown::faults::MemberId;
+    use shakedown::targets::local::{etcd, LocalTarget};
+    use shakedown::targets::Target;
+    let mut profile = shakedown::profiles::load("default").unwrap();
+    profile.versions = vec![version];
+    let (cfg, _run_dir, rt) = library_run(d, run_id, &profile);
+    rt.block_on(async {
+        let mut model = profile.initial_model();
+        let mut target = LocalTarget::start(cfg, &profile, &model, Duration::from_secs(30)).await.unwrap();
+        let m = MemberId(1);
+        let url = target.testbed.members[&m].client_url();
+        let other = target.testbed.members[&MemberId(0)].client_url();
+        let member_id = |s: etcd_client::StatusResponse| s.header().unwrap().member_id();
+        let id_before = member_id(etcd::status(&url, Duration::from_secs(1)).await.unwrap());
+        put_keys(&target.testbed.endpoint_url(), "before", 20).await;
+        step(&mut target, &mut model, Op::DiskDetach { member: m }).await;
+        // Written while m's disk is gone, through a member that has its disk.
+        put_keys(&other, "during", 20).await;
+        if corrupt_wal {
+            target.testbed.kill(m).await.unwrap();
+            target.testbed.remount_disk(m).await.unwrap();
+            let wal_dir = target.testbed.members[&m].disk.data_dir().join("member/wal");
+            for e in std::fs::read_dir(&wal_dir).unwrap().flatten().filter(|e| e.path().extension().is_some_and(|x| x == "wal")) {
+                let mut f = std::fs::OpenOptions::new().write(true).open(e.path()).unwrap();
+                std::io::Write::write_all(&mut f, &[0xa5; 64 * 1024]).unwrap();
+                f.sync_all().unwrap();
+            }
+        }
+        let t = Instant::now();
+        step(&mut target, &mut model, back(m)).await;
+        eprintln!("etcd {version}: {} took {} ms", back(m), t.elapsed().as_millis());
+        let id_after = member_id(etcd::status(&url, Duration::from_secs(1)).await.unwrap());
+        let want: Vec<String> = ["before", "during"].iter().flat_map(|p| (0..20).map(move |i| format!("/test/{p}-{i}=v{i}"))).collect();
+        let served = keys_served_by(&url, &want).await;
+        let revisions = converged(&mut target, &model).await;
+        let notes = target.take_events().into_iter().map(|e| serde_json::to_string(&e).unwrap()).filter(|e| e.contains("local-note")).collect();
+        target.teardown().await;
+        DiskCycle { id_before, id_after, want, served, notes, revisions }
+    })
+}
+
+/// Issue 12: `disk-reattach` restarts the member on its own data, as a kubelet and a CSI
+/// attacher do: the same etcd member (not removed and re-added), serving what was written before
+/// the detach and, caught up, what was written while its disk was gone. On both etcd lines.
+#[test]
+fn disk_reattach_restarts_the_member_on_its_own_data() {
+    let _l = lock();
+    let profile = shakedown::profiles::load("default").unwrap();
+    for version in profile.versions.clone() {
+        let d = dirs();
+        let c = disk_cycle(&d, &format!("sd-reattach-{}", version.to_string().replace('.', "")), version, |member| Op::DiskReattach { member }, false);
+        eprintln!("etcd {version}: member revisions once converged after the reattach: {:?}", c.revisions);
+        assert_eq!(c.id_after, c.id_before, "etcd {version}: the reattached member is the same etcd member, not a re-added one");
+        assert!(c.notes.is_empty(), "etcd {version}: the reattach fell back to re-adding the member: {:?}", c.notes);
+        let missing: Vec<&String> = c.want.iter().filter(|w| !c.served.contains(w)).collect();
+        assert!(missing.is_empty(), "etcd {version}: the reattached member does not serve {missing:?}");
+        assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+    }
+}
+
+/// `disk-replace`, the operator's recovery after a lost disk: the member's data is thrown away,
+/// it is removed and re-added empty (a new etcd member id), and it catches up.
+#[test]
+fn disk_replace_re_adds_the_member_empty_and_it_catches_up() {
+    let _l = lock();
+    let d = dirs();
+    let profile = shakedown::profiles::load("default").unwrap();
+    let c = disk_cycle(&d, "sd-replace", profile.versions[0], |member| Op::DiskReplace { member }, false);
+    eprintln!("member revisions once converged after the replace: {:?}", c.revisions);
+    assert_ne!(c.id_after, c.id_before, "a replaced member is a new etcd member");
+    let missing: Vec<&String> = c.want.iter().filter(|w| !c.served.contains(w)).collect();
+    assert!(missing.is_empty(), "the re-added member does not serve {missing:?}");
+    assert!(c.notes.is_empty(), "{:?}", c.notes);
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}
+
+/// A reattached disk whose etcd data etcd refuses (here: a damaged WAL, so etcd exits on start):
+/// `disk-reattach` falls back to re-adding the member empty, and says so in a note with etcd's
+/// exit and the end of its log.
+#[test]
+fn disk_reattach_re_adds_a_member_whose_data_etcd_refuses_and_notes_it() {
+    let _l = lock();
+    let d = dirs();
+    let profile = shakedown::profiles::load("default").unwrap();
+    let c = disk_cycle(&d, "sd-refused", profile.versions[0], |member| Op::DiskReattach { member }, true);
+    assert_ne!(c.id_after, c.id_before, "the member was re-added");
+    assert!(c.notes.len() == 1 && c.notes[0].contains("disk-reattach(m1): etcd exited") && c.notes[0].contains("m1.log"), "{:?}", c.notes);
+    eprintln!("the note: {}", c.notes[0]);
+    let missing: Vec<&String> = c.want.iter().filter(|w| !c.served.contains(w)).collect();
+    assert!(missing.is_empty(), "the re-added member does not serve {missing:?}");
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}

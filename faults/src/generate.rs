@@ -19,6 +19,19 @@ pub type Weights = BTreeMap<OpKind, u32>;
 /// The largest weight drawn for a kind the profile does not pin.
 pub const MAX_DRAWN_WEIGHT: u32 = 10;
 
+/// The largest weight drawn for `disk-replace` when the profile does not pin it: it competes
+/// with `disk-reattach` for the same detached disks and is the rarer recovery (the operator's,
+/// by hand), so a swarm plan mostly reattaches.
+pub const MAX_DRAWN_REPLACE_WEIGHT: u32 = 3;
+
+/// The largest weight drawn for `kind` when the profile does not pin it.
+pub fn max_drawn_weight(kind: OpKind) -> u32 {
+    match kind {
+        OpKind::DiskReplace => MAX_DRAWN_REPLACE_WEIGHT,
+        _ => MAX_DRAWN_WEIGHT,
+    }
+}
+
 /// An explicit op sequence and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
@@ -62,7 +75,7 @@ pub fn draw_weights(runner: &mut TestRunner, profile: &Profile) -> Weights {
             let w = match profile.weights.get(&kind) {
                 _ if !profile.allows(kind) => 0,
                 Some(&w) => w,
-                None => draw(runner, &(0..=MAX_DRAWN_WEIGHT)),
+                None => draw(runner, &(0..=max_drawn_weight(kind))),
             };
             (kind, w)
         })

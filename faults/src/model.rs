@@ -307,7 +307,7 @@ impl Model {
                     m.disk = DiskState::Detached;
                 }
             }
-            Op::DiskReattach { member } => {
+            Op::DiskReattach { member } | Op::DiskReplace { member } => {
                 if let Some(m) = self.members.get_mut(&member) {
                     m.disk = DiskState::Attached;
                     m.state = MemberState::Running;
@@ -342,8 +342,8 @@ impl Model {
         for op in &ops {
             let _ = healed.apply(op);
         }
-        // Processes first, so that quorum is back before disks are reattached (a reattach
-        // re-adds the member: a reconfiguration).
+        // Processes first, so that quorum is back before disks are reattached (a reattached
+        // member catches up from a leader, or is re-added if its data is unusable).
         for m in healed.members.values() {
             match (m.disk, m.state) {
                 (DiskState::Detached, _) => {}

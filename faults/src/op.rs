@@ -31,16 +31,25 @@ pub enum Op {
     /// The site comes back: rules removed, or its members started again.
     SiteRecover { site: SiteId },
     /// The member's filesystem is shut down under it (every read and write fails with EIO), as
-    /// when a cloud disk is detached from a running VM.
+    /// when a cloud disk is detached from a running VM. What the member fsync'd before stays on
+    /// the disk, as on a real detach: the local target freezes the filesystem before shutting it
+    /// down (FS_IOC_SHUTDOWN, FS_GOING_FLAGS_DEFAULT), because the flavours without the freeze
+    /// can drop acknowledged WAL blocks — an artifact of the fault (docs/findings.md, finding 2).
     DiskDetach { member: MemberId },
-    /// Unmount, check, remount, restart; if the data is unusable, replace the member's data the
-    /// way an operator would (remove it from the cluster, fresh disk, add it back).
+    /// What a kubelet and a CSI attacher do: the process is stopped if it still runs, the disk
+    /// unmounted, checked and mounted again, and the member restarted on its own data, waited for
+    /// until healthy and caught up. Only if the data is unusable (the remount fails, or etcd
+    /// exits on it) is the member's data replaced as in [`Op::DiskReplace`] (a target note says so).
     DiskReattach { member: MemberId },
     /// A snapshot through etcd's maintenance API into the backup store, integrity verified.
     Backup,
     /// Stop the cluster, restore the backup into fresh data directories on every member as a
     /// new cluster (new member and cluster IDs), start, wait for health.
     Restore { backup: BackupId },
+    /// The operator's recovery after a lost disk: the member's data is thrown away (a fresh,
+    /// empty disk), the member removed from the cluster and added back empty as a learner,
+    /// promoted once in sync, and waited for until caught up. A new etcd member id.
+    DiskReplace { member: MemberId },
 }
 
 /// The most backups a plan keeps (each is a file in the run directory).
@@ -64,6 +73,7 @@ crate::registry! {
         DiskReattach => "disk-reattach",
         Backup => "backup",
         Restore => "restore",
+        DiskReplace => "disk-replace",
     }
 }
 
@@ -82,13 +92,14 @@ impl Op {
             Op::DiskReattach { .. } => OpKind::DiskReattach,
             Op::Backup => OpKind::Backup,
             Op::Restore { .. } => OpKind::Restore,
+            Op::DiskReplace { .. } => OpKind::DiskReplace,
         }
     }
 
     /// The member the op acts on, for ops on one member.
     pub fn member(&self) -> Option<MemberId> {
         match *self {
-            Op::Crash { member } | Op::Restart { member } | Op::Pause { member } | Op::Resume { member } | Op::DiskDetach { member } | Op::DiskReattach { member } => Some(member),
+            Op::Crash { member } | Op::Restart { member } | Op::Pause { member } | Op::Resume { member } | Op::DiskDetach { member } | Op::DiskReattach { member } | Op::DiskReplace { member } => Some(member),
             Op::RollingUpgrade { .. } | Op::RollingReplace | Op::SiteOutage { .. } | Op::SiteRecover { .. } | Op::Backup | Op::Restore { .. } => None,
         }
     }
@@ -97,7 +108,17 @@ impl Op {
     pub fn site(&self) -> Option<SiteId> {
         match *self {
             Op::SiteOutage { site, .. } | Op::SiteRecover { site } => Some(site),
-            Op::Crash { .. } | Op::Restart { .. } | Op::Pause { .. } | Op::Resume { .. } | Op::DiskDetach { .. } | Op::DiskReattach { .. } | Op::RollingUpgrade { .. } | Op::RollingReplace | Op::Backup | Op::Restore { .. } => None,
+            Op::Crash { .. }
+            | Op::Restart { .. }
+            | Op::Pause { .. }
+            | Op::Resume { .. }
+            | Op::DiskDetach { .. }
+            | Op::DiskReattach { .. }
+            | Op::DiskReplace { .. }
+            | Op::RollingUpgrade { .. }
+            | Op::RollingReplace
+            | Op::Backup
+            | Op::Restore { .. } => None,
         }
     }
 }
@@ -108,7 +129,9 @@ impl fmt::Display for Op {
             return write!(f, "{}({member})", self.kind());
         }
         match self {
-            Op::Crash { .. } | Op::Restart { .. } | Op::Pause { .. } | Op::Resume { .. } | Op::DiskDetach { .. } | Op::DiskReattach { .. } => unreachable!("ops on one member are written above"),
+            Op::Crash { .. } | Op::Restart { .. } | Op::Pause { .. } | Op::Resume { .. } | Op::DiskDetach { .. } | Op::DiskReattach { .. } | Op::DiskReplace { .. } => {
+                unreachable!("ops on one member are written above")
+            }
             Op::RollingUpgrade { to } => write!(f, "rolling-upgrade(to {to})"),
             Op::RollingReplace => f.write_str("rolling-replace"),
             Op::SiteOutage { site, mode } => write!(f, "site-outage({site}, {mode})"),
@@ -232,7 +255,7 @@ impl Model {
                 }
                 more_down(1)
             }
-            Op::DiskReattach { member } => {
+            Op::DiskReattach { member } | Op::DiskReplace { member } => {
                 let m = self.member(member)?;
                 if self.outages.contains_key(&m.site) {
                     return Err(PreconditionError::SiteOut(m.site));
@@ -240,10 +263,11 @@ impl Model {
                 if m.disk == DiskState::Attached {
                     return Err(PreconditionError::DiskState { member, detached: false });
                 }
-                // The member comes back with empty data: removed and added again, a
-                // reconfiguration that needs the others to have quorum.
+                // A reattached member catches up from a leader among the others; a replaced one
+                // (and a reattached one whose data is unusable) is removed and added again, a
+                // reconfiguration. Both need the others to have quorum.
                 if !self.quorum_expected() {
-                    return Err(PreconditionError::NeedsQuorum("reattaching a disk re-adds the member, which needs quorum among the others"));
+                    return Err(PreconditionError::NeedsQuorum("bringing a member back on its disk needs quorum among the others (to catch up from, or to re-add it)"));
                 }
                 Ok(())
             }
@@ -302,6 +326,7 @@ impl Model {
             OpKind::DiskReattach => per_member(|member| Op::DiskReattach { member }),
             OpKind::Backup => vec![Op::Backup].into_iter().filter(|op| self.check(op).is_ok()).collect(),
             OpKind::Restore => self.backups.iter().map(|&backup| Op::Restore { backup }).filter(|op| self.check(op).is_ok()).collect(),
+            OpKind::DiskReplace => per_member(|member| Op::DiskReplace { member }),
         }
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use proptest::prelude::*;
-use shakedown_faults::generate::{generate_from, MAX_DRAWN_WEIGHT};
+use shakedown_faults::generate::{generate_from, MAX_DRAWN_REPLACE_WEIGHT, MAX_DRAWN_WEIGHT};
 use shakedown_faults::{generate, BackupId, DiskState, MemberId, MemberState, Model, Op, OpKind, OutageMode, Profile, SiteId, Version, MAX_BACKUPS};
 
 const SHIPPED: &[&str] = &[
@@ -57,6 +57,15 @@ fn pinned_weights_are_used_and_zero_disables_a_kind() {
         assert!(plan.ops.iter().all(|op| !matches!(op, Op::RollingUpgrade { .. } | Op::RollingReplace)), "seed {seed}: {:?}", plan.ops);
         assert!(plan.weights.values().all(|&w| w <= MAX_DRAWN_WEIGHT));
     }
+}
+
+/// A swarm tier draws `disk-replace` small: it competes with `disk-reattach` for the same
+/// detached disks, and a plan should mostly exercise the reattach.
+#[test]
+fn disk_replace_is_drawn_with_a_small_weight() {
+    let p = profile(0);
+    let drawn: BTreeSet<u32> = (0..300u64).map(|s| generate(s, &p).weights[&OpKind::DiskReplace]).collect();
+    assert_eq!(drawn, (0..=MAX_DRAWN_REPLACE_WEIGHT).collect());
 }
 
 #[test]
@@ -229,6 +238,29 @@ fn disk_detach_and_reattach() {
     m.apply(&Op::DiskReattach { member: MemberId(0) }).unwrap();
     assert_eq!(m.members[&MemberId(0)].disk, DiskState::Attached);
     assert!(m.check(&Op::DiskReattach { member: MemberId(0) }).is_err(), "no reattach of an attached disk");
+    assert!(m.check(&Op::DiskReplace { member: MemberId(0) }).is_err(), "no replace of an attached disk");
+}
+
+#[test]
+fn disk_replace_follows_a_detach_like_a_reattach() {
+    let mut m = model3();
+    assert!(m.candidates(OpKind::DiskReplace).is_empty());
+    m.apply(&Op::DiskDetach { member: MemberId(1) }).unwrap();
+    assert_eq!(m.candidates(OpKind::DiskReplace), vec![Op::DiskReplace { member: MemberId(1) }]);
+    // Healing still reattaches.
+    assert_eq!(m.heal_ops(), vec![Op::DiskReattach { member: MemberId(1) }]);
+    m.apply(&Op::DiskReplace { member: MemberId(1) }).unwrap();
+    assert_eq!(m.members[&MemberId(1)].disk, DiskState::Attached);
+    assert_eq!(m.members[&MemberId(1)].state, MemberState::Running);
+    assert_eq!(m.down(), 0);
+    assert_eq!(Op::DiskReplace { member: MemberId(1) }.to_string(), "disk-replace(m1)");
+    // Like a reattach, it needs quorum among the others (a destructive plan: max_down 2).
+    let mut m = Model::new(3, 3, vec![Version::new(3, 4)], 2);
+    m.apply(&Op::DiskDetach { member: MemberId(0) }).unwrap();
+    m.apply(&Op::Pause { member: MemberId(1) }).unwrap();
+    for op in [Op::DiskReplace { member: MemberId(0) }, Op::DiskReattach { member: MemberId(0) }] {
+        assert!(matches!(m.check(&op), Err(shakedown_faults::PreconditionError::NeedsQuorum(_))), "{op}");
+    }
 }
 
 #[test]

@@ -13,8 +13,8 @@
 //! - `disk-detach(m)` / `disk-reattach(m)`: the VolumeAttachment of the kube profile's `[disk]`
 //!   volume (a probe workload's, in the workload cluster) deleted / a new one attached;
 //! - `backup` / `restore(b)`: Velero `Backup` / `Restore` objects when Velero's CRDs are installed;
-//! - pause, resume (and any op, instead of the above): command hooks from the kube profile, else
-//!   unsupported (the engine skips them, with the reason).
+//! - pause, resume, disk-replace (and any op, instead of the above): command hooks from the kube
+//!   profile, else unsupported (the engine skips them, with the reason).
 //!
 //! The workload cluster (Nodes, PersistentVolumes, VolumeAttachments) is reached through the
 //! kubeconfig in the Cluster's `<name>-kubeconfig` Secret; without it those checks are skipped

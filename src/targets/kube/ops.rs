@@ -47,6 +47,7 @@ impl KubeTarget {
                 }
                 Ok(_) => Ok(()),
             },
+            Op::DiskReplace { .. } => Err("replacing a member's data (fresh disk, member removed and re-added) is an operator's manual recovery with no Cluster API object to express it: set [hooks.disk-replace] in the kube profile".into()),
             Op::Backup | Op::Restore { .. } => match &self.velero {
                 Err(why) => Err(format!("backup and restore need Velero or [hooks.backup] and [hooks.restore] in the kube profile: {why}")),
                 Ok(()) if matches!(op, Op::Restore { .. }) && self.cfg.profile.hooks.contains_key(&OpKind::Backup) => {

@@ -48,6 +48,9 @@ pub const MOVE_LEADER_BOUND: Duration = Duration::from_secs(3);
 pub const READ_BACK_MIN_BOUND: Duration = Duration::from_secs(2);
 /// How long a refused membership change waits before it is tried again.
 pub const RECONFIGURE_RETRY: Duration = Duration::from_millis(50);
+/// How often a member restarted on its reattached disk is checked for having exited while it is
+/// waited for (etcd refusing its data exits within a second or so).
+pub const EXIT_POLL: Duration = Duration::from_millis(50);
 
 /// Bounds used by the local target's own waits.
 #[derive(Debug, Clone)]
@@ -159,7 +162,7 @@ impl Target for LocalTarget {
                 Err("site isolation needs root (nftables and per-site group ids)".into())
             }
             Op::SiteOutage { mode: OutageMode::Isolate, .. } => nft::available(),
-            Op::DiskDetach { .. } | Op::DiskReattach { .. } if self.testbed.cfg.disks != DiskMode::Loop => {
+            Op::DiskDetach { .. } | Op::DiskReattach { .. } | Op::DiskReplace { .. } if self.testbed.cfg.disks != DiskMode::Loop => {
                 Err("disk faults need loop-mounted disks (root)".into())
             }
             _ => Ok(()),
@@ -189,6 +192,7 @@ impl Target for LocalTarget {
                 Op::DiskReattach { member } => self.disk_reattach(member).await,
                 Op::Backup => self.backup(after).await,
                 Op::Restore { backup } => self.restore(backup).await,
+                Op::DiskReplace { member } => self.replace_member_data(member).await,
             }
         })
         .await

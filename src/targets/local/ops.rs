@@ -1,13 +1,13 @@
 //! The local target's ops: membership changes, rolling upgrade and replace, site outages, disk
-//! reattach, backup and restore. Each is bounded by the op bound (the caller's timeout) and by
-//! its own waits.
+//! reattach and replace, backup and restore. Each is bounded by the op bound (the caller's
+//! timeout) and by its own waits.
 
 
 use shakedown_faults::{BackupId, MemberId, Model, OutageMode, SiteId};
 use tokio::time::Instant;
 
 use super::bugs::PlantedBug;
-use super::{backup, etcd, futures_join_all, nft, LocalError, LocalTarget, MOVE_LEADER_BOUND, RECONFIGURE_RETRY, REPLACE_STOP_GRACE, UPGRADE_STOP_GRACE};
+use super::{backup, etcd, futures_join_all, nft, LocalError, LocalTarget, EXIT_POLL, MOVE_LEADER_BOUND, RECONFIGURE_RETRY, REPLACE_STOP_GRACE, UPGRADE_STOP_GRACE};
 
 impl LocalTarget {
     pub(super) fn url_of(&self, id: MemberId) -> Result<String, LocalError> {
@@ -232,30 +232,84 @@ impl LocalTarget {
         }
     }
 
-    /// Unmount, check, remount; then the member's etcd data is discarded and the member re-added
-    /// empty (remove, add as a learner, start, promote once in sync). etcd cannot prove its data complete
-    /// after an abrupt detach, and a member restarted on it was seen to win an election and serve
-    /// a stale store (see ARCHITECTURE.md); an operator re-adds it instead.
+    /// What a kubelet and a CSI attacher do after a disk comes back: the member's process is
+    /// killed if it still runs (it usually died on EIO), the disk unmounted, checked and mounted
+    /// again, and etcd restarted on its own data ("existing"), waited for until healthy and
+    /// caught up. Its data is replaced ([`Self::replace_member_data`], with a note) only when it
+    /// is unusable: the remount fails, the data directory is gone, or etcd exits on it while it
+    /// is waited for. Anything else (a member that runs but does not catch up) is the op failing.
+    ///
+    /// An earlier version always re-added the member empty: a member restarted on its data was
+    /// seen to serve a stale store. That was the detach's own flavour dropping acknowledged WAL
+    /// blocks (docs/findings.md, finding 2), fixed in [`super::disk::shutdown`].
     pub(super) async fn disk_reattach(&mut self, id: MemberId) -> Result<(), LocalError> {
-        // The member usually died on EIO; if it did not, it is stopped now.
         self.testbed.kill(id).await?;
         let cluster = self.testbed.initial_cluster();
         if self.bug(PlantedBug::ReattachOnShutdownDisk) {
             return self.testbed.spawn_member(id, &cluster, "existing");
         }
         if let Err(e) = self.testbed.remount_disk(id).await {
-            tracing::info!(member = %id, "disk unusable after reattach ({e}); giving the member a fresh disk");
-            self.testbed.replace_disk(id).await?;
+            self.note(format!("disk-reattach({id}): the disk could not be mounted again ({e}); its data is unusable, so the member gets a fresh disk and is re-added"));
+            return self.replace_member_data(id).await;
         }
-        let data = self.testbed.members[&id].disk.data_dir();
-        let _ = std::fs::remove_dir_all(&data);
-        std::fs::create_dir_all(&data).map_err(|e| LocalError::Environment(format!("cannot create {}: {e}", data.display())))?;
+        let wal = self.testbed.members[&id].disk.data_dir().join("member").join("wal");
+        if !wal.is_dir() {
+            self.note(format!("disk-reattach({id}): the remounted disk has no etcd data ({} is missing), so the member gets a fresh disk and is re-added", wal.display()));
+            return self.replace_member_data(id).await;
+        }
+        self.testbed.spawn_member(id, &cluster, "existing")?;
+        match self.wait_caught_up_or_exit(id).await? {
+            None => Ok(()),
+            Some(status) => {
+                let log = self.testbed.cfg.run_dir.join("logs").join(format!("{id}.log"));
+                let tail = crate::engine::tail_lines(&log, 3);
+                tracing::warn!(member = %id, %status, "etcd exited on its own data after the disk was reattached; re-adding it");
+                self.note(format!(
+                    "disk-reattach({id}): etcd exited ({status}) on its own data after the remount, so the member gets a fresh disk and is re-added; the end of {}:\n{}",
+                    log.display(),
+                    tail.trim_end()
+                ));
+                self.replace_member_data(id).await
+            }
+        }
+    }
+
+    /// Waits until member `id` sees a leader and caught up with the others (bounded by the op
+    /// bound) and tells the sampler it serves — `None` — unless its process exits first: then
+    /// its exit status.
+    async fn wait_caught_up_or_exit(&mut self, id: MemberId) -> Result<Option<std::process::ExitStatus>, LocalError> {
+        let url = self.url_of(id)?;
+        let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
+        let caught_up = etcd::wait_caught_up(&url, &others, self.bounds.op);
+        tokio::pin!(caught_up);
+        loop {
+            tokio::select! {
+                res = &mut caught_up => {
+                    res.map_err(|e| LocalError::Stack(format!("reattached {id} on its own data: {e}")))?;
+                    self.confirm_serving(&url);
+                    return Ok(None);
+                }
+                _ = tokio::time::sleep(EXIT_POLL) => {
+                    if let Some(status) = self.testbed.exit_status(id) {
+                        return Ok(Some(status));
+                    }
+                }
+            }
+        }
+    }
+
+    /// `disk-replace`, the operator's recovery after a lost disk (and `disk-reattach`'s when the
+    /// data is unusable): the member's data is thrown away — its process killed, a fresh, empty
+    /// disk in place of its old one — then it is removed from the cluster and added back empty as
+    /// a learner (which does not count towards quorum while it syncs), promoted once in sync, and
+    /// waited for until caught up. etcd gives it a new member id.
+    pub(super) async fn replace_member_data(&mut self, id: MemberId) -> Result<(), LocalError> {
+        self.testbed.kill(id).await?;
+        self.testbed.replace_disk(id).await?;
         let name = id.to_string();
         if let Some(etcd_id) = self.etcd_id(&name).await? {
             self.remove_etcd_member(etcd_id).await.map_err(|e| LocalError::Stack(format!("removing {id}: {e}")))?;
         }
-        // Re-added as a learner, promoted once it has caught up: a learner does not count
-        // towards quorum while it syncs.
         let etcd_id = self.announce_and_start(id, true).await?;
         // etcd refuses the promotion until the learner is in sync: retried within the op bound.
         self.reconfigure("member promote", |mut c| async move { c.member_promote(etcd_id).await.map(|_| ()) }, |list| {

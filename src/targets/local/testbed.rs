@@ -251,8 +251,9 @@ impl Testbed {
         super::nft::table_name(&self.cfg.run_id)
     }
 
-    /// Shuts member `id`'s filesystem down (FS_IOC_SHUTDOWN, no log flush): every read and write
-    /// fails with EIO from now on, as when a disk is detached under a running machine.
+    /// Shuts member `id`'s filesystem down (FS_IOC_SHUTDOWN, freeze first: see
+    /// [`super::disk::shutdown`]): every read and write fails with EIO from now on, as when a disk
+    /// is detached under a running machine; what was fsync'd stays on the device.
     pub fn shutdown_disk(&mut self, id: MemberId) -> Result<(), LocalError> {
         let m = self.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
         let Disk::Loop { mount, .. } = &m.disk else {
@@ -302,6 +303,12 @@ impl Testbed {
         tracing::debug!(member = %id, pid = child.id(), version = %m.version, "started etcd");
         self.members.get_mut(&id).expect("checked above").child = Some(child);
         Ok(())
+    }
+
+    /// The exit status of member `id`'s process if it has exited (reaped; `None` while it runs
+    /// or when it has no process).
+    pub fn exit_status(&mut self, id: MemberId) -> Option<std::process::ExitStatus> {
+        self.members.get_mut(&id)?.child.as_mut()?.try_wait().ok().flatten()
     }
 
     /// Sends `sig` to member `id`'s process.
