@@ -25,7 +25,8 @@
 //! Runs go through the `shakedown` binary, the way a user runs them, three stacks at a time
 //! (`SHAKEDOWN_BENCH_LANES`, default 3) except the framework measurements. Needs root and what
 //! `scripts/install-deps.sh` installs. Writes `target/bench/suite.json` and `suite.md`
-//! (`SHAKEDOWN_BENCH_OUT` to put them elsewhere). `SHAKEDOWN_BENCH_SEEDS` sets N (default 5).
+//! (`SHAKEDOWN_BENCH_OUT` to put them elsewhere). `SHAKEDOWN_BENCH_SEEDS` sets N (default 5);
+//! `SHAKEDOWN_BENCH_BUGS` (comma-separated names) limits the planted bugs measured.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -241,6 +242,8 @@ fn main() {
     if let Some(why) = why {
         eprintln!("note: {why}: disk faults and site isolation are skipped, some bugs cannot be planted");
     }
+    let only: Option<Vec<String>> = std::env::var("SHAKEDOWN_BENCH_BUGS").ok().map(|s| s.split(',').map(|b| b.trim().to_string()).collect());
+    let bugs: Vec<PlantedBug> = PlantedBug::ALL.iter().copied().filter(|b| only.as_ref().is_none_or(|o| o.iter().any(|n| n == b.name()))).collect();
     let runs_arg = |dir: &Path| vec!["--runs-dir".to_string(), dir.join("runs").display().to_string(), "--seeds-dir".into(), dir.join("seeds").display().to_string()];
 
     // Plan generation and determinism.
@@ -278,7 +281,7 @@ fn main() {
     if want("detect") {
         let mut jobs = Vec::new();
         let mut keys = Vec::new();
-        for bug in PlantedBug::ALL {
+        for bug in bugs.iter().copied() {
             for seed in 1..=seeds {
                 let dir = root.join("detect").join(bug.name()).join(seed.to_string());
                 std::fs::create_dir_all(&dir).unwrap();
@@ -292,7 +295,7 @@ fn main() {
         let codes = run_jobs(&jobs, lanes);
         eprintln!("detect: {} runs in {:.0}s", jobs.len(), t.elapsed().as_secs_f64());
         let mut per_bug = serde_json::Map::new();
-        for bug in PlantedBug::ALL {
+        for bug in bugs.iter().copied() {
             let mut secs = Vec::new();
             let mut steps = Vec::new();
             let mut found = 0;
@@ -341,7 +344,7 @@ fn main() {
         // (a) the scripted scenario, replayed from a record.
         let plan = scripted_plan();
         let mut jobs = Vec::new();
-        for bug in PlantedBug::ALL {
+        for bug in bugs.iter().copied() {
             let dir = root.join("scripted").join(bug.name());
             std::fs::create_dir_all(&dir).unwrap();
             let rec = dir.join("scripted.toml");
@@ -352,7 +355,7 @@ fn main() {
         }
         let codes = run_jobs(&jobs, lanes);
         let mut scripted = serde_json::Map::new();
-        for (bug, code) in PlantedBug::ALL.iter().zip(&codes) {
+        for (bug, code) in bugs.iter().zip(&codes) {
             let dir = root.join("scripted").join(bug.name());
             let ttd = if *code == 1 || *code == 3 { only_run(&dir.join("runs")).as_deref().and_then(time_to_detect) } else { None };
             let ttd = ttd.filter(|t| t.2 == bug.caught_by().to_string());
@@ -364,7 +367,7 @@ fn main() {
         let binaries = discover(&shakedown::profiles::load("default").unwrap().versions, &BinaryOverrides::default()).expect("binaries (run scripts/install-deps.sh)");
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let mut crashes = serde_json::Map::new();
-        for bug in PlantedBug::ALL {
+        for bug in bugs.iter().copied() {
             let mut results = Vec::new();
             for pair in (1..=seeds).collect::<Vec<_>>().chunks(lanes) {
                 let futs: Vec<_> = pair
@@ -391,7 +394,7 @@ fn main() {
         r.json.insert("baseline_random_crashes".into(), Value::Object(crashes));
 
         // Side by side: detection rate and time-to-detect ratios against shakedown.
-        for bug in PlantedBug::ALL {
+        for bug in bugs.iter().copied() {
             let sd = &r.json.get("detect").and_then(|d| d.get(bug.name())).cloned().unwrap_or(Value::Null);
             let sd_rate = sd["detected"].as_f64().map(|d| d / seeds as f64);
             let sd_s = sd["median_s"].as_f64();

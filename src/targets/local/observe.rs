@@ -13,7 +13,7 @@ use super::disk::DiskMode;
 use super::{etcd, futures_join_all, reap, LocalTarget, READ_BACK_MIN_BOUND};
 
 impl LocalTarget {
-    pub(super) async fn probes(&mut self) -> Vec<Probe> {
+    pub(super) async fn probes(&self) -> Vec<Probe> {
         // One fresh connection per endpoint server: HAProxy's round robin sends each to a
         // different member, so a member the endpoint should have routed around is hit.
         let n = self.testbed.members.len().max(1);
@@ -54,8 +54,7 @@ impl LocalTarget {
             ),
             Err(e) => (HashMap::new(), 0, Some(e)),
         };
-        let acked = self.workload.acked();
-        let unknown = self.workload.unknown();
+        let (acked, unknown) = self.workload.history();
         let list_anomalies = self.workload.list_anomalies();
         Durability { acked, unknown, marks: self.marks.clone(), read, read_revision, read_error, list_anomalies }
     }
@@ -144,65 +143,74 @@ impl LocalTarget {
             });
         }
         let any_url = leader_url.or_else(|| statuses.iter().find(|(_, _, r)| r.is_ok()).map(|(_, u, _)| u.clone()));
-        if wants(InvariantId::Membership) || wants(InvariantId::Quorum) {
-            if let Some(url) = &any_url {
-                if let Ok(mut c) = etcd::connect(url, request).await {
-                    if let Ok(list) = etcd::bounded("member list", request, c.member_list()).await {
-                        obs.member_list = Some(
-                            list.members().iter().map(|m| ListedMember { id: Some(m.id()), name: m.name().to_string(), peer_urls: m.peer_urls().to_vec() }).collect(),
-                        );
-                    }
-                }
+        let answered: Vec<(String, String)> = statuses.iter().filter(|(_, _, r)| r.is_ok()).map(|(n, u, _)| (n.clone(), u.clone())).collect();
+        let lowest = obs.members.iter().filter(|m| m.reachable && m.revision > 0).map(|m| m.revision).min();
+        let up = model.service_expected_up();
+        // Everything after the statuses at once: under load each request waits behind the
+        // workload's, and the check's cost is the longest chain, not the sum.
+        let member_list = async {
+            let url = any_url.as_ref().filter(|_| wants(InvariantId::Membership) || wants(InvariantId::Quorum))?;
+            let mut c = etcd::connect(url, request).await.ok()?;
+            let list = etcd::bounded("member list", request, c.member_list()).await.ok()?;
+            Some(list.members().iter().map(|m| ListedMember { id: Some(m.id()), name: m.name().to_string(), peer_urls: m.peer_urls().to_vec() }).collect::<Vec<_>>())
+        };
+        let consistency = async {
+            if !wants(InvariantId::Consistency) {
+                return (vec![], vec![]);
             }
-        }
-        if wants(InvariantId::Consistency) {
             // A second status per member, sent after the first answered: its revision reflects
             // at least every entry up to the applied index the first reported.
-            let again = statuses.iter().filter(|(_, _, r)| r.is_ok()).map(|(name, url, _)| {
-                let (name, url) = (name.clone(), url.clone());
-                async move { (name, etcd::status(&url, request).await) }
+            let again = answered.iter().cloned().map(|(name, url)| async move { (name, etcd::status(&url, request).await.ok().and_then(|s| s.header().map(|h| h.revision()))) });
+            let hashes = answered.iter().cloned().filter(|_| lowest.is_some()).map(|(name, url)| async move {
+                let rev = lowest.unwrap_or(0);
+                let r = async {
+                    let mut c = etcd::connect(&url, request).await?;
+                    etcd::bounded("hash kv", request, c.hash_kv(rev)).await
+                }
+                .await;
+                (name, r.ok().map(|h| (rev, h.hash())))
             });
-            for (name, r) in futures_join_all(again).await {
-                if let (Ok(s), Some(m)) = (r, obs.members.iter_mut().find(|m| m.name == name)) {
-                    m.revision_after = s.header().map(|h| h.revision());
-                }
+            tokio::join!(futures_join_all(again), futures_join_all(hashes))
+        };
+        let probes = async { if wants(InvariantId::Reachability) && up { self.probes().await } else { vec![] } };
+        let durability = async { ((wants(InvariantId::Durability) || wants(InvariantId::Watch)) && up).then(|| self.durability()) };
+        let durability = async {
+            match durability.await {
+                Some(f) => Some(f.await),
+                None => None,
             }
-            let rev = obs.members.iter().filter(|m| m.reachable && m.revision > 0).map(|m| m.revision).min();
-            if let Some(rev) = rev {
-                let futs = statuses.iter().filter(|(_, _, r)| r.is_ok()).map(|(name, url, _)| {
-                    let (name, url) = (name.clone(), url.clone());
-                    async move {
-                        let r = async {
-                            let mut c = etcd::connect(&url, request).await?;
-                            etcd::bounded("hash kv", request, c.hash_kv(rev)).await
-                        }
-                        .await;
-                        (name, r.map(|h| h.hash()))
-                    }
-                });
-                for (name, r) in futures_join_all(futs).await {
-                    if let (Ok(h), Some(m)) = (r, obs.members.iter_mut().find(|m| m.name == name)) {
-                        m.hash = Some((rev, h));
-                    }
-                }
+        };
+        let leases = async {
+            match self.workload.lease_prefix().filter(|_| wants(InvariantId::Leases) && up) {
+                Some(prefix) => Some(self.leases(&prefix).await),
+                None => None,
+            }
+        };
+        let inventory = async {
+            if wants(InvariantId::Leaks) {
+                Some(shakedown_invariants::Inventory::Local(reap::inventory(&self.testbed.cfg.run_dir, &self.testbed.nft_table(), self.testbed.cfg.disks == DiskMode::Loop).await))
+            } else {
+                None
+            }
+        };
+        let (list, (again, hashes), probes, durability, leases, inventory) = tokio::join!(member_list, consistency, probes, durability, leases, inventory);
+        obs.member_list = list;
+        for (name, rev) in again {
+            if let Some(m) = obs.members.iter_mut().find(|m| m.name == name) {
+                m.revision_after = rev;
             }
         }
-        if wants(InvariantId::Reachability) && model.service_expected_up() {
-            obs.probes = self.probes().await;
+        for (name, h) in hashes {
+            if let Some(m) = obs.members.iter_mut().find(|m| m.name == name) {
+                m.hash = h;
+            }
         }
-        if (wants(InvariantId::Durability) || wants(InvariantId::Watch)) && model.service_expected_up() {
-            obs.durability = Some(self.durability().await);
-        }
+        obs.probes = probes;
+        obs.durability = durability;
+        obs.leases = leases;
+        obs.inventory = inventory;
         if wants(InvariantId::Watch) {
             obs.watches = self.workload.watch_sessions();
-        }
-        if wants(InvariantId::Leases) && model.service_expected_up() {
-            if let Some(prefix) = self.workload.lease_prefix() {
-                obs.leases = Some(self.leases(&prefix).await);
-            }
-        }
-        if wants(InvariantId::Leaks) {
-            obs.inventory = Some(shakedown_invariants::Inventory::Local(reap::inventory(&self.testbed.cfg.run_dir, &self.testbed.nft_table(), self.testbed.cfg.disks == DiskMode::Loop).await));
         }
         obs
     }

@@ -85,13 +85,21 @@ struct WatchState {
     log: ChunkedLog<shakedown_invariants::WatchEvent>,
 }
 
+/// The writes: acknowledged, of unknown outcome, and in flight (by ticket).
+#[derive(Default)]
+struct Writes {
+    acks: ChunkedLog<Ack>,
+    unknown: Vec<Unknown>,
+    in_flight: HashMap<u64, Unknown>,
+    next_ticket: u64,
+}
+
 /// Everything the clients record, shared with the checks.
 pub struct Recorder {
     t0: Instant,
-    acks: Mutex<ChunkedLog<Ack>>,
-    unknown: Mutex<Vec<Unknown>>,
-    /// Writes sent and not answered yet, by ticket.
-    in_flight: Mutex<(u64, HashMap<u64, Unknown>)>,
+    /// One lock over every write's state, so a snapshot never sees a write between two of
+    /// them (answered but not yet acknowledged, or neither in flight nor failed).
+    writes: Mutex<Writes>,
     anomalies: Mutex<Vec<String>>,
     leases: Mutex<Vec<LeaseRecord>>,
     watches: Mutex<Vec<WatchState>>,
@@ -116,9 +124,7 @@ impl Recorder {
         });
         Recorder {
             t0: Instant::now(),
-            acks: Mutex::default(),
-            unknown: Mutex::default(),
-            in_flight: Mutex::default(),
+            writes: Mutex::default(),
             anomalies: Mutex::default(),
             leases: Mutex::default(),
             watches: Mutex::default(),
@@ -130,38 +136,40 @@ impl Recorder {
 
     /// How many writes have been acknowledged: the position of a write sent now.
     pub fn position(&self) -> usize {
-        self.acks.lock().expect("acks lock").len()
+        self.writes.lock().expect("writes lock").acks.len()
     }
 
     /// A write is about to be sent: until it is answered, a read may reflect it.
     fn send(&self, w: Unknown) -> u64 {
-        let mut f = self.in_flight.lock().expect("in-flight lock");
-        f.0 += 1;
-        let ticket = f.0;
-        f.1.insert(ticket, w);
+        let mut s = self.writes.lock().expect("writes lock");
+        s.next_ticket += 1;
+        let ticket = s.next_ticket;
+        s.in_flight.insert(ticket, w);
         ticket
     }
 
     /// The write of `ticket` was acknowledged as `a` (or refused, `None`).
     fn answered(&self, ticket: u64, a: Option<Ack>) {
+        let mut s = self.writes.lock().expect("writes lock");
+        s.in_flight.remove(&ticket);
         if let Some(a) = a {
-            self.acks.lock().expect("acks lock").push(a);
+            s.acks.push(a);
             self.stats.acked.fetch_add(1, Ordering::Relaxed);
         }
-        self.in_flight.lock().expect("in-flight lock").1.remove(&ticket);
     }
 
     /// The write of `ticket` got no answer: its outcome is unknown for the rest of the run.
     fn failed(&self, ticket: u64) {
-        if let Some(u) = self.in_flight.lock().expect("in-flight lock").1.remove(&ticket) {
-            self.unknown.lock().expect("unknown lock").push(u);
+        let mut s = self.writes.lock().expect("writes lock");
+        if let Some(u) = s.in_flight.remove(&ticket) {
+            s.unknown.push(u);
         }
         self.stats.failed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Acknowledged without being sent (the planted write-behind bug).
     fn ack_unsent(&self, a: Ack) {
-        self.acks.lock().expect("acks lock").push(a);
+        self.writes.lock().expect("writes lock").acks.push(a);
         self.stats.acked.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -233,16 +241,13 @@ impl Workload {
         (self.kind == WorkloadKind::Kube).then(|| kube::lease_prefix(&self.prefix))
     }
 
-    /// Every acknowledged write so far, in order.
-    pub fn acked(&self) -> Acked {
-        self.rec.acks.lock().expect("acks lock").snapshot()
-    }
-
-    /// Writes whose outcome is unknown: failed without an answer, or still in flight.
-    pub fn unknown(&self) -> Vec<Unknown> {
-        let mut u = self.rec.unknown.lock().expect("unknown lock").clone();
-        u.extend(self.rec.in_flight.lock().expect("in-flight lock").1.values().cloned());
-        u
+    /// Every acknowledged write so far, in order, and the writes whose outcome is unknown
+    /// (failed without an answer, or still in flight) — one consistent snapshot.
+    pub fn history(&self) -> (Acked, Vec<Unknown>) {
+        let s = self.rec.writes.lock().expect("writes lock");
+        let mut unknown = s.unknown.clone();
+        unknown.extend(s.in_flight.values().cloned());
+        (s.acks.snapshot(), unknown)
     }
 
     /// What paginated reads found wrong.
