@@ -205,6 +205,11 @@ fn planted_lease_keys_unattached_is_caught_by_leases() {
 }
 
 #[test]
+fn planted_restore_keeps_watches_is_caught_by_watch() {
+    planted_bug_is_caught_recorded_and_replayed(PlantedBug::RestoreKeepsWatches);
+}
+
+#[test]
 fn planted_restore_mixed_backups_is_caught_by_consistency() {
     planted_bug_is_caught_recorded_and_replayed(PlantedBug::RestoreMixedBackups);
 }

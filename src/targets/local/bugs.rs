@@ -49,6 +49,12 @@ shakedown_faults::registry! {
         /// not a store. Needs two backups with writes between them and a restore of the later.
         /// Caught by `consistency`.
         RestoreMixedBackups => "restore-mixed-backups",
+        /// Restore does not restart the clients' watches (kubeadm's restore procedure restarts
+        /// the apiservers for this): they resume from their last revision + 1 on a store whose
+        /// revisions went back to the backup's, and silently skip the writes that reuse
+        /// revisions they saw before. Needs a backup, writes after it, and a restore. Caught by
+        /// `watch`.
+        RestoreKeepsWatches => "restore-keeps-watches",
     }
 }
 
@@ -67,6 +73,7 @@ impl PlantedBug {
             PlantedBug::WatchResumeFromNow => InvariantId::Watch,
             PlantedBug::LeaseKeysUnattached => InvariantId::Leases,
             PlantedBug::RestoreMixedBackups => InvariantId::Consistency,
+            PlantedBug::RestoreKeepsWatches => InvariantId::Watch,
         }
     }
 
@@ -92,6 +99,7 @@ impl PlantedBug {
             ),
             // A restore of any backup but the first (an earlier one exists).
             PlantedBug::RestoreMixedBackups => matches!(op, Op::Restore { backup } if backup.0 > 0),
+            PlantedBug::RestoreKeepsWatches => matches!(op, Op::Restore { .. }),
         }
     }
 }

@@ -393,12 +393,12 @@ impl LocalTarget {
         self.marks.restores.push((b, self.workload.acked_len(), usize::MAX));
         // Watches start new sessions and the leases granted so far are no longer judged: the
         // restored store has the backup's revisions and lease table.
-        self.workload.restored();
+        self.workload.restored(self.bug(PlantedBug::RestoreKeepsWatches));
         let res = self.restore_cluster(&tool, &path, b).await;
         if let Some(last) = self.marks.restores.last_mut() {
             last.2 = self.workload.acked_len();
         }
-        self.workload.restored();
+        self.workload.restored(self.bug(PlantedBug::RestoreKeepsWatches));
         res
     }
 

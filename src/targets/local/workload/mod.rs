@@ -279,8 +279,15 @@ impl Workload {
     /// The stack is being (or has been) restored from a backup: revisions start again from the
     /// backup's, another lease table is back. Watches start new sessions; leases granted so far
     /// are no longer judged.
-    pub fn restored(&self) {
+    ///
+    /// With `keep_watches` (the planted bug restore-keeps-watches) the watches are not told: they
+    /// resume from their last revision + 1, which the restored store reaches again only after
+    /// reusing revisions they have already seen.
+    pub fn restored(&self, keep_watches: bool) {
         self.rec.leases.lock().expect("leases lock").clear();
+        if keep_watches {
+            return;
+        }
         // Sessions end now, not when each watcher notices: a check right after the restore
         // must not judge a session that straddles two numberings.
         for w in self.rec.watches.lock().expect("watches lock").iter_mut() {
