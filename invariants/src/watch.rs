@@ -34,7 +34,6 @@ pub(crate) fn watch(obs: &Observation) -> Verdict {
 
 fn session(s: &WatchSession, obs: &Observation) -> Option<String> {
     let mut last = s.start_revision - 1;
-    let mut by_rev: HashMap<i64, usize> = HashMap::new();
     let mut value_of: HashMap<&str, Option<&str>> = HashMap::new();
     for (i, e) in s.events.iter().enumerate() {
         if e.revision <= last {
@@ -42,7 +41,6 @@ fn session(s: &WatchSession, obs: &Observation) -> Option<String> {
         }
         // One key per revision in the workload's object range: every write is a one-key txn.
         last = e.revision;
-        by_rev.insert(e.revision, i);
         if let Some(before) = value_of.get(e.key.as_str()) {
             if e.prev.as_deref() != *before {
                 return Some(format!(
@@ -57,6 +55,7 @@ fn session(s: &WatchSession, obs: &Observation) -> Option<String> {
         value_of.insert(e.key.as_str(), e.value.as_deref());
     }
     let Some(d) = &obs.durability else { return None };
+    // Strictly increasing by revision (checked above): found by binary search.
     let events: Vec<_> = s.events.iter().collect();
     // Writes acknowledged after the stack came back from the last restore (the session started
     // after it: a restore restarts every watch), expected present, within what the stream has
@@ -68,7 +67,7 @@ fn session(s: &WatchSession, obs: &Observation) -> Option<String> {
         if a.start < since.max(s.start_ack) || a.revision < floor || a.revision > last || expect_write(i, &d.marks) != Expect::Present {
             continue;
         }
-        match by_rev.get(&a.revision).map(|&j| events[j]) {
+        match events.binary_search_by_key(&a.revision, |e| e.revision).ok().map(|j| events[j]) {
             None => missing.push((a.revision, a.key.as_str())),
             Some(e) if e.key != a.key || e.value != a.value => {
                 return Some(format!(

@@ -33,13 +33,17 @@ pub(super) async fn run(i: u32, local: Option<String>, endpoint: String, prefix:
     let mut generation = rec.generation();
     // Revision to watch from next; 0 = start a new session from the current revision.
     let mut next = 0i64;
+    let mut failed_last = false;
     while !*stopped.borrow() {
         if generation.has_changed().unwrap_or(false) {
             generation.borrow_and_update();
             next = 0;
         }
         let mut c = None;
-        for url in local.iter().chain([&endpoint]) {
+        // After a failed attempt the endpoint goes first: the local member may answer a status
+        // and still refuse watches (a learner being re-added).
+        let order: Vec<&String> = if failed_last { [&endpoint].into_iter().chain(local.iter()).collect() } else { local.iter().chain([&endpoint]).collect() };
+        for url in order {
             if let Ok(mut client) = connect(url, timeout).await {
                 // The connection is lazy: a status request shows whether the member answers.
                 if bounded("status", timeout, client.status()).await.is_ok() {
@@ -74,9 +78,11 @@ pub(super) async fn run(i: u32, local: Option<String>, endpoint: String, prefix:
         }
         let opts = WatchOptions::new().with_prefix().with_prev_key().with_progress_notify().with_start_revision(next);
         let Ok(Ok(mut stream)) = tokio::time::timeout(timeout, c.watch(prefix.as_str(), Some(opts))).await else {
+            failed_last = true;
             pause(RECONNECT_PAUSE, &mut stopped).await;
             continue;
         };
+        failed_last = false;
         loop {
             let msg = tokio::select! {
                 m = tokio::time::timeout(SILENCE, stream.message()) => m,
