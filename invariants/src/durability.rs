@@ -19,11 +19,14 @@ pub enum Expect {
     Either,
 }
 
-/// The expectation for the write at position `i`, following the chain of restores: after a
-/// restore from backup B, writes before B's snapshot are what they were expected to be then,
-/// writes during the snapshot or the restore may be either, writes between them are gone.
-pub fn expect_write(i: usize, marks: &Marks) -> Expect {
-    fn at(i: usize, marks: &Marks, restores: usize) -> Expect {
+/// The expectation for the write acknowledged at position `i` and sent at position `start` (how
+/// many writes had been acknowledged when it was sent), following the chain of restores: after a
+/// restore from backup B, writes acknowledged before B's snapshot began are what they were
+/// expected to be then, writes sent after the snapshot ended are gone, and the rest — in flight
+/// while the snapshot was taken (with concurrent clients, several may be, and acknowledged after
+/// it ended), or during the restore — may be either.
+pub fn expect_write(i: usize, start: usize, marks: &Marks) -> Expect {
+    fn at(i: usize, start: usize, marks: &Marks, restores: usize) -> Expect {
         let Some(&(backup, r_start, r_end)) = marks.restores[..restores].last() else { return Expect::Present };
         if i >= r_end {
             return Expect::Present;
@@ -32,7 +35,7 @@ pub fn expect_write(i: usize, marks: &Marks) -> Expect {
             return Expect::Either;
         }
         let Some(&(b_start, b_end)) = marks.backups.get(&backup) else { return Expect::Either };
-        if i >= b_end {
+        if start >= b_end {
             return Expect::Absent;
         }
         if i >= b_start {
@@ -41,9 +44,9 @@ pub fn expect_write(i: usize, marks: &Marks) -> Expect {
         // Before the backup: as expected when the backup was taken, i.e. after the restores that
         // came before this one and had finished by then (strictly earlier: the recursion ends).
         let earlier = marks.restores[..restores - 1].iter().take_while(|(_, _, end)| *end <= b_start).count();
-        at(i, marks, earlier)
+        at(i, start, marks, earlier)
     }
-    at(i, marks, marks.restores.len())
+    at(i, start.min(i), marks, marks.restores.len())
 }
 
 /// The values a key may hold now: `None` is "absent".
@@ -93,7 +96,7 @@ pub(crate) fn durability(model: &Model, obs: &Observation) -> Verdict {
         if d.read_revision > 0 && e == now_epoch && a.revision > d.read_revision {
             continue;
         }
-        per_key.entry(a.key.as_str()).or_default().push((e, a.revision, i, expect_write(i, &d.marks)));
+        per_key.entry(a.key.as_str()).or_default().push((e, a.revision, i, expect_write(i, a.start, &d.marks)));
     }
     let mut unknown: HashMap<&str, Vec<&Unknown>> = HashMap::new();
     for u in &d.unknown {

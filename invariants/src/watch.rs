@@ -64,7 +64,7 @@ fn session(s: &WatchSession, obs: &Observation) -> Option<String> {
     let floor = s.compacted_below.unwrap_or(i64::MIN).max(s.start_revision);
     let mut missing = Vec::new();
     for (i, a) in d.acked.iter().enumerate() {
-        if a.start < since.max(s.start_ack) || a.revision < floor || a.revision > last || expect_write(i, &d.marks) != Expect::Present {
+        if a.start < since.max(s.start_ack) || a.revision < floor || a.revision > last || expect_write(i, a.start, &d.marks) != Expect::Present {
             continue;
         }
         match events.binary_search_by_key(&a.revision, |e| e.revision).ok().map(|j| events[j]) {

@@ -351,33 +351,38 @@ fn marks(backups: &[(u32, usize, usize)], restores: &[(u32, usize, usize)]) -> M
 #[test]
 fn durability_expectations_follow_backups_and_restores() {
     // No restore: everything acknowledged must be there.
-    assert_eq!(expect_write(5, &Marks::default()), Expect::Present);
+    assert_eq!(expect_write(5, 5, &Marks::default()), Expect::Present);
     // b0 taken while acks 10..12 came in; restored while acks 20..25 came in.
     let m = marks(&[(0, 10, 12)], &[(0, 20, 25)]);
-    assert_eq!(expect_write(9, &m), Expect::Present);
-    assert_eq!(expect_write(11, &m), Expect::Either);
-    assert_eq!(expect_write(15, &m), Expect::Absent);
-    assert_eq!(expect_write(22, &m), Expect::Either);
-    assert_eq!(expect_write(30, &m), Expect::Present);
+    assert_eq!(expect_write(9, 9, &m), Expect::Present);
+    assert_eq!(expect_write(11, 11, &m), Expect::Either);
+    assert_eq!(expect_write(15, 15, &m), Expect::Absent);
+    // Sent while the snapshot was taken (at ack 11), acknowledged after it ended (ack 15; other
+    // clients' writes came in between): it may be in the snapshot (seen in a nightly soak with 8
+    // clients as a false "the restore did not restore").
+    assert_eq!(expect_write(15, 11, &m), Expect::Either);
+    assert_eq!(expect_write(15, 12, &m), Expect::Absent);
+    assert_eq!(expect_write(22, 22, &m), Expect::Either);
+    assert_eq!(expect_write(30, 30, &m), Expect::Present);
     // A second backup after the restore, then a restore of it: writes gone by the first
     // restore stay gone; writes after the first restore and before b1 are there.
     let m = marks(&[(0, 10, 12), (1, 40, 41)], &[(0, 20, 25), (1, 50, 55)]);
-    assert_eq!(expect_write(15, &m), Expect::Absent);
-    assert_eq!(expect_write(30, &m), Expect::Present);
-    assert_eq!(expect_write(45, &m), Expect::Absent);
-    assert_eq!(expect_write(9, &m), Expect::Present);
+    assert_eq!(expect_write(15, 15, &m), Expect::Absent);
+    assert_eq!(expect_write(30, 30, &m), Expect::Present);
+    assert_eq!(expect_write(45, 45, &m), Expect::Absent);
+    assert_eq!(expect_write(9, 9, &m), Expect::Present);
     // Restoring the older b0 again brings back only what b0 had.
     let m = marks(&[(0, 10, 12), (1, 40, 41)], &[(0, 20, 25), (0, 50, 55)]);
-    assert_eq!(expect_write(30, &m), Expect::Absent);
-    assert_eq!(expect_write(5, &m), Expect::Present);
+    assert_eq!(expect_write(30, 30, &m), Expect::Absent);
+    assert_eq!(expect_write(5, 5, &m), Expect::Present);
 }
 
 /// Ties (no write acknowledged between a backup, a restore and the next backup) end.
 #[test]
 fn durability_expectations_with_ties_terminate() {
     let m = marks(&[(0, 100, 100), (1, 100, 100)], &[(0, 100, 100), (1, 100, 100)]);
-    assert_eq!(expect_write(50, &m), Expect::Present);
-    assert_eq!(expect_write(100, &m), Expect::Present);
+    assert_eq!(expect_write(50, 50, &m), Expect::Present);
+    assert_eq!(expect_write(100, 100, &m), Expect::Present);
 }
 
 #[test]
