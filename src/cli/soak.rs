@@ -151,6 +151,13 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
             }
         };
         let elapsed = t0.elapsed().as_secs_f64();
+        // A seed's histories (acknowledged writes, watch events) are freed when it ends; glibc
+        // keeps the freed pages unless asked to give them back, which would read as growth.
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only returns free heap memory to the system.
+        unsafe {
+            libc::malloc_trim(0);
+        }
         let rss = rss_kib();
         let anon = rss_anon_kib();
         tally.rss_kib.push((elapsed, rss));
