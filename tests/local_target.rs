@@ -45,8 +45,11 @@ fn seed_for(bug: PlantedBug) -> (u64, usize) {
         // The load shows them: a few steps of it.
         PlantedBug::TxnIgnoresConflict | PlantedBug::LeaseKeysUnattached => (1, 3),
         // The watcher resumes after the step that broke its stream; the gap shows once the
-        // stream delivers past it: one more step.
-        PlantedBug::WatchResumeFromNow => seed_where(|ops| ops.iter().position(|op| bug.triggered_by(op)).map(|i| (i + 2).min(ops.len()))),
+        // stream delivers past it. After a restore, mixed stores and stale watches show once
+        // writes reuse the restored revisions. One more step for each.
+        PlantedBug::WatchResumeFromNow | PlantedBug::RestoreKeepsWatches | PlantedBug::RestoreMixedBackups => {
+            seed_where(|ops| ops.iter().position(|op| bug.triggered_by(op)).map(|i| (i + 2).min(ops.len())))
+        }
         _ => seed_where(|ops| ops.iter().position(|op| bug.triggered_by(op)).map(|i| i + 1)),
     }
 }
@@ -116,7 +119,14 @@ fn planted_bug_is_caught_recorded_and_replayed(bug: PlantedBug) {
     // step where a conflict or a watch gap first shows depends on timing too, and mixed backups
     // break durability as well (a read through the endpoint served by the stale member), which
     // the same check may report alone when that member's status did not answer in time.
-    let attempts = if matches!(bug, PlantedBug::UpgradeNoWait | PlantedBug::TxnIgnoresConflict | PlantedBug::WatchResumeFromNow | PlantedBug::RestoreMixedBackups) { 3 } else { 1 };
+    let attempts = if matches!(
+        bug,
+        PlantedBug::UpgradeNoWait | PlantedBug::TxnIgnoresConflict | PlantedBug::WatchResumeFromNow | PlantedBug::RestoreMixedBackups | PlantedBug::RestoreKeepsWatches | PlantedBug::LeaseKeysUnattached
+    ) {
+        3
+    } else {
+        1
+    };
     let (out, seed) = run_until_caught(bug, &d, attempts);
     assert_eq!(out.status.code(), Some(1), "{bug} must be caught as a violation");
     let stdout = text(&out.stdout);

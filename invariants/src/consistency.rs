@@ -5,10 +5,11 @@
 //!   before the applied raft index, and a second status request after it reads the revision
 //!   again: on a correct replica `revision ≤ rev(applied + 1)` in the first answer and
 //!   `revision_after ≥ rev(applied)`, where `rev(i)` — the revision after applying entry `i` — is
-//!   the same on every replica. So a member that applied *more* of the log than another
-//!   (`applied_m > applied_n`) but reports a *lower* revision after it (`revision_after_m <
-//!   revision_n`) holds a store that did not apply what its raft index says it did. No lag
-//!   tolerance: a follower that is merely behind has applied less.
+//!   the same on every replica, and one entry adds at most one revision. So a member that applied
+//!   at least as much of the log as another (`applied_m ≥ applied_n`) holds `revision_after_m ≥
+//!   rev(applied_n) ≥ revision_n − 1`; reporting less holds a store that did not apply what its
+//!   raft index says it did (or started from another store: a restore from mixed backups). No
+//!   lag tolerance: a follower that is merely behind has applied less.
 //! - **Hash at a common revision.** HashKV at a revision every reachable member has reached
 //!   must be equal: their histories up to it are the same log applied in the same order.
 
@@ -20,9 +21,9 @@ pub(crate) fn consistency(obs: &Observation) -> Verdict {
     let reachable: Vec<&MemberStatus> = obs.members.iter().filter(|m| m.reachable && m.revision > 0 && m.applied_index > 0).collect();
     for m in &reachable {
         let Some(after) = m.revision_after else { continue };
-        if let Some(n) = reachable.iter().filter(|n| n.applied_index < m.applied_index && n.revision > after).max_by_key(|n| n.revision) {
+        if let Some(n) = reachable.iter().filter(|n| n.name != m.name && n.applied_index <= m.applied_index && n.revision > after + 1).max_by_key(|n| n.revision) {
             return Verdict::Definite(format!(
-                "{} applied the log up to raft index {} but its store is at revision {after}, behind {} at revision {} with only raft index {}: {}'s store did not apply what its raft index says ({})",
+                "{} applied the log up to raft index {} but its store is at revision {after}, behind {} at revision {} with raft index {}: {}'s store did not apply what its raft index says ({})",
                 m.name,
                 m.applied_index,
                 n.name,

@@ -201,9 +201,9 @@ fn consistency_fails_when_hashes_differ_at_the_same_revision() {
 fn consistency_names_a_replica_that_diverged_from_the_log() {
     let mut o = healthy();
     for m in &mut o.members {
-        (m.revision, m.raft_index, m.hash) = (36561, 36622, Some((36560, 0xbba9_2c70)));
+        (m.revision, m.revision_after, m.raft_index, m.applied_index, m.hash) = (36561, Some(36561), 36622, 36622, Some((36560, 0xbba9_2c70)));
     }
-    (o.members[2].revision, o.members[2].hash) = (36560, Some((36560, 0xd149_2f3d)));
+    (o.members[2].revision, o.members[2].revision_after, o.members[2].hash) = (36560, Some(36560), Some((36560, 0xd149_2f3d)));
     let v = verdict(InvariantId::Consistency, &model(), &o);
     let Verdict::Definite(m) = &v else { panic!("a divergence cannot converge: {v:?}") };
     assert!(m.contains("at revision 36560") && m.contains("d1492f3d on m2") && m.contains("bba92c70 on m0,m1"), "{m}");
@@ -231,10 +231,13 @@ fn consistency_flags_a_store_behind_its_applied_index_without_a_lag_tolerance() 
     let v = verdict(InvariantId::Consistency, &model(), &o);
     let Verdict::Definite(m) = &v else { panic!("a store that skipped applied entries cannot catch up: {v:?}") };
     assert!(m.contains("m2 applied the log up to raft index 4995 but its store is at revision 3000") && m.contains("m0 at revision 4000"), "{m}");
-    // The same applied index is not "more": the first answer may already include the entry
-    // being applied.
+    // At the same applied index one revision apart is fine (the first answer may include the
+    // entry being applied); two apart is not: one entry adds at most one revision (a restore
+    // from mixed backups: every member at the same index, one at an older backup's revision).
     (o.members[2].applied_index, o.members[2].revision, o.members[2].revision_after) = (5000, 3999, Some(3999));
     assert!(verdict(InvariantId::Consistency, &model(), &o).is_pass());
+    (o.members[2].revision, o.members[2].revision_after) = (3998, Some(3998));
+    assert!(matches!(verdict(InvariantId::Consistency, &model(), &o), Verdict::Definite(m) if m.contains("m2 applied the log up to raft index 5000 but its store is at revision 3998, behind m0 at revision 4000")));
 }
 
 #[test]
