@@ -154,7 +154,13 @@ fn planted_bug_is_caught_recorded_and_replayed(bug: PlantedBug) {
     // A bug whose first sighting moves between steps is matched by its invariant alone.
     let matching = if attempts > 1 && bug != PlantedBug::UpgradeNoWait { "invariant" } else { "step" };
     let out = run(&["replay", records[0].to_str().unwrap(), "--times", &times, "--match", matching], &d);
-    assert_eq!(out.status.code(), Some(1));
+    // The exit code is the last replay's: with several, that one may have shown the bug only
+    // after healing (liveness, 3) or not at all; what counts is that one reproduced.
+    if attempts == 1 {
+        assert_eq!(out.status.code(), Some(1));
+    } else {
+        assert!(matches!(out.status.code(), Some(0 | 1 | 3)), "{:?}", out.status);
+    }
     let stdout = text(&out.stdout);
     assert!(stdout.contains(": reproduced: invariant"), "{stdout}");
     if attempts == 1 {
