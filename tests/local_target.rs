@@ -48,7 +48,7 @@ fn seed_for(bug: PlantedBug) -> (u64, usize) {
         // stream delivers past it. After a restore, mixed stores and stale watches show once
         // writes reuse the restored revisions. One more step for each.
         PlantedBug::WatchResumeFromNow | PlantedBug::RestoreKeepsWatches | PlantedBug::RestoreMixedBackups => {
-            seed_where(|ops| ops.iter().position(|op| bug.triggered_by(op)).map(|i| (i + 2).min(ops.len())))
+            seed_where(|ops| ops.iter().position(|op| bug.triggered_by(op)).map(|i| i + 2).filter(|&n| n <= ops.len()))
         }
         _ => seed_where(|ops| ops.iter().position(|op| bug.triggered_by(op)).map(|i| i + 1)),
     }

@@ -147,7 +147,7 @@ impl Default for Workload {
             kind: WorkloadKind::Kube,
             interval: Duration::from_millis(5),
             timeout: Duration::from_secs(1),
-            clients: 8,
+            clients: 4,
             keyspace: 500,
             watches: 3,
             mix: Mix::default(),
