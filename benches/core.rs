@@ -54,7 +54,7 @@ fn main() {
     let cfg = |i: usize| {
         let run_dir = root.path().join(format!("run{i}"));
         std::fs::create_dir_all(&run_dir).unwrap();
-        TestbedConfig { run_id: format!("sd-bench{i}"), run_dir, binaries: binaries.clone(), disks, bug: None, heartbeat_ms: 50, election_ms: 500 }
+        TestbedConfig { run_id: format!("sd-bench{i}"), run_dir, binaries: binaries.clone(), disks, bug: None, heartbeat_ms: 50, election_ms: 500, stack: shakedown::faults::Stack::Etcd }
     };
     let model = profile.initial_model();
 

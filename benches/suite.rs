@@ -286,6 +286,9 @@ fn main() {
                 let dir = root.join("detect").join(bug.name()).join(seed.to_string());
                 std::fs::create_dir_all(&dir).unwrap();
                 let mut a = vec!["run".to_string(), "--seed".into(), seed.to_string(), "--steps".into(), DETECT_STEPS.to_string(), "--testbed-bug".into(), bug.name().into()];
+                if bug.stack() == shakedown::faults::Stack::ControlPlane {
+                    a.extend(["--profile".to_string(), "control-plane".into()]);
+                }
                 a.extend(runs_arg(&dir));
                 jobs.push(Job { args: a, log: dir.join("log") });
                 keys.push((bug, seed, dir));
@@ -375,7 +378,7 @@ fn main() {
                     .map(|&seed| {
                         let run_dir = root.join("crashes").join(bug.name()).join(seed.to_string());
                         std::fs::create_dir_all(&run_dir).unwrap();
-                        let cfg = TestbedConfig { run_id: format!("sd-crash{seed}"), run_dir, binaries: binaries.clone(), disks, bug: Some(bug), heartbeat_ms: 50, election_ms: 500 };
+                        let cfg = TestbedConfig { run_id: format!("sd-crash{seed}"), run_dir, binaries: binaries.clone(), disks, bug: Some(bug), heartbeat_ms: 50, election_ms: 500, stack: bug.stack() };
                         random_crashes(cfg, seed)
                     })
                     .collect();

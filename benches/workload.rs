@@ -42,7 +42,7 @@ fn main() {
         profile.workload.interval = Duration::ZERO;
         let run_dir = root.path().join(format!("run{i}"));
         std::fs::create_dir_all(&run_dir).unwrap();
-        let cfg = TestbedConfig { run_id: format!("sd-wbench{i}"), run_dir, binaries: binaries.clone(), disks, bug: None, heartbeat_ms: 100, election_ms: 1000 };
+        let cfg = TestbedConfig { run_id: format!("sd-wbench{i}"), run_dir, binaries: binaries.clone(), disks, bug: None, heartbeat_ms: 100, election_ms: 1000, stack: shakedown::faults::Stack::Etcd };
         let model = profile.initial_model();
         let row = rt.block_on(async {
             let mut target = LocalTarget::start(cfg, &profile, &model, Duration::from_secs(30)).await.expect("bring-up");

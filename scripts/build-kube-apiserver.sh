@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver 1.20.2 from Debian's `kubernetes` source package with Go 1.19 (as root,
-# Debian 12) for the kube target's tests, and caches the binary under
-# ${SHAKEDOWN_KUBE_CACHE:-/var/cache/shakedown/kube}/kube-apiserver. Skips everything when the
-# cached binary exists and runs. Facts: tests/fixtures/crds/README.md and the comments below. About 7 minutes on 2 cores
-# the first time; seconds afterwards.
+# Builds Kubernetes 1.20.2 from Debian's `kubernetes` source package with Go 1.19 (as root,
+# Debian 12) for the kube and app targets' tests: kube-apiserver (the kube target's tests), and
+# kubelet, kube-controller-manager, kube-scheduler and a static pause binary (the local node,
+# `shakedown node up`). Caches them under ${SHAKEDOWN_KUBE_CACHE:-/var/cache/shakedown/kube}.
+# Skips everything when every cached binary exists and runs. Facts: tests/fixtures/crds/README.md
+# and the comments below. About 12 minutes on 2 cores the first time; seconds afterwards.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 cache="${SHAKEDOWN_KUBE_CACHE:-/var/cache/shakedown/kube}"
-bin="$cache/kube-apiserver"
-if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
-  echo "kube-apiserver cached: $("$bin" --version) ($bin)"
+bins=(kube-apiserver kubelet kube-controller-manager kube-scheduler)
+cached=1
+for b in "${bins[@]}"; do
+  { [ -x "$cache/$b" ] && "$cache/$b" --version >/dev/null 2>&1; } || cached=0
+done
+[ -x "$cache/pause" ] || cached=0
+if [ "$cached" = 1 ]; then
+  echo "Kubernetes cached: $("$cache/kube-apiserver" --version), ${bins[*]} and pause in $cache"
   exit 0
 fi
 mkdir -p "$cache"
@@ -29,7 +35,7 @@ if ! grep -rqs '^Types:.*deb-src\|^deb-src ' /etc/apt/sources.list /etc/apt/sour
 fi
 apt-get update -qq
 # 2. Go 1.19, rsync (the build's helper scripts), dpkg-dev (apt-get source), reflect2 1.0.2.
-apt-get install -y -qq --no-install-recommends golang-go rsync dpkg-dev make \
+apt-get install -y -qq --no-install-recommends golang-go rsync dpkg-dev make gcc libc6-dev \
   golang-github-modern-go-reflect2-dev >/dev/null
 
 work="$cache/build"
@@ -53,11 +59,16 @@ cd "$work/.go/src/k8s.io/kubernetes"
 export GOPATH="$work/.go" GO111MODULE=off CGO_ENABLED=0 GOFLAGS=-mod=vendor
 export GOCACHE="$cache/gocache"
 # KUBE_GIT_VERSION: a source package has no git metadata.
-make WHAT=cmd/kube-apiserver KUBE_GIT_VERSION=v1.20.2 KUBE_GIT_TREE_STATE=clean
-out="$(find "$work/.go/src/k8s.io/kubernetes/_output" -type f -name kube-apiserver -perm -u+x | head -1)"
-[ -n "$out" ] || { echo "build produced no kube-apiserver" >&2; exit 1; }
-install -m 0755 "$out" "$bin.tmp" && mv "$bin.tmp" "$bin"
-"$bin" --version
-# The source tree (~1 GiB) is not needed once the binary is cached; the Go cache is kept.
+make WHAT="$(printf 'cmd/%s ' "${bins[@]}")" KUBE_GIT_VERSION=v1.20.2 KUBE_GIT_TREE_STATE=clean
+for b in "${bins[@]}"; do
+  out="$(find "$work/.go/src/k8s.io/kubernetes/_output" -type f -name "$b" -perm -u+x | head -1)"
+  [ -n "$out" ] || { echo "build produced no $b" >&2; exit 1; }
+  install -m 0755 "$out" "$cache/$b.tmp" && mv "$cache/$b.tmp" "$cache/$b"
+  "$cache/$b" --version
+done
+# 5. The pause binary of the node's sandbox image, as build/pause/Makefile builds it.
+gcc -Os -static -DVERSION=v3.4-shakedown -o "$cache/pause.tmp" build/pause/linux/pause.c
+mv "$cache/pause.tmp" "$cache/pause"
+# The source tree (~1 GiB) is not needed once the binaries are cached; the Go cache is kept.
 cd / && rm -rf "$work"
-echo "kube-apiserver built: $bin"
+echo "Kubernetes built: ${bins[*]} and pause in $cache"

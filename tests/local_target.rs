@@ -22,7 +22,12 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
 /// The first seed (from 1) whose default plan shows what `steps` looks for within its first 10
 /// ops, and the plan length it needs (`steps` returns it).
 fn seed_where(steps: impl Fn(&[Op]) -> Option<usize>) -> (u64, usize) {
-    let profile = shakedown::profiles::load("default").unwrap();
+    seed_in("default", steps)
+}
+
+/// [`seed_where`] for the plans of a shipped profile.
+fn seed_in(profile: &str, steps: impl Fn(&[Op]) -> Option<usize>) -> (u64, usize) {
+    let profile = shakedown::profiles::load(profile).unwrap();
     (1..5000u64)
         .find_map(|seed| steps(&generate(seed, &profile).ops[..10]).map(|n| (seed, n)))
         .expect("some seed has it early")
@@ -49,10 +54,31 @@ fn seed_for(bug: PlantedBug) -> (u64, usize) {
         // The watcher resumes after the step that broke its stream; the gap shows once the
         // stream delivers past it. After a restore, mixed stores and stale watches show once
         // writes reuse the restored revisions. One more step for each.
+        // Stale apiservers skip the writes whose revisions the restored store reuses: that needs
+        // writes between the backup and the restore (an op between them), and a step after the
+        // restore that does not restart the machines (which would end the stale caches).
+        PlantedBug::RestoreKeepsApiservers => seed_in(base_profile(bug), |ops| {
+            let backups: Vec<usize> = ops.iter().enumerate().filter(|(_, op)| op.kind() == OpKind::Backup).map(|(i, _)| i).collect();
+            ops.iter().enumerate().find_map(|(j, op)| {
+                let Op::Restore { backup } = op else { return None };
+                let next = ops.get(j + 1)?;
+                let restarts = matches!(next.kind(), OpKind::RollingUpgrade | OpKind::RollingReplace | OpKind::Restore | OpKind::Crash | OpKind::SiteOutage | OpKind::DiskReattach | OpKind::Restart);
+                (*backups.get(backup.0 as usize)? + 2 <= j && !restarts).then_some(j + 2)
+            })
+        }),
         PlantedBug::WatchResumeFromNow | PlantedBug::RestoreKeepsWatches | PlantedBug::RestoreMixedBackups => {
-            seed_where(|ops| ops.iter().position(|op| bug.triggered_by(op)).map(|i| i + 2).filter(|&n| n <= ops.len()))
+            seed_in(base_profile(bug), |ops| ops.iter().position(|op| bug.triggered_by(op)).map(|i| i + 2).filter(|&n| n <= ops.len()))
         }
-        _ => seed_where(|ops| ops.iter().position(|op| bug.triggered_by(op)).map(|i| i + 1)),
+        _ => seed_in(base_profile(bug), |ops| ops.iter().position(|op| bug.triggered_by(op)).map(|i| i + 1)),
+    }
+}
+
+/// The shipped profile a planted bug's runs start from: the stack it lives in.
+fn base_profile(bug: PlantedBug) -> &'static str {
+    match bug.stack() {
+        shakedown::faults::Stack::Etcd => "default",
+        shakedown::faults::Stack::ControlPlane => "control-plane",
+        shakedown::faults::Stack::App => unreachable!("the local target's planted bugs live in its own stacks"),
     }
 }
 
@@ -86,14 +112,21 @@ fn seed_1_twenty_steps_passes_with_every_invariant_checked_after_every_step() {
     assert!(!run_dir.join("disks").exists() && !run_dir.join("members").exists());
 }
 
-/// The default profile with shorter bounds, so a planted bug that makes an op hang fails fast.
-fn quick_profile(d: &common::Dirs) -> String {
+/// The bug's base profile with shorter bounds, so a planted bug that makes an op hang fails
+/// fast (the control-plane stack keeps its own: an apiserver restarted with its machine takes
+/// seconds to be ready). The op bound still covers a healthy rolling replace of three members:
+/// 15.7–20.2 s on this 2-core machine on etcd 3.5.1 and 3.5.16 alike (`shakedown run --seed 19
+/// --steps 1`), which a 20 s bound cut short (seed 19 of restore-mixed-backups then failed its
+/// first step, not the bug's).
+fn quick_profile(d: &common::Dirs, bug: PlantedBug) -> String {
     std::fs::create_dir_all(&d.seeds).unwrap();
     let path = d.seeds.join("../quick.toml");
-    let mut p = shakedown::profiles::load("default").unwrap();
+    let mut p = shakedown::profiles::load(base_profile(bug)).unwrap();
     p.name = "quick".into();
-    p.timeouts.op = Duration::from_secs(20);
-    p.timeouts.converge = Duration::from_secs(5);
+    if bug.stack() == shakedown::faults::Stack::Etcd {
+        p.timeouts.op = Duration::from_secs(45);
+        p.timeouts.converge = Duration::from_secs(5);
+    }
     std::fs::write(&path, p.to_toml()).unwrap();
     path.to_string_lossy().to_string()
 }
@@ -103,13 +136,14 @@ fn quick_profile(d: &common::Dirs) -> String {
 fn run_until_caught(bug: PlantedBug, d: &common::Dirs, attempts: usize) -> (std::process::Output, u64) {
     let (seed, steps) = seed_for(bug);
     let (seed_s, steps_s) = (seed.to_string(), steps.to_string());
-    let profile = quick_profile(d);
+    let profile = quick_profile(d, bug);
     for attempt in 1..=attempts {
         let out = run(&["run", "--seed", &seed_s, "--steps", &steps_s, "--profile", &profile, "--testbed-bug", bug.name()], d);
-        if out.status.code() != Some(0) || attempt == attempts {
+        // A timing-bound bug may also show only after healing (exit 3): try again.
+        if out.status.code() == Some(1) || attempt == attempts {
             return (out, seed);
         }
-        eprintln!("{bug}: attempt {attempt} passed; trying again");
+        eprintln!("{bug}: attempt {attempt} did not fail a step's check (exit {:?}); trying again", out.status.code());
     }
     unreachable!()
 }
@@ -123,7 +157,13 @@ fn planted_bug_is_caught_recorded_and_replayed(bug: PlantedBug) {
     // the same check may report alone when that member's status did not answer in time.
     let attempts = if matches!(
         bug,
-        PlantedBug::UpgradeNoWait | PlantedBug::TxnIgnoresConflict | PlantedBug::WatchResumeFromNow | PlantedBug::RestoreMixedBackups | PlantedBug::RestoreKeepsWatches | PlantedBug::LeaseKeysUnattached
+        PlantedBug::UpgradeNoWait
+            | PlantedBug::TxnIgnoresConflict
+            | PlantedBug::WatchResumeFromNow
+            | PlantedBug::RestoreMixedBackups
+            | PlantedBug::RestoreKeepsWatches
+            | PlantedBug::LeaseKeysUnattached
+            | PlantedBug::RestoreKeepsApiservers
     ) {
         3
     } else {
@@ -135,7 +175,8 @@ fn planted_bug_is_caught_recorded_and_replayed(bug: PlantedBug) {
     let records = seed_records(&d.seeds);
     assert_eq!(records.len(), 1, "one seed record");
     let record = SeedRecord::load(&records[0]).unwrap();
-    assert_eq!(record.failure.invariant, Some(bug.caught_by()), "{bug} caught by the wrong invariant: {:?}", record.failure);
+    let caught_by = record.failure.invariant.expect("a violation names its invariant");
+    assert!(caught_by == bug.caught_by() || Some(caught_by) == bug.also_caught_by(), "{bug} caught by the wrong invariant: {:?}", record.failure);
     assert_eq!(record.target, shakedown::targets::TargetSpec::Local(shakedown::targets::local::LocalSpec { testbed_bug: Some(bug) }));
     assert_eq!(record.seed, seed);
     assert!(record.versions.contains_key("etcd-3.4") && record.versions.contains_key("haproxy"));
@@ -144,7 +185,7 @@ fn planted_bug_is_caught_recorded_and_replayed(bug: PlantedBug) {
     // Reports and forensics of the failed run, taken before the teardown.
     let run_dir = std::path::PathBuf::from(stdout.lines().find_map(|l| l.strip_prefix("run directory: ")).unwrap());
     let html = std::fs::read_to_string(run_dir.join("report.html")).unwrap();
-    assert!(html.contains("FAIL") && html.contains("<svg") && html.contains(bug.caught_by().to_string().as_str()));
+    assert!(html.contains("FAIL") && html.contains("<svg") && html.contains(caught_by.to_string().as_str()));
     let junit = std::fs::read_to_string(run_dir.join("junit.xml")).unwrap();
     assert!(junit.contains(&format!("replay: shakedown replay {}\"", records[0].display())), "{junit}");
     let observation: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run_dir.join("forensics/observation.json")).unwrap()).unwrap();
@@ -165,7 +206,7 @@ fn planted_bug_is_caught_recorded_and_replayed(bug: PlantedBug) {
     }
     let stdout = text(&out.stdout);
     // A timing-bound bug may show only after healing in a replay: still its invariant.
-    let caught = format!("durability: ").replace("durability", bug.caught_by().name());
+    let caught = format!("{}: ", caught_by.name());
     assert!(
         stdout.contains(": reproduced: invariant") || (attempts > 1 && stdout.lines().any(|l| l.contains("failed differently: liveness failure") && l.contains(&caught))),
         "{stdout}"
@@ -235,6 +276,107 @@ fn planted_restore_keeps_watches_is_caught_by_watch() {
 #[test]
 fn planted_restore_mixed_backups_is_caught_by_consistency() {
     planted_bug_is_caught_recorded_and_replayed(PlantedBug::RestoreMixedBackups);
+}
+
+#[test]
+fn planted_api_lb_no_health_check_is_caught_by_api_reachability() {
+    planted_bug_is_caught_recorded_and_replayed(PlantedBug::ApiLbNoHealthCheck);
+}
+
+#[test]
+fn planted_restore_keeps_apiservers_is_caught_by_api_watch() {
+    planted_bug_is_caught_recorded_and_replayed(PlantedBug::RestoreKeepsApiservers);
+}
+
+/// Issue 13: the control-plane stack — per machine an etcd member and a kube-apiserver talking
+/// to it, HAProxy as the API load balancer. A plan that crashes a machine, restarts it, pauses
+/// and resumes one and restores a backup passes with the API invariants checked after every step
+/// (the API workload acknowledged writes and its watches delivered them), and nothing of the run
+/// is left: no etcd, no apiserver, no HAProxy, no mount, no loop device.
+#[test]
+fn control_plane_stack_checks_the_api_after_every_step_and_leaves_nothing() {
+    let _l = lock();
+    let d = dirs();
+    let kinds = [OpKind::Crash, OpKind::Pause, OpKind::Restore];
+    let (seed, steps) = seed_in("control-plane", |ops| {
+        let last = kinds.iter().map(|k| ops.iter().position(|op| op.kind() == *k)).collect::<Option<Vec<_>>>()?;
+        last.into_iter().max().map(|i| i + 1)
+    });
+    let out = run(&["run", "--profile", "control-plane", "--seed", &seed.to_string(), "--steps", &steps.to_string()], &d);
+    // On a failure, the end of each machine's logs from the run's forensics: the test's directory
+    // is gone afterwards, and an apiserver that stopped answering says why only there.
+    let tails = || -> String {
+        let Some(dir) = std::fs::read_dir(&d.runs).ok().and_then(|mut r| r.next()).and_then(|e| e.ok()).map(|e| e.path().join("forensics")) else { return String::new() };
+        let mut files: Vec<_> = std::fs::read_dir(&dir).map(|r| r.flatten().map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with(".log.tail")).collect()).unwrap_or_default();
+        files.sort();
+        files.iter().map(|f| format!("--- {}\n{}", f.display(), std::fs::read_to_string(f).unwrap_or_default())).collect()
+    };
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", text(&out.stderr), tails());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("API load balancer https://127.") && stderr.contains("/api/kubeconfig"), "{stderr}");
+    assert!(!stderr.contains("not checked"), "every invariant is checked on the control-plane stack: {stderr}");
+    let run_dir = only_run_dir(&d.runs);
+    let ev = events(&run_dir);
+    let api = ["api-reachability", "api-durability", "api-watch"];
+    let checks: Vec<&serde_json::Value> = ev.iter().filter(|e| e["event"] == "check").collect();
+    assert_eq!(checks.len(), steps + 1, "a check after bring-up and after every step");
+    for c in &checks {
+        let names: Vec<&str> = c["invariants"].as_array().unwrap().iter().filter(|i| i["verdict"] == "pass").map(|i| i["invariant"].as_str().unwrap()).collect();
+        assert!(api.iter().all(|a| names.contains(a)), "step {}: {names:?}", c["step"]);
+    }
+    let end = ev.iter().find(|e| e["event"] == "teardown").unwrap();
+    assert!(end["workload"]["api"]["acked"].as_u64().unwrap() > 50, "{end}");
+    assert!(end["workload"]["api"]["watch_events"].as_u64().unwrap() > 0, "{end}");
+    assert!(std::fs::read_to_string(run_dir.join("api-workload.csv")).unwrap().lines().count() > 50);
+    assert!(std::fs::read_to_string(run_dir.join("logs/m0-apiserver.log")).is_ok());
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}
+
+/// An apiserver that exits on its own (kube-apiserver ≥ 1.19 does when its etcd does not answer
+/// while it starts) is started again as a kubeadm machine's kubelet would, after kubelet's 10 s
+/// back-off, named in the event log; meanwhile `api-reachability` names the machine. (The exit is
+/// made here by a SIGKILL from outside the testbed: the testbed did not cause it, which is all
+/// the supervision looks at.)
+#[test]
+fn an_apiserver_that_exits_is_restarted_as_kubelet_would() {
+    use shakedown::invariants::{check_all, InvariantId};
+    use shakedown::targets::local::LocalTarget;
+    use shakedown::targets::Target;
+    let _l = lock();
+    let d = dirs();
+    let profile = shakedown::profiles::load("control-plane").unwrap();
+    let (mut cfg, _run_dir, rt) = library_run(&d, "sd-kubelet", &profile);
+    cfg.stack = shakedown::faults::Stack::ControlPlane;
+    cfg.binaries.kube_apiserver = Some(shakedown::binaries::discover_apiserver(None).unwrap());
+    rt.block_on(async {
+        let model = profile.initial_model();
+        let mut target = LocalTarget::start(cfg, &profile, &model, Duration::from_secs(60)).await.unwrap();
+        let m0 = target.testbed.members.keys().next().copied().unwrap();
+        let pid = target.testbed.members[&m0].apiserver_pid().unwrap();
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let t0 = Instant::now();
+        let mut down_seen = false;
+        let mut notes = vec![];
+        let back = loop {
+            let obs = target.observe(&model, &[InvariantId::ApiReachability]).await;
+            notes.extend(target.take_events().into_iter().map(|e| format!("{e:?}")));
+            let failures = check_all(&[InvariantId::ApiReachability], &model, &obs);
+            if !failures.is_empty() {
+                let f = format!("{failures:?}");
+                down_seen |= f.contains(&format!("{m0}-apiserver")) && f.contains("its process exited") && f.contains("back-off restarts it");
+            } else if target.testbed.members[&m0].apiserver_pid().is_some_and(|p| p != pid) {
+                break t0.elapsed();
+            }
+            assert!(t0.elapsed() < Duration::from_secs(60), "m0's apiserver is not back after 60 s: {notes:?}");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        target.teardown().await;
+        assert!(down_seen, "api-reachability named the machine, and why, while its apiserver was down");
+        assert!(back >= Duration::from_secs(10), "kubelet's back-off is 10 s, back after {back:?}");
+        let notes = notes.join("\n");
+        assert!(notes.contains("kube-apiserver exited") && notes.contains("restarts it in 10 s") && notes.contains("kube-apiserver restarted"), "{notes}");
+    });
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 }
 
 /// Starts `shakedown run ARGS` and waits (bounded) until a line of its progress contains `needle`.
@@ -323,6 +465,16 @@ fn testbed_up_status_down() {
     let _l = lock();
     let d = dirs();
     let runs = d.runs.to_str().unwrap();
+    /// A testbed outlives its `up` by design: a failing assertion below must not leave it.
+    struct Reap(std::path::PathBuf);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                let _ = common::bin().args(["reap", "--runs-dir"]).arg(&self.0).output();
+            }
+        }
+    }
+    let _reap = Reap(d.runs.clone());
     let up = common::bin().args(["testbed", "up", "--runs-dir", runs]).output().unwrap();
     assert_eq!(up.status.code(), Some(0), "{}", text(&up.stderr));
     assert!(text(&up.stdout).contains("endpoint  http://127."), "{}", text(&up.stdout));
@@ -343,7 +495,7 @@ fn forty_step_plan_with_every_op_passes() {
     let _l = lock();
     let mut profile = shakedown::profiles::load("default").unwrap();
     profile.steps = 40;
-    let all: std::collections::BTreeSet<OpKind> = OpKind::ALL.into_iter().collect();
+    let all: std::collections::BTreeSet<OpKind> = OpKind::ALL.into_iter().filter(|k| !k.app_only()).collect();
     let seed = (1..20_000u64)
         .find(|&s| {
             let ops = &generate(s, &profile).ops;
@@ -374,7 +526,7 @@ fn library_run(d: &common::Dirs, run_id: &str, profile: &shakedown::faults::Prof
     std::fs::create_dir_all(&run_dir).unwrap();
     let run_dir = run_dir.canonicalize().unwrap();
     let disks = shakedown::targets::local::DiskMode::Loop;
-    let cfg = shakedown::targets::local::TestbedConfig { run_id: run_id.into(), run_dir: run_dir.clone(), binaries, disks, bug: None, heartbeat_ms: 50, election_ms: 500 };
+    let cfg = shakedown::targets::local::TestbedConfig { run_id: run_id.into(), run_dir: run_dir.clone(), binaries, disks, bug: None, heartbeat_ms: 50, election_ms: 500, stack: shakedown::faults::Stack::Etcd };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     (cfg, run_dir, rt)
 }
@@ -417,9 +569,19 @@ fn restore_refuses_a_damaged_backup_and_leaves_the_cluster_untouched() {
             let msg = err.to_string();
             assert!(matches!(err, TargetError::Stack(_)), "{msg}");
             assert!(msg.contains("restore refused, the cluster was left untouched") && (msg.contains("truncated") || msg.contains("corrupt")), "{msg}");
-            // The cluster is as it was: every invariant holds against the model before the restore.
-            let obs = target.observe(&model, &InvariantId::ALL).await;
-            let failures: Vec<_> = check_all(&InvariantId::ALL, &model, &obs).into_iter().filter(|(i, _)| *i != InvariantId::Durability).collect();
+            // The cluster is as it was: every invariant holds against the model before the restore,
+            // within a convergence wait as the engine's (seen once in a full run: every read
+            // through HAProxy got a broken pipe for a moment while each member answered directly;
+            // the cause — likely the 300 ms health checks timing out under load — is unconfirmed).
+            let mut failures = vec![];
+            for _ in 0..50 {
+                let obs = target.observe(&model, &InvariantId::ALL).await;
+                failures = check_all(&InvariantId::ALL, &model, &obs).into_iter().filter(|(i, _)| *i != InvariantId::Durability).collect();
+                if failures.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
             assert!(failures.is_empty(), "{damage}: {failures:?}");
             std::fs::write(&file, good).unwrap();
         }
@@ -620,7 +782,7 @@ fn a_seed_above_i64_max_runs_records_and_replays() {
     let d = dirs();
     let seed = u64::MAX;
     let seed_s = seed.to_string();
-    let out = run(&["run", "--seed", &seed_s, "--steps", "2", "--profile", &quick_profile(&d), "--testbed-bug", "ack-before-write"], &d);
+    let out = run(&["run", "--seed", &seed_s, "--steps", "2", "--profile", &quick_profile(&d, PlantedBug::AckBeforeWrite), "--testbed-bug", "ack-before-write"], &d);
     assert_eq!(out.status.code(), Some(1), "caught as a violation: {}", text(&out.stderr));
     assert!(text(&out.stdout).contains(&format!("FAIL: seed {seed_s}")));
     let run_dir = only_run_dir(&d.runs);
@@ -690,9 +852,40 @@ async fn keys_served_by(url: &str, want: &[String]) -> Vec<String> {
     got
 }
 
+/// How the stores of the members at `a` and `b` differ (serializable reads of every key, each
+/// member's own store, read together): the keys one holds and the other does not, and those whose
+/// mod revision or version (updates since its creation) differ — a key many versions behind on
+/// one member missed the updates to it there, not just the last one.
+async fn store_diff(a: &str, b: &str) -> String {
+    async fn store(url: &str) -> Result<std::collections::BTreeMap<String, (i64, i64)>, String> {
+        let mut c = shakedown::targets::local::etcd::connect(url, Duration::from_secs(2)).await.map_err(|e| e.to_string())?;
+        let r = c.get("", Some(etcd_client::GetOptions::new().with_all_keys().with_serializable())).await.map_err(|e| e.to_string())?;
+        Ok(r.kvs().iter().map(|kv| (String::from_utf8_lossy(kv.key()).to_string(), (kv.mod_revision(), kv.version()))).collect())
+    }
+    // Read together: the workload goes on writing, so keys written between the two reads differ.
+    let (sa, sb) = match tokio::join!(store(a), store(b)) {
+        (Ok(x), Ok(y)) => (x, y),
+        (x, y) => return format!("store diff unavailable: {:?} {:?}", x.err(), y.err()),
+    };
+    let only_a: Vec<&String> = sa.keys().filter(|k| !sb.contains_key(*k)).collect();
+    let only_b: Vec<&String> = sb.keys().filter(|k| !sa.contains_key(*k)).collect();
+    let differ: Vec<String> = sa.iter().filter_map(|(k, va)| sb.get(k).filter(|vb| *vb != va).map(|vb| format!("{k}: (mod rev, version) {va:?} vs {vb:?}"))).collect();
+    format!(
+        "store diff {a} vs {b}: {} keys vs {}; only on the first {}: {:?}; only on the second {}: {:?}; differing {}: {:?}",
+        sa.len(),
+        sb.len(),
+        only_a.len(),
+        only_a.iter().take(5).collect::<Vec<_>>(),
+        only_b.len(),
+        only_b.iter().take(5).collect::<Vec<_>>(),
+        differ.len(),
+        differ.iter().take(8).collect::<Vec<_>>()
+    )
+}
+
 /// Every invariant holds within 10 s (as the engine's convergence wait); returns each member's
 /// revision once they do, for the report of how far a member trails.
-async fn converged(target: &mut shakedown::targets::local::LocalTarget, model: &shakedown::faults::Model) -> Vec<(String, i64)> {
+async fn converged(target: &mut shakedown::targets::local::LocalTarget, model: &shakedown::faults::Model) -> Result<Vec<(String, i64)>, String> {
     use shakedown::invariants::{check_all, InvariantId};
     use shakedown::targets::Target;
     let mut failures = vec![];
@@ -700,11 +893,11 @@ async fn converged(target: &mut shakedown::targets::local::LocalTarget, model: &
         let obs = target.observe(model, &InvariantId::ALL).await;
         failures = check_all(&InvariantId::ALL, model, &obs);
         if failures.is_empty() {
-            return obs.members.iter().map(|m| (m.name.clone(), m.revision)).collect();
+            return Ok(obs.members.iter().map(|m| (m.name.clone(), m.revision)).collect());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    panic!("invariants failed: {failures:?}");
+    Err(format!("invariants failed: {failures:?}"))
 }
 
 /// What `disk-detach` then `disk-reattach` does to member `m` of a fresh stack on etcd `version`:
@@ -716,7 +909,15 @@ struct DiskCycle {
     want: Vec<String>,
     served: Vec<String>,
     notes: Vec<String>,
-    revisions: Vec<(String, i64)>,
+    revisions: Result<Vec<(String, i64)>, String>,
+    run_dir: std::path::PathBuf,
+}
+
+impl DiskCycle {
+    /// The keys written before and during the detach that the member does not serve.
+    fn missing(&self) -> Vec<&String> {
+        self.want.iter().filter(|w| !self.served.contains(w)).collect()
+    }
 }
 
 /// With `corrupt_wal`, m's WAL is damaged while its disk is detached (as a broken disk would),
@@ -727,7 +928,7 @@ fn disk_cycle(d: &common::Dirs, run_id: &str, version: shakedown::faults::Versio
     use shakedown::targets::Target;
     let mut profile = shakedown::profiles::load("default").unwrap();
     profile.versions = vec![version];
-    let (cfg, _run_dir, rt) = library_run(d, run_id, &profile);
+    let (cfg, run_dir, rt) = library_run(d, run_id, &profile);
     rt.block_on(async {
         let mut model = profile.initial_model();
         let mut target = LocalTarget::start(cfg, &profile, &model, Duration::from_secs(30)).await.unwrap();
@@ -757,9 +958,13 @@ fn disk_cycle(d: &common::Dirs, run_id: &str, version: shakedown::faults::Versio
         let want: Vec<String> = ["before", "during"].iter().flat_map(|p| (0..20).map(move |i| format!("/test/{p}-{i}=v{i}"))).collect();
         let served = keys_served_by(&url, &want).await;
         let revisions = converged(&mut target, &model).await;
+        let revisions = match revisions {
+            Err(e) => Err(format!("{e}\n{}", store_diff(&url, &other).await)),
+            ok => ok,
+        };
         let notes = target.take_events().into_iter().map(|e| serde_json::to_string(&e).unwrap()).filter(|e| e.contains("local-note")).collect();
         target.teardown().await;
-        DiskCycle { id_before, id_after, want, served, notes, revisions }
+        DiskCycle { id_before, id_after, want, served, notes, revisions, run_dir }
     })
 }
 
@@ -773,13 +978,43 @@ fn disk_reattach_restarts_the_member_on_its_own_data() {
     for version in profile.versions.clone() {
         let d = dirs();
         let c = disk_cycle(&d, &format!("sd-reattach-{}", version.to_string().replace('.', "")), version, |member| Op::DiskReattach { member }, false);
-        eprintln!("etcd {version}: member revisions once converged after the reattach: {:?}", c.revisions);
+        let revisions = c.revisions.as_ref().unwrap_or_else(|e| panic!("etcd {version}: {e}"));
+        eprintln!("etcd {version}: member revisions once converged after the reattach: {revisions:?}");
         assert_eq!(c.id_after, c.id_before, "etcd {version}: the reattached member is the same etcd member, not a re-added one");
         assert!(c.notes.is_empty(), "etcd {version}: the reattach fell back to re-adding the member: {:?}", c.notes);
-        let missing: Vec<&String> = c.want.iter().filter(|w| !c.served.contains(w)).collect();
+        let missing = c.missing();
         assert!(missing.is_empty(), "etcd {version}: the reattached member does not serve {missing:?}");
         assert_eq!(leftovers(&d.runs), Vec::<String>::new());
     }
+}
+
+/// An experiment, not a check (ignored): how often `disk-detach` then `disk-reattach` leaves the
+/// reattached member's store behind its raft index, per etcd binary. `SHAKEDOWN_CYCLES` cycles
+/// (default 10) on etcd `SHAKEDOWN_VERSION` (default 3.5; pick the binary with
+/// `SHAKEDOWN_ETCD_3_5=PATH`). Used for docs/findings.md, finding 1 ("Seen again through a lost disk").
+#[test]
+#[ignore]
+fn experiment_disk_reattach_divergence_rate() {
+    let _l = lock();
+    let cycles: usize = std::env::var("SHAKEDOWN_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+    let version: shakedown::faults::Version = std::env::var("SHAKEDOWN_VERSION").unwrap_or_else(|_| "3.5".into()).parse().unwrap();
+    let mut diverged = 0;
+    for i in 0..cycles {
+        let d = dirs();
+        let c = disk_cycle(&d, &format!("sd-rate-{i}"), version, |member| Op::DiskReattach { member }, false);
+        let missing = c.missing().len();
+        match &c.revisions {
+            Ok(r) => eprintln!("cycle {i}: converged {r:?}, missing {missing}, notes {}", c.notes.len()),
+            Err(e) => {
+                diverged += 1;
+                let keep = std::env::temp_dir().join(format!("shakedown-divergence-{version}-{i}"));
+                let _ = std::process::Command::new("cp").arg("-a").arg(c.run_dir.join("logs")).arg(&keep).status();
+                eprintln!("cycle {i}: DIVERGED, missing {missing}, notes {}, logs in {}: {e}", c.notes.len(), keep.display());
+            }
+        }
+        assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+    }
+    eprintln!("etcd {version}: {diverged} of {cycles} reattaches diverged");
 }
 
 /// `disk-replace`, the operator's recovery after a lost disk: the member's data is thrown away,
@@ -790,9 +1025,10 @@ fn disk_replace_re_adds_the_member_empty_and_it_catches_up() {
     let d = dirs();
     let profile = shakedown::profiles::load("default").unwrap();
     let c = disk_cycle(&d, "sd-replace", profile.versions[0], |member| Op::DiskReplace { member }, false);
-    eprintln!("member revisions once converged after the replace: {:?}", c.revisions);
+    let revisions = c.revisions.as_ref().unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("member revisions once converged after the replace: {revisions:?}");
     assert_ne!(c.id_after, c.id_before, "a replaced member is a new etcd member");
-    let missing: Vec<&String> = c.want.iter().filter(|w| !c.served.contains(w)).collect();
+    let missing = c.missing();
     assert!(missing.is_empty(), "the re-added member does not serve {missing:?}");
     assert!(c.notes.is_empty(), "{:?}", c.notes);
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
@@ -810,7 +1046,7 @@ fn disk_reattach_re_adds_a_member_whose_data_etcd_refuses_and_notes_it() {
     assert_ne!(c.id_after, c.id_before, "the member was re-added");
     assert!(c.notes.len() == 1 && c.notes[0].contains("disk-reattach(m1): etcd exited") && c.notes[0].contains("m1.log"), "{:?}", c.notes);
     eprintln!("the note: {}", c.notes[0]);
-    let missing: Vec<&String> = c.want.iter().filter(|w| !c.served.contains(w)).collect();
+    let missing = c.missing();
     assert!(missing.is_empty(), "the re-added member does not serve {missing:?}");
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 }

@@ -69,8 +69,11 @@ fn draw<S: Strategy>(runner: &mut TestRunner, strategy: &S) -> S::Value {
 /// The weights for a plan: pinned ones from the profile, the rest drawn from the seed.
 /// If every weight ends up 0, every kind gets weight 1.
 pub fn draw_weights(runner: &mut TestRunner, profile: &Profile) -> Weights {
+    // Only the kinds of the profile's stack have a weight (an etcd tier's plans and records
+    // never mention the application ops, and the other way round).
     let mut weights: Weights = OpKind::ALL
         .into_iter()
+        .filter(|kind| kind.app_only() == (profile.stack == crate::profile::Stack::App))
         .map(|kind| {
             let w = match profile.weights.get(&kind) {
                 _ if !profile.allows(kind) => 0,

@@ -75,6 +75,19 @@ impl Serialize for Version {
     }
 }
 
+impl schemars::JsonSchema for Version {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Version".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^[0-9]+\\.[0-9]+$",
+            "description": "A `major.minor` component version, written `\"3.4\"`."
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for Version {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
@@ -170,6 +183,9 @@ pub struct Model {
     /// Restores done so far, in order (each from one of `backups`).
     #[serde(default)]
     pub restores: Vec<BackupId>,
+    /// Replicas a NetworkPolicy cuts off (application target).
+    #[serde(default)]
+    pub partitioned: std::collections::BTreeSet<MemberId>,
 }
 
 impl Model {
@@ -184,7 +200,7 @@ impl Model {
                 (id, Member { id, site: SiteId((i % sites as u32) as u8), version, state: MemberState::Running, disk: DiskState::Attached })
             })
             .collect::<BTreeMap<_, _>>();
-        Model { sites, next_member: members.len() as u32, members, max_down, versions, outages: BTreeMap::new(), backups: vec![], restores: vec![] }
+        Model { sites, next_member: members.len() as u32, members, max_down, versions, outages: BTreeMap::new(), backups: vec![], restores: vec![], partitioned: Default::default() }
     }
 
     pub fn size(&self) -> usize {
@@ -317,6 +333,13 @@ impl Model {
                 let id = BackupId(self.backups.len() as u32);
                 self.backups.push(id);
             }
+            Op::PodKill { .. } | Op::OperatorRestart | Op::PvcLoss { .. } | Op::PodKillSelected { .. } => {}
+            Op::Partition { member } => {
+                self.partitioned.insert(member);
+            }
+            Op::PartitionHeal { member } => {
+                self.partitioned.remove(&member);
+            }
             Op::Restore { backup } => {
                 self.restores.push(backup);
                 self.members.values_mut().for_each(|m| {
@@ -353,6 +376,7 @@ impl Model {
             }
         }
         ops.extend(healed.members.values().filter(|m| m.disk == DiskState::Detached).map(|m| Op::DiskReattach { member: m.id }));
+        ops.extend(self.partitioned.iter().map(|&member| Op::PartitionHeal { member }));
         ops
     }
 

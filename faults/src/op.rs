@@ -50,7 +50,33 @@ pub enum Op {
     /// empty disk), the member removed from the cluster and added back empty as a learner,
     /// promoted once in sync, and waited for until caught up. A new etcd member id.
     DiskReplace { member: MemberId },
+    /// Application target: the replica's pod deleted with grace period 0; its controller makes a
+    /// new one (verified: a pod of that name with a new UID).
+    PodKill { member: MemberId },
+    /// Application target: the operator's Deployment scaled to zero (verified: its pods gone)
+    /// and back to its replicas (verified: a new pod available).
+    OperatorRestart,
+    /// Application target: the replica's PersistentVolumeClaim and pod deleted; the StatefulSet
+    /// makes a new, empty claim (verified: a claim of that name with a new UID, bound) and the
+    /// operator must rebuild the replica on it.
+    PvcLoss { member: MemberId },
+    /// Application target: a NetworkPolicy cuts the replica's pod off (all ingress and egress),
+    /// verified with the profile's connectivity probe from another replica; a network that does
+    /// not enforce it makes the op fail as an environment error.
+    Partition { member: MemberId },
+    /// Application target: the partition's NetworkPolicy removed (verified: the probe connects).
+    PartitionHeal { member: MemberId },
+    /// Application target: the app profile's `[pod_kill_selected]` — `count` (or `percent`,
+    /// rounded up) of the pods its label selector matches, deleted together with grace period 0.
+    /// Which ones is the plan's: sorted by name, the run starts at `pick` modulo their number
+    /// (so a replay kills the same pods of a StatefulSet). Verified: every killed pod gone or
+    /// replaced (a new UID), and as many matching pods Ready as before.
+    PodKillSelected { pick: u32 },
 }
+
+/// How many different picks `pod-kill-selected` draws from (divisible by 1–4 and 6, so that
+/// every start is equally likely for groups of those sizes).
+pub const SELECTED_PICKS: u32 = 12;
 
 /// The most backups a plan keeps (each is a file in the run directory).
 pub const MAX_BACKUPS: usize = 8;
@@ -58,22 +84,55 @@ pub const MAX_BACKUPS: usize = 8;
 crate::registry! {
     /// The family of an op: what profiles weigh and reports count. Declaration order is
     /// `ALL`'s order, which generation depends on: add new kinds at the end.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
     #[serde(rename_all = "kebab-case")]
     pub enum OpKind: "op" {
+        /// SIGKILL one member (kube: pause the KubeadmControlPlane, delete the member's Machine).
         Crash => "crash",
+        /// Start a crashed member again on its own data (kube: resume the KubeadmControlPlane, wait for the replacement Machine).
         Restart => "restart",
+        /// SIGSTOP one member (kube: only through `[hooks.pause]`).
         Pause => "pause",
+        /// SIGCONT a paused member (kube: only through `[hooks.resume]`).
         Resume => "resume",
+        /// Move every member, one at a time, to a newer version of the profile (kube: KubeadmControlPlane `spec.version`).
         RollingUpgrade => "rolling-upgrade",
+        /// Replace every member, one at a time, by a new one on a fresh disk (kube: KubeadmControlPlane `spec.rollout.after`).
         RollingReplace => "rolling-replace",
+        /// Take a site down: `isolate` (its traffic dropped) or `power-loss` (its processes killed; kube: its Machines deleted).
         SiteOutage => "site-outage",
+        /// Bring a site that is out back.
         SiteRecover => "site-recover",
+        /// Make a member's disk fail every read and write (kube: delete the `[disk]` volume's VolumeAttachment).
         DiskDetach => "disk-detach",
+        /// Attach a detached disk again and restart the member on its data (kube: wait for a new VolumeAttachment).
         DiskReattach => "disk-reattach",
+        /// Take a snapshot (kube: a Velero Backup).
         Backup => "backup",
+        /// Restore every member from a backup as a new cluster (kube: a Velero Restore).
         Restore => "restore",
+        /// Replace a lost disk: the member removed and re-added empty, with a new member id (kube: only through `[hooks.disk-replace]`).
         DiskReplace => "disk-replace",
+        /// Application target: delete a replica's pod with grace period 0 (verified: a new UID).
+        PodKill => "pod-kill",
+        /// Application target: scale the operator's Deployment to zero and back.
+        OperatorRestart => "operator-restart",
+        /// Application target: delete a replica's claim and pod (verified: a new, empty claim).
+        PvcLoss => "pvc-loss",
+        /// Application target: cut a replica's pod off with a NetworkPolicy (verified by a probe).
+        Partition => "partition",
+        /// Application target: remove a partition's NetworkPolicy (verified by a probe).
+        PartitionHeal => "partition-heal",
+        /// Application target: delete `count` or `percent` of the pods of the app profile's `[pod_kill_selected]` label selector at once, grace period 0 (verified: replaced, as many Ready as before).
+        PodKillSelected => "pod-kill-selected",
+    }
+}
+
+impl OpKind {
+    /// The kinds only the application target runs (`stack = "app"`): a profile of another
+    /// stack never draws them, and an `app` profile draws only them.
+    pub fn app_only(self) -> bool {
+        matches!(self, OpKind::PodKill | OpKind::OperatorRestart | OpKind::PvcLoss | OpKind::Partition | OpKind::PartitionHeal | OpKind::PodKillSelected)
     }
 }
 
@@ -93,14 +152,37 @@ impl Op {
             Op::Backup => OpKind::Backup,
             Op::Restore { .. } => OpKind::Restore,
             Op::DiskReplace { .. } => OpKind::DiskReplace,
+            Op::PodKill { .. } => OpKind::PodKill,
+            Op::OperatorRestart => OpKind::OperatorRestart,
+            Op::PvcLoss { .. } => OpKind::PvcLoss,
+            Op::Partition { .. } => OpKind::Partition,
+            Op::PartitionHeal { .. } => OpKind::PartitionHeal,
+            Op::PodKillSelected { .. } => OpKind::PodKillSelected,
         }
     }
 
     /// The member the op acts on, for ops on one member.
     pub fn member(&self) -> Option<MemberId> {
         match *self {
-            Op::Crash { member } | Op::Restart { member } | Op::Pause { member } | Op::Resume { member } | Op::DiskDetach { member } | Op::DiskReattach { member } | Op::DiskReplace { member } => Some(member),
-            Op::RollingUpgrade { .. } | Op::RollingReplace | Op::SiteOutage { .. } | Op::SiteRecover { .. } | Op::Backup | Op::Restore { .. } => None,
+            Op::Crash { member }
+            | Op::Restart { member }
+            | Op::Pause { member }
+            | Op::Resume { member }
+            | Op::DiskDetach { member }
+            | Op::DiskReattach { member }
+            | Op::DiskReplace { member }
+            | Op::PodKill { member }
+            | Op::PvcLoss { member }
+            | Op::Partition { member }
+            | Op::PartitionHeal { member } => Some(member),
+            Op::RollingUpgrade { .. }
+            | Op::RollingReplace
+            | Op::SiteOutage { .. }
+            | Op::SiteRecover { .. }
+            | Op::Backup
+            | Op::Restore { .. }
+            | Op::OperatorRestart
+            | Op::PodKillSelected { .. } => None,
         }
     }
 
@@ -118,7 +200,13 @@ impl Op {
             | Op::RollingUpgrade { .. }
             | Op::RollingReplace
             | Op::Backup
-            | Op::Restore { .. } => None,
+            | Op::Restore { .. }
+            | Op::PodKill { .. }
+            | Op::OperatorRestart
+            | Op::PvcLoss { .. }
+            | Op::Partition { .. }
+            | Op::PartitionHeal { .. }
+            | Op::PodKillSelected { .. } => None,
         }
     }
 }
@@ -129,9 +217,19 @@ impl fmt::Display for Op {
             return write!(f, "{}({member})", self.kind());
         }
         match self {
-            Op::Crash { .. } | Op::Restart { .. } | Op::Pause { .. } | Op::Resume { .. } | Op::DiskDetach { .. } | Op::DiskReattach { .. } | Op::DiskReplace { .. } => {
-                unreachable!("ops on one member are written above")
-            }
+            Op::Crash { .. }
+            | Op::Restart { .. }
+            | Op::Pause { .. }
+            | Op::Resume { .. }
+            | Op::DiskDetach { .. }
+            | Op::DiskReattach { .. }
+            | Op::DiskReplace { .. }
+            | Op::PodKill { .. }
+            | Op::PvcLoss { .. }
+            | Op::Partition { .. }
+            | Op::PartitionHeal { .. } => unreachable!("ops on one member are written above"),
+            Op::OperatorRestart => f.write_str("operator-restart"),
+            Op::PodKillSelected { pick } => write!(f, "pod-kill-selected(pick {pick})"),
             Op::RollingUpgrade { to } => write!(f, "rolling-upgrade(to {to})"),
             Op::RollingReplace => f.write_str("rolling-replace"),
             Op::SiteOutage { site, mode } => write!(f, "site-outage({site}, {mode})"),
@@ -171,6 +269,12 @@ pub enum PreconditionError {
     SiteOut(SiteId),
     #[error("{0}")]
     NeedsQuorum(&'static str),
+    #[error("{0} is partitioned")]
+    Partitioned(MemberId),
+    #[error("{0} is not partitioned")]
+    NotPartitioned(MemberId),
+    #[error("a partition is in place already ({0}): one at a time")]
+    PartitionInPlace(MemberId),
 }
 
 impl Model {
@@ -286,6 +390,36 @@ impl Model {
                 }
                 self.all_up()
             }
+            // The application ops take a replica away for a moment; its controller (and for a
+            // lost claim, the operator) brings it back, and the checks wait for that. One fault
+            // at a time on a partitioned replica: only its heal.
+            Op::PodKill { member } | Op::PvcLoss { member } => {
+                state_is(member, &[MemberState::Running], "running")?;
+                match self.partitioned.iter().next() {
+                    Some(&p) => Err(PreconditionError::PartitionInPlace(p)),
+                    None => Ok(()),
+                }
+            }
+            Op::OperatorRestart => Ok(()),
+            // Several replicas at once: every one up before, no partition in place.
+            Op::PodKillSelected { .. } => {
+                self.all_up()?;
+                match self.partitioned.iter().next() {
+                    Some(&p) => Err(PreconditionError::PartitionInPlace(p)),
+                    None => Ok(()),
+                }
+            }
+            Op::Partition { member } => {
+                state_is(member, &[MemberState::Running], "running")?;
+                match self.partitioned.iter().next() {
+                    Some(&p) => Err(PreconditionError::PartitionInPlace(p)),
+                    None => Ok(()),
+                }
+            }
+            Op::PartitionHeal { member } => match self.partitioned.contains(&member) {
+                true => Ok(()),
+                false => Err(PreconditionError::NotPartitioned(member)),
+            },
         }
     }
 
@@ -327,6 +461,12 @@ impl Model {
             OpKind::Backup => vec![Op::Backup].into_iter().filter(|op| self.check(op).is_ok()).collect(),
             OpKind::Restore => self.backups.iter().map(|&backup| Op::Restore { backup }).filter(|op| self.check(op).is_ok()).collect(),
             OpKind::DiskReplace => per_member(|member| Op::DiskReplace { member }),
+            OpKind::PodKill => per_member(|member| Op::PodKill { member }),
+            OpKind::OperatorRestart => vec![Op::OperatorRestart],
+            OpKind::PvcLoss => per_member(|member| Op::PvcLoss { member }),
+            OpKind::Partition => per_member(|member| Op::Partition { member }),
+            OpKind::PartitionHeal => per_member(|member| Op::PartitionHeal { member }),
+            OpKind::PodKillSelected => (0..SELECTED_PICKS).map(|pick| Op::PodKillSelected { pick }).filter(|op| self.check(op).is_ok()).collect(),
         }
     }
 }

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Model, Version};
@@ -14,55 +15,103 @@ pub const MAX_STEPS: usize = 100_000;
 
 /// A named tier: which ops with which weights, how long plans are, the bounds of every wait,
 /// and which invariants are checked.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Written in TOML (`--profile FILE`, or a shipped name); unknown fields are an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {
+    /// The tier's name, printed on the first line of a run and recorded in seed records
+    /// (`--profile` takes a shipped name or a file path, not this field).
     pub name: String,
+    /// One line on what the tier is for, listed by `shakedown profiles`.
     #[serde(default)]
     pub description: String,
-    /// Plan length (ops).
+    /// Plan length: how many ops a plan of this tier has, 1 to 100,000. `--steps N` overrides
+    /// it for one command.
     pub steps: usize,
+    /// How many sites (failure domains) the members are spread over, round-robin: member `i`
+    /// is in site `i mod sites`. A `site-outage` takes one site down. At least 1; the kube
+    /// target needs at least this many failure domains.
     #[serde(default = "default_three")]
     pub sites: u8,
+    /// How many etcd members the stack starts with, 1 to 9 (kube: control-plane Machines,
+    /// which must equal the KubeadmControlPlane's `spec.replicas`).
     #[serde(default = "default_three_u32")]
     pub members: u32,
-    /// Versions the stack can run, oldest first; the stack starts on the first.
+    /// Versions the stack can run, oldest first, without repeats, as `"MAJOR.MINOR"`; the
+    /// stack starts on the first and `rolling-upgrade` moves to a later one. The local target
+    /// runs the etcd binary of each version (`--etcd VERSION=PATH`); the kube target needs a
+    /// `[versions."V"]` table in the kube profile for each version it upgrades to.
     pub versions: Vec<Version>,
-    /// The most members down at once. Default: as many as keeps quorum.
+    /// The most members down at once (crashed, on a site that is out, or with a detached
+    /// disk), at least 1. Absent: as many as keeps quorum (1 of 3 members). A larger value makes
+    /// destructive plans that lose quorum on purpose; the invariants follow the model (nothing
+    /// acknowledged may be lost, the healed stack must converge).
     #[serde(default)]
     pub max_down: Option<usize>,
-    /// The op kinds this tier may use; kinds not listed get weight 0 (default: every kind). A
+    /// The op kinds this tier may use; kinds not listed get weight 0. Absent: every kind. A
     /// tier that lists its ops never picks up a new op kind by accident.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ops: Option<Vec<OpKind>>,
-    /// Pinned op weights. Kinds left out are drawn from the seed (swarm testing);
-    /// a weight of 0 disables a kind.
+    /// Pinned op weights, by op kind (`crash = 8`). Kinds left out are drawn from the seed
+    /// (swarm testing) and printed at the start of a run; a weight of 0 disables a kind. A
+    /// kind with a weight above 0 must be in `ops` when `ops` is given.
     #[serde(default)]
+    #[schemars(extend("x-key" = "op kind"))]
     pub weights: BTreeMap<OpKind, u32>,
+    /// The bounds of every wait (`[timeouts]`); fields left out keep their defaults.
     #[serde(default)]
     pub timeouts: Timeouts,
+    /// The clients that load the stack during the run (`[workload]`; local target only, the
+    /// kube target runs none); fields left out keep their defaults.
     #[serde(default)]
     pub workload: Workload,
-    /// Invariant names checked after every step. Default: all of them.
+    /// The local target's stack: `etcd` (etcd members behind HAProxy: the cheap default) or
+    /// `control-plane` (per site a machine of kubeadm's stacked topology: an etcd member and a
+    /// kube-apiserver that talks to it, behind HAProxy as the API load balancer, loaded by the
+    /// `[api]` workload and checked by the `api-*` invariants too). An apiserver restarted with
+    /// its machine takes seconds to be ready: give such a tier `converge` of about 30 s (the
+    /// shipped `control-plane` profile does). The kube target ignores it.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub stack: Stack,
+    /// The Kubernetes API workload of the `control-plane` stack (`[api]`); fields left out keep
+    /// their defaults. (The kube target's API workload is configured in the kube profile.)
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub api: ApiLoad,
+    /// Names of the invariants checked after every step (`docs/reference.md` lists them).
+    /// Absent: all of those of the profile's `stack` (for `app`: `leaks`, `app-ready`,
+    /// `app-durability`; otherwise every other one). A target leaves out, with a note, those it
+    /// cannot observe.
     #[serde(default)]
     pub invariants: Option<Vec<String>>,
 }
 
-/// Every wait is bounded; these are the bounds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Every wait is bounded; these are the bounds. Durations are written the human way
+/// (`"500ms"`, `"10s"`, `"2m"`) and must be more than zero.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Timeouts {
-    /// How long the stack may take to satisfy every invariant after a step.
+    /// How long the stack may take to satisfy every invariant after a step: the checks are
+    /// retried until then, and a violation still there fails the run (exit 1; one that waiting
+    /// cannot undo, such as a lost acknowledged write, fails at once).
     #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
     pub converge: Duration,
-    /// Deadline of one linearizable read through the endpoint.
+    /// Deadline of one linearizable read through the endpoint (local target: the
+    /// `reachability` probes and the read-back through HAProxy).
     #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
     pub probe: Duration,
-    /// How long the healed stack may take to converge after the last op.
+    /// How long the healed stack may take to converge after the last op; longer is a liveness
+    /// failure (exit 3).
     #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
     pub liveness: Duration,
-    /// How long one op may take to execute.
+    /// How long one op of the local target may take, its own waits included (a member
+    /// becoming healthy, caught up); longer is a liveness failure (exit 3). The kube target
+    /// bounds its ops with the kube profile's timeouts instead.
     #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
     pub op: Duration,
 }
 
@@ -77,47 +126,60 @@ impl Default for Timeouts {
     }
 }
 
-/// The clients that load the stack through the endpoint during the run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The clients that load the stack through the endpoint during the run. Every acknowledged
+/// write is recorded with its revision and judged by `durability`, `watch` and `leases`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Workload {
-    /// Which workload: `kube` (the shape of kube-apiserver's storage traffic, the default) or
-    /// `puts` (one client writing unique keys with plain puts).
+    /// Which workload: `kube` (the shape of kube-apiserver's storage traffic) or `puts` (one
+    /// client writing unique keys with plain puts).
     pub kind: WorkloadKind,
-    /// Pause between two requests of one client (`puts`: between two writes).
+    /// Pause between two requests of one client (`puts`: between two writes); `"0s"` sends as
+    /// fast as etcd answers.
     #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
     pub interval: Duration,
-    /// Deadline of one request.
+    /// Deadline of one request, more than zero; a write without an answer by then is recorded
+    /// as of unknown outcome (it may or may not have applied).
     #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
     pub timeout: Duration,
     /// `kube`: concurrent clients writing objects (transactions guarded by a revision compare,
-    /// conflict retries).
+    /// conflict retries), 1 to 256.
     pub clients: u32,
-    /// `kube`: how many object keys the clients share (fewer keys, more conflicts).
+    /// `kube`: how many object keys the clients share, at least 1 (fewer keys, more conflicts).
     pub keyspace: u32,
-    /// `kube`: long-lived watches of the object keys, resumed from their last revision + 1.
-    /// Watch `i` goes to member `i` first (as a stacked kube-apiserver watches its local
-    /// member), through the endpoint when that member does not answer.
+    /// `kube`: long-lived watches of the object keys, 0 to 16, each resumed after an error from
+    /// its last revision plus one. Watch `i` goes to member `i` first (as a stacked
+    /// kube-apiserver watches its local member), through the endpoint when that member does not
+    /// answer.
     pub watches: u32,
-    /// `kube`: what each client does, by weight.
+    /// `kube`: what each client does, by weight (`[workload.mix]`); fields left out keep their
+    /// defaults.
     pub mix: Mix,
-    /// `kube`: the TTL of the leases the lease client grants (etcd raises anything below its
-    /// minimum, about 1.5 s with default timings).
+    /// `kube`: the TTL of the leases the lease client grants, at least 2 s when `mix.lease` is
+    /// above 0 (etcd raises anything below its minimum, about 1.5 s with default timings).
     #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
     pub lease_ttl: Duration,
 }
 
 /// Which workload loads the stack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum WorkloadKind {
+    /// Kubernetes-shaped: concurrent clients, compare-guarded transactions, leases, paginated
+    /// reads, resumed watches.
     #[default]
     Kube,
+    /// The original writer: one client, unique keys, plain puts, one every `interval`. Seed
+    /// records written before workload kinds existed replay with it.
     Puts,
 }
 
-/// What a `kube` workload client does, by weight (0 switches a kind of request off).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// What a `kube` workload client does, by weight (0 switches a kind of request off; at least one
+/// must be above 0).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Mix {
     /// Create a key believed absent (`If(ModRevision == 0) Then(Put) Else(Get)`).
@@ -154,6 +216,83 @@ impl Default for Workload {
             lease_ttl: Duration::from_secs(3),
         }
     }
+}
+
+/// The shape of the local target's stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stack {
+    /// etcd members behind HAProxy.
+    #[default]
+    Etcd,
+    /// Per site, an etcd member and a kube-apiserver talking to it (kubeadm's stacked
+    /// topology), HAProxy in front of the apiservers (health check: `/readyz`).
+    ControlPlane,
+    /// An application on a Kubernetes cluster (`--target app` with an app profile): the members
+    /// are its StatefulSet's replicas, and only the application ops (`pod-kill`,
+    /// `operator-restart`, `pvc-loss`, `partition`, `partition-heal`, `pod-kill-selected`) are drawn.
+    App,
+}
+
+/// Clients of a Kubernetes API (kube-rs): ConfigMaps created, updated with a
+/// `resourceVersion` precondition (a conflict re-reads and retries) and deleted with one, in the
+/// run's namespace through the load balancer; watches with bookmarks resumed from their last
+/// `resourceVersion`, relisting on "too old". Every acknowledgement is judged by
+/// `api-durability` and `api-watch`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiLoad {
+    /// Concurrent clients, 1 to 64; each owns `objects` ConfigMaps (one writer per object, so
+    /// acknowledgement order is the order the API applied them).
+    pub clients: u32,
+    /// ConfigMaps per client, 1 to 1000.
+    pub objects: u32,
+    /// Watches of the run's ConfigMaps, 0 to 16.
+    pub watches: u32,
+    /// Pause between two requests of one client.
+    #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
+    pub interval: Duration,
+    /// Deadline of one request, more than zero; a write without an answer by then is of
+    /// unknown outcome.
+    #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
+    pub timeout: Duration,
+}
+
+impl Default for ApiLoad {
+    fn default() -> Self {
+        ApiLoad { clients: 2, objects: 16, watches: 2, interval: Duration::from_millis(20), timeout: Duration::from_secs(3) }
+    }
+}
+
+impl ApiLoad {
+    /// What is wrong with these settings (`table`: where they were written, for the message).
+    pub fn problem(&self, table: &str) -> Option<String> {
+        if self.clients == 0 || self.clients > 64 {
+            return Some(format!("{table}.clients = {} must be between 1 and 64", self.clients));
+        }
+        if self.objects == 0 || self.objects > 1000 {
+            return Some(format!("{table}.objects = {} must be between 1 and 1000", self.objects));
+        }
+        if self.watches > 16 {
+            return Some(format!("{table}.watches = {} is more than 16", self.watches));
+        }
+        if self.timeout.is_zero() {
+            return Some(format!("{table}.timeout must be more than zero"));
+        }
+        None
+    }
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
+
+/// The JSON Schema of a duration written the human way (`humantime`: `"500ms"`, `"10s"`,
+/// `"1h30m"`): a string, whatever the Rust type. Used by the profile types of every crate.
+pub fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "string", "format": "duration" })
 }
 
 fn default_three() -> u8 {
@@ -227,6 +366,9 @@ impl Profile {
         if self.workload.timeout.is_zero() {
             return bad("workload.timeout must be more than zero".into());
         }
+        if let Some(p) = self.api.problem("api") {
+            return bad(p);
+        }
         let w = &self.workload;
         if w.kind == WorkloadKind::Kube {
             if w.clients == 0 || w.clients > 256 {
@@ -251,7 +393,7 @@ impl Profile {
 
     /// Whether the tier may use op kind `k` at all (its `ops` list, when it has one).
     pub fn allows(&self, k: OpKind) -> bool {
-        self.ops.as_ref().is_none_or(|ops| ops.contains(&k))
+        k.app_only() == (self.stack == Stack::App) && self.ops.as_ref().is_none_or(|ops| ops.contains(&k))
     }
 
     /// max_down as configured, or the most that keeps quorum.

@@ -72,7 +72,7 @@ fn disk_replace_is_drawn_with_a_small_weight() {
 fn every_kind_appears_across_seeds_of_the_default_profile() {
     let p = profile(0);
     let kinds: BTreeSet<OpKind> = (0..100u64).flat_map(|s| generate(s, &p).ops).map(|op| op.kind()).collect();
-    assert_eq!(kinds, OpKind::ALL.into_iter().collect());
+    assert_eq!(kinds, OpKind::ALL.into_iter().filter(|k| !k.app_only()).collect());
 }
 
 fn arb_profile() -> impl Strategy<Value = Profile> {
@@ -336,12 +336,12 @@ fn tiers_place_every_op_kind_deliberately() {
         assert_eq!(smoke.allows(kind), listed.contains(&kind));
         if !listed.contains(&kind) {
             for seed in 0..50u64 {
-                assert_eq!(generate(seed, &smoke).weights[&kind], 0, "{kind} must not join the smoke tier");
+                assert_eq!(generate(seed, &smoke).weights.get(&kind).copied().unwrap_or(0), 0, "{kind} must not join the smoke tier");
             }
         }
     }
     let release = profile(3);
-    let unpinned: Vec<OpKind> = OpKind::ALL.into_iter().filter(|k| !release.weights.contains_key(k)).collect();
+    let unpinned: Vec<OpKind> = OpKind::ALL.into_iter().filter(|k| !k.app_only() && !release.weights.contains_key(k)).collect();
     assert!(unpinned.is_empty(), "the release tier pins every op kind; give these a weight in ci/profiles/release.toml: {unpinned:?}");
     for i in [0, 2] {
         assert!(profile(i).ops.is_none() && profile(i).weights.is_empty(), "{} is a swarm tier over every kind", profile(i).name);
@@ -352,4 +352,28 @@ fn tiers_place_every_op_kind_deliberately() {
 fn a_weight_for_an_op_the_tier_does_not_list_is_refused() {
     let err = Profile::from_toml("name = \"x\"\nsteps = 3\nversions = [\"3.4\"]\nops = [\"crash\", \"restart\"]\n[weights]\nbackup = 2\n").unwrap_err();
     assert!(err.to_string().contains("weights.backup is set but backup is not in ops"), "{err}");
+}
+
+/// An `app` profile draws only the application ops, one partition at a time, each healed by
+/// `partition-heal` (also at healing); an etcd profile never draws them.
+#[test]
+fn an_app_profile_draws_only_application_ops() {
+    let p = Profile::from_toml("name = \"a\"\nversions = [\"3.5\"]\nsteps = 30\nmembers = 3\nsites = 1\nstack = \"app\"\n").unwrap();
+    let mut kinds = BTreeSet::new();
+    for seed in 0..60u64 {
+        let plan = generate(seed, &p);
+        assert!(plan.weights.keys().all(|k| k.app_only()), "{:?}", plan.weights);
+        let mut m = p.initial_model();
+        for op in &plan.ops {
+            kinds.insert(op.kind());
+            m.apply(op).unwrap();
+            assert!(m.partitioned.len() <= 1, "one partition at a time");
+        }
+        let heal = m.heal_ops();
+        assert_eq!(heal.len(), m.partitioned.len());
+        assert!(heal.iter().all(|o| o.kind() == OpKind::PartitionHeal));
+    }
+    assert_eq!(kinds, OpKind::ALL.into_iter().filter(|k| k.app_only()).collect());
+    let etcd = profile(0);
+    assert!((0..60u64).flat_map(|s| generate(s, &etcd).ops).all(|o| !o.kind().app_only()));
 }

@@ -31,7 +31,7 @@ pub(crate) fn consistency(obs: &Observation) -> Verdict {
                 n.applied_index,
                 m.name,
                 states(&reachable)
-            ));
+            ) + &known_defect(&[m]));
         }
     }
     let mut by_rev: BTreeMap<i64, BTreeMap<u32, Vec<&str>>> = BTreeMap::new();
@@ -53,10 +53,45 @@ pub(crate) fn consistency(obs: &Observation) -> Verdict {
             // consequence.
             let same_index = hashed.windows(2).all(|w| w[0].raft_index == w[1].raft_index);
             let tail = if same_index { "; same raft index on every member: a replica diverged from the replicated log" } else { "" };
-            return Verdict::Definite(format!("members disagree on the KV hash at revision {rev}: {} ({}{tail})", detail.join("; "), states(&hashed)));
+            return Verdict::Definite(format!("members disagree on the KV hash at revision {rev}: {} ({}{tail})", detail.join("; "), states(&hashed)) + &known_defect(&hashed));
         }
     }
     Verdict::Pass
+}
+
+/// The etcd releases that persist a member's consistent index ahead of the data it covers, so
+/// that a member that crashes under load — killed, or its disk lost — can skip an applied entry
+/// for good (etcd-io/etcd#13766; fixed in 3.5.3).
+const CONSISTENT_INDEX_DEFECT: [&str; 3] = ["3.5.0", "3.5.1", "3.5.2"];
+
+/// Names the known etcd defect behind a diverged replica when one of `ms` runs an affected
+/// release (its status answer's version): a run on such a binary that fails here has most
+/// likely rediscovered it, and its verdict says so.
+fn known_defect(ms: &[&MemberStatus]) -> String {
+    let affected = on_affected_release(ms.iter().copied());
+    if affected.is_empty() {
+        return String::new();
+    }
+    format!(
+        ". Known etcd defect: {affected} — etcd 3.5.0–3.5.2 can persist a member's consistent index ahead of its data, so a member that crashed under load (killed, or its disk lost) skips an applied entry for good, and under compare-guarded updates the gap then grows (etcd-io/etcd#13766, fixed in 3.5.3; docs/findings.md, finding 1). Run the 3.5 members on etcd ≥ 3.5.3 (--etcd 3.5=PATH)"
+    )
+}
+
+/// "m1 runs etcd 3.5.1, …" for the members of `ms` on a release with the defect; empty if none.
+fn on_affected_release<'a>(ms: impl Iterator<Item = &'a MemberStatus>) -> String {
+    ms.filter_map(|m| m.version.as_deref().filter(|v| CONSISTENT_INDEX_DEFECT.contains(v)).map(|v| format!("{} runs etcd {v}", m.name))).collect::<Vec<_>>().join(", ")
+}
+
+/// For other invariants' verdicts (a lost write): the members of `obs` on an affected release,
+/// named as a possible cause — a lost write has other causes, so it is only a pointer.
+pub(crate) fn possible_defect(obs: &Observation) -> String {
+    let affected = on_affected_release(obs.members.iter());
+    if affected.is_empty() {
+        return String::new();
+    }
+    format!(
+        " — possibly the known etcd defect: {affected} (etcd-io/etcd#13766: a member that crashed under load can skip an applied entry and serve reads without it; fixed in 3.5.3); a `consistency` failure in the same check confirms it"
+    )
 }
 
 fn states(ms: &[&MemberStatus]) -> String {

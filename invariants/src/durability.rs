@@ -8,7 +8,7 @@ use shakedown_faults::Model;
 
 use std::collections::HashMap;
 
-use crate::observation::{Ack, Unknown};
+use crate::observation::{Ack, Durability, Unknown};
 use crate::{Marks, Observation, Verdict};
 
 /// What the current data must say about the write acknowledged at position `i`.
@@ -66,13 +66,28 @@ impl Allowed<'_> {
 }
 
 pub(crate) fn durability(model: &Model, obs: &Observation) -> Verdict {
+    match &obs.durability {
+        Some(d) => match history(model, d) {
+            Verdict::Definite(m) => Verdict::Definite(m + &crate::consistency::possible_defect(obs)),
+            v => v,
+        },
+        None => Verdict::Pass,
+    }
+}
+
+/// `api-durability`: the same rule over the Kubernetes API workload's objects.
+pub(crate) fn api_durability(model: &Model, obs: &Observation) -> Verdict {
+    match obs.api.as_ref().and_then(|a| a.durability.as_ref()) {
+        Some(d) => history(model, d),
+        None => Verdict::Pass,
+    }
+}
+
+fn history(model: &Model, d: &Durability) -> Verdict {
     // Without quorum nothing can be read back; the writes are checked once quorum is back.
     if !model.service_expected_up() {
         return Verdict::Pass;
     }
-    let Some(d) = &obs.durability else {
-        return Verdict::Pass;
-    };
     let mut parts = Vec::new();
     if !d.list_anomalies.is_empty() {
         parts.push(format!("a paginated read at a pinned revision was inconsistent: {}", sample(&d.list_anomalies.iter().map(String::as_str).collect::<Vec<_>>())));
@@ -96,7 +111,12 @@ pub(crate) fn durability(model: &Model, obs: &Observation) -> Verdict {
         if d.read_revision > 0 && e == now_epoch && a.revision > d.read_revision {
             continue;
         }
-        per_key.entry(a.key.as_str()).or_default().push((e, a.revision, i, expect_write(i, a.start, &d.marks)));
+        let mut expect = expect_write(i, a.start, &d.marks);
+        // Acknowledged after the read was sent, at a revision not known: it may be in the read.
+        if a.revision == 0 && d.read_sent_at.is_some_and(|r| i >= r) && expect == Expect::Present {
+            expect = Expect::Either;
+        }
+        per_key.entry(a.key.as_str()).or_default().push((e, a.revision, i, expect));
     }
     let mut unknown: HashMap<&str, Vec<&Unknown>> = HashMap::new();
     for u in &d.unknown {
@@ -105,7 +125,14 @@ pub(crate) fn durability(model: &Model, obs: &Observation) -> Verdict {
     let (mut lost, mut wrong, mut resurrected, mut deleted_back) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut first_lost = usize::MAX;
     for (key, mut writes) in per_key {
-        writes.sort_unstable_by_key(|w| (w.0, w.1, w.2));
+        if writes.iter().any(|w| w.1 == 0) {
+            // A write of the key without a known revision: acknowledgement order, which is
+            // application order for a key with one writer (the API workload's objects each
+            // have one client; the unique-key writer never writes a key twice).
+            writes.sort_unstable_by_key(|w| (w.0, w.2));
+        } else {
+            writes.sort_unstable_by_key(|w| (w.0, w.1, w.2));
+        }
         let mut allowed = Allowed::default();
         let mut absent_expected = Vec::new();
         let mut last_at = 0;

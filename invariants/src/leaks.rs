@@ -12,10 +12,33 @@ pub(crate) fn leaks(model: &Model, obs: &Observation) -> Verdict {
         None => Verdict::Pass,
         Some(Inventory::Local(inv)) => local_leaks(model, inv),
         Some(Inventory::Kube(inv)) => kube_leaks(model, inv),
+        Some(Inventory::App(inv)) => app_leaks(model, inv),
     }
 }
 
-/// The local target's leaks: etcd processes, mounts, loop devices, data directories, partition
+/// The application target's leaks: a partition's NetworkPolicy exactly while the model has
+/// the partition, no other policy of the run, the operator at its replicas.
+fn app_leaks(model: &Model, inv: &crate::observation::AppInventory) -> Verdict {
+    let mut problems = vec![];
+    for m in inv.partitioned.difference(&model.partitioned) {
+        problems.push(format!("the partition NetworkPolicy of {m} is still there"));
+    }
+    for m in model.partitioned.difference(&inv.partitioned) {
+        problems.push(format!("the partition NetworkPolicy of {m} is missing"));
+    }
+    if !inv.stray_policies.is_empty() {
+        problems.push(format!("NetworkPolicies of the run that no partition explains: {}", inv.stray_policies.join(", ")));
+    }
+    if let Some(why) = &inv.operator_scaled_down {
+        problems.push(why.clone());
+    }
+    match problems.is_empty() {
+        true => Verdict::Pass,
+        false => Verdict::Fail(problems.join("; ")),
+    }
+}
+
+/// The local target's leaks: etcd processes (and the control-plane stack's apiservers), mounts, loop devices, data directories, partition
 /// rules and backup files against the model; HAProxy running.
 fn local_leaks(model: &Model, inv: &LocalInventory) -> Verdict {
     let mut problems = Vec::new();
@@ -32,6 +55,10 @@ fn local_leaks(model: &Model, inv: &LocalInventory) -> Verdict {
     let names = |f: &dyn Fn(&shakedown_faults::Member) -> bool| model.members.values().filter(|m| f(m)).map(|m| m.id.to_string()).collect::<Vec<_>>();
     // A member whose process is missing is the `members` invariant's finding, not a leak.
     compare("etcd processes", &inv.processes, vec![], names(&|m| model.has_process(m) != Answers::No));
+    // A machine's apiserver lives and dies with its member (a crash, a power loss take both).
+    if let Some(apiservers) = &inv.apiservers {
+        compare("kube-apiserver processes", apiservers, vec![], names(&|m| model.has_process(m) != Answers::No));
+    }
     let all = names(&|_| true);
     let disks = if inv.loop_disks { all.clone() } else { vec![] };
     compare("mounts", &inv.mounts, disks.clone(), vec![]);

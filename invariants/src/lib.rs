@@ -2,6 +2,7 @@
 //!
 //! Architecture invariant: this crate never does IO. The targets observe; this crate judges.
 
+mod app;
 mod consistency;
 mod durability;
 mod leaks;
@@ -19,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use shakedown_faults::{MemberId, Model};
 
 pub use durability::{expect_write, Expect};
-pub use observation::{Ack, Acked, Chunked, ChunkedLog, Durability, LeaseRecord, Leases, Revoke, Unknown, WatchEvent, WatchSession, Inventory, KubeInventory, Leader, LocalInventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample};
+pub use observation::{AppData, AppInventory, AppObservation, AppWorkload, ApiObservation, ApiServerReady, Ack, Acked, Chunked, ChunkedLog, Durability, LeaseRecord, Leases, Revoke, Unknown, WatchEvent, WatchSession, Inventory, KubeInventory, Leader, LocalInventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample};
 
 /// The shortest quorum loss during a step that counts as a violation (milliseconds).
 pub const MIN_LOSS_WINDOW_MS: u64 = 25;
@@ -30,8 +31,9 @@ pub const STUCK_DELETION_SECS: u64 = 120;
 
 shakedown_faults::registry! {
     /// The registered invariants. Declaration order is checking order: structure first (who is
-    /// in the cluster, who answers), so the first failure reported is the most direct one.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+    /// in the cluster, who answers), so the first failure reported is the most direct one; the
+    /// Kubernetes API's after etcd's (a broken store shows first as what it is).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
     #[serde(rename_all = "kebab-case")]
     pub enum InvariantId: "invariant" {
         /// The etcd member list equals the model's members: nothing stale, nothing missing.
@@ -46,9 +48,9 @@ shakedown_faults::registry! {
         /// Exactly one leader among reachable members; members serving ≥ quorum whenever the model
         /// says quorum holds, at the end of a step and at every instant during it.
         Quorum => "quorum",
-        /// Replicas that applied the same log hold the same store: a member that applied more of
-        /// the raft log than another is not at a lower revision, and members agree on the KV hash
-        /// at a common revision.
+        /// Replicas that applied the same log hold the same store: a member that applied at least
+        /// as much of the raft log as another is not more than one revision below it (one entry
+        /// adds at most one revision), and members agree on the KV hash at a common revision.
         Consistency => "consistency",
         /// A linearizable read through the endpoint succeeds within the deadline whenever the model
         /// says the service is up.
@@ -62,6 +64,25 @@ shakedown_faults::registry! {
         Watch => "watch",
         /// A key whose lease expired or was revoked is gone; a key whose lease is alive is not.
         Leases => "leases",
+        /// Every request through the API load balancer succeeds whenever the model says the
+        /// control plane is up; every apiserver of a machine that answers is ready (`/readyz`), and
+        /// one whose machine is down answers nothing. Only where an API is under test.
+        ApiReachability => "api-reachability",
+        /// Every create, update and delete the Kubernetes API acknowledged is reflected by a quorum
+        /// LIST (after a restore of the API's etcd: what came before the backup is there, what came
+        /// after is not). Only where an API is under test.
+        ApiDurability => "api-durability",
+        /// Every watch of the API workload's objects delivers each acknowledged change in order,
+        /// once, across resumptions from its last resourceVersion — or an explicit "too old" that
+        /// it recovers from by relisting (a new session), never a silent gap.
+        ApiWatch => "api-watch",
+        /// The application converges: every workload the app profile names has all its replicas
+        /// Ready, and every probe of the profile passes. Only on the application target.
+        AppReady => "app-ready",
+        /// Every write of the application's data-integrity workload that its write command
+        /// acknowledged is returned by its read command with its value; nothing is returned that
+        /// was never written. Only on the application target.
+        AppDurability => "app-durability",
     }
 }
 
@@ -79,6 +100,11 @@ impl InvariantId {
             InvariantId::Leaks => leaks::leaks(model, obs),
             InvariantId::Watch => watch::watch(obs),
             InvariantId::Leases => leases::leases(model, obs),
+            InvariantId::ApiReachability => reachability::api_reachability(model, obs),
+            InvariantId::ApiDurability => durability::api_durability(model, obs),
+            InvariantId::ApiWatch => watch::api_watch(obs),
+            InvariantId::AppReady => app::app_ready(model, obs),
+            InvariantId::AppDurability => app::app_durability(obs),
         }
     }
 }

@@ -33,6 +33,91 @@ pub struct Observation {
     pub quorum_throughout: bool,
     /// The target-specific part: what the target finds of this run (for `leaks`).
     pub inventory: Option<Inventory>,
+    /// The Kubernetes API under test (the local `control-plane` stack; the kube target with an
+    /// `[api]` table): `None` where there is none.
+    #[serde(skip)]
+    pub api: Option<ApiObservation>,
+    /// The application under test (the app target): `None` elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app: Option<AppObservation>,
+}
+
+/// What the application target saw of the application: its workloads, its probes, its
+/// data-integrity workload, and what of the run it left in the cluster.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AppObservation {
+    /// Each workload the app profile names (`kind/name`), its desired and Ready replicas.
+    pub workloads: Vec<AppWorkload>,
+    /// The profile's probes: name, and `None` when it passed or why it failed.
+    pub probes: Vec<(String, Option<String>)>,
+    /// The data-integrity workload: keys written once each, their values.
+    #[serde(skip)]
+    pub data: Option<AppData>,
+}
+
+/// What of the run the application target finds in the cluster (for `leaks`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppInventory {
+    /// The members whose partition NetworkPolicy (labelled with the run id) exists.
+    pub partitioned: std::collections::BTreeSet<MemberId>,
+    /// NetworkPolicies of the run that belong to no member (a name it did not make).
+    pub stray_policies: Vec<String>,
+    /// The operator's Deployment is scaled below the replicas it had when the run started.
+    pub operator_scaled_down: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppWorkload {
+    pub name: String,
+    pub desired: i32,
+    pub ready: i32,
+}
+
+/// The application's data-integrity workload: unique keys written with the profile's write
+/// command (acknowledged: it exited 0), and what the read command returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppData {
+    /// Acknowledged writes: key → value.
+    pub acked: std::collections::BTreeMap<String, String>,
+    /// Writes whose command failed or did not finish: they may or may not be there.
+    pub unknown: std::collections::BTreeSet<String>,
+    /// The read command's result (key → value), or why it failed. Only writes acknowledged
+    /// before the read was sent are in `acked`.
+    pub read: Result<std::collections::BTreeMap<String, String>, String>,
+}
+
+/// What the Kubernetes API workload and the API probes saw. Objects are the workload's
+/// ConfigMaps: a key is an object's name, a value its `data.v`, a revision its
+/// `resourceVersion` (kube-apiserver's resourceVersion is etcd's revision).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ApiObservation {
+    /// The acknowledged creates, updates and deletes, and a quorum LIST of the run's namespace
+    /// (`read_revision`: the list's resourceVersion). Its `marks` hold the backups and restores
+    /// that act on this API's data: the local stack's etcd snapshots do; a Velero backup of a
+    /// management cluster's namespace does not touch a workload cluster's objects (none then).
+    pub durability: Option<Durability>,
+    /// The workload's watches (Kubernetes sends no previous values: `prev_unknown`).
+    pub watches: Vec<WatchSession>,
+    /// Quorum reads through the API load balancer, each on a fresh connection.
+    pub endpoint: Vec<Probe>,
+    /// `GET /readyz` of each apiserver the target reaches on its own (the local stack's machines;
+    /// none on the kube target, which knows only the load balancer).
+    pub apiservers: Vec<ApiServerReady>,
+}
+
+/// One apiserver's `/readyz`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiServerReady {
+    /// The apiserver's name (`m0-apiserver`).
+    pub name: String,
+    /// The machine (model member) it runs on.
+    pub member: Option<MemberId>,
+    /// It answered HTTP at all (a refused or timed-out connection: `false`).
+    pub answered: bool,
+    /// It answered 200: ready.
+    pub ready: bool,
+    /// What it answered otherwise (the status and the failing checks, or the connection error).
+    pub detail: Option<String>,
 }
 
 /// What a target finds of the run, read off the stack rather than the target's bookkeeping:
@@ -44,6 +129,8 @@ pub enum Inventory {
     Local(LocalInventory),
     /// The kube target: Cluster API objects (and the workload cluster's).
     Kube(KubeInventory),
+    /// The application target: its NetworkPolicies and the operator's scale.
+    App(AppInventory),
 }
 
 /// Resources of the run found on the machine (not from the target's own bookkeeping).
@@ -65,6 +152,10 @@ pub struct LocalInventory {
     pub backups: BTreeSet<String>,
     /// Whether the target uses loop-mounted disks (else plain directories: no mounts expected).
     pub loop_disks: bool,
+    /// The `control-plane` stack: machine names with a live kube-apiserver (`None`: the `etcd`
+    /// stack, which runs none).
+    #[serde(default)]
+    pub apiservers: Option<BTreeSet<String>>,
 }
 
 /// The kube target's inventory: objects labelled `cluster.x-k8s.io/cluster-name=<cluster>`.
@@ -158,6 +249,11 @@ pub struct Durability {
     /// What the workload's paginated reads at a pinned revision found wrong (keys out of order
     /// or repeated across pages, an entry newer than the pinned revision).
     pub list_anomalies: Vec<String>,
+    /// How many writes had been acknowledged when the read was sent (`None`: not recorded).
+    /// A write acknowledged before is reflected by it; one acknowledged after is reflected only
+    /// if its revision is at or below `read_revision`, and one whose revision is not known (a
+    /// Kubernetes DELETE answers with the object as it was) may or may not be.
+    pub read_sent_at: Option<usize>,
 }
 
 /// One acknowledged write of the workload.
@@ -210,6 +306,8 @@ pub struct WatchSession {
     /// Compaction reported by etcd on a resumption: events below this revision are declared
     /// lost, explicitly (the session goes on from the compacted revision).
     pub compacted_below: Option<i64>,
+    /// The stream carries no previous values (a Kubernetes watch): `prev` is not checked.
+    pub prev_unknown: bool,
 }
 
 /// One event a watch delivered.

@@ -11,16 +11,28 @@
 use std::collections::HashMap;
 
 use crate::expect_write;
-use crate::observation::WatchSession;
+use crate::observation::{Durability, WatchSession};
 use crate::{Expect, Observation, Verdict};
 
 pub(crate) fn watch(obs: &Observation) -> Verdict {
-    if obs.watches.is_empty() {
+    sessions(&obs.watches, obs.durability.as_ref())
+}
+
+/// `api-watch`: the same rule over the Kubernetes API workload's watches and writes.
+pub(crate) fn api_watch(obs: &Observation) -> Verdict {
+    match &obs.api {
+        Some(api) => sessions(&api.watches, api.durability.as_ref()),
+        None => Verdict::Pass,
+    }
+}
+
+fn sessions(watches: &[WatchSession], durability: Option<&Durability>) -> Verdict {
+    if watches.is_empty() {
         return Verdict::Pass;
     }
     let mut problems = Vec::new();
-    for s in &obs.watches {
-        if let Some(p) = session(s, obs) {
+    for s in watches {
+        if let Some(p) = session(s, durability) {
             problems.push(format!("{}: {p}", s.name));
         }
     }
@@ -32,7 +44,7 @@ pub(crate) fn watch(obs: &Observation) -> Verdict {
     }
 }
 
-fn session(s: &WatchSession, obs: &Observation) -> Option<String> {
+fn session(s: &WatchSession, durability: Option<&Durability>) -> Option<String> {
     let mut last = s.start_revision - 1;
     let mut value_of: HashMap<&str, Option<&str>> = HashMap::new();
     for (i, e) in s.events.iter().enumerate() {
@@ -41,7 +53,7 @@ fn session(s: &WatchSession, obs: &Observation) -> Option<String> {
         }
         // One key per revision in the workload's object range: every write is a one-key txn.
         last = e.revision;
-        if let Some(before) = value_of.get(e.key.as_str()) {
+        if let Some(before) = value_of.get(e.key.as_str()).filter(|_| !s.prev_unknown) {
             if e.prev.as_deref() != *before {
                 return Some(format!(
                     "revision {} ({}) came with prev_kv {} but the stream's previous event for the key says {}",
@@ -54,7 +66,7 @@ fn session(s: &WatchSession, obs: &Observation) -> Option<String> {
         }
         value_of.insert(e.key.as_str(), e.value.as_deref());
     }
-    let Some(d) = &obs.durability else { return None };
+    let d = durability?;
     // Strictly increasing by revision (checked above): found by binary search.
     let events: Vec<_> = s.events.iter().collect();
     // Writes acknowledged after the stack came back from the last restore (the session started

@@ -4,7 +4,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use shakedown_faults::{BackupId, MemberId, Model, Op, OutageMode, SiteId, Version};
 use shakedown_invariants::{
-    check_all, expect_write, Ack, Durability, Expect, LeaseRecord, Leases, Revoke, Unknown, WatchEvent, WatchSession, Inventory, InvariantId, Leader, LocalInventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample, Verdict,
+    check_all, expect_write, ApiObservation, ApiServerReady, Ack, Durability, Expect, LeaseRecord, Leases, Revoke, Unknown, WatchEvent, WatchSession, Inventory, InvariantId, Leader, LocalInventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample, Verdict,
 };
 
 fn model() -> Model {
@@ -47,6 +47,8 @@ fn healthy() -> Observation {
         quorum_throughout: true,
         samples_until_ms: 0,
         inventory: Some(Inventory::Local(inventory())),
+        api: None,
+        app: None,
     }
 }
 
@@ -61,6 +63,7 @@ fn inventory() -> LocalInventory {
         partition_rules: BTreeSet::new(),
         backups: BTreeSet::new(),
         loop_disks: true,
+        apiservers: None,
     }
 }
 
@@ -209,6 +212,13 @@ fn consistency_names_a_replica_that_diverged_from_the_log() {
     assert!(m.contains("at revision 36560") && m.contains("d1492f3d on m2") && m.contains("bba92c70 on m0,m1"), "{m}");
     assert!(m.contains("m2 at revision 36560, raft index 36622") && m.contains("m0 at revision 36561, raft index 36622"), "{m}");
     assert!(m.contains("same raft index on every member: a replica diverged from the replicated log"), "{m}");
+    assert!(!m.contains("13766"), "members on etcd 3.4.23 are not named as running the affected releases: {m}");
+    // On an affected release the verdict names the known defect and the member running it.
+    o.members[2].version = Some("3.5.1".into());
+    let v = verdict(InvariantId::Consistency, &model(), &o);
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("Known etcd defect: m2 runs etcd 3.5.1") && m.contains("etcd-io/etcd#13766")), "{v:?}");
+    o.members[2].version = Some("3.5.16".into());
+    assert!(matches!(verdict(InvariantId::Consistency, &model(), &o), Verdict::Definite(m) if !m.contains("13766")), "3.5.16 has the fix");
     // Members at different raft indexes disagreeing is reported without that conclusion.
     o.members[2].raft_index = 36600;
     let v = verdict(InvariantId::Consistency, &model(), &o);
@@ -231,6 +241,12 @@ fn consistency_flags_a_store_behind_its_applied_index_without_a_lag_tolerance() 
     let v = verdict(InvariantId::Consistency, &model(), &o);
     let Verdict::Definite(m) = &v else { panic!("a store that skipped applied entries cannot catch up: {v:?}") };
     assert!(m.contains("m2 applied the log up to raft index 4995 but its store is at revision 3000") && m.contains("m0 at revision 4000"), "{m}");
+    assert!(!m.contains("13766"), "{m}");
+    // The disk-reattach of docs/findings.md (finding 1, seen again): on etcd 3.5.1 the verdict
+    // names the known defect.
+    o.members[2].version = Some("3.5.1".into());
+    assert!(matches!(verdict(InvariantId::Consistency, &model(), &o), Verdict::Definite(m) if m.contains("m2 runs etcd 3.5.1") && m.contains("etcd-io/etcd#13766")));
+    o.members[2].version = Some("3.4.23".into());
     // At the same applied index one revision apart is fine (the first answer may include the
     // entry being applied); two apart is not: one entry adds at most one revision (a restore
     // from mixed backups: every member at the same index, one at an older backup's revision).
@@ -255,7 +271,11 @@ fn durability_lost_or_changed_acknowledged_writes_are_definite() {
     let mut o = healthy();
     o.durability.as_mut().unwrap().read.clear();
     let v = verdict(InvariantId::Durability, &model(), &o);
-    assert!(matches!(&v, Verdict::Definite(m) if m.contains("1 of 1 acknowledged writes lost (k1; the first is ack #0)")), "{v:?}");
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("1 of 1 acknowledged writes lost (k1; the first is ack #0)") && !m.contains("13766")), "{v:?}");
+    // On etcd 3.5.0–3.5.2 the verdict points at the known defect as a possible cause.
+    o.members[1].version = Some("3.5.1".into());
+    let v = verdict(InvariantId::Durability, &model(), &o);
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("possibly the known etcd defect: m1 runs etcd 3.5.1") && m.contains("etcd-io/etcd#13766")), "{v:?}");
     let mut o = healthy();
     o.durability.as_mut().unwrap().read.insert("k1".into(), "other".into());
     let v = verdict(InvariantId::Durability, &model(), &o);
@@ -486,7 +506,7 @@ fn durability_reports_inconsistent_paginated_reads() {
 }
 
 fn session(events: Vec<WatchEvent>) -> WatchSession {
-    WatchSession { name: "w0".into(), start_revision: 5, start_ack: 0, events: events.into(), resumptions: 1, compacted_below: None }
+    WatchSession { name: "w0".into(), start_revision: 5, start_ack: 0, events: events.into(), resumptions: 1, ..WatchSession::default() }
 }
 
 fn event(revision: i64, key: &str, value: Option<&str>, prev: Option<&str>) -> WatchEvent {
@@ -570,4 +590,209 @@ fn leases_catch_keys_outliving_their_lease_and_leases_gone_early() {
     l.read_done_ms = 4100;
     o.leases = Some(l);
     assert_eq!(verdict(InvariantId::Leases, &model(), &o), Verdict::Pass);
+}
+
+fn apiserver(i: u32, answered: bool, ready: bool) -> ApiServerReady {
+    ApiServerReady { name: format!("m{i}-apiserver"), member: Some(MemberId(i)), answered, ready, detail: (!ready).then(|| "[-]etcd failed".to_string()) }
+}
+
+fn with_api() -> Observation {
+    let mut o = healthy();
+    o.api = Some(ApiObservation {
+        durability: o.durability.clone(),
+        watches: vec![],
+        endpoint: vec![Probe { latency_ms: 3, error: None }; 6],
+        apiservers: (0..3).map(|i| apiserver(i, true, true)).collect(),
+    });
+    o
+}
+
+/// The API invariants pass where there is no API (the etcd stack) and on a healthy one.
+#[test]
+fn api_invariants_pass_without_an_api_and_on_a_healthy_one() {
+    let ids = [InvariantId::ApiReachability, InvariantId::ApiDurability, InvariantId::ApiWatch];
+    assert!(check_all(&ids, &model(), &healthy()).is_empty());
+    assert!(check_all(&ids, &model(), &with_api()).is_empty());
+}
+
+/// api-reachability: a failed request through the load balancer, an apiserver of a running
+/// machine that is not ready, an apiserver of a crashed machine that still answers.
+#[test]
+fn api_reachability_names_the_load_balancer_and_each_apiserver() {
+    let mut o = with_api();
+    o.api.as_mut().unwrap().endpoint[2].error = Some("GET /api/v1/namespaces/r/configmaps: connection reset".into());
+    let v = verdict(InvariantId::ApiReachability, &model(), &o);
+    assert!(matches!(&v, Verdict::Fail(m) if m.contains("1 of 6 requests through the API load balancer failed") && m.contains("connection reset")), "{v:?}");
+    let mut o = with_api();
+    o.api.as_mut().unwrap().apiservers[1] = apiserver(1, true, false);
+    let v = verdict(InvariantId::ApiReachability, &model(), &o);
+    assert!(matches!(&v, Verdict::Fail(m) if m.contains("m1-apiserver is not ready although its machine m1 is up and etcd has quorum: [-]etcd failed")), "{v:?}");
+    // Machine m1 crashed: its apiserver must be gone with it.
+    let mut crashed = model();
+    crashed.apply(&Op::Crash { member: MemberId(1) }).unwrap();
+    let o = with_api();
+    let v = verdict(InvariantId::ApiReachability, &crashed, &o);
+    assert!(matches!(&v, Verdict::Fail(m) if m.contains("m1-apiserver answered /readyz (ready) although its machine m1 is down in the model")), "{v:?}");
+    let mut o = with_api();
+    o.api.as_mut().unwrap().apiservers[1] = apiserver(1, false, false);
+    assert_eq!(verdict(InvariantId::ApiReachability, &crashed, &o), Verdict::Pass);
+    // Without quorum nothing is owed through the load balancer.
+    let mut lost = Model::new(3, 3, vec![Version::new(3, 4)], 2);
+    lost.apply(&Op::Crash { member: MemberId(1) }).unwrap();
+    lost.apply(&Op::Crash { member: MemberId(2) }).unwrap();
+    let mut o = with_api();
+    for i in 1..3 {
+        o.api.as_mut().unwrap().apiservers[i] = apiserver(i as u32, false, false);
+    }
+    o.api.as_mut().unwrap().apiservers[0] = apiserver(0, true, false);
+    o.api.as_mut().unwrap().endpoint[0].error = Some("503".into());
+    assert_eq!(verdict(InvariantId::ApiReachability, &lost, &o), Verdict::Pass);
+}
+
+/// api-durability: a DELETE's revision is not known (the API answers with the object as it
+/// was): the key's writes are judged in acknowledgement order, and a delete acknowledged after
+/// the read was sent may or may not be in it.
+#[test]
+fn api_durability_orders_deletes_without_a_revision_by_acknowledgement() {
+    let mut o = with_api();
+    let d = o.api.as_mut().unwrap().durability.as_mut().unwrap();
+    // o1: created at 5, updated at 8, deleted (revision unknown); o2 created at 6.
+    d.acked = vec![ack("o1", Some("a"), 5, 0), ack("o2", Some("x"), 6, 1), ack("o1", Some("b"), 8, 2), ack("o1", None, 0, 3)].into();
+    d.read = HashMap::from([("o2".into(), "x".into())]);
+    d.read_revision = 10;
+    d.read_sent_at = Some(4);
+    assert_eq!(verdict(InvariantId::ApiDurability, &model(), &o), Verdict::Pass);
+    // The deleted object is back: a delete the API acknowledged before the read was sent.
+    o.api.as_mut().unwrap().durability.as_mut().unwrap().read.insert("o1".into(), "b".into());
+    let v = verdict(InvariantId::ApiDurability, &model(), &o);
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("1 deleted (acknowledged) but present again (o1)")), "{v:?}");
+    // Acknowledged after the read was sent: either is fine.
+    o.api.as_mut().unwrap().durability.as_mut().unwrap().read_sent_at = Some(3);
+    assert_eq!(verdict(InvariantId::ApiDurability, &model(), &o), Verdict::Pass);
+    // A lost update: o2 was updated at 9 and the read says x.
+    let d = o.api.as_mut().unwrap().durability.as_mut().unwrap();
+    d.acked = vec![ack("o2", Some("x"), 6, 0), ack("o2", Some("y"), 9, 1)].into();
+    d.read = HashMap::from([("o2".into(), "x".into())]);
+    let v = verdict(InvariantId::ApiDurability, &model(), &o);
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("1 read back with a value no acknowledged or in-doubt write explains (o2)")), "{v:?}");
+    // The etcd durability check does not look at the API's history.
+    assert_eq!(verdict(InvariantId::Durability, &model(), &o), Verdict::Pass);
+}
+
+/// api-watch: Kubernetes watches carry no previous values (not judged), but a gap is.
+#[test]
+fn api_watch_judges_gaps_without_previous_values() {
+    let mut o = with_api();
+    let api = o.api.as_mut().unwrap();
+    api.durability.as_mut().unwrap().acked = vec![ack("a", Some("1"), 5, 0), ack("b", Some("x"), 6, 0), ack("a", Some("2"), 7, 1)].into();
+    let s = |events| WatchSession { prev_unknown: true, ..session(events) };
+    api.watches = vec![s(vec![event(5, "a", Some("1"), None), event(6, "b", Some("x"), None), event(7, "a", Some("2"), None)])];
+    assert_eq!(verdict(InvariantId::ApiWatch, &model(), &o), Verdict::Pass);
+    let api = o.api.as_mut().unwrap();
+    api.watches = vec![s(vec![event(5, "a", Some("1"), None), event(7, "a", Some("2"), None)])];
+    let v = verdict(InvariantId::ApiWatch, &model(), &o);
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("w0: 1 acknowledged write(s) never delivered though the stream went past them to revision 7: revision 6 (b)")), "{v:?}");
+    // Without prev_unknown the missing previous values would read as a contradiction.
+    o.api.as_mut().unwrap().watches[0].prev_unknown = false;
+    o.api.as_mut().unwrap().watches[0].events = vec![event(5, "a", Some("1"), None), event(6, "b", Some("x"), None), event(7, "a", Some("2"), None)].into();
+    assert!(!verdict(InvariantId::ApiWatch, &model(), &o).is_pass());
+}
+
+/// The control-plane stack's apiservers live and die with their machines: one left running
+/// after its machine crashed is a leak; a missing one is `api-reachability`'s finding.
+#[test]
+fn leaks_know_the_control_plane_stack_apiservers() {
+    let mut o = healthy();
+    local_inv(&mut o).apiservers = Some((0..3).map(|i| format!("m{i}")).collect());
+    assert_eq!(verdict(InvariantId::Leaks, &model(), &o), Verdict::Pass);
+    let mut crashed = model();
+    crashed.apply(&Op::Crash { member: MemberId(1) }).unwrap();
+    local_inv(&mut o).processes.remove("m1");
+    let v = verdict(InvariantId::Leaks, &crashed, &o);
+    assert!(matches!(&v, Verdict::Fail(m) if m.contains("kube-apiserver processes left behind: m1")), "{v:?}");
+    local_inv(&mut o).apiservers.as_mut().unwrap().remove("m1");
+    assert_eq!(verdict(InvariantId::Leaks, &crashed, &o), Verdict::Pass);
+}
+
+fn app_model() -> Model {
+    Model::new(1, 3, vec![Version::new(3, 5)], 1)
+}
+
+fn app_obs() -> Observation {
+    use shakedown_invariants::{AppData, AppObservation, AppWorkload, AppInventory};
+    Observation {
+        app: Some(AppObservation {
+            workloads: vec![AppWorkload { name: "statefulset/etcd".into(), desired: 3, ready: 3 }, AppWorkload { name: "deployment/op".into(), desired: 1, ready: 1 }],
+            probes: vec![("health".into(), None)],
+            data: Some(AppData {
+                acked: [("k1", "v1"), ("k2", "v2")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                unknown: ["k3".to_string()].into_iter().collect(),
+                read: Ok([("k1", "v1"), ("k2", "v2"), ("k3", "v3")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            }),
+        }),
+        inventory: Some(Inventory::App(AppInventory::default())),
+        ..Default::default()
+    }
+}
+
+/// app-ready: every workload Ready and every probe passing; a partitioned replica is excused.
+#[test]
+fn app_ready_wants_every_replica_ready_and_every_probe_passing() {
+    let m = app_model();
+    let mut o = app_obs();
+    assert_eq!(verdict(InvariantId::AppReady, &m, &o), Verdict::Pass);
+    o.app.as_mut().unwrap().workloads[0].ready = 2;
+    let v = verdict(InvariantId::AppReady, &m, &o);
+    assert!(matches!(&v, Verdict::Fail(msg) if msg.contains("statefulset/etcd: 2/3 Ready")), "{v:?}");
+    let mut cut = app_model();
+    cut.apply(&Op::Partition { member: MemberId(1) }).unwrap();
+    assert_eq!(verdict(InvariantId::AppReady, &cut, &o), Verdict::Pass, "the partitioned replica may be unready");
+    o.app.as_mut().unwrap().workloads[0].ready = 3;
+    o.app.as_mut().unwrap().probes[0].1 = Some("exit 1".into());
+    assert!(matches!(verdict(InvariantId::AppReady, &m, &o), Verdict::Fail(msg) if msg.contains("probe health: exit 1")));
+    // Elsewhere (no application observed) it has nothing to judge.
+    assert_eq!(verdict(InvariantId::AppReady, &m, &healthy()), Verdict::Pass);
+}
+
+/// app-durability: a lost or changed acknowledged write is definite; a key never written is
+/// unexplained; a write of unknown outcome may be either; a failed read converges.
+#[test]
+fn app_durability_judges_acknowledged_writes_against_the_read() {
+    let m = app_model();
+    let mut o = app_obs();
+    assert_eq!(verdict(InvariantId::AppDurability, &m, &o), Verdict::Pass);
+    let data = o.app.as_mut().unwrap().data.as_mut().unwrap();
+    data.read.as_mut().unwrap().remove("k3");
+    assert_eq!(verdict(InvariantId::AppDurability, &m, &o), Verdict::Pass, "an unknown write may be absent");
+    let data = o.app.as_mut().unwrap().data.as_mut().unwrap();
+    data.read.as_mut().unwrap().remove("k1");
+    data.read.as_mut().unwrap().insert("k2".into(), "stale".into());
+    data.read.as_mut().unwrap().insert("k9".into(), "x".into());
+    let v = verdict(InvariantId::AppDurability, &m, &o);
+    assert!(matches!(&v, Verdict::Definite(msg) if msg.contains("1 of 2 acknowledged writes lost (first: k1)") && msg.contains("k2 = \"stale\", acknowledged \"v2\"") && msg.contains("never written (k9)")), "{v:?}");
+    o.app.as_mut().unwrap().data.as_mut().unwrap().read = Err("no Ready pod".into());
+    assert!(matches!(verdict(InvariantId::AppDurability, &m, &o), Verdict::Fail(msg) if msg.contains("no Ready pod")));
+}
+
+/// leaks on the application target: a partition's policy exactly while the model has it, no
+/// stray policy of the run, the operator at its replicas.
+#[test]
+fn app_leaks_follow_the_model_partitions_and_the_operator_scale() {
+    let m = app_model();
+    let mut o = app_obs();
+    assert_eq!(verdict(InvariantId::Leaks, &m, &o), Verdict::Pass);
+    fn inv(o: &mut Observation) -> &mut shakedown_invariants::AppInventory {
+        match o.inventory.as_mut() {
+            Some(Inventory::App(i)) => i,
+            _ => unreachable!(),
+        }
+    }
+    inv(&mut o).partitioned.insert(MemberId(1));
+    let v = verdict(InvariantId::Leaks, &m, &o);
+    assert!(matches!(&v, Verdict::Fail(msg) if msg.contains("the partition NetworkPolicy of m1 is still there")), "{v:?}");
+    let mut cut = app_model();
+    cut.apply(&Op::Partition { member: MemberId(1) }).unwrap();
+    assert_eq!(verdict(InvariantId::Leaks, &cut, &o), Verdict::Pass);
+    inv(&mut o).operator_scaled_down = Some("the operator op is scaled to 0, not its 1".into());
+    assert!(matches!(verdict(InvariantId::Leaks, &cut, &o), Verdict::Fail(msg) if msg.contains("scaled to 0")));
 }

@@ -30,6 +30,10 @@ pub struct SoakArgs {
     pub duration: Duration,
     pub first_seed: u64,
     pub max_failures: Option<u32>,
+    /// This soak's share of the seed space (`--partition i/n`): seeds S+i, S+i+n, …
+    pub partition: super::Partition,
+    /// `--junit PATH`: the soak's JUnit XML, also written there.
+    pub junit: Option<PathBuf>,
     pub profile: Profile,
     pub spec: TargetSpec,
 }
@@ -73,15 +77,17 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
     let t0 = Instant::now();
     // Time up = a stop request: the seed running then finishes its current step and stops.
     let stop = interrupt.until(t0 + args.duration);
-    let first = args.first_seed;
+    let (first, part) = (args.first_seed, args.partition);
+    let share = if part.is_whole() { String::new() } else { format!(" (partition {part} of base seed {first})") };
     progress_line(
         json_logs,
         &format!(
-            "soak {soak_id} · {} · profile {} · for {} · seeds {first}, {}, … · runs in {}",
+            "soak {soak_id} · {} · profile {} · for {} · seeds {}, {}, …{share} · runs in {}",
             args.spec.describe(),
             args.profile.name,
             humantime::format_duration(args.duration),
-            first.wrapping_add(1),
+            part.seed(first, 0),
+            part.seed(first, 1),
             dir.display()
         ),
     );
@@ -113,7 +119,7 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
         if args.max_failures.is_some_and(|m| tally.failed >= m as u64) {
             break "--max-failures reached";
         }
-        let seed = first.wrapping_add(tally.seeds);
+        let seed = part.seed(first, tally.seeds);
         let plan = generate(seed, &args.profile);
         if let Some(b) = &bar {
             b.set_prefix(format!("seeds {} · steps {} · failures {} · seed {seed}", tally.seeds, tally.steps, tally.failed));
@@ -182,6 +188,9 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
         base: dir.clone(),
         rss_kib: tally.rss_kib.clone(),
     });
+    if let Some(path) = &args.junit {
+        super::write_junit_to(path, &junit)?;
+    }
     for (file, body) in [("junit.xml", junit), ("report.html", html)] {
         std::fs::write(dir.join(file), body).map_err(|e| Fatal::environment(format!("cannot write {}/{file}: {e}", dir.display())))?;
     }
@@ -205,7 +214,11 @@ fn summary_rows(args: &SoakArgs, t: &Tally, why: &str, elapsed: Duration, dir: &
             "seeds".to_string(),
             match t.seeds {
                 0 => "0".to_string(),
-                n => format!("{n}: {} … {} ({} passed, {} failed, {} cut short)", args.first_seed, args.first_seed.wrapping_add(n - 1), t.passed, t.failed, t.cut),
+                n => {
+                    let p = args.partition;
+                    let step = if p.is_whole() { String::new() } else { format!(" every {} (partition {p})", p.of) };
+                    format!("{n}: {} … {}{step} ({} passed, {} failed, {} cut short)", p.seed(args.first_seed, 0), p.seed(args.first_seed, n - 1), t.passed, t.failed, t.cut)
+                }
             },
         ),
         ("steps".to_string(), t.steps.to_string()),

@@ -82,9 +82,14 @@ pub fn reap_runs(runs_dir: &Path) -> Result<usize, Fatal> {
 
 fn reap_under(runs_dir: &Path, depth: u32) -> Result<usize, Fatal> {
     let Ok(entries) = std::fs::read_dir(runs_dir) else { return Ok(0) };
+    // The node `shakedown node up` left running on purpose: `node down` takes it down.
+    let current_node = std::fs::read_to_string(runs_dir.join("current-node")).ok().and_then(|d| PathBuf::from(d.trim()).canonicalize().ok());
     let mut n = 0;
     for e in entries.filter_map(|e| e.ok()) {
         let dir = e.path();
+        if current_node.is_some() && dir.canonicalize().ok() == current_node {
+            continue;
+        }
         let Ok(owner) = std::fs::read_to_string(dir.join("run.json")) else {
             if depth > 1 && dir.is_dir() {
                 n += reap_under(&dir, depth - 1)?;
@@ -100,6 +105,15 @@ fn reap_under(runs_dir: &Path, depth: u32) -> Result<usize, Fatal> {
             continue;
         }
         let dir = dir.canonicalize().unwrap_or(dir);
+        // A node of a killed run (the application target's tests, a `node up` whose pointer is
+        // gone): its processes, cgroups, bridge, guard table, host mount points and sysctls.
+        if let Some(layout) = shakedown::node::layout::Layout::load(&dir.join("node")) {
+            if layout.dir.join("kubelet").exists() || !shakedown::node::cleanup::leftovers(&layout).is_empty() {
+                let left = shakedown::node::cleanup::sweep(&layout);
+                println!("{}: node {} removed{}", dir.display(), layout.node_name, if left.is_empty() { String::new() } else { format!(" (left: {left})") });
+                n += 1;
+            }
+        }
         let swept = reap::sweep(&dir);
         let had_disks = dir.join("disks").exists() || dir.join("members").exists();
         let _ = std::fs::remove_dir_all(dir.join("disks"));

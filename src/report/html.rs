@@ -56,7 +56,9 @@ struct Write {
 pub fn run_report(run_dir: &Path) -> Result<String, String> {
     let data = read_run(run_dir)?;
     let writes = read_writes(&run_dir.join("workload.csv"));
-    Ok(render(&data, &writes))
+    // The Kubernetes API workload's requests (the control-plane stack, the kube target's [api]).
+    let api = read_writes(&run_dir.join("api-workload.csv"));
+    Ok(render(&data, &writes, &api))
 }
 
 fn read_run(dir: &Path) -> Result<RunData, String> {
@@ -189,7 +191,7 @@ const AV_TOP: f64 = 270.0;
 const AV_H: f64 = 80.0;
 const BINS: usize = 500;
 
-fn plot(d: &RunData, writes: &[Write]) -> String {
+fn plot(d: &RunData, writes: &[Write], api: &[Write]) -> String {
     let t0 = d.t0;
     let t1 = d.t_end.max(writes.last().map_or(0, |w| w.at)).max(t0 + 1);
     let span = (t1 - t0) as f64;
@@ -250,13 +252,8 @@ fn plot(d: &RunData, writes: &[Write]) -> String {
             b.1 += 1;
         }
     }
-    // The availability line breaks where no write started (a write hanging until its deadline).
-    let mut avail: Vec<String> = vec![String::new()];
     for (i, (lat, ok, all)) in bins.iter_mut().enumerate() {
         if *all == 0 {
-            if !avail.last().is_some_and(|l| l.is_empty()) {
-                avail.push(String::new());
-            }
             continue;
         }
         let xx = LEFT + (i as f64 + 0.5) / BINS as f64 * (W - LEFT - RIGHT);
@@ -269,17 +266,58 @@ fn plot(d: &RunData, writes: &[Write]) -> String {
         if *ok < *all {
             let _ = write!(s, r##"<rect x="{:.1}" y="{LAT_TOP}" width="2" height="4" fill="#c00"><title>{} failed writes</title></rect>"##, xx - 1.0, *all - *ok);
         }
-        let share = *ok as f64 / *all as f64;
-        if let Some(line) = avail.last_mut() {
-            let _ = write!(line, "{xx:.1},{:.1} ", AV_TOP + AV_H - share * AV_H);
+    }
+    // Availability: the etcd workload's share of acknowledged writes per bin (green), and the API
+    // workload's share of answered requests (purple, dashed) where there is one.
+    for (series, colour, dash) in [(writes, "#2a8a2a", ""), (api, "#7b3fa0", r#" stroke-dasharray="4,2""#)] {
+        for line in availability(series, t0, span).iter().filter(|l| !l.is_empty()) {
+            let _ = write!(s, r##"<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="1.2"{dash}/>"##);
         }
     }
-    for line in avail.iter().filter(|l| !l.is_empty()) {
-        let _ = write!(s, r##"<polyline points="{line}" fill="none" stroke="#2a8a2a" stroke-width="1.2"/>"##);
+    if !api.is_empty() {
+        let _ = write!(
+            s,
+            r##"<line x1="{0:.1}" x2="{1:.1}" y1="{2:.1}" y2="{2:.1}" stroke="#2a8a2a" stroke-width="1.2"/><text x="{3:.1}" y="{4:.1}">etcd writes</text><line x1="{5:.1}" x2="{6:.1}" y1="{2:.1}" y2="{2:.1}" stroke="#7b3fa0" stroke-width="1.2" stroke-dasharray="4,2"/><text x="{7:.1}" y="{4:.1}">API requests</text>"##,
+            W - RIGHT - 200.0,
+            W - RIGHT - 180.0,
+            AV_TOP - 14.0,
+            W - RIGHT - 176.0,
+            AV_TOP - 10.0,
+            W - RIGHT - 100.0,
+            W - RIGHT - 80.0,
+            W - RIGHT - 76.0
+        );
     }
     let _ = write!(s, r#"<text x="{:.1}" y="{:.1}">100</text><text x="{:.1}" y="{:.1}">0</text>"#, LEFT - 22.0, AV_TOP + 4.0, LEFT - 12.0, AV_TOP + AV_H);
     s.push_str("</svg>");
     s
+}
+
+/// The share of requests answered per bin, as polyline point lists; a line breaks where no request
+/// started (a request hanging until its deadline).
+fn availability(series: &[Write], t0: u64, span: f64) -> Vec<String> {
+    let width = span / BINS as f64;
+    let mut bins = vec![(0u32, 0u32); BINS];
+    for w in series {
+        let i = (((w.at.saturating_sub(t0)) as f64 / width) as usize).min(BINS - 1);
+        bins[i].1 += 1;
+        bins[i].0 += u32::from(w.ok);
+    }
+    let mut lines: Vec<String> = vec![String::new()];
+    for (i, (ok, all)) in bins.into_iter().enumerate() {
+        if all == 0 {
+            if !lines.last().is_some_and(|l| l.is_empty()) {
+                lines.push(String::new());
+            }
+            continue;
+        }
+        let xx = LEFT + (i as f64 + 0.5) / BINS as f64 * (W - LEFT - RIGHT);
+        let share = ok as f64 / all as f64;
+        if let Some(line) = lines.last_mut() {
+            let _ = write!(line, "{xx:.1},{:.1} ", AV_TOP + AV_H - share * AV_H);
+        }
+    }
+    lines
 }
 
 /// Axis label: whole seconds on long runs, tenths on short ones.
@@ -291,7 +329,7 @@ fn seconds(s: f64, span_ms: f64) -> String {
     }
 }
 
-fn render(d: &RunData, writes: &[Write]) -> String {
+fn render(d: &RunData, writes: &[Write], api: &[Write]) -> String {
     let mut h = String::with_capacity(64 * 1024 + d.steps.len() * 600);
     let title = format!("shakedown · seed {} · {}", d.seed.map(|s| s.to_string()).unwrap_or("?".into()), d.profile.as_ref().map_or("", |p| p.name.as_str()));
     let (verdict, class) = match (&d.failure, d.outcome) {
@@ -346,7 +384,16 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
         acked,
         writes.len() - acked
     );
-    h.push_str(&plot(d, writes));
+    if !api.is_empty() {
+        let answered = api.iter().filter(|w| w.ok).count();
+        let _ = write!(
+            h,
+            r#"<p class="legend">Kubernetes API workload: {} requests, {answered} answered, {} failed · <span style="color:#7b3fa0">╌ share answered</span></p>"#,
+            api.len(),
+            api.len() - answered
+        );
+    }
+    h.push_str(&plot(d, writes, api));
     h.push_str("<h2>Timeline</h2><table><tr><th>step</th><th>at</th><th>op</th><th>op ms</th><th>checks ms</th><th>invariants</th><th>verdict</th></tr>");
     for (n, st) in &d.steps {
         let check = st.check.as_ref();
@@ -484,5 +531,21 @@ mod tests {
         let html = run_report(dir.path()).unwrap();
         assert!(html.contains("seed 4") && html.contains("UNFINISHED") && html.contains("<svg"), "{html}");
         assert!(run_report(&dir.path().join("nope")).is_err());
+    }
+
+    /// The API workload's requests (control-plane stack, kube `[api]`) get their own
+    /// availability line and legend; without them the plot is the etcd workload's alone.
+    #[test]
+    fn api_requests_get_their_own_availability_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("events.jsonl"), "{\"v\":1,\"ts_ms\":1,\"event\":\"run-start\",\"run_id\":\"sd-x\",\"seed\":4,\"profile\":\"p\",\"weights\":{},\"ops\":1,\"target\":{\"kind\":\"local\"}}\n").unwrap();
+        std::fs::write(dir.path().join("workload.csv"), "unix_ms,latency_us,ok\n1,500,1\n2,600,1\n").unwrap();
+        let without = run_report(dir.path()).unwrap();
+        assert!(!without.contains("#7b3fa0") && !without.contains("Kubernetes API workload"));
+        std::fs::write(dir.path().join("api-workload.csv"), "unix_ms,latency_us,ok\n1,900,1\n2,3000000,0\n3,800,1\n").unwrap();
+        let with = run_report(dir.path()).unwrap();
+        assert!(with.contains("Kubernetes API workload: 3 requests, 2 answered, 1 failed"), "{with}");
+        assert!(with.split("<polyline").skip(1).any(|p| p.split('>').next().is_some_and(|tag| tag.contains("#7b3fa0"))), "the API line: {with}");
+        assert!(with.contains(">API requests<"), "{with}");
     }
 }

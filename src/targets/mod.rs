@@ -5,8 +5,12 @@
 //! A new target is a folder beside `local/` and `kube/` holding its spec, its options and its
 //! `Target` implementation, plus an entry in each enum and match of this file.
 
+pub mod api;
+pub mod app;
+pub mod exec;
 pub mod kube;
 pub mod local;
+pub mod recorder;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -40,6 +44,8 @@ pub enum TargetKind {
     Local,
     /// A Cluster API Cluster on a management cluster (--cluster NS/NAME, kubeconfig).
     Kube,
+    /// An application on a Kubernetes cluster (--app-profile FILE, kubeconfig).
+    App,
 }
 
 /// What a seed record says about the stack its plan ran on: enough to run the same plan on the
@@ -49,6 +55,7 @@ pub enum TargetKind {
 pub enum TargetSpec {
     Local(local::LocalSpec),
     Kube(kube::KubeSpec),
+    App(app::spec::AppSpec),
 }
 
 /// What this machine and this command line add to a spec (binaries, disks, kubeconfig, dry
@@ -59,6 +66,8 @@ pub struct TargetOptions {
     pub local: local::LocalOptions,
     #[command(flatten)]
     pub kube: kube::KubeOptions,
+    #[command(flatten)]
+    pub app: app::spec::AppOptions,
 }
 
 /// The usage error for options of one target given to another (`given`: the flags used).
@@ -93,6 +102,7 @@ impl TargetSpec {
         match self {
             TargetSpec::Local(_) => TargetKind::Local,
             TargetSpec::Kube(_) => TargetKind::Kube,
+            TargetSpec::App(_) => TargetKind::App,
         }
     }
 
@@ -100,6 +110,7 @@ impl TargetSpec {
         match self.kind() {
             TargetKind::Local => "local",
             TargetKind::Kube => "kube",
+            TargetKind::App => "app",
         }
     }
 
@@ -110,6 +121,7 @@ impl TargetSpec {
         match kind {
             TargetKind::Local => {
                 options.kube.refuse_for("local")?;
+                options.app.refuse_for("local")?;
                 let recorded = match recorded {
                     Some(TargetSpec::Local(s)) => Some(s),
                     _ => None,
@@ -118,11 +130,21 @@ impl TargetSpec {
             }
             TargetKind::Kube => {
                 options.local.refuse_for("kube")?;
+                options.app.refuse_for("kube")?;
                 let recorded = match recorded {
                     Some(TargetSpec::Kube(s)) => Some(s),
                     _ => None,
                 };
                 Ok(TargetSpec::Kube(kube::KubeSpec::from_options(&options.kube, recorded)?))
+            }
+            TargetKind::App => {
+                options.local.refuse_for("app")?;
+                options.kube.refuse_for_app()?;
+                let recorded = match recorded {
+                    Some(TargetSpec::App(s)) => Some(s),
+                    _ => None,
+                };
+                Ok(TargetSpec::App(app::spec::AppSpec::from_options(&options.app, options.kube.context.as_deref(), recorded)?))
             }
         }
     }
@@ -132,6 +154,7 @@ impl TargetSpec {
         match self {
             TargetSpec::Local(s) => s.describe(),
             TargetSpec::Kube(s) => s.describe(),
+            TargetSpec::App(s) => s.describe(),
         }
     }
 
@@ -148,7 +171,7 @@ impl TargetSpec {
     pub fn replay_flags(&self, options: &TargetOptions) -> String {
         match self {
             TargetSpec::Local(_) => String::new(),
-            TargetSpec::Kube(_) => options.kube.kubeconfig.as_ref().map(|k| format!(" --kubeconfig {}", k.display())).unwrap_or_default(),
+            TargetSpec::Kube(_) | TargetSpec::App(_) => options.kube.kubeconfig.as_ref().map(|k| format!(" --kubeconfig {}", k.display())).unwrap_or_default(),
         }
     }
 }
@@ -158,6 +181,7 @@ pub enum Prepared {
     /// The local target's binaries and disk mode.
     Local(local::LocalSpec, local::Environment),
     Kube(kube::KubeSpec),
+    App(app::spec::AppSpec),
 }
 
 /// Checks, before anything is created, that this machine can start the target (the local
@@ -166,6 +190,7 @@ pub fn prepare(spec: &TargetSpec, options: &TargetOptions, profile: &Profile) ->
     Ok(match spec {
         TargetSpec::Local(s) => Prepared::Local(s.clone(), options.local.environment(profile)?),
         TargetSpec::Kube(s) => Prepared::Kube(s.clone()),
+        TargetSpec::App(s) => Prepared::App(s.clone()),
     })
 }
 
@@ -175,6 +200,7 @@ pub async fn start(prepared: Prepared, ctx: &StartContext<'_>) -> Result<Box<dyn
     Ok(match prepared {
         Prepared::Local(s, env) => Box::new(local::LocalTarget::start_spec(&s, env, ctx).await?),
         Prepared::Kube(s) => Box::new(kube::KubeTarget::start_spec(&s, ctx).await?),
+        Prepared::App(s) => Box::new(app::AppTarget::start_spec(&s, ctx).await?),
     })
 }
 

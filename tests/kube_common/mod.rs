@@ -17,7 +17,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
-use shakedown::targets::kube::client::capi;
+use shakedown::targets::kube::client::{capi, CapiVersion};
 
 /// Where the kube-apiserver binary is: `SHAKEDOWN_KUBE_APISERVER`, else the cache of
 /// scripts/build-kube-apiserver.sh.
@@ -55,6 +55,15 @@ pub const SA_TOKEN: &str = "shakedown-sa-token";
 /// A token of a user without any permission.
 pub const NOBODY_TOKEN: &str = "shakedown-nobody-token";
 
+/// Which versions the Cluster API CRDs of a test apiserver serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrdVersions {
+    /// v1beta1 and v1beta2 (storage), as the fixtures are: Cluster API 1.10 and later.
+    Both,
+    /// v1beta1 only (storage): Cluster API before 1.10.
+    V1Beta1Only,
+}
+
 pub struct KubeEnv {
     pub dir: tempfile::TempDir,
     children: Vec<Child>,
@@ -63,6 +72,8 @@ pub struct KubeEnv {
     pub token: String,
     /// How kube-apiserver was started (children[1]), to start it again.
     apiserver: (PathBuf, Vec<String>),
+    /// GET /readyz (the serving certificate is self-signed: not verified).
+    readyz: shakedown::targets::kube::command::HttpProber,
 }
 
 fn spawn(cmd: &mut Command, log: &Path) -> Child {
@@ -83,9 +94,14 @@ impl KubeEnv {
     /// Starts etcd and kube-apiserver, writes the kubeconfig, installs the CRDs. Panics (the test
     /// fails, everything started is torn down) when any of it does not work within its bound.
     pub async fn start(apiserver: &Path) -> KubeEnv {
+        KubeEnv::start_serving(apiserver, CrdVersions::Both).await
+    }
+
+    /// Like [`KubeEnv::start`], with the Cluster API CRDs serving `versions`.
+    pub async fn start_serving(apiserver: &Path, versions: CrdVersions) -> KubeEnv {
         let dir = tempfile::Builder::new().prefix("shakedown-kube-test-").tempdir().expect("tempdir");
         let d = dir.path().to_path_buf();
-        let mut env = KubeEnv { dir, children: vec![], server: String::new(), kubeconfig: d.join("kubeconfig"), token: "shakedown-admin-token".into(), apiserver: (apiserver.to_path_buf(), vec![]) };
+        let mut env = KubeEnv { dir, children: vec![], server: String::new(), kubeconfig: d.join("kubeconfig"), token: "shakedown-admin-token".into(), apiserver: (apiserver.to_path_buf(), vec![]), readyz: shakedown::targets::kube::command::HttpProber::new(None, true).unwrap() };
         let (client_port, peer_port, api_port) = (free_port(), free_port(), free_port());
         env.children.push(spawn(
             Command::new(etcd_binary())
@@ -130,14 +146,14 @@ impl KubeEnv {
         env.server = format!("https://127.0.0.1:{api_port}");
         std::fs::write(&env.kubeconfig, env.kubeconfig_text("test", &env.token)).unwrap();
         env.wait_ready("kube-apiserver.log").await;
-        env.install_crds().await;
+        env.install_crds(versions).await;
         env
     }
 
     async fn wait_ready(&self, log: &str) {
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
-            if shakedown::targets::kube::command::http_get(&format!("{}/readyz", self.server), true, Duration::from_secs(2)).await.is_ok() {
+            if self.readyz.get(&format!("{}/readyz", self.server), Duration::from_secs(2)).await.is_ok() {
                 break;
             }
             if Instant::now() > deadline {
@@ -180,8 +196,7 @@ impl KubeEnv {
         let client = self.client().await;
         let api: Api<CustomResourceDefinition> = Api::all(client.clone());
         let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/velero-crds.yaml")).unwrap();
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let crd: CustomResourceDefinition = serde::Deserialize::deserialize(doc).unwrap();
+        for crd in serde_saphyr::from_multiple::<CustomResourceDefinition>(&text).unwrap() {
             let n = crd.metadata.name.clone().unwrap();
             api.create(&PostParams::default(), &crd).await.unwrap_or_else(|e| panic!("creating CRD {n}: {e}"));
             tokio::time::timeout(Duration::from_secs(30), kube::runtime::wait::await_condition(api.clone(), &n, kube::runtime::wait::conditions::is_crd_established()))
@@ -210,14 +225,21 @@ impl KubeEnv {
         Client::try_from(cfg).unwrap()
     }
 
-    async fn install_crds(&self) {
+    async fn install_crds(&self, versions: CrdVersions) {
         let client = self.client().await;
         let api: Api<CustomResourceDefinition> = Api::all(client.clone());
         let mut names = vec![];
         let mut files: Vec<PathBuf> = std::fs::read_dir(crds_dir()).expect("tests/fixtures/crds").flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "yaml")).collect();
         files.sort();
         for f in files {
-            let crd: CustomResourceDefinition = serde_yaml::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            let mut crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            if versions == CrdVersions::V1Beta1Only && crd.spec.group.ends_with("cluster.x-k8s.io") && crd.spec.versions.iter().any(|v| v.name == "v1beta1") {
+                // A management cluster of Cluster API before 1.10: v1beta2 is not served.
+                for v in &mut crd.spec.versions {
+                    v.served = v.name == "v1beta1";
+                    v.storage = v.name == "v1beta1";
+                }
+            }
             names.push(crd.metadata.name.clone().unwrap());
             api.create(&PostParams::default(), &crd).await.unwrap_or_else(|e| panic!("creating CRD {}: {e}", f.display()));
         }
@@ -229,7 +251,8 @@ impl KubeEnv {
                 .unwrap();
         }
         // Discovery of the new groups can lag behind Established by a moment.
-        let probe: Api<DynamicObject> = Api::namespaced_with(client, "default", &capi("KubeadmControlPlane"));
+        let served = if versions == CrdVersions::V1Beta1Only { CapiVersion::V1Beta1 } else { CapiVersion::V1Beta2 };
+        let probe: Api<DynamicObject> = Api::namespaced_with(client, "default", &capi("KubeadmControlPlane", served));
         let deadline = Instant::now() + Duration::from_secs(30);
         while probe.list(&Default::default()).await.is_err() {
             assert!(Instant::now() < deadline, "KubeadmControlPlane API not served within 30s");
@@ -259,7 +282,7 @@ pub async fn namespace(client: &Client, ns: &str) {
 pub async fn cluster(client: &Client, ns: &str, name: &str, replicas: i64, fds: &[&str], opt_in: bool, version: &str) {
     let annotations = if opt_in { json!({"shakedown.dev/allow-chaos": "true"}) } else { json!({}) };
     let create = |kind: &str, body: Value| {
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &capi(kind));
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &capi(kind, CapiVersion::V1Beta2));
         let obj: DynamicObject = serde_json::from_value(body).unwrap();
         async move { api.create(&PostParams::default(), &obj).await.unwrap_or_else(|e| panic!("creating {}: {e}", obj.types.map(|t| t.kind).unwrap_or_default())) }
     };
@@ -270,7 +293,7 @@ pub async fn cluster(client: &Client, ns: &str, name: &str, replicas: i64, fds: 
                      "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DevCluster", "name": name}}}),
     )
     .await;
-    let clusters: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &capi("Cluster"));
+    let clusters: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &capi("Cluster", CapiVersion::V1Beta2));
     let fd_list: Vec<Value> = fds.iter().map(|f| json!({"name": f, "controlPlane": true})).collect();
     clusters
         .patch_status(name, &Default::default(), &kube::api::Patch::Merge(json!({"status": {"failureDomains": fd_list}})))

@@ -31,7 +31,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::runtime::{reflector, watcher};
 use kube::Client;
 use serde_json::{json, Value};
-use shakedown::targets::kube::client::capi;
+use shakedown::targets::kube::client::{capi, CapiVersion};
 use shakedown::targets::kube::conditions::{condition, ETCD_MEMBER_HEALTHY};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,11 +118,11 @@ pub fn start_with(client: Client, ns: &str, name: &str, health_delay: Duration, 
     let (ns, name) = (ns.to_string(), name.to_string());
     let key = format!("{ns}/{name}");
     let task = tokio::spawn(async move {
-        let by_cluster = ListParams::default().labels(&format!("cluster.x-k8s.io/cluster-name={name}"));
+        let by_cluster = watcher::Config::default().labels(&format!("cluster.x-k8s.io/cluster-name={name}"));
         let mut stores = vec![];
         let mut streams = vec![];
         for kind in ["KubeadmControlPlane", "Machine", "MachineDeployment"] {
-            let ar = capi(kind);
+            let ar = capi(kind, CapiVersion::V1Beta2);
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
             let writer = reflector::store::Writer::new(ar.clone());
             let reader = writer.as_reader();
@@ -184,7 +184,7 @@ struct Pass<'a> {
 
 impl Pass<'_> {
     fn api(&self, kind: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), self.ns, &capi(kind))
+        Api::namespaced_with(self.client.clone(), self.ns, &capi(kind, CapiVersion::V1Beta2))
     }
 
     /// A Node per Machine (named after it), `status.nodeRef` of worker Machines (control-plane
@@ -236,8 +236,7 @@ impl Pass<'_> {
             return;
         }
         o.data["status"] = status;
-        let body = serde_json::to_vec(&o).unwrap();
-        match self.api(kind).replace_status(o.metadata.name.as_deref().unwrap(), &PostParams::default(), body).await {
+        match self.api(kind).replace_status(o.metadata.name.as_deref().unwrap(), &PostParams::default(), &o).await {
             Ok(_) => {
                 self.writes.fetch_add(1, Ordering::Relaxed);
             }
@@ -469,7 +468,7 @@ pub fn attacher(client: Client, pv: &str, node: &str, delay: Duration) -> StandI
                 }
                 va.status = Some(k8s_openapi::api::storage::v1::VolumeAttachmentStatus { attached: true, ..Default::default() });
                 let name = va.metadata.name.clone().unwrap_or_default();
-                match api.replace_status(&name, &PostParams::default(), serde_json::to_vec(&va).unwrap()).await {
+                match api.replace_status(&name, &PostParams::default(), &va).await {
                     Ok(_) => {
                         w2.fetch_add(1, Ordering::Relaxed);
                     }
@@ -518,7 +517,7 @@ pub fn velero(client: Client, ns: &str, end: VeleroEnd) -> (StandIn, Arc<Mutex<V
                     let mut o2 = o.clone();
                     o2.data["status"] = json!({"phase": next});
                     let name = o.metadata.name.clone().unwrap_or_default();
-                    match api.replace_status(&name, &PostParams::default(), serde_json::to_vec(&o2).unwrap()).await {
+                    match api.replace_status(&name, &PostParams::default(), &o2).await {
                         Ok(_) => {
                             w2.fetch_add(1, Ordering::Relaxed);
                         }

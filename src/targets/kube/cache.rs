@@ -46,7 +46,7 @@ pub(super) fn cp_machines(store: &[Arc<DynamicObject>]) -> Vec<CpMachine> {
                 healthy: c.as_ref().is_some_and(|c| c.is_true()),
                 why: c.map(|c| c.text()).unwrap_or_else(|| "no EtcdMemberHealthy condition".into()),
                 deleting: deleting(&obj),
-                created: m.metadata.creation_timestamp.as_ref().map(|t| t.0.to_rfc3339()).unwrap_or_default(),
+                created: m.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
                 version: obj.pointer("/spec/version").and_then(Value::as_str).map(str::to_string),
             }
         })

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher;
+use kube::runtime::watcher::{self, Config as WatchConfig};
 use kube::{Client, Config};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -108,10 +108,13 @@ pub fn build(mut config: Config, counter: &RequestCounter) -> Result<(Client, St
     config.connect_timeout = Some(CONNECT_BOUND);
     config.read_timeout = Some(READ_BOUND);
     let server = config.cluster_url.to_string();
+    if config.accept_invalid_certs {
+        tracing::warn!("the kubeconfig for {server} skips TLS verification (insecure-skip-tls-verify): its server is not verified");
+    }
     let c2 = counter.clone();
     let layer = tower::layer::layer_fn(move |svc| {
         let c3 = c2.clone();
-        tower::util::MapRequest::new(svc, move |req: http::Request<hyper::Body>| {
+        tower::util::MapRequest::new(svc, move |req: http::Request<kube::client::Body>| {
             c3.record(req.method(), req.uri());
             req
         })
@@ -128,9 +131,86 @@ pub fn resource_of(spec: &str) -> Result<ApiResource, String> {
     Ok(ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind)))
 }
 
-pub fn capi(kind: &str) -> ApiResource {
+/// The Cluster API version the kube target speaks: `v1beta2` (Cluster API 1.10 and later), or
+/// `v1beta1` on a management cluster that serves only that (Cluster API before 1.10). Found by
+/// discovery at connect ([`discover_capi`]); the shapes that differ between the two are in
+/// [`CapiVersion`]'s methods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapiVersion {
+    V1Beta1,
+    V1Beta2,
+}
+
+impl CapiVersion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapiVersion::V1Beta1 => "v1beta1",
+            CapiVersion::V1Beta2 => "v1beta2",
+        }
+    }
+
+    /// The KubeadmControlPlane patch that asks for a rollout of every Machine created before `now`.
+    pub fn rollout_after(self, now: &str) -> serde_json::Value {
+        match self {
+            CapiVersion::V1Beta1 => serde_json::json!({"spec": {"rolloutAfter": now}}),
+            CapiVersion::V1Beta2 => serde_json::json!({"spec": {"rollout": {"after": now}}}),
+        }
+    }
+
+    /// KubeadmControlPlane's reference to its infrastructure machine template, as found
+    /// (v1beta2: `spec.machineTemplate.spec.infrastructureRef` with `apiGroup`; v1beta1:
+    /// `spec.machineTemplate.infrastructureRef` with `apiVersion`).
+    pub fn kcp_infra_ref(self, kcp: &serde_json::Value) -> Option<serde_json::Value> {
+        let path = match self {
+            CapiVersion::V1Beta1 => "/spec/machineTemplate/infrastructureRef",
+            CapiVersion::V1Beta2 => "/spec/machineTemplate/spec/infrastructureRef",
+        };
+        kcp.pointer(path).filter(|r| r.get("kind").is_some()).cloned()
+    }
+
+    /// The `spec.machineTemplate` of a KubeadmControlPlane patch pointing `infra_ref` (what
+    /// [`CapiVersion::kcp_infra_ref`] found) at the template `name`.
+    pub fn kcp_template_patch(self, infra_ref: &serde_json::Value, name: &str) -> serde_json::Value {
+        let mut r = infra_ref.clone();
+        r["name"] = name.into();
+        match self {
+            CapiVersion::V1Beta1 => serde_json::json!({"infrastructureRef": r}),
+            CapiVersion::V1Beta2 => serde_json::json!({"spec": {"infrastructureRef": r}}),
+        }
+    }
+}
+
+/// The Cluster API version both groups (`cluster.x-k8s.io`, `controlplane.cluster.x-k8s.io`)
+/// serve, preferring `v1beta2`: one discovery request at connect.
+pub async fn discover_capi(client: &Client) -> Result<CapiVersion, Discovery> {
+    let groups = client.list_api_groups().await.map_err(|e| Discovery::Unreachable(super::command::error_chain(&e)))?;
+    let served = |name: &str| -> Vec<String> { groups.groups.iter().filter(|g| g.name == name).flat_map(|g| g.versions.iter().map(|v| v.version.clone())).collect() };
+    let (core, cp) = (served("cluster.x-k8s.io"), served("controlplane.cluster.x-k8s.io"));
+    for v in [CapiVersion::V1Beta2, CapiVersion::V1Beta1] {
+        if core.iter().any(|s| s == v.as_str()) && cp.iter().any(|s| s == v.as_str()) {
+            return Ok(v);
+        }
+    }
+    Err(Discovery::NoClusterApi(format!(
+        "the management cluster serves no Cluster API version shakedown speaks (v1beta2, or v1beta1 before Cluster API 1.10): cluster.x-k8s.io serves [{}], controlplane.cluster.x-k8s.io serves [{}]",
+        core.join(", "),
+        cp.join(", ")
+    )))
+}
+
+/// Why discovery found no Cluster API version.
+#[derive(Debug)]
+pub enum Discovery {
+    /// The request failed (its error and causes).
+    Unreachable(String),
+    /// What is served, and that shakedown speaks none of it.
+    NoClusterApi(String),
+}
+
+/// The `ApiResource` of a Cluster API kind at version `v`.
+pub fn capi(kind: &str, v: CapiVersion) -> ApiResource {
     let group = if kind == "KubeadmControlPlane" { "controlplane.cluster.x-k8s.io" } else { "cluster.x-k8s.io" };
-    ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1beta2", kind))
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, v.as_str(), kind))
 }
 
 /// A watch cache of one kind: a reflector store kept current by a watcher task.
@@ -153,18 +233,18 @@ impl Drop for Watched {
 pub type OnChange = Arc<dyn Fn(&Store<DynamicObject>) + Send + Sync>;
 
 impl Watched {
-    /// Starts watching `ar` in `ns` (selected by `lp`). Every change bumps `changed`; watch
+    /// Starts watching `ar` in `ns` (selected by `lp`; relists are paginated, `WatchConfig`'s default page size). Every change bumps `changed`; watch
     /// errors are kept in `errors` (the watcher retries after 500 ms).
-    pub fn start(client: &Client, ar: &ApiResource, ns: &str, lp: ListParams, changed: watch::Sender<u64>, errors: Arc<Mutex<Option<String>>>, on_change: Option<OnChange>) -> Watched {
+    pub fn start(client: &Client, ar: &ApiResource, ns: &str, lp: WatchConfig, changed: watch::Sender<u64>, errors: Arc<Mutex<Option<String>>>, on_change: Option<OnChange>) -> Watched {
         Watched::start_api(Api::namespaced_with(client.clone(), ns, ar), ar, lp, changed, errors, on_change)
     }
 
     /// Like [`Watched::start`], for a cluster-scoped kind (Nodes, PersistentVolumes, VolumeAttachments).
-    pub fn start_cluster_scoped(client: &Client, ar: &ApiResource, lp: ListParams, changed: watch::Sender<u64>, errors: Arc<Mutex<Option<String>>>) -> Watched {
+    pub fn start_cluster_scoped(client: &Client, ar: &ApiResource, lp: WatchConfig, changed: watch::Sender<u64>, errors: Arc<Mutex<Option<String>>>) -> Watched {
         Watched::start_api(Api::all_with(client.clone(), ar), ar, lp, changed, errors, None)
     }
 
-    fn start_api(api: Api<DynamicObject>, ar: &ApiResource, lp: ListParams, changed: watch::Sender<u64>, errors: Arc<Mutex<Option<String>>>, on_change: Option<OnChange>) -> Watched {
+    fn start_api(api: Api<DynamicObject>, ar: &ApiResource, lp: WatchConfig, changed: watch::Sender<u64>, errors: Arc<Mutex<Option<String>>>, on_change: Option<OnChange>) -> Watched {
         let (store, writer) = { let w = reflector::store::Writer::new(ar.clone()); (w.as_reader(), w) };
         let synced = Arc::new(AtomicBool::new(false));
         let s2 = synced.clone();
@@ -174,9 +254,12 @@ impl Watched {
         let kind = ar.kind.clone();
         let k2 = kind.clone();
         let task = tokio::spawn(async move {
-            let mut stream = reflector::reflector(writer, watcher(api, lp)).boxed();
+            let mut stream = reflector::reflector(writer, watcher::watcher(api, lp)).boxed();
             while let Some(ev) = stream.next().await {
                 match ev {
+                    // A (re)list in progress: the store is swapped in whole at `InitDone`, so
+                    // until then it still holds what the last complete list and watch gave.
+                    Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
                     Ok(_) => {
                         s2.store(true, Ordering::SeqCst);
                         *f2.lock().unwrap_or_else(|e| e.into_inner()) = None;

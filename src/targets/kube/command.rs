@@ -1,6 +1,19 @@
-//! Hooks' and probes' plumbing: a command with a timeout, an HTTP GET.
+//! Hooks' and probes' plumbing: a command with a timeout, an HTTP(S) GET.
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
 
 /// The result of a command with a timeout.
 pub struct CommandResult {
@@ -40,21 +53,147 @@ pub async fn run_command(cmd: &[String], env: &[(String, String)], timeout: Dura
     }
 }
 
-/// GET `url`; `Ok` on a 2xx answer within `timeout`.
-pub async fn http_get(url: &str, insecure: bool, timeout: Duration) -> Result<(), String> {
-    let uri: hyper::Uri = url.parse().map_err(|e| format!("invalid URL: {e}"))?;
-    let mut http = hyper::client::HttpConnector::new();
-    http.enforce_http(false);
-    let mut ssl = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).map_err(|e| e.to_string())?;
-    if insecure {
-        ssl.set_verify(openssl::ssl::SslVerifyMode::NONE);
+/// An HTTP(S) client for one probe, built once when the target connects (rustls on ring, the TLS
+/// stack kube's client uses): the system's roots by default (the platform verifier, as kube's
+/// client), the CA bundle of `ca_file` instead when given, or no verification with `insecure`.
+pub struct HttpProber {
+    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+}
+
+/// What a server answered.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    /// The body's first 4 KiB, lossily decoded.
+    pub body: String,
+}
+
+impl HttpProber {
+    pub fn new(ca_file: Option<&Path>, insecure: bool) -> Result<HttpProber, String> {
+        HttpProber::build(ca_file, insecure, true)
     }
-    let https = hyper_openssl::HttpsConnector::with_connector(http, ssl).map_err(|e| e.to_string())?;
-    let client: hyper::Client<_, hyper::Body> = hyper::Client::builder().build(https);
-    match tokio::time::timeout(timeout, client.get(uri)).await {
-        Err(_) => Err(format!("no answer within {}ms", timeout.as_millis())),
-        Ok(Err(e)) => Err(e.to_string()),
-        Ok(Ok(r)) if r.status().is_success() => Ok(()),
-        Ok(Ok(r)) => Err(format!("status {}", r.status())),
+
+    /// A prober that opens a new connection for every request (a paused server then shows as
+    /// one that does not answer, not as a pooled connection that hangs).
+    pub fn fresh_connections(ca_file: Option<&Path>, insecure: bool) -> Result<HttpProber, String> {
+        HttpProber::build(ca_file, insecure, false)
+    }
+
+    fn build(ca_file: Option<&Path>, insecure: bool, pool: bool) -> Result<HttpProber, String> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions().map_err(|e| e.to_string())?;
+        let config = match (ca_file, insecure) {
+            (_, true) => builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyCertificate(provider))).with_no_client_auth(),
+            (Some(path), false) => {
+                let mut roots = rustls::RootCertStore::empty();
+                let certs = CertificateDer::pem_file_iter(path).map_err(|e| format!("cannot read the CA file {}: {e}", path.display()))?;
+                for cert in certs {
+                    let cert = cert.map_err(|e| format!("CA file {}: {e}", path.display()))?;
+                    roots.add(cert).map_err(|e| format!("CA file {}: {e}", path.display()))?;
+                }
+                if roots.is_empty() {
+                    return Err(format!("CA file {} holds no PEM certificate", path.display()));
+                }
+                builder.with_root_certificates(roots).with_no_client_auth()
+            }
+            (None, false) => {
+                let verifier = rustls_platform_verifier::Verifier::new(provider).map_err(|e| format!("cannot load the system's trusted roots: {e}"))?;
+                builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)).with_no_client_auth()
+            }
+        };
+        let https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config).https_or_http().enable_http1().build();
+        let mut b = Client::builder(TokioExecutor::new());
+        if !pool {
+            b.pool_max_idle_per_host(0);
+        }
+        Ok(HttpProber { client: b.build(https) })
+    }
+
+    /// GET `url`; `Ok` on a 2xx answer within `timeout`.
+    pub async fn get(&self, url: &str, timeout: Duration) -> Result<(), String> {
+        match self.answer(url, timeout).await? {
+            a if (200..300).contains(&a.status) => Ok(()),
+            a => Err(format!("status {}", http::StatusCode::from_u16(a.status).map(|s| s.to_string()).unwrap_or_else(|_| a.status.to_string()))),
+        }
+    }
+
+    /// GET `url`: what the server answered within `timeout` (status and body), or why there
+    /// was no answer.
+    pub async fn answer(&self, url: &str, timeout: Duration) -> Result<Answer, String> {
+        let uri: http::Uri = url.parse().map_err(|e| format!("invalid URL: {e}"))?;
+        let req = http::Request::get(uri).body(Empty::new()).map_err(|e| e.to_string())?;
+        let fetch = async {
+            let r = self.client.request(req).await.map_err(|e| error_chain(&e))?;
+            let status = r.status().as_u16();
+            let body = http_body_util::BodyExt::collect(http_body_util::Limited::new(r.into_body(), 64 * 1024)).await.map(|b| b.to_bytes()).unwrap_or_default();
+            let body = String::from_utf8_lossy(&body[..body.len().min(4096)]).to_string();
+            Ok::<Answer, String>(Answer { status, body })
+        };
+        match tokio::time::timeout(timeout, fetch).await {
+            Err(_) => Err(format!("no answer within {}ms", timeout.as_millis())),
+            Ok(r) => r,
+        }
+    }
+}
+
+/// An error with its causes (hyper-util's legacy client says only "client error (Connect)";
+/// the cause says "Connection refused", a certificate error, a proxy's answer).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        // Wrappers often print their source already ("ServiceError: client error (Connect)").
+        let t = c.to_string();
+        if !s.ends_with(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = c.source();
+    }
+    s
+}
+
+/// `insecure = true`: any serving certificate is accepted, but the handshake's signatures are
+/// still checked (with the provider's algorithms), so the connection is TLS, unauthenticated.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(&self, _: &CertificateDer<'_>, _: &[CertificateDer<'_>], _: &ServerName<'_>, _: &[u8], _: UnixTime) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[derive(Debug)]
+    struct E(&'static str, Option<Box<E>>);
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for E {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn an_error_chain_names_every_cause_once() {
+        let refused = E("tcp connect error", Some(Box::new(E("Connection refused (os error 111)", None))));
+        let e = E("ServiceError: client error (Connect)", Some(Box::new(E("client error (Connect)", Some(Box::new(refused))))));
+        assert_eq!(error_chain(&e), "ServiceError: client error (Connect): tcp connect error: Connection refused (os error 111)");
     }
 }

@@ -4,14 +4,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject};
+use kube::runtime::watcher::Config as WatchConfig;
 use serde_json::Value;
 use shakedown_faults::{Model, OpKind, Profile};
 use shakedown_invariants::ServingSample;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::client::{capi, Watched};
+use super::client::{capi, discover_capi, Discovery, Watched};
+use super::command::{error_chain, HttpProber};
 use super::workload::Workload;
 use super::*;
 
@@ -20,14 +22,21 @@ impl KubeTarget {
     /// run's lock object (a ConfigMap labelled with the run id) and binds the plan's members
     /// to the control-plane Machines.
     pub async fn connect(cfg: KubeConfig, profile: &Profile, model: &Model) -> Result<KubeTarget, KubeError> {
+        // The probes' HTTP clients first: a bad CA file is the profile's error, found before
+        // anything is asked of the cluster.
+        let probers = cfg.profile.probes.iter().map(|p| HttpProber::new(p.ca_file.as_deref(), p.insecure).map_err(|e| KubeError::Usage(format!("kube profile probe {}: {e}", p.url)))).collect::<Result<Vec<_>, _>>()?;
         let (client, counter, server) = client::connect(cfg.kubeconfig.as_deref(), cfg.context.as_deref()).await?;
         let (ns, name) = (cfg.namespace.clone(), cfg.name.clone());
         let reach = |e: kube::Error, what: String| match &e {
             kube::Error::Api(r) if r.code == 404 => KubeError::Usage(format!("{what} not found on {server}")),
             kube::Error::Api(r) if r.code == 403 => KubeError::Environment(format!("{what}: forbidden ({}): the identity of the kubeconfig needs the RBAC of ci/k8s/rbac.yaml", r.message)),
-            _ => KubeError::Environment(format!("cannot reach the management cluster at {server} ({what}): {e}")),
+            _ => KubeError::Environment(format!("cannot reach the management cluster at {server} ({what}): {}", error_chain(&e))),
         };
-        let clusters: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &capi("Cluster"));
+        let capi_version = discover_capi(&client).await.map_err(|e| match e {
+            Discovery::Unreachable(e) => KubeError::Environment(format!("cannot reach the management cluster at {server} (discovering its API groups): {e}")),
+            Discovery::NoClusterApi(e) => KubeError::Environment(format!("{e} (on {server})")),
+        })?;
+        let clusters: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &capi("Cluster", capi_version));
         let cluster = clusters.get(&name).await.map_err(|e| reach(e, format!("Cluster {ns}/{name}")))?;
         let opted_in = |m: Option<&BTreeMap<String, String>>| m.and_then(|m| m.get(OPT_IN)).is_some_and(|v| v == "true");
         if !opted_in(cluster.metadata.annotations.as_ref()) && !opted_in(cluster.metadata.labels.as_ref()) {
@@ -40,7 +49,7 @@ impl KubeTarget {
         let Some(kcp_name) = cref.get("name").and_then(Value::as_str).filter(|_| kind == "KubeadmControlPlane").map(str::to_string) else {
             return Err(KubeError::Usage(format!("Cluster {ns}/{name} has no KubeadmControlPlane as spec.controlPlaneRef (found {cref}): the kube target drives KubeadmControlPlane")));
         };
-        let kcp_ar = capi("KubeadmControlPlane");
+        let kcp_ar = capi("KubeadmControlPlane", capi_version);
         let kcps: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kcp_ar);
         let kcp = kcps.get(&kcp_name).await.map_err(|e| reach(e, format!("KubeadmControlPlane {ns}/{kcp_name}")))?;
         let replicas = kcp.data.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
@@ -50,17 +59,15 @@ impl KubeTarget {
                 profile.members
             )));
         }
-        let infra_ref = kcp.data.pointer("/spec/machineTemplate/spec/infrastructureRef").and_then(|r| {
-            Some((r.get("apiGroup")?.as_str()?.to_string(), r.get("kind")?.as_str()?.to_string()))
-        });
+        let infra_ref = capi_version.kcp_infra_ref(&kcp.data);
         let server_version = client.apiserver_version().await.map(|v| v.git_version).unwrap_or_else(|_| "unknown".into());
 
         // Watch caches.
         let (tx, rx) = watch::channel(0u64);
         let errors = Arc::new(Mutex::new(None));
         let sampler = Arc::new(Mutex::new(Sampler::default()));
-        let by_name = |n: &str| ListParams::default().fields(&format!("metadata.name={n}"));
-        let by_cluster = ListParams::default().labels(&format!("{CLUSTER_NAME_LABEL}={name}"));
+        let by_name = |n: &str| WatchConfig::default().fields(&format!("metadata.name={n}"));
+        let by_cluster = WatchConfig::default().labels(&format!("{CLUSTER_NAME_LABEL}={name}"));
         let s2 = sampler.clone();
         let on_machines: client::OnChange = Arc::new(move |store| {
             let mut s = s2.lock().unwrap_or_else(|e| e.into_inner());
@@ -76,12 +83,32 @@ impl KubeTarget {
         });
         // The workload cluster (a note, not an error, when its Secret is missing).
         let mut notes = Vec::new();
+        let mut workload_config = None;
         let workload = match workload::client_from_secret(&client, &counter, &ns, &name).await {
-            Ok((wc, wserver)) => Some(Workload::watch(wc, wserver, &tx, &errors)),
+            Ok((wc, wserver, config)) => {
+                workload_config = Some(config);
+                Some(Workload::watch(wc, wserver, &tx, &errors))
+            }
             Err(note) => {
                 notes.push(note);
                 None
             }
+        };
+        // The API workload in the workload cluster ([api]); never in a dry run (it writes).
+        // Checked now (a named namespace must exist: bad input), started once the run's
+        // ConfigMap exists (so that `reap --kube` finds what it writes).
+        let api_plan = match (&cfg.profile.api, workload_config) {
+            (None, _) => Err("needs an [api] table in the kube profile".to_string()),
+            (Some(_), _) if cfg.dry_run => Err("a dry run sends no API traffic".to_string()),
+            (Some(_), None) => Err("needs the workload cluster (see the note on its kubeconfig)".to_string()),
+            (Some(spec), Some(config)) => match super::api::KubeApi::check(&config, spec).await {
+                Ok(()) => Ok((spec.clone(), config)),
+                Err(KubeError::Environment(e)) => {
+                    notes.push(format!("API workload not started: {e}"));
+                    Err(e)
+                }
+                Err(other) => return Err(other),
+            },
         };
         // Velero (backup and restore), unless hooks do both.
         let hooks = &cfg.profile.hooks;
@@ -89,7 +116,7 @@ impl KubeTarget {
         let velero = if hooks.contains_key(&OpKind::Backup) && hooks.contains_key(&OpKind::Restore) { Err("hooks set".to_string()) } else { probe_velero(&client).await };
         let mut velero_watches = Vec::new();
         if velero.is_ok() {
-            let by_run = ListParams::default().labels(&format!("{RUN_LABEL}={}", cfg.run_id));
+            let by_run = WatchConfig::default().labels(&format!("{RUN_LABEL}={}", cfg.run_id));
             for kind in ["Backup", "Restore"] {
                 velero_watches.push(Watched::start(&client, &velero_ar(kind), &velero_ns, by_run.clone(), tx.clone(), errors.clone(), None));
             }
@@ -105,17 +132,17 @@ impl KubeTarget {
             let ar = c.resource();
             let lp = match (&c.name, &c.selector) {
                 (Some(n), _) => by_name(n),
-                (None, Some(sel)) => ListParams::default().labels(sel),
-                (None, None) => ListParams::default(),
+                (None, Some(sel)) => WatchConfig::default().labels(sel),
+                (None, None) => WatchConfig::default(),
             };
             let ns = c.namespace.clone().unwrap_or_else(|| ns.clone());
             conditions.push(Watched::start(&client, &ar, &ns, lp, tx.clone(), errors.clone(), None));
         }
         let cache = Cache {
-            cluster: Watched::start(&client, &capi("Cluster"), &ns, by_name(&name), tx.clone(), errors.clone(), None),
+            cluster: Watched::start(&client, &capi("Cluster", capi_version), &ns, by_name(&name), tx.clone(), errors.clone(), None),
             kcp: Watched::start(&client, &kcp_ar, &ns, by_name(&kcp_name), tx.clone(), errors.clone(), None),
-            machines: Watched::start(&client, &capi("Machine"), &ns, by_cluster.clone(), tx.clone(), errors.clone(), Some(on_machines)),
-            deployments: Watched::start(&client, &capi("MachineDeployment"), &ns, by_cluster, tx.clone(), errors.clone(), None),
+            machines: Watched::start(&client, &capi("Machine", capi_version), &ns, by_cluster.clone(), tx.clone(), errors.clone(), Some(on_machines)),
+            deployments: Watched::start(&client, &capi("MachineDeployment", capi_version), &ns, by_cluster, tx.clone(), errors.clone(), None),
             infra,
             velero: velero_watches,
             conditions,
@@ -170,6 +197,7 @@ impl KubeTarget {
             versions.insert("kubernetes".into(), v.to_string());
         }
         versions.insert("cluster".into(), format!("{ns}/{name}"));
+        versions.insert("cluster-api".into(), capi_version.as_str().into());
         let op_timeout = cfg.profile.timeouts.rollout;
         // The disk ops' volume: the PersistentVolume named, or the one the claim is bound to.
         let disk_pv = match (&cfg.profile.disk, &cache.workload) {
@@ -192,7 +220,9 @@ impl KubeTarget {
             cfg,
             kcp_name,
             kcp_ar,
+            capi_version,
             infra_ref,
+            probers,
             site_fds: fds,
             cache,
             bindings: BTreeMap::new(),
@@ -215,8 +245,16 @@ impl KubeTarget {
             lost: None,
             wait_failed: None,
             connected: BTreeMap::new(),
+            api: Err("not started".into()),
         };
         t.take_lock().await.map_err(|e| KubeError::Environment(e.to_string()))?;
+        t.api = match api_plan {
+            Ok((spec, config)) => super::api::KubeApi::start(config, &spec, &t.cfg.run_id, t.cfg.run_dir.as_deref()).await.map_err(|e| {
+                t.notes.push(format!("API workload not started: {e}"));
+                e.to_string()
+            }),
+            Err(why) => Err(why),
+        };
         t.rebind();
         t.connected = t.counter.snapshot();
         Ok(t)

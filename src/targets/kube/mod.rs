@@ -23,6 +23,7 @@
 //! Waiting and observing read watch caches (kube-runtime reflectors): no polling requests.
 //! Architecture invariant: like every target, this one observes; `shakedown-invariants` judges.
 
+pub mod api;
 mod cache;
 pub mod client;
 pub mod command;
@@ -49,8 +50,8 @@ use shakedown_invariants::{InvariantId, Observation};
 use tokio::time::Instant;
 
 use self::cache::{cp_machines, Cache, CpMachine, Sampler};
-use self::client::RequestCounter;
-use self::command::{http_get, run_command};
+use self::client::{CapiVersion, RequestCounter};
+use self::command::run_command;
 use self::ops::TEARDOWN_BOUND;
 use self::profile::KubeProfile;
 use super::{StartContext, Started, Target, TargetError};
@@ -95,6 +96,8 @@ pub struct KubeConfig {
     pub dry_run: bool,
     pub profile: KubeProfile,
     pub run_id: String,
+    /// Where the run writes its files (the API workload's samples); `None`: nowhere.
+    pub run_dir: Option<PathBuf>,
 }
 
 /// A write the target makes — or, with `--dry-run`, prints instead.
@@ -167,7 +170,12 @@ pub struct KubeTarget {
     cfg: KubeConfig,
     kcp_name: String,
     kcp_ar: ApiResource,
-    infra_ref: Option<(String, String)>,
+    /// The Cluster API version the management cluster serves (discovered at connect).
+    capi_version: CapiVersion,
+    /// KubeadmControlPlane's infrastructure machine template reference, as found at connect.
+    infra_ref: Option<serde_json::Value>,
+    /// One HTTP client per probe of the kube profile (same order), built at connect.
+    probers: Vec<command::HttpProber>,
     site_fds: Vec<String>,
     cache: Cache,
     bindings: BTreeMap<MemberId, String>,
@@ -201,12 +209,17 @@ pub struct KubeTarget {
     wait_failed: Option<String>,
     /// The request counts once connected: everything after is a step's (see `reads_since_connect`).
     connected: BTreeMap<String, u64>,
+    /// The API workload in the workload cluster, or why there is none.
+    api: Result<api::KubeApi, String>,
 }
 
 
 impl KubeTarget {
     /// Connects to the Cluster `spec` names (see [`KubeTarget::connect`]).
     pub async fn start_spec(spec: &KubeSpec, ctx: &StartContext<'_>) -> Result<KubeTarget, Fatal> {
+        if ctx.profile.stack == shakedown_faults::Stack::App {
+            return Err(Fatal::usage(format!("profile {} has stack = \"app\": it runs on --target app, not on a Cluster API Cluster", ctx.profile.name)));
+        }
         let (ns, name) = spec.namespace_name();
         let cfg = KubeConfig {
             kubeconfig: ctx.options.kube.kubeconfig.clone(),
@@ -216,6 +229,7 @@ impl KubeTarget {
             dry_run: ctx.options.kube.dry_run,
             profile: spec.kube_profile.clone(),
             run_id: ctx.run_id.into(),
+            run_dir: Some(ctx.run_dir.to_path_buf()),
         };
         KubeTarget::connect(cfg, ctx.profile, ctx.model).await.map_err(spec::fatal)
     }
@@ -287,6 +301,8 @@ impl Target for KubeTarget {
         let p = &self.cfg.profile;
         match id {
             InvariantId::Consistency | InvariantId::Durability | InvariantId::Watch | InvariantId::Leases => Some("needs etcd access, which the kube target does not have".into()),
+            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch => self.api.as_ref().err().cloned(),
+            InvariantId::AppReady | InvariantId::AppDurability => Some("only the application target (--target app) checks an application".into()),
             InvariantId::Reachability if p.probes.is_empty() && p.commands.is_empty() && p.conditions.is_empty() => {
                 Some("needs [[probes]], [[commands]] or [[conditions]] in the kube profile".into())
             }
@@ -323,7 +339,28 @@ impl Target for KubeTarget {
         let counts = self.counter.snapshot();
         self.model = before.clone();
         self.rebind();
+        // Backups and restores that act on the API's data move the API workload's marks.
+        let api_start = match (&mut self.api, op) {
+            (Ok(api), Op::Backup | Op::Restore { .. }) if api.restores_api => {
+                let at = api.workload.acked_len();
+                if let Op::Restore { backup } = op {
+                    api.workload.restore_begins(*backup, true);
+                }
+                Some(at)
+            }
+            _ => None,
+        };
         let res = self.execute_op(op, after).await;
+        if let (Ok(api), Some(start)) = (&mut self.api, api_start) {
+            match op {
+                Op::Backup => {
+                    if let (Ok(()), Some(b)) = (&res, after.backups.last()) {
+                        api.workload.backup_taken(*b, start);
+                    }
+                }
+                _ => api.workload.restore_ends(true),
+            }
+        }
         self.model = after.clone();
         self.rebind();
         self.events.push(Event::Target { kind: "kube-requests".into(), detail: json!({"op": op.to_string(), "non_watch_requests": self.counter.non_watch_since(&counts)})});
@@ -336,8 +373,14 @@ impl Target for KubeTarget {
         s.samples.clear();
     }
 
-    async fn observe(&mut self, model: &Model, _invariants: &[InvariantId]) -> Observation {
-        self.observation(model).await
+    async fn observe(&mut self, model: &Model, invariants: &[InvariantId]) -> Observation {
+        let mut obs = self.observation(model).await;
+        if let Ok(api) = &self.api {
+            if [InvariantId::ApiReachability, InvariantId::ApiDurability, InvariantId::ApiWatch].iter().any(|i| invariants.contains(i)) {
+                obs.api = Some(api.observe(model, invariants).await);
+            }
+        }
+        obs
     }
 
     fn log_files(&self) -> Vec<(String, std::path::PathBuf)> {
@@ -346,7 +389,11 @@ impl Target for KubeTarget {
     }
 
     fn workload_stats(&self) -> Value {
-        json!({"machines": self.bindings.len(), "requests": self.counter.snapshot().values().sum::<u64>(), "reads_since_connect": self.reads_since_connect()})
+        let mut v = json!({"machines": self.bindings.len(), "requests": self.counter.snapshot().values().sum::<u64>(), "reads_since_connect": self.reads_since_connect()});
+        if let Ok(api) = &self.api {
+            v["api"] = json!(api.workload.stats());
+        }
+        v
     }
 
     fn take_events(&mut self) -> Vec<Event> {

@@ -18,9 +18,9 @@ impl KubeTarget {
 
     pub(super) async fn probes(&self) -> Vec<Probe> {
         let mut out = Vec::new();
-        for p in &self.cfg.profile.probes {
+        for (p, prober) in self.cfg.profile.probes.iter().zip(&self.probers) {
             let t0 = std::time::Instant::now();
-            let res = http_get(&p.url, p.insecure, p.timeout).await;
+            let res = prober.get(&p.url, p.timeout).await;
             out.push(Probe { latency_ms: t0.elapsed().as_millis() as u64, error: res.err().map(|e| format!("HTTP probe GET {}: {e}", p.url)) });
         }
         for c in &self.cfg.profile.commands {

@@ -31,6 +31,7 @@ impl KubeTarget {
             }
         };
         match op {
+            Op::PodKill { .. } | Op::OperatorRestart | Op::PvcLoss { .. } | Op::Partition { .. } | Op::PartitionHeal { .. } | Op::PodKillSelected { .. } => Err("an application op: it runs on --target app".into()),
             Op::Crash { .. } => one_at_a_time(),
             Op::SiteOutage { mode: OutageMode::PowerLoss, .. } => one_at_a_time(),
             Op::SiteOutage { mode: OutageMode::Isolate, .. } => Err("cutting a failure domain's network is provider-specific: set [hooks.site-outage] and [hooks.site-recover] in the kube profile".into()),
@@ -261,7 +262,7 @@ impl KubeTarget {
         }
         self.set_paused(true).await?;
         for n in &names {
-            self.send(Write::Delete { ar: capi("Machine"), ns: self.cfg.namespace.clone(), name: n.clone() }).await?;
+            self.send(Write::Delete { ar: capi("Machine", self.capi_version), ns: self.cfg.namespace.clone(), name: n.clone() }).await?;
         }
         let timeout = self.op_timeout;
         self.wait_until(&format!("Machine(s) {} deleted", names.join(", ")), timeout, |t| {
@@ -439,14 +440,14 @@ impl KubeTarget {
                 let v = self.cfg.profile.versions.get(to).cloned().ok_or_else(|| TargetError::Unsupported(format!("no Kubernetes version for {to} in the kube profile")))?;
                 let mut spec = json!({"version": v.kubernetes});
                 if let Some(tpl) = &v.machine_template {
-                    let (group, kind) = self.infra_ref.clone().ok_or_else(|| TargetError::Stack("KubeadmControlPlane has no spec.machineTemplate.spec.infrastructureRef".into()))?;
-                    spec["machineTemplate"] = json!({"spec": {"infrastructureRef": {"apiGroup": group, "kind": kind, "name": tpl}}});
+                    let r = self.infra_ref.as_ref().ok_or_else(|| TargetError::Stack(format!("KubeadmControlPlane has no infrastructure machine template reference ({})", self.capi_version.as_str())))?;
+                    spec["machineTemplate"] = self.capi_version.kcp_template_patch(r, tpl);
                 }
                 self.send(Write::Patch { ar: self.kcp_ar.clone(), ns: ns.clone(), name: self.kcp_name.clone(), body: json!({"spec": spec}) }).await?;
                 let mds: Vec<String> = self.cache.deployments.objects().iter().filter_map(|d| d.metadata.name.clone()).collect();
                 for md in mds {
                     let body = json!({"spec": {"template": {"spec": {"version": v.kubernetes}}}});
-                    self.send(Write::Patch { ar: capi("MachineDeployment"), ns: ns.clone(), name: md, body }).await?;
+                    self.send(Write::Patch { ar: capi("MachineDeployment", self.capi_version), ns: ns.clone(), name: md, body }).await?;
                 }
                 self.model = after.clone();
                 let timeout = self.op_timeout;
@@ -454,7 +455,7 @@ impl KubeTarget {
             }
             Op::RollingReplace => {
                 let now = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
-                self.send(Write::Patch { ar: self.kcp_ar.clone(), ns, name: self.kcp_name.clone(), body: json!({"spec": {"rollout": {"after": now}}}) }).await?;
+                self.send(Write::Patch { ar: self.kcp_ar.clone(), ns, name: self.kcp_name.clone(), body: self.capi_version.rollout_after(&now) }).await?;
                 self.model = after.clone();
                 let timeout = self.op_timeout;
                 self.wait_until("rollout after now complete", timeout, |t| t.settled()).await
@@ -480,6 +481,11 @@ pub(super) const TEARDOWN_BOUND: Duration = Duration::from_secs(60);
 impl KubeTarget {
     /// Resumes KCP if this run paused it; deletes the run's Velero objects and its ConfigMap.
     pub(super) async fn teardown_objects(&mut self) {
+        if let Ok(api) = &mut self.api {
+            if let Err(e) = api.teardown().await {
+                tracing::warn!("teardown: {e}; `shakedown reap --kube` will");
+            }
+        }
         if self.paused {
             if let Err(e) = self.set_paused(false).await {
                 tracing::warn!("teardown: cannot resume KubeadmControlPlane {}: {e}; `shakedown reap --kube` will", self.kcp_name);

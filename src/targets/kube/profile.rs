@@ -6,77 +6,128 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use shakedown_faults::profile::duration_schema;
 use shakedown_faults::{OpKind, Version};
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// What the kube target needs to know about a provider's stack beyond the plan's profile
+/// (`--kube-profile FILE`, TOML; unknown fields are an error). Every field is optional: a run
+/// without a kube profile maps the plan's ops onto Cluster API objects alone, and skips, with
+/// the reason, the ops that need something named here.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KubeProfile {
-    /// Plan version (`"3.5"`) → what a rolling upgrade to it sets.
+    /// Plan version (`"3.5"`, one of the profile's `versions`) → what a rolling upgrade to it
+    /// sets (`[versions."3.5"]`). An upgrade to a version not listed is skipped with the reason.
     #[serde(default)]
+    #[schemars(extend("x-key" = "version"))]
     pub versions: BTreeMap<Version, KubeVersion>,
     /// The failure domains standing for the plan's sites, in site order. Default: the Cluster's
     /// `status.failureDomains`, else those of its control-plane Machines, sorted.
     #[serde(default)]
     pub failure_domains: Vec<String>,
-    /// InfraMachine kinds to take inventory of, as `Kind.group/version`
-    /// (e.g. `DevMachine.infrastructure.cluster.x-k8s.io/v1beta2`).
+    /// InfraMachine kinds to take inventory of for `leaks` (one without a Machine is a leak), as
+    /// `Kind.group/version` (e.g. `DevMachine.infrastructure.cluster.x-k8s.io/v1beta2`). Empty:
+    /// InfraMachines are not inventoried.
     #[serde(default)]
     pub infra_machine_kinds: Vec<String>,
-    /// Command hooks by op name (`site-outage`, `crash`, `backup`, …): run instead of the
-    /// generic Cluster API mapping, or for ops that have none.
+    /// Command hooks by op kind (`[hooks.site-outage]`, `[hooks.crash]`, `[hooks.backup]`, …): run
+    /// instead of the generic Cluster API mapping, or for ops that have none (`pause`,
+    /// `resume`, `site-outage` with `isolate`, `disk-replace`).
     #[serde(default)]
+    #[schemars(extend("x-key" = "op kind"))]
     pub hooks: BTreeMap<OpKind, Hook>,
-    /// HTTP probes for `reachability` (the workload API server's `/readyz`, a LoadBalancer Service).
+    /// HTTP probes for `reachability` (`[[probes]]`: the workload API server's `/readyz`, a
+    /// LoadBalancer Service). With no probes, conditions or commands, `reachability` is not
+    /// checked (said in a note).
     #[serde(default)]
     pub probes: Vec<HttpProbe>,
-    /// Profile-defined condition checks, reported under `reachability`.
+    /// Profile-defined condition checks (`[[conditions]]`: a provider's own condition on any
+    /// object, read from a watch cache), reported under `reachability`.
     #[serde(default)]
     pub conditions: Vec<ConditionCheck>,
-    /// Profile-defined command probes (exit 0 within the timeout), reported under `reachability`.
+    /// Profile-defined command probes (`[[commands]]`: pass when the command exits 0 within its
+    /// timeout), reported under `reachability`.
     #[serde(default)]
     pub commands: Vec<Hook>,
     /// The probe workload's volume that `disk-detach` / `disk-reattach` act on (in the workload
-    /// cluster), when no hooks are set for them.
+    /// cluster), when no hooks are set for them. Absent: the disk ops are skipped unless hooked.
     #[serde(default)]
     pub disk: Option<DiskSpec>,
     /// Velero on the management cluster, used for `backup` / `restore` when its CRDs are
-    /// installed and no hooks are set for them.
+    /// installed and no hooks are set for them (without either, they are skipped). Fields left
+    /// out keep their defaults.
     #[serde(default)]
     pub velero: VeleroSpec,
+    /// The bounds of the kube target's waits (`[timeouts]`); fields left out keep their
+    /// defaults. The plan profile's `[timeouts]` bound the checks as on every target.
     #[serde(default)]
     pub timeouts: KubeTimeouts,
+    /// Kubernetes API traffic in the workload cluster during the run (`[api]`), judged by
+    /// `api-durability`, `api-watch` and `api-reachability`. Absent: no API traffic, and those
+    /// invariants are not checked (said in a note).
+    #[serde(default)]
+    pub api: Option<ApiSpec>,
+}
+
+/// `[api]`: the API workload in the workload cluster (reached through the kubeconfig in the
+/// Cluster's `<name>-kubeconfig` Secret, i.e. through the control-plane endpoint).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApiSpec {
+    /// An existing namespace of the workload cluster to write in (the run deletes only its own
+    /// ConfigMaps there). Absent: the run creates `shakedown-<run id>`, labelled with the run id,
+    /// and deletes it at teardown.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Whether `restore` restores the workload cluster's API data (a restore hook that restores
+    /// its etcd from the backup hook's snapshot): what was acknowledged after the backup must
+    /// then be gone. `false` (the default): restores act elsewhere (Velero restores the
+    /// management cluster's namespace), and every acknowledged write must stay.
+    #[serde(default)]
+    pub restores_api: bool,
+    /// The clients and watches (`[api.load]`); fields left out keep their defaults.
+    #[serde(default)]
+    pub load: shakedown_faults::ApiLoad,
 }
 
 /// `[disk]`: the PersistentVolume of a probe workload in the workload cluster, named by its
 /// claim (`pvc = "namespace/name"`) or directly (`pv = "name"`). `disk-detach` deletes its
 /// VolumeAttachment; `disk-reattach` waits until a new one is attached (the attach/detach
 /// controller and the CSI attacher recreate it while a pod uses the volume).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DiskSpec {
+    /// The PersistentVolumeClaim whose bound volume is used, as `"namespace/name"` in the
+    /// workload cluster. Exactly one of `pvc` and `pv`.
     #[serde(default)]
     pub pvc: Option<String>,
+    /// The PersistentVolume's name in the workload cluster. Exactly one of `pvc` and `pv`.
     #[serde(default)]
     pub pv: Option<String>,
     /// How long a detach (the VolumeAttachment gone) or a reattach (a new one attached) may take.
+    #[schemars(schema_with = "duration_schema")]
     #[serde(with = "human", default = "default_disk_timeout")]
     pub timeout: Duration,
 }
 
 /// `[velero]`: where Velero's objects go and how long they may take.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct VeleroSpec {
-    /// The namespace Velero watches for Backups and Restores.
+    /// The namespace Velero watches for Backups and Restores; shakedown creates them there.
     pub namespace: String,
-    /// `spec.storageLocation` of the Backups (Velero's default location when unset).
+    /// `spec.storageLocation` of the Backups. Absent: Velero's default location.
     pub storage_location: Option<String>,
     /// `spec.ttl` of the Backups: Velero removes a Backup (object and data) after it.
     #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
     pub ttl: Duration,
-    /// How long a Backup or Restore may take to reach `Completed`.
+    /// How long a Backup or Restore may take to reach `Completed`; longer, or `Failed`,
+    /// `PartiallyFailed`, `FailedValidation`, is a liveness failure (exit 3).
     #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
     pub timeout: Duration,
 }
 
@@ -86,12 +137,16 @@ impl Default for VeleroSpec {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `[versions."V"]`: what a `rolling-upgrade` to the plan's version V writes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KubeVersion {
-    /// The Kubernetes version for KubeadmControlPlane and MachineDeployments (`v1.30.1`).
+    /// The Kubernetes version written to the KubeadmControlPlane's `spec.version` and every
+    /// MachineDeployment's `spec.template.spec.version` (`"v1.30.1"`).
     pub kubernetes: String,
-    /// The machine template (same kind and group as the current one) the control plane moves to.
+    /// The machine template (same kind and group as the current one) the control plane moves
+    /// to, written to `spec.machineTemplate.spec.infrastructureRef.name`. Absent: the template
+    /// is left as it is.
     #[serde(default)]
     pub machine_template: Option<String>,
 }
@@ -100,42 +155,63 @@ pub struct KubeVersion {
 /// `SHAKEDOWN_RUN_ID`, `SHAKEDOWN_CLUSTER` (`ns/name`), and per op `SHAKEDOWN_MEMBER`,
 /// `SHAKEDOWN_MACHINE`, `SHAKEDOWN_SITE`, `SHAKEDOWN_FAILURE_DOMAIN`, `SHAKEDOWN_MODE`,
 /// `SHAKEDOWN_BACKUP`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Hook {
+    /// The program and its arguments (not a shell line: `["sh", "-c", "…"]` for one); not empty.
     pub command: Vec<String>,
+    /// How long the command may run; it is killed then. A hook that exits non-zero or runs out
+    /// of time ends the run as an environment failure (exit 4); a command probe fails its check.
+    #[schemars(schema_with = "duration_schema")]
     #[serde(with = "human", default = "default_hook_timeout")]
     pub timeout: Duration,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `[[probes]]`: an HTTP GET that passes on a 2xx answer within its timeout.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpProbe {
+    /// The URL to GET (`https://my-cluster.example:6443/readyz`).
     pub url: String,
     /// Accept any serving certificate (self-signed test endpoints).
     #[serde(default)]
     pub insecure: bool,
+    /// Trust the CA certificates of this PEM file (instead of the system's roots) for the
+    /// serving certificate of an `https` URL. Read when the run connects: a missing or empty
+    /// file is a usage error (exit 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Deadline of one probe request.
+    #[schemars(schema_with = "duration_schema")]
     #[serde(with = "human", default = "default_probe_timeout")]
     pub timeout: Duration,
 }
 
 /// A condition on any object: `group/version`, `kind`, `plural`, a `name` or a label
 /// `selector`, the condition `type` and its expected `status`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConditionCheck {
+    /// The object's `group/version` (`"infrastructure.cluster.x-k8s.io/v1beta2"`).
     pub api_version: String,
+    /// The object's kind (`"DevCluster"`).
     pub kind: String,
+    /// The resource's plural name, as in its URL (`"devclusters"`).
     pub plural: String,
-    /// Defaults to the Cluster's namespace.
+    /// The object's namespace on the management cluster. Absent: the Cluster's namespace.
     #[serde(default)]
     pub namespace: Option<String>,
+    /// The object's name. Exactly one of `name` and `selector`.
     #[serde(default)]
     pub name: Option<String>,
+    /// A label selector (`"app=probe"`): every object it selects must have the condition.
+    /// Exactly one of `name` and `selector`.
     #[serde(default)]
     pub selector: Option<String>,
+    /// The condition's `type` (`"Ready"`).
     #[serde(rename = "type")]
     pub type_: String,
+    /// The condition's expected `status`.
     #[serde(default = "default_true")]
     pub status: String,
 }
@@ -148,18 +224,25 @@ impl ConditionCheck {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `[timeouts]` of the kube profile: the bounds of the kube target's own waits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct KubeTimeouts {
-    /// How long a rollout (upgrade, replace, replacements after a crash) may take.
+    /// How long an op's rollout may take (upgrade, replace, the replacement Machines after a
+    /// crash or power loss), until every member stands on a healthy Machine; longer is a
+    /// liveness failure (exit 3).
     #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
     pub rollout: Duration,
-    /// How long the watch caches may take to fill at start.
+    /// How long the watch caches may take to fill at start; longer is an environment failure
+    /// (exit 4).
     #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
     pub sync: Duration,
     /// How long a watch may keep failing during a wait before the run ends: the management (or
     /// workload) cluster is gone (exit 4).
     #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
     pub unreachable: Duration,
 }
 
@@ -186,7 +269,7 @@ fn default_true() -> String {
     "True".into()
 }
 
-mod human {
+pub(crate) mod human {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
     pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -218,6 +301,9 @@ impl KubeProfile {
             if d.pvc.as_ref().is_some_and(|c| !matches!(c.split_once('/'), Some((ns, n)) if !ns.is_empty() && !n.is_empty() && !n.contains('/'))) {
                 return Err(format!("kube profile: [disk] pvc = {:?}: expected \"namespace/name\"", d.pvc.clone().unwrap_or_default()));
             }
+        }
+        if let Some(problem) = p.api.as_ref().and_then(|a| a.load.problem("[api.load]")) {
+            return Err(format!("kube profile: {problem}"));
         }
         Ok(p)
     }

@@ -1,15 +1,19 @@
 //! `shakedown reap --kube`: what killed kube runs left behind. A run leaves at most its
 //! ConfigMap (labelled with the run id) and, if killed between a crash and its restart, a
-//! KubeadmControlPlane paused by it (annotated with the run id), and the Velero Backups and
-//! Restores it created (labelled with the run id).
+//! KubeadmControlPlane paused by it (annotated with the run id), the Velero Backups and
+//! Restores it created (labelled with the run id), and its API workload's namespace (or
+//! ConfigMaps) in the workload cluster (labelled with the run id). An application-target run
+//! leaves its ConfigMap in the application's namespace, its partitions' NetworkPolicies
+//! (labelled with the run id) and perhaps the operator scaled down (the ConfigMap says to what
+//! it goes back).
 
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use super::client::{self, capi};
+use super::client::{self, capi, discover_capi};
 use super::{velero_ar, KubeError, CAPI_PAUSED, PAUSED_BY, RUN_LABEL};
 
 /// What a reap removed.
@@ -19,6 +23,37 @@ pub struct Reaped {
     pub resumed: Vec<String>,
     /// Velero objects deleted, as `Kind ns/name`.
     pub velero: Vec<String>,
+    /// The API workload's namespaces and ConfigMaps deleted in workload clusters.
+    pub api: Vec<String>,
+    /// What dead application-target runs left: NetworkPolicies deleted, operators scaled back.
+    pub app: Vec<String>,
+}
+
+/// A dead application-target run's leftovers in its namespace: its partitions' NetworkPolicies,
+/// and the operator if the run left it scaled below the replicas it recorded.
+async fn reap_app(client: &kube::Client, ns: &str, run: &str, data: &std::collections::BTreeMap<String, String>, out: &mut Reaped) -> Result<(), String> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns);
+    let list = policies.list(&ListParams::default().labels(&format!("{RUN_LABEL}={run}"))).await.map_err(|e| format!("listing NetworkPolicies in {ns}: {e}"))?;
+    for p in list.items {
+        let name = p.metadata.name.unwrap_or_default();
+        match policies.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => out.app.push(format!("deleted NetworkPolicy {ns}/{name}")),
+            Err(kube::Error::Api(r)) if r.code == 404 => {}
+            Err(e) => return Err(format!("deleting NetworkPolicy {ns}/{name}: {e}")),
+        }
+    }
+    if let (Some(op), Some(replicas)) = (data.get("app-operator"), data.get("app-operator-replicas").and_then(|r| r.parse::<i32>().ok())) {
+        let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
+        if let Some(d) = deps.get_opt(op).await.map_err(|e| format!("reading Deployment {ns}/{op}: {e}"))? {
+            if d.spec.and_then(|s| s.replicas).unwrap_or(1) < replicas {
+                deps.patch(op, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": replicas}}))).await.map_err(|e| format!("scaling Deployment {ns}/{op} back: {e}"))?;
+                out.app.push(format!("scaled the operator {ns}/{op} back to {replicas}"));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn alive(host: &str, pid: &str) -> bool {
@@ -39,6 +74,8 @@ pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: O
     };
     let mut out = Reaped::default();
     let mut dead_runs = Vec::new();
+    // (run, the Cluster's namespace, the Cluster's name): where its API workload wrote.
+    let mut dead_clusters = Vec::new();
     for cm in cms.list(&ListParams::default().labels(RUN_LABEL)).await.map_err(|e| env("listing run ConfigMaps", e))?.items {
         let data = cm.data.clone().unwrap_or_default();
         let (host, pid) = (data.get("host").cloned().unwrap_or_default(), data.get("pid").cloned().unwrap_or_default());
@@ -48,6 +85,12 @@ pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: O
         let (ns, name) = (cm.metadata.namespace.clone().unwrap_or_default(), cm.metadata.name.clone().unwrap_or_default());
         if let Some(run) = cm.metadata.labels.as_ref().and_then(|l| l.get(RUN_LABEL)) {
             dead_runs.push(run.clone());
+            if let Some(cluster) = data.get("cluster") {
+                dead_clusters.push((run.clone(), ns.clone(), cluster.clone()));
+            }
+        }
+        if let Some(run) = cm.metadata.labels.as_ref().and_then(|l| l.get(RUN_LABEL)).filter(|_| data.contains_key("app")) {
+            reap_app(&client, &ns, run, &data, &mut out).await.map_err(|e| KubeError::Environment(format!("{e} on {server}")))?;
         }
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
         match api.delete(&name, &DeleteParams::default()).await {
@@ -56,28 +99,31 @@ pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: O
             Err(e) => return Err(env(&format!("deleting ConfigMap {ns}/{name}"), e)),
         }
     }
-    let kcp_ar = capi("KubeadmControlPlane");
-    let kcps: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &kcp_ar),
-        None => Api::all_with(client.clone(), &kcp_ar),
-    };
-    let list = match kcps.list(&ListParams::default()).await {
-        Ok(l) => l.items,
-        // No Cluster API here: nothing to resume.
-        Err(kube::Error::Api(r)) if r.code == 404 => vec![],
-        Err(e) => return Err(env("listing KubeadmControlPlanes", e)),
-    };
-    for k in list {
-        let Some(by) = k.metadata.annotations.as_ref().and_then(|a| a.get(PAUSED_BY)) else { continue };
-        if !dead_runs.contains(by) && !all {
-            // Its run is alive, or left no ConfigMap: resume only when the run is known dead.
-            continue;
+    // A KubeadmControlPlane paused by a dead run is resumed (none when no Cluster API version
+    // shakedown speaks is served here).
+    if let Ok(capi_version) = discover_capi(&client).await {
+        let ar = capi("KubeadmControlPlane", capi_version);
+        let kcps: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        let list = match kcps.list(&ListParams::default()).await {
+            Ok(l) => l.items,
+            Err(kube::Error::Api(r)) if r.code == 404 => vec![],
+            Err(e) => return Err(env("listing KubeadmControlPlanes", e)),
+        };
+        for k in list {
+            let Some(by) = k.metadata.annotations.as_ref().and_then(|a| a.get(PAUSED_BY)) else { continue };
+            if !dead_runs.contains(by) && !all {
+                // Its run is alive, or left no ConfigMap: resume only when the run is known dead.
+                continue;
+            }
+            let (ns, name) = (k.metadata.namespace.clone().unwrap_or_default(), k.metadata.name.clone().unwrap_or_default());
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+            let body = json!({"metadata": {"annotations": {CAPI_PAUSED: null, PAUSED_BY: null}}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&body)).await.map_err(|e| env(&format!("resuming KubeadmControlPlane {ns}/{name}"), e))?;
+            out.resumed.push(format!("{ns}/{name}"));
         }
-        let (ns, name) = (k.metadata.namespace.clone().unwrap_or_default(), k.metadata.name.clone().unwrap_or_default());
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kcp_ar);
-        let body = json!({"metadata": {"annotations": {CAPI_PAUSED: null, PAUSED_BY: null}}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&body)).await.map_err(|e| env(&format!("resuming KubeadmControlPlane {ns}/{name}"), e))?;
-        out.resumed.push(format!("{ns}/{name}"));
     }
     // Velero Backups and Restores of dead runs, in any namespace (Velero's, not the Cluster's).
     let velero_kinds: &[&str] = if super::probe_velero(&client).await.is_ok() { &["Restore", "Backup"] } else { &[] };
@@ -101,6 +147,40 @@ pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: O
                 Ok(_) => out.velero.push(format!("{kind} {ns}/{name}")),
                 Err(kube::Error::Api(r)) if r.code == 404 => {}
                 Err(e) => return Err(env(&format!("deleting Velero {kind} {ns}/{name}"), e)),
+            }
+        }
+    }
+    // The API workload's namespace or ConfigMaps in each dead run's workload cluster.
+    let counter = client::RequestCounter::default();
+    for (run, ns, cluster) in dead_clusters {
+        let Ok((wc, wserver, _)) = super::workload::client_from_secret(&client, &counter, &ns, &cluster).await else { continue };
+        let selector = format!("{RUN_LABEL}={run}");
+        let namespaces: Api<Namespace> = Api::all(wc.clone());
+        // The run's own namespaces: deleted with what is in them.
+        let mut run_namespaces = Vec::new();
+        if let Ok(list) = namespaces.list(&ListParams::default().labels(&selector)).await {
+            run_namespaces = list.items.iter().filter_map(|n| n.metadata.name.clone()).collect();
+            // A namespace already being deleted needs nothing more (a second DELETE is refused).
+            for n in list.items.into_iter().filter(|n| n.metadata.deletion_timestamp.is_none()) {
+                let name = n.metadata.name.clone().unwrap_or_default();
+                match namespaces.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => out.api.push(format!("namespace {name} (workload cluster {wserver})")),
+                    Err(kube::Error::Api(r)) if r.code == 404 => {}
+                    Err(e) => return Err(KubeError::Environment(format!("deleting namespace {name} in the workload cluster {wserver}: {e}"))),
+                }
+            }
+        }
+        let cms: Api<ConfigMap> = Api::all(wc.clone());
+        if let Ok(list) = cms.list(&ListParams::default().labels(&selector)).await {
+            // Those in a namespace the kube profile named (not in the run's own).
+            for cm in list.items.into_iter().filter(|c| !c.metadata.namespace.as_ref().is_some_and(|n| run_namespaces.contains(n))) {
+                let (cns, name) = (cm.metadata.namespace.clone().unwrap_or_default(), cm.metadata.name.clone().unwrap_or_default());
+                let api: Api<ConfigMap> = Api::namespaced(wc.clone(), &cns);
+                match api.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => out.api.push(format!("ConfigMap {cns}/{name} (workload cluster {wserver})")),
+                    Err(kube::Error::Api(r)) if r.code == 404 => {}
+                    Err(e) => return Err(KubeError::Environment(format!("deleting ConfigMap {cns}/{name} in the workload cluster {wserver}: {e}"))),
+                }
             }
         }
     }

@@ -27,14 +27,14 @@ pub struct KubeOptions {
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// kube target: the kubeconfig context (default: its current context).
-    #[arg(long)]
+    #[arg(long, env = "SHAKEDOWN_CONTEXT")]
     pub context: Option<String>,
     /// kube target: the Cluster API Cluster under test, NAMESPACE/NAME. It must carry the
     /// annotation shakedown.dev/allow-chaos: "true".
-    #[arg(long, value_name = "NAMESPACE/NAME")]
+    #[arg(long, env = "SHAKEDOWN_CLUSTER", value_name = "NAMESPACE/NAME")]
     pub cluster: Option<String>,
     /// kube target: versions, failure domains, hooks, probes and checks (TOML; see the README).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "SHAKEDOWN_KUBE_PROFILE", value_name = "FILE")]
     pub kube_profile: Option<PathBuf>,
     /// kube target: print every write request the plan would make, and make none.
     #[arg(long)]
@@ -46,15 +46,31 @@ impl KubeOptions {
     pub fn refuse_for(&self, target: &str) -> Result<(), Fatal> {
         let given: Vec<&str> = [
             (self.kubeconfig.is_some(), "--kubeconfig"),
-            (self.context.is_some(), "--context"),
-            (self.cluster.is_some(), "--cluster"),
-            (self.kube_profile.is_some(), "--kube-profile"),
+            (self.context.is_some(), "--context (or SHAKEDOWN_CONTEXT)"),
+            (self.cluster.is_some(), "--cluster (or SHAKEDOWN_CLUSTER)"),
+            (self.kube_profile.is_some(), "--kube-profile (or SHAKEDOWN_KUBE_PROFILE)"),
             (self.dry_run, "--dry-run"),
         ]
         .into_iter()
         .filter_map(|(g, n)| g.then_some(n))
         .collect();
         crate::targets::refuse_options(&given, "kube", target)
+    }
+}
+
+impl KubeOptions {
+    /// The app target takes the kubeconfig and context; the Cluster, kube profile and dry run
+    /// are the kube target's alone.
+    pub fn refuse_for_app(&self) -> Result<(), Fatal> {
+        let given: Vec<&str> = [
+            (self.cluster.is_some(), "--cluster (or SHAKEDOWN_CLUSTER)"),
+            (self.kube_profile.is_some(), "--kube-profile (or SHAKEDOWN_KUBE_PROFILE)"),
+            (self.dry_run, "--dry-run"),
+        ]
+        .into_iter()
+        .filter_map(|(g, n)| g.then_some(n))
+        .collect();
+        crate::targets::refuse_options(&given, "kube", "app")
     }
 }
 

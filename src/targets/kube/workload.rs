@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, Secret};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::watcher::Config as WatchConfig;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::Value;
@@ -39,9 +40,10 @@ pub fn va_ar() -> ApiResource {
     ApiResource::erase::<VolumeAttachment>(&())
 }
 
-/// Reads `<name>-kubeconfig` and builds a client for the workload cluster. `Ok(Err(note))` when
-/// the Secret is missing, unreadable or holds no usable kubeconfig.
-pub async fn client_from_secret(mgmt: &Client, counter: &RequestCounter, ns: &str, name: &str) -> Result<(Client, String), Skipped> {
+/// Reads `<name>-kubeconfig` and builds a client for the workload cluster (counted in
+/// `counter`), with its configuration (for clients of its own). `Err(note)` when the Secret is
+/// missing, unreadable or holds no usable kubeconfig.
+pub async fn client_from_secret(mgmt: &Client, counter: &RequestCounter, ns: &str, name: &str) -> Result<(Client, String, Config), Skipped> {
     let secret_name = format!("{name}-kubeconfig");
     let secrets: Api<Secret> = Api::namespaced(mgmt.clone(), ns);
     let skipped = |why: String| format!("workload cluster not observed ({why}): the checks of Nodes without a Machine, Released/Failed PersistentVolumes and VolumeAttachments of gone Nodes are skipped, and disk ops need hooks");
@@ -59,13 +61,14 @@ pub async fn client_from_secret(mgmt: &Client, counter: &RequestCounter, ns: &st
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| skipped(format!("Secret {ns}/{secret_name}: cannot use its kubeconfig: {e}")))?;
-    client::build(config, counter).map_err(|e| skipped(format!("Secret {ns}/{secret_name}: {e}")))
+    let (client, server) = client::build(config.clone(), counter).map_err(|e| skipped(format!("Secret {ns}/{secret_name}: {e}")))?;
+    Ok((client, server, config))
 }
 
 impl Workload {
     /// Starts the watches (their changes bump `changed`, as the management cluster's do).
     pub fn watch(client: Client, server: String, changed: &watch::Sender<u64>, errors: &Arc<Mutex<Option<String>>>) -> Workload {
-        let start = |ar: ApiResource| Watched::start_cluster_scoped(&client, &ar, ListParams::default(), changed.clone(), errors.clone());
+        let start = |ar: ApiResource| Watched::start_cluster_scoped(&client, &ar, WatchConfig::default(), changed.clone(), errors.clone());
         let (nodes, volumes, attachments) = (start(node_ar()), start(pv_ar()), start(va_ar()));
         Workload { client, server, nodes, volumes, attachments }
     }

@@ -2,7 +2,7 @@
 //! show that the invariants catch a real class of provider bug.
 
 
-use shakedown_faults::{Op, OutageMode};
+use shakedown_faults::{Op, OutageMode, Stack};
 use shakedown_invariants::InvariantId;
 
 shakedown_faults::registry! {
@@ -34,7 +34,8 @@ shakedown_faults::registry! {
         RestorePartial => "restore-partial",
         /// The workload's write path counts a transaction whose `ModRevision` compare failed as a
         /// successful write (it does not look at `succeeded`). Needs concurrent clients writing
-        /// the same keys. Caught by `durability`.
+        /// the same keys. Caught by `durability`, or first by `watch` (the false acknowledgement
+        /// names a revision at which the watches deliver another write).
         TxnIgnoresConflict => "txn-ignores-conflict",
         /// A broken watch resumes from the current revision instead of its last revision + 1
         /// (an informer that skips what happened while its stream was down). Needs a fault that
@@ -55,10 +56,31 @@ shakedown_faults::registry! {
         /// revisions they saw before. Needs a backup, writes after it, and a restore. Caught by
         /// `watch`.
         RestoreKeepsWatches => "restore-keeps-watches",
+        /// The API load balancer (HAProxy in front of the control-plane stack's apiservers) has
+        /// no health checks, so it keeps a paused machine's apiserver in rotation. Needs
+        /// `stack = "control-plane"`. Caught by `api-reachability`.
+        ApiLbNoHealthCheck => "api-lb-no-health-check",
+        /// Restore stops and restarts the etcd members but not the apiservers (kubeadm's restore
+        /// procedure stops them first and starts them after): they go on serving from their watch
+        /// caches, and their clients' watches are never broken, across a store whose revisions
+        /// went back to the backup's. Needs `stack = "control-plane"`, a backup, writes after it,
+        /// and a restore. Caught by `api-watch`.
+        RestoreKeepsApiservers => "restore-keeps-apiservers",
     }
 }
 
 impl PlantedBug {
+    /// Another invariant that sees the same fault, sometimes in an earlier check than
+    /// [`PlantedBug::caught_by`]'s: a falsely acknowledged transaction carries the revision of the
+    /// write that won, which `watch` compares with what its sessions delivered there, while
+    /// `durability` sees it only if no later acknowledged write to the key hides it.
+    pub fn also_caught_by(self) -> Option<InvariantId> {
+        match self {
+            PlantedBug::TxnIgnoresConflict => Some(InvariantId::Watch),
+            _ => None,
+        }
+    }
+
     /// The invariant meant to catch it.
     pub fn caught_by(self) -> InvariantId {
         match self {
@@ -74,6 +96,8 @@ impl PlantedBug {
             PlantedBug::LeaseKeysUnattached => InvariantId::Leases,
             PlantedBug::RestoreMixedBackups => InvariantId::Consistency,
             PlantedBug::RestoreKeepsWatches => InvariantId::Watch,
+            PlantedBug::ApiLbNoHealthCheck => InvariantId::ApiReachability,
+            PlantedBug::RestoreKeepsApiservers => InvariantId::ApiWatch,
         }
     }
 
@@ -100,6 +124,16 @@ impl PlantedBug {
             // A restore of any backup but the first (an earlier one exists).
             PlantedBug::RestoreMixedBackups => matches!(op, Op::Restore { backup } if backup.0 > 0),
             PlantedBug::RestoreKeepsWatches => matches!(op, Op::Restore { .. }),
+            PlantedBug::ApiLbNoHealthCheck => matches!(op, Op::Pause { .. }),
+            PlantedBug::RestoreKeepsApiservers => matches!(op, Op::Restore { .. }),
+        }
+    }
+
+    /// The stack shape the bug lives in.
+    pub fn stack(self) -> Stack {
+        match self {
+            PlantedBug::ApiLbNoHealthCheck | PlantedBug::RestoreKeepsApiservers => Stack::ControlPlane,
+            _ => Stack::Etcd,
         }
     }
 }

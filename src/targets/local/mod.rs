@@ -2,6 +2,8 @@
 //! (SIGKILL, SIGSTOP, rolling restarts onto another etcd binary, member add/remove), observed
 //! through the etcd API.
 
+mod api;
+pub mod apiserver;
 pub mod backup;
 pub mod bugs;
 pub mod disk;
@@ -46,6 +48,8 @@ pub const REPLACE_STOP_GRACE: Duration = Duration::from_secs(5);
 pub const MOVE_LEADER_BOUND: Duration = Duration::from_secs(3);
 /// Reading back every acknowledged write takes at least this long a bound (a big prefix).
 pub const READ_BACK_MIN_BOUND: Duration = Duration::from_secs(2);
+/// Rounds of endpoint probes a check makes at most until every member has answered one.
+pub const PROBE_ROUNDS: usize = 3;
 /// How long a refused membership change waits before it is tried again.
 pub const RECONFIGURE_RETRY: Duration = Duration::from_millis(50);
 /// How often a member restarted on its reattached disk is checked for having exited while it is
@@ -85,6 +89,8 @@ pub struct LocalTarget {
     restores: u32,
     /// Notes for the run's event log (`local-note`: what an op had to work around).
     events: Vec<crate::events::Event>,
+    /// The control-plane stack's API: its workload and probes (`None`: the etcd stack).
+    api: Option<api::LocalApi>,
 }
 
 impl LocalTarget {
@@ -99,7 +105,13 @@ impl LocalTarget {
         let bug = cfg.bug;
         let prefix = format!("/shakedown/{}/w/", cfg.run_id);
         let samples = cfg.run_dir.join("workload.csv");
+        let mut cfg = cfg;
+        cfg.stack = profile.stack;
         let testbed = Testbed::up(cfg, model, bring_up_limit).await?;
+        let api = match testbed.api {
+            Some(_) => Some(api::LocalApi::start(&testbed, &profile.api).await?),
+            None => None,
+        };
         let bugs = workload::ClientBugs {
             ack_before_write: bug == Some(PlantedBug::AckBeforeWrite),
             ignore_conflict: bug == Some(PlantedBug::TxnIgnoresConflict),
@@ -108,7 +120,7 @@ impl LocalTarget {
         };
         let members: Vec<String> = testbed.members.values().map(|m| m.client_url()).collect();
         let workload = Workload::start(testbed.endpoint_url(), &members, prefix, &profile.workload, bugs, Some(&samples));
-        Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), sampler: None, marks: Marks::default(), restores: 0, events: vec![] })
+        Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), sampler: None, marks: Marks::default(), restores: 0, events: vec![], api })
     }
 
     /// Brings the stack of `spec` up with the binaries and disks `targets::prepare` found.
@@ -145,19 +157,41 @@ impl Target for LocalTarget {
 
     fn started(&self) -> Started {
         let endpoint = self.testbed.endpoint_url();
-        Started { line: format!("endpoint {endpoint}"), fields: json!({"endpoint": endpoint}), notes: vec![] }
+        match &self.api {
+            None => Started { line: format!("endpoint {endpoint}"), fields: json!({"endpoint": endpoint}), notes: vec![] },
+            Some(api) => {
+                let lb = self.testbed.api_endpoint_url();
+                Started {
+                    line: format!("etcd endpoint {endpoint} · API load balancer {lb} · kubeconfig {}", api.kubeconfig.display()),
+                    fields: json!({"endpoint": endpoint, "api_endpoint": lb, "kubeconfig": api.kubeconfig}),
+                    notes: vec![],
+                }
+            }
+        }
+    }
+
+    fn unchecked(&self, id: InvariantId) -> Option<String> {
+        match id {
+            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch if self.api.is_none() => Some("needs a Kubernetes API: the profile's stack = \"control-plane\"".into()),
+            InvariantId::AppReady | InvariantId::AppDurability => Some("only the application target (--target app) checks an application".into()),
+            _ => None,
+        }
     }
 
     fn component_versions(&self) -> BTreeMap<String, String> {
         let b = &self.testbed.cfg.binaries;
         let mut v: BTreeMap<String, String> = b.etcd.iter().map(|(k, e)| (format!("etcd-{k}"), e.full_version.clone())).collect();
         v.insert("haproxy".into(), b.haproxy_version.clone());
+        if let (Some((_, version)), Some(_)) = (&b.kube_apiserver, &self.api) {
+            v.insert("kube-apiserver".into(), version.clone());
+        }
         v.insert("disks".into(), format!("{:?}", self.testbed.cfg.disks).to_lowercase());
         v
     }
 
     fn supports(&self, op: &Op) -> Result<(), String> {
         match op {
+            _ if op.kind().app_only() => Err("an application op: it runs on --target app".into()),
             Op::SiteOutage { mode: OutageMode::Isolate, .. } if self.testbed.cfg.disks != DiskMode::Loop => {
                 Err("site isolation needs root (nftables and per-site group ids)".into())
             }
@@ -193,6 +227,7 @@ impl Target for LocalTarget {
                 Op::Backup => self.backup(after).await,
                 Op::Restore { backup } => self.restore(backup).await,
                 Op::DiskReplace { member } => self.replace_member_data(member).await,
+                Op::PodKill { .. } | Op::OperatorRestart | Op::PvcLoss { .. } | Op::Partition { .. } | Op::PartitionHeal { .. } | Op::PodKillSelected { .. } => Err(LocalError::Unsupported(format!("{op} is an application op (--target app)"))),
             }
         })
         .await
@@ -211,7 +246,18 @@ impl Target for LocalTarget {
     }
 
     async fn observe(&mut self, model: &Model, invariants: &[InvariantId]) -> Observation {
-        self.observation(model, invariants).await
+        for text in self.testbed.supervise_apiservers() {
+            self.note(text);
+        }
+        let mut obs = self.observation(model, invariants).await;
+        if let Some(api) = &mut obs.api {
+            for a in api.apiservers.iter_mut().filter(|a| !a.answered) {
+                if let Some(why) = a.member.and_then(|id| self.testbed.apiserver_down_why(id)) {
+                    a.detail = Some(format!("{}: {why}", a.detail.as_deref().unwrap_or("no answer")));
+                }
+            }
+        }
+        obs
     }
 
     fn log_files(&self) -> Vec<(String, std::path::PathBuf)> {
@@ -223,12 +269,22 @@ impl Target for LocalTarget {
     }
 
     fn workload_stats(&self) -> serde_json::Value {
-        json!(self.workload.stats())
+        match &self.api {
+            None => json!(self.workload.stats()),
+            Some(api) => {
+                let mut v = json!(self.workload.stats());
+                v["api"] = json!(api.workload.stats());
+                v
+            }
+        }
     }
 
     async fn teardown(&mut self) {
         self.end_step().await;
         self.workload.stop().await;
+        if let Some(api) = &mut self.api {
+            api.workload.stop().await;
+        }
         self.testbed.teardown();
     }
 }

@@ -10,29 +10,48 @@ use shakedown_invariants::{Durability, InvariantId, Leader, Leases, Revoke, List
 use tokio::time::Instant;
 
 use super::disk::DiskMode;
-use super::{etcd, futures_join_all, reap, LocalTarget, READ_BACK_MIN_BOUND};
+use super::{etcd, futures_join_all, reap, LocalTarget, PROBE_ROUNDS, READ_BACK_MIN_BOUND};
 
 impl LocalTarget {
+    /// Linearizable reads through the endpoint, each on a fresh connection, `n` at a time (`n`:
+    /// the servers of HAProxy's backend). Its round robin spreads a round over the members, so
+    /// one the endpoint should have routed around is hit — unless other connections take turns
+    /// in between: the read-back and the lease read of the same check, which run beside the
+    /// probes, or a workload client reconnecting (seen: the lease read alone drew the paused
+    /// member, check after check, and `reachability` passed with the endpoint's health check
+    /// planted away). So rounds go on until every member has answered one (the answer's header
+    /// names the member), a read failed, or `PROBE_ROUNDS` ran: a member that is down and
+    /// routed around never answers, and costs two more rounds of reads that do.
     pub(super) async fn probes(&self) -> Vec<Probe> {
-        // One fresh connection per endpoint server: HAProxy's round robin sends each to a
-        // different member, so a member the endpoint should have routed around is hit.
         let n = self.testbed.members.len().max(1);
         let endpoint = self.testbed.endpoint_url();
         let limit = self.bounds.probe;
         let key = format!("/shakedown/{}/probe", self.testbed.cfg.run_id);
-        let futs = (0..n).map(|_| {
-            let (endpoint, key) = (endpoint.clone(), key.clone());
-            async move {
-                let t0 = Instant::now();
-                let res = async {
-                    let mut c = etcd::connect(&endpoint, limit).await?;
-                    etcd::bounded("linearizable read", limit, c.get(key.as_str(), None)).await
+        let mut out = Vec::with_capacity(n);
+        let mut answered = std::collections::HashSet::new();
+        for _ in 0..PROBE_ROUNDS {
+            let futs = (0..n).map(|_| {
+                let (endpoint, key) = (endpoint.clone(), key.clone());
+                async move {
+                    let t0 = Instant::now();
+                    let res = async {
+                        let mut c = etcd::connect(&endpoint, limit).await?;
+                        etcd::bounded("linearizable read", limit, c.get(key.as_str(), None)).await
+                    }
+                    .await;
+                    let member = res.as_ref().ok().and_then(|r| r.header()).map(|h| h.member_id());
+                    (Probe { latency_ms: t0.elapsed().as_millis() as u64, error: res.err() }, member)
                 }
-                .await;
-                Probe { latency_ms: t0.elapsed().as_millis() as u64, error: res.err() }
+            });
+            for (probe, member) in futures_join_all(futs).await {
+                answered.extend(member);
+                out.push(probe);
             }
-        });
-        futures_join_all(futs).await
+            if answered.len() >= n || out.iter().any(|p| p.error.is_some()) {
+                break;
+            }
+        }
+        out
     }
 
     /// The read first, then the history: every write the read can reflect was sent before it
@@ -56,7 +75,7 @@ impl LocalTarget {
         };
         let (acked, unknown) = self.workload.history();
         let list_anomalies = self.workload.list_anomalies();
-        Durability { acked, unknown, marks: self.marks.clone(), read, read_revision, read_error, list_anomalies }
+        Durability { acked, unknown, marks: self.marks.clone(), read, read_revision, read_error, list_anomalies, read_sent_at: None }
     }
 
     /// The workload's leases, then etcd's live leases, then the lease-attached keys — in that
@@ -173,11 +192,11 @@ impl LocalTarget {
             tokio::join!(futures_join_all(again), futures_join_all(hashes))
         };
         let probes = async { if wants(InvariantId::Reachability) && up { self.probes().await } else { vec![] } };
-        let durability = async { ((wants(InvariantId::Durability) || wants(InvariantId::Watch)) && up).then(|| self.durability()) };
         let durability = async {
-            match durability.await {
-                Some(f) => Some(f.await),
-                None => None,
+            if (wants(InvariantId::Durability) || wants(InvariantId::Watch)) && up {
+                Some(self.durability().await)
+            } else {
+                None
             }
         };
         let leases = async {
@@ -188,7 +207,7 @@ impl LocalTarget {
         };
         let inventory = async {
             if wants(InvariantId::Leaks) {
-                Some(shakedown_invariants::Inventory::Local(reap::inventory(&self.testbed.cfg.run_dir, &self.testbed.nft_table(), self.testbed.cfg.disks == DiskMode::Loop).await))
+                Some(shakedown_invariants::Inventory::Local(reap::inventory(&self.testbed.cfg.run_dir, &self.testbed.nft_table(), self.testbed.cfg.disks == DiskMode::Loop, self.testbed.api.is_some()).await))
             } else {
                 None
             }
@@ -211,6 +230,11 @@ impl LocalTarget {
         obs.inventory = inventory;
         if wants(InvariantId::Watch) {
             obs.watches = self.workload.watch_sessions();
+        }
+        if let Some(api) = &self.api {
+            if [InvariantId::ApiReachability, InvariantId::ApiDurability, InvariantId::ApiWatch].iter().any(|i| invariants.contains(i)) {
+                obs.api = Some(api.observe(&self.testbed, model, invariants, self.bounds.probe).await);
+            }
         }
         obs
     }

@@ -330,6 +330,7 @@ impl LocalTarget {
         std::fs::create_dir_all(path.parent().expect("has a parent")).map_err(|e| LocalError::Environment(format!("cannot create the backup store: {e}")))?;
         let deadline = Instant::now() + self.bounds.op;
         let start = self.workload.acked_len();
+        let api_start = self.api.as_ref().map(|a| a.workload.acked_len());
         // From the leader first (it has applied every acknowledged write; a follower may lag),
         // then from the other members the model says answer. Like an operator, the op tries the
         // next source when a snapshot stream breaks: a member whose disk has just been shut down
@@ -353,6 +354,10 @@ impl LocalTarget {
                     // after it (seen as a false "restore did not restore" with a 2 ms workload interval).
                     // A failed attempt before this one only widens the window (it starts earlier).
                     self.marks.backups.insert(b, (start, self.workload.acked_len() + 1));
+                    if let (Some(api), Some(api_start)) = (&mut self.api, api_start) {
+                        // The API's writes are etcd writes under /registry: in the snapshot too.
+                        api.workload.backup_taken(b, api_start);
+                    }
                     if !tried.is_empty() {
                         self.note(format!("backup {b} taken from {url} after {} failed source(s): {}", tried.len(), tried.join("; ")));
                     }
@@ -391,12 +396,22 @@ impl LocalTarget {
         // Recorded before anything stops, open-ended until the stack is back: if the restore
         // fails or is cut short, every write from its start on is uncertain.
         self.marks.restores.push((b, self.workload.acked_len(), usize::MAX));
+        // The apiservers are stopped for the restore and started after it (kubeadm's procedure):
+        // every watch through them breaks, and its client relists. With the planted bug
+        // restore-keeps-apiservers nothing breaks them.
+        let api_restarted = !self.bug(PlantedBug::RestoreKeepsApiservers);
+        if let Some(api) = &mut self.api {
+            api.workload.restore_begins(b, api_restarted);
+        }
         // Watches start new sessions and the leases granted so far are no longer judged: the
         // restored store has the backup's revisions and lease table.
         self.workload.restored(self.bug(PlantedBug::RestoreKeepsWatches));
         let res = self.restore_cluster(&tool, &path, b).await;
         if let Some(last) = self.marks.restores.last_mut() {
             last.2 = self.workload.acked_len();
+        }
+        if let Some(api) = &mut self.api {
+            api.workload.restore_ends(api_restarted);
         }
         self.workload.restored(self.bug(PlantedBug::RestoreKeepsWatches));
         res
@@ -407,7 +422,12 @@ impl LocalTarget {
         // The data is about to be replaced: a hard stop (a graceful one hangs on the last member,
         // which has no quorum left to hand leadership over).
         for &id in &ids {
-            self.testbed.kill(id).await?;
+            if self.bug(PlantedBug::RestoreKeepsApiservers) {
+                // Planted bug: the apiservers are left running across the restore.
+                self.testbed.kill_member_only(id).await?;
+            } else {
+                self.testbed.kill(id).await?;
+            }
         }
         self.restores += 1;
         let token = format!("{}-r{}", self.testbed.cfg.run_id, self.restores);

@@ -42,13 +42,15 @@ pub fn processes_of(run_dir: &Path) -> Vec<(i32, String)> {
 
 /// What of the run is on the machine now, found from the machine itself (/proc, /proc/mounts,
 /// sysfs, nftables, the run directory), not from the target's bookkeeping.
-pub async fn inventory(run_dir: &Path, nft_table: &str, loop_disks: bool) -> LocalInventory {
+pub async fn inventory(run_dir: &Path, nft_table: &str, loop_disks: bool, control_plane: bool) -> LocalInventory {
     let members = run_dir.join("members");
     let member_of = |p: &Path| p.strip_prefix(&members).ok().and_then(|r| r.components().next()).map(|c| c.as_os_str().to_string_lossy().to_string());
-    let mut inv = LocalInventory { loop_disks, ..Default::default() };
+    let mut inv = LocalInventory { loop_disks, apiservers: control_plane.then(Default::default), ..Default::default() };
     for (_, cmd) in processes_of(run_dir) {
         if cmd.contains("haproxy") {
             inv.haproxies += 1;
+        } else if let Some(name) = super::apiserver::machine_of(&cmd) {
+            inv.apiservers.get_or_insert_with(Default::default).insert(name);
         } else if let Some(name) = cmd.split(" --name ").nth(1).and_then(|r| r.split_whitespace().next()) {
             inv.processes.insert(name.to_string());
         }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use shakedown_faults::{Profile, Version};
+use shakedown_faults::{Profile, Stack, Version};
 
 use super::bugs::PlantedBug;
 use super::disk::DiskMode;
@@ -48,6 +48,10 @@ pub struct LocalOptions {
     /// local target: the haproxy binary.
     #[arg(long, env = "SHAKEDOWN_HAPROXY")]
     pub haproxy: Option<PathBuf>,
+    /// local target, stack = "control-plane": the kube-apiserver binary (default: the cache of
+    /// scripts/build-kube-apiserver.sh, then the PATH).
+    #[arg(long, env = "SHAKEDOWN_KUBE_APISERVER")]
+    pub kube_apiserver: Option<PathBuf>,
     /// local target: member disks: loop-mounted ext4 images (root) or plain directories; auto picks.
     #[arg(long, value_enum, default_value_t = DiskArg::Auto)]
     pub disks: DiskArg,
@@ -78,8 +82,14 @@ impl LocalOptions {
 
     /// The binaries and the disk mode, checked before anything is created.
     pub fn environment(&self, profile: &Profile) -> Result<Environment, Fatal> {
-        let overrides = BinaryOverrides { etcd: self.etcd.iter().cloned().collect::<BTreeMap<_, _>>(), haproxy: self.haproxy.clone() };
-        let binaries = binaries::discover(&profile.versions, &overrides)?;
+        let overrides = BinaryOverrides { etcd: self.etcd.iter().cloned().collect::<BTreeMap<_, _>>(), haproxy: self.haproxy.clone(), kube_apiserver: self.kube_apiserver.clone() };
+        if profile.stack == Stack::App {
+            return Err(Fatal::usage(format!("profile {} has stack = \"app\": it runs on --target app (an application on a Kubernetes cluster), not the local stack", profile.name)));
+        }
+        let mut binaries = binaries::discover(&profile.versions, &overrides)?;
+        if profile.stack == Stack::ControlPlane {
+            binaries.kube_apiserver = Some(binaries::discover_apiserver(overrides.kube_apiserver.as_deref())?);
+        }
         let (detected, why) = DiskMode::detect();
         let disks = match self.disks {
             DiskArg::Auto => {

@@ -1,8 +1,12 @@
 //! The local testbed: real etcd members (one per site, each on its own loop-mounted ext4 disk,
-//! each site its own loopback subnet) behind a real HAProxy with health checks.
+//! each site its own loopback subnet) behind a real HAProxy with health checks; with the
+//! `control-plane` stack each member's machine also runs a kube-apiserver talking to it
+//! ([`super::apiserver`]), behind the same HAProxy as the API load balancer. A machine's
+//! apiserver lives and dies with its member: a kill, a stop, a signal take both.
 //!
 //! Addresses: run slot S (unique per live run, held by a lock file) gives the endpoint
-//! `127.S.0.1:2379` and member `mN` of site `k` the address `127.S.(k+1).(10+N)`.
+//! `127.S.0.1:2379` (the API load balancer `127.S.0.1:6443`) and member `mN` of site `k` the
+//! address `127.S.(k+1).(10+N)` (its apiserver: port 6443 there).
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -14,9 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use shakedown_faults::{MemberId, Model, SiteId, Version};
+use shakedown_faults::{MemberId, Model, SiteId, Stack, Version};
 use tokio::time::Instant;
 
+use super::apiserver::{ApiPki, API_PORT};
 use super::disk::{Disk, DiskMode};
 use super::{reap, LocalError, PlantedBug};
 use crate::binaries::Binaries;
@@ -31,6 +36,8 @@ pub const REAP_BOUND: Duration = Duration::from_secs(10);
 const PEER_ANSWER_BOUND: Duration = Duration::from_secs(3);
 /// How often a process that was signalled (or a port that should open) is polled.
 const EXIT_POLL: Duration = Duration::from_millis(5);
+/// How often bring-up asks a starting apiserver's `/readyz`.
+const READYZ_POLL: Duration = Duration::from_millis(200);
 /// How often teardown's sweep checks whether the processes it killed are gone (100 times at most).
 pub const REAP_POLL: Duration = Duration::from_millis(10);
 
@@ -43,6 +50,7 @@ pub struct TestbedConfig {
     pub bug: Option<PlantedBug>,
     pub heartbeat_ms: u32,
     pub election_ms: u32,
+    pub stack: Stack,
 }
 
 /// etcd's raft heartbeat on the testbed (loopback: far below etcd's 100 ms default).
@@ -53,7 +61,7 @@ pub const ELECTION_MS: u32 = 500;
 impl TestbedConfig {
     /// A testbed with the default raft timing.
     pub fn new(run_id: &str, run_dir: &std::path::Path, binaries: Binaries, disks: DiskMode, bug: Option<PlantedBug>) -> TestbedConfig {
-        TestbedConfig { run_id: run_id.into(), run_dir: run_dir.into(), binaries, disks, bug, heartbeat_ms: HEARTBEAT_MS, election_ms: ELECTION_MS }
+        TestbedConfig { run_id: run_id.into(), run_dir: run_dir.into(), binaries, disks, bug, heartbeat_ms: HEARTBEAT_MS, election_ms: ELECTION_MS, stack: Stack::Etcd }
     }
 }
 
@@ -65,6 +73,31 @@ pub struct MemberProc {
     pub ip: Ipv4Addr,
     pub disk: Disk,
     child: Option<Child>,
+    /// The machine's kube-apiserver (the control-plane stack).
+    apiserver: Option<Child>,
+    /// What the machine's kubelet knows of that apiserver: when it last started, how often it
+    /// exited in a row, and when it may be started again (see [`Testbed::supervise_apiservers`]).
+    apiserver_restarts: Restarts,
+}
+
+/// kubelet's record of one static pod's container: its CrashLoopBackOff.
+#[derive(Debug, Default)]
+struct Restarts {
+    started: Option<Instant>,
+    exits: u32,
+    due: Option<Instant>,
+    /// How the last one ended (`exit status: 1`).
+    last_exit: Option<String>,
+}
+
+/// kubelet's CrashLoopBackOff: 10 s after the first exit, doubling up to 5 minutes; forgotten
+/// once the container has run for 10 minutes.
+const BACKOFF_FIRST: Duration = Duration::from_secs(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+const BACKOFF_RESET: Duration = Duration::from_secs(600);
+
+fn crash_loop_backoff(exits: u32) -> Duration {
+    BACKOFF_FIRST.saturating_mul(1u32 << exits.saturating_sub(1).min(5)).min(BACKOFF_MAX)
 }
 
 impl MemberProc {
@@ -80,6 +113,13 @@ impl MemberProc {
     pub fn pid(&self) -> Option<i32> {
         self.child.as_ref().map(|c| c.id() as i32)
     }
+    /// The machine's apiserver, `https://ip:6443`.
+    pub fn api_url(&self) -> String {
+        format!("https://{}:{API_PORT}", self.ip)
+    }
+    pub fn apiserver_pid(&self) -> Option<i32> {
+        self.apiserver.as_ref().map(|c| c.id() as i32)
+    }
 }
 
 pub struct Testbed {
@@ -87,6 +127,11 @@ pub struct Testbed {
     pub slot: u8,
     _slot_lock: File,
     pub members: BTreeMap<MemberId, MemberProc>,
+    /// The control-plane stack's CA, keys and tokens (`None`: the etcd stack).
+    pub api: Option<ApiPki>,
+    /// Whether `spawn_member` also starts the machine's apiserver (off during bring-up, which
+    /// starts them once etcd is healthy).
+    start_apiservers: bool,
     haproxy: Option<Child>,
     /// HAProxy processes replaced by a reload; they exit on their own (hard-stop-after).
     retired: Vec<Child>,
@@ -171,7 +216,7 @@ impl Testbed {
             std::fs::create_dir_all(&d).map_err(|e| LocalError::Environment(format!("cannot create {}: {e}", d.display())))?;
         }
         let (slot, lock) = take_slot(&cfg.run_id)?;
-        let mut tb = Testbed { cfg, slot, _slot_lock: lock, members: BTreeMap::new(), haproxy: None, retired: vec![], torn_down: false };
+        let mut tb = Testbed { cfg, slot, _slot_lock: lock, members: BTreeMap::new(), api: None, start_apiservers: false, haproxy: None, retired: vec![], torn_down: false };
         match tb.bring_up(model, limit).await {
             Ok(()) => Ok(tb),
             Err(e) => {
@@ -194,7 +239,7 @@ impl Testbed {
             match disk {
                 Ok(disk) => {
                     let ip = self.member_ip(m.id, m.site);
-                    self.members.insert(m.id, MemberProc { id: m.id, site: m.site, version: m.version, ip, disk, child: None });
+                    self.members.insert(m.id, MemberProc { id: m.id, site: m.site, version: m.version, ip, disk, child: None, apiserver: None, apiserver_restarts: Restarts::default() });
                 }
                 Err(e) => first_err = first_err.or(Some(e)),
             }
@@ -220,7 +265,139 @@ impl Testbed {
                 .await
                 .map_err(|e| LocalError::Environment(format!("stack did not become healthy: {e} (see {}/logs)", self.cfg.run_dir.display())))?;
         }
+        if self.cfg.stack == Stack::ControlPlane {
+            self.api = Some(ApiPki::create(&self.cfg.run_dir, &self.cfg.run_id)?);
+            self.start_apiservers = true;
+            let ids: Vec<MemberId> = self.members.keys().copied().collect();
+            for id in ids {
+                self.spawn_apiserver(id)?;
+            }
+            self.wait_apiservers_ready(deadline).await?;
+        }
         Ok(())
+    }
+
+    /// Waits (until `deadline`, polling every [`READYZ_POLL`]) for every apiserver's `/readyz`;
+    /// one that exits fails at once.
+    async fn wait_apiservers_ready(&mut self, deadline: Instant) -> Result<(), LocalError> {
+        let Some(api) = &self.api else { return Ok(()) };
+        let prober = crate::targets::kube::command::HttpProber::new(Some(&api.ca_file()), false).map_err(LocalError::Environment)?;
+        let ids: Vec<MemberId> = self.members.keys().copied().collect();
+        for id in ids {
+            let (name, url) = (id.to_string(), format!("{}/readyz", self.members[&id].api_url()));
+            let logs = format!("see {}/logs/{name}-apiserver.log", self.cfg.run_dir.display());
+            loop {
+                let last = match prober.answer(&url, READYZ_POLL * 10).await {
+                    Ok(a) if a.status == 200 => break,
+                    Ok(a) => format!("status {}: {}", a.status, crate::targets::api::probe::failing_checks(&a.body)),
+                    Err(e) => e,
+                };
+                if Instant::now() > deadline {
+                    return Err(LocalError::Environment(format!("{name}'s kube-apiserver not ready at bring-up ({last}); {logs}")));
+                }
+                if let Some(Ok(Some(status))) = self.members.get_mut(&id).and_then(|m| m.apiserver.as_mut()).map(|c| c.try_wait()) {
+                    return Err(LocalError::Environment(format!("{name}'s kube-apiserver exited ({status}); {logs}")));
+                }
+                tokio::time::sleep(READYZ_POLL).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// The API load balancer, `https://127.S.0.1:6443` (the control-plane stack).
+    pub fn api_endpoint_url(&self) -> String {
+        format!("https://{}", super::apiserver::lb_addr(self.slot))
+    }
+
+    /// Starts machine `id`'s kube-apiserver unless it runs (the control-plane stack; nothing for
+    /// the etcd stack).
+    pub fn spawn_apiserver(&mut self, id: MemberId) -> Result<(), LocalError> {
+        let Some(api) = &self.api else { return Ok(()) };
+        let bin = self.cfg.binaries.kube_apiserver.as_ref().map(|b| b.0.clone()).ok_or_else(|| LocalError::Environment("the control-plane stack needs kube-apiserver (--kube-apiserver PATH)".into()))?;
+        let m = self.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
+        let name = m.name();
+        let (cert, key) = api.serving_cert(&name, m.ip, *super::apiserver::lb_addr(self.slot).ip())?;
+        let flags = api.flags(&name, m.ip, &m.client_url(), &cert, &key);
+        let gid = self.process_gid(m.site);
+        let m = self.members.get_mut(&id).expect("checked above");
+        if m.apiserver.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None))) {
+            return Ok(());
+        }
+        let (out, err) = log_file(&self.cfg.run_dir, &format!("{name}-apiserver"))?;
+        let child = Command::new(&bin)
+            .args(&flags)
+            .gid(gid)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| LocalError::Environment(format!("cannot start {} ({name}): {e}", bin.display())))?;
+        tracing::debug!(member = %id, pid = child.id(), "started kube-apiserver");
+        m.apiserver = Some(child);
+        m.apiserver_restarts.started = Some(Instant::now());
+        m.apiserver_restarts.due = None;
+        Ok(())
+    }
+
+    /// Why machine `id`'s apiserver is not running, when it exited on its own and waits for its
+    /// restart: for the verdict that finds it unreachable.
+    pub fn apiserver_down_why(&self, id: MemberId) -> Option<String> {
+        let m = self.members.get(&id)?;
+        let r = &m.apiserver_restarts;
+        match (&m.apiserver, &r.last_exit, r.due) {
+            (None, Some(exit), Some(due)) => Some(format!(
+                "its process exited ({exit}; {} in a row, see logs/{id}-apiserver.log) and kubelet's back-off restarts it in {} s",
+                r.exits,
+                due.saturating_duration_since(Instant::now()).as_secs()
+            )),
+            _ => None,
+        }
+    }
+
+    /// What a kubeadm machine's kubelet does for its kube-apiserver static pod, which the
+    /// testbed otherwise lacks: an apiserver that exited on its own (not one an op stopped) while
+    /// its machine's etcd runs is started again after kubelet's CrashLoopBackOff. kube-apiserver
+    /// ≥ 1.19 exits when it cannot reach etcd while it starts (kubernetes/kubernetes#89858) — its
+    /// only etcd is its machine's member, which a rolling upgrade or a restart starts a moment
+    /// before it — and on a real machine kubelet brings it back; without this, one slow member
+    /// start left a machine's API down for the rest of a run (control-plane test, seed 22).
+    /// Called whenever the target is observed; returns what it did, for the event log.
+    pub fn supervise_apiservers(&mut self) -> Vec<String> {
+        if self.api.is_none() || !self.start_apiservers {
+            return vec![];
+        }
+        let now = Instant::now();
+        let mut done = vec![];
+        let ids: Vec<MemberId> = self.members.keys().copied().collect();
+        for id in ids {
+            let m = self.members.get_mut(&id).expect("listed above");
+            let etcd_runs = m.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)));
+            if let Some(Ok(Some(status))) = m.apiserver.as_mut().map(|c| c.try_wait()) {
+                m.apiserver = None;
+                let r = &mut m.apiserver_restarts;
+                if r.started.is_some_and(|t| now.duration_since(t) >= BACKOFF_RESET) {
+                    r.exits = 0;
+                }
+                r.exits += 1;
+                let wait = crash_loop_backoff(r.exits);
+                r.due = Some(now + wait);
+                r.last_exit = Some(status.to_string());
+                done.push(format!(
+                    "{id}'s kube-apiserver exited ({status}; exit {} in a row; see logs/{id}-apiserver.log): kubelet's back-off restarts it in {} s",
+                    r.exits,
+                    wait.as_secs()
+                ));
+            }
+            let m = self.members.get_mut(&id).expect("listed above");
+            if m.apiserver.is_none() && etcd_runs && m.apiserver_restarts.due.is_some_and(|t| now >= t) {
+                match self.spawn_apiserver(id) {
+                    Ok(()) => done.push(format!("{id}'s kube-apiserver restarted (as kubelet restarts a static pod)")),
+                    Err(e) => done.push(format!("{id}'s kube-apiserver could not be restarted: {e}")),
+                }
+            }
+        }
+        done
     }
 
     /// `name=peer-url,…` for the members the testbed runs.
@@ -232,8 +409,18 @@ impl Testbed {
     pub async fn add_member(&mut self, id: MemberId, site: SiteId, version: Version) -> Result<&MemberProc, LocalError> {
         let disk = Disk::create(&self.cfg.run_dir, &id.to_string(), self.cfg.disks).await?;
         let ip = self.member_ip(id, site);
-        self.members.insert(id, MemberProc { id, site, version, ip, disk, child: None });
+        self.members.insert(id, MemberProc { id, site, version, ip, disk, child: None, apiserver: None, apiserver_restarts: Restarts::default() });
         Ok(&self.members[&id])
+    }
+
+    /// The group id a process of `site` runs with: the site's with loop disks (root), else ours.
+    fn process_gid(&self, site: SiteId) -> u32 {
+        if self.cfg.disks == DiskMode::Loop {
+            self.site_gid(site)
+        } else {
+            // SAFETY: getegid has no preconditions.
+            unsafe { libc::getegid() }
+        }
     }
 
     /// The group id every etcd of `site` runs with (site isolation drops traffic by it).
@@ -293,7 +480,7 @@ impl Testbed {
             .args(["--heartbeat-interval", &self.cfg.heartbeat_ms.to_string()])
             .args(["--election-timeout", &self.cfg.election_ms.to_string()])
             .args(["--logger", "zap", "--log-outputs", "stderr"])
-            .gid(if self.cfg.disks == DiskMode::Loop { self.site_gid(m.site) } else { unsafe { libc::getegid() } })
+            .gid(self.process_gid(m.site))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -302,6 +489,9 @@ impl Testbed {
             .map_err(|e| LocalError::Environment(format!("cannot start {} ({}): {e}", bin.display(), m.name())))?;
         tracing::debug!(member = %id, pid = child.id(), version = %m.version, "started etcd");
         self.members.get_mut(&id).expect("checked above").child = Some(child);
+        if self.start_apiservers {
+            self.spawn_apiserver(id)?;
+        }
         Ok(())
     }
 
@@ -311,18 +501,28 @@ impl Testbed {
         self.members.get_mut(&id)?.child.as_mut()?.try_wait().ok().flatten()
     }
 
-    /// Sends `sig` to member `id`'s process.
+    /// Sends `sig` to member `id`'s process (and to its machine's apiserver).
     pub fn signal(&mut self, id: MemberId, sig: i32) -> Result<(), LocalError> {
-        let pid = self.members.get(&id).and_then(|m| m.pid()).ok_or_else(|| LocalError::Stack(format!("{id} has no process")))?;
-        // SAFETY: kill(2) on our own child's pid.
-        if unsafe { libc::kill(pid, sig) } != 0 {
-            return Err(LocalError::Environment(format!("kill({pid}, {sig}) failed: {}", std::io::Error::last_os_error())));
+        let m = self.members.get(&id);
+        let pid = m.and_then(|m| m.pid()).ok_or_else(|| LocalError::Stack(format!("{id} has no process")))?;
+        for pid in [Some(pid), m.and_then(|m| m.apiserver_pid())].into_iter().flatten() {
+            // SAFETY: kill(2) on our own child's pid.
+            if unsafe { libc::kill(pid, sig) } != 0 {
+                return Err(LocalError::Environment(format!("kill({pid}, {sig}) failed: {}", std::io::Error::last_os_error())));
+            }
         }
         Ok(())
     }
 
-    /// `kill -9` and reap member `id`'s process (polled, so the runtime keeps running).
+    /// `kill -9` and reap member `id`'s process and its machine's apiserver (polled, so the
+    /// runtime keeps running).
     pub async fn kill(&mut self, id: MemberId) -> Result<(), LocalError> {
+        self.kill_apiserver(id).await?;
+        self.kill_member_only(id).await
+    }
+
+    /// `kill -9` and reap member `id`'s etcd only (its apiserver keeps running).
+    pub async fn kill_member_only(&mut self, id: MemberId) -> Result<(), LocalError> {
         let m = self.members.get_mut(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
         if let Some(mut c) = m.child.take() {
             let _ = c.kill();
@@ -331,26 +531,30 @@ impl Testbed {
         Ok(())
     }
 
+    /// `kill -9` and reap machine `id`'s apiserver, if it has one.
+    pub async fn kill_apiserver(&mut self, id: MemberId) -> Result<(), LocalError> {
+        let m = self.members.get_mut(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
+        // The machine went down (or the op stopped the pod on purpose): kubelet's back-off
+        // starts afresh.
+        m.apiserver_restarts = Restarts::default();
+        if let Some(mut c) = m.apiserver.take() {
+            let _ = c.kill();
+            reap_child(id, c).await;
+        }
+        Ok(())
+    }
+
     /// Graceful stop: SIGCONT + SIGTERM (etcd hands leadership over), SIGKILL after `grace`.
+    /// The machine's apiserver goes first, the same way.
     pub async fn stop(&mut self, id: MemberId, grace: Duration) -> Result<(), LocalError> {
         let m = self.members.get_mut(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
-        let Some(mut c) = m.child.take() else { return Ok(()) };
-        let pid = c.id() as i32;
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe {
-            libc::kill(pid, libc::SIGCONT);
-            libc::kill(pid, libc::SIGTERM);
+        m.apiserver_restarts = Restarts::default();
+        if let Some(c) = m.apiserver.take() {
+            stop_child(id, c, grace).await;
         }
-        let deadline = Instant::now() + grace;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = c.try_wait() {
-                return Ok(());
-            }
-            tokio::time::sleep(EXIT_POLL).await;
-        }
-        tracing::warn!(member = %id, "did not stop within {}ms of SIGTERM; killing it", grace.as_millis());
-        let _ = c.kill();
-        reap_child(id, c).await;
+        let m = self.members.get_mut(&id).expect("checked above");
+        let Some(c) = m.child.take() else { return Ok(()) };
+        stop_child(id, c, grace).await;
         Ok(())
     }
 
@@ -362,7 +566,29 @@ impl Testbed {
         }
         Ok(())
     }
+}
 
+/// SIGCONT + SIGTERM, SIGKILL after `grace`; reaped.
+async fn stop_child(id: MemberId, mut c: Child, grace: Duration) {
+    let pid = c.id() as i32;
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(pid, libc::SIGCONT);
+        libc::kill(pid, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        tokio::time::sleep(EXIT_POLL).await;
+    }
+    tracing::warn!(member = %id, pid, "did not stop within {}ms of SIGTERM; killing it", grace.as_millis());
+    let _ = c.kill();
+    reap_child(id, c).await;
+}
+
+impl Testbed {
     fn haproxy_config(&self) -> String {
         let check = if self.cfg.bug == Some(PlantedBug::EndpointNoHealthCheck) { "" } else { " check" };
         let mut cfg = format!(
@@ -377,6 +603,20 @@ impl Testbed {
         );
         for m in self.members.values() {
             cfg.push_str(&format!("  server {} {}:{CLIENT_PORT}{check}\n", m.name(), m.ip));
+        }
+        if self.cfg.stack == Stack::ControlPlane {
+            // TLS passes through (mode tcp); the check speaks TLS to /readyz, as a cloud load
+            // balancer in front of kubeadm's apiservers does.
+            let check = if self.cfg.bug == Some(PlantedBug::ApiLbNoHealthCheck) { "" } else { " check check-ssl verify none" };
+            cfg.push_str(&format!(
+                "\nfrontend api\n  bind {lb}\n  default_backend apiservers\n\n\
+                 backend apiservers\n  balance roundrobin\n  option httpchk GET /readyz\n  http-check expect status 200\n  \
+                 default-server inter 200ms fall 2 rise 1 on-marked-down shutdown-sessions\n",
+                lb = super::apiserver::lb_addr(self.slot),
+            ));
+            for m in self.members.values() {
+                cfg.push_str(&format!("  server {}-apiserver {}:{API_PORT}{check}\n", m.name(), m.ip));
+            }
         }
         cfg
     }
@@ -424,6 +664,7 @@ impl Testbed {
         self.torn_down = true;
         for m in self.members.values_mut() {
             m.child.take();
+            m.apiserver.take();
         }
         self.haproxy.take();
         self.retired.clear();
@@ -436,7 +677,7 @@ impl Testbed {
             return;
         }
         self.torn_down = true;
-        let mut children: Vec<Child> = self.members.values_mut().filter_map(|m| m.child.take()).collect();
+        let mut children: Vec<Child> = self.members.values_mut().flat_map(|m| [m.apiserver.take(), m.child.take()]).flatten().collect();
         children.extend(self.haproxy.take());
         children.append(&mut self.retired);
         for c in &mut children {
@@ -475,5 +716,16 @@ async fn reap_child(id: MemberId, mut c: Child) {
 impl Drop for Testbed {
     fn drop(&mut self) {
         self.teardown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apiserver_restarts_back_off_as_kubelet_does() {
+        let secs: Vec<u64> = (1..=8).map(|n| crash_loop_backoff(n).as_secs()).collect();
+        assert_eq!(secs, [10, 20, 40, 80, 160, 300, 300, 300]);
     }
 }

@@ -85,7 +85,7 @@ struct ObjectClient {
     /// What this client last saw of a key: its mod revision, or 0 when absent.
     known: HashMap<u32, i64>,
     seq: u64,
-    /// The lease in use: (id, index in the recorder's leases, keys attached so far).
+    /// The lease in use: (id, keys attached so far).
     lease: Option<(i64, u32)>,
     rng: Rng,
 }
@@ -93,7 +93,7 @@ struct ObjectClient {
 impl ObjectClient {
     async fn run(mut self, mut stopped: watch::Receiver<bool>) {
         let mut client: Option<Client> = None;
-        let m = self.cfg.mix.clone();
+        let m = self.cfg.mix;
         let total = u64::from(m.create + m.update + m.delete + m.lease + m.list);
         while !*stopped.borrow() {
             if client.is_none() {
@@ -142,7 +142,7 @@ impl ObjectClient {
     /// A create, update or delete of a random key, decided by what the client knows of it:
     /// absent → create (when the mix creates), present → update or delete by their weights.
     async fn write(&mut self, c: &mut Client, pick: u64) -> Outcome {
-        let m = self.cfg.mix.clone();
+        let m = self.cfg.mix;
         let k = self.pick_key();
         let known = self.known.get(&k).copied().unwrap_or(0);
         if known == 0 && m.create == 0 {

@@ -1,0 +1,141 @@
+//! `shakedown node up|status|down`: a real single-node Kubernetes cluster on this machine, by hand.
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Node as KNode, Pod};
+use kube::api::Api;
+use shakedown::exit::{Exit, Fatal};
+use shakedown::node::{cleanup, layout::Layout, Node, NodeBinaries};
+
+use super::session::{create_run_dir, new_run_id};
+use super::NodeAction;
+
+fn current_node(runs_dir: &Path) -> Result<PathBuf, Fatal> {
+    let ptr = runs_dir.join("current-node");
+    let dir = std::fs::read_to_string(&ptr).map_err(|_| {
+        Fatal::usage(format!(
+            "no node is up (no {}): start one with `shakedown node up`",
+            ptr.display()
+        ))
+    })?;
+    Ok(PathBuf::from(dir.trim()))
+}
+
+/// The layout of the node `node up` left running in `runs_dir`.
+fn current_layout(runs_dir: &Path) -> Result<Layout, Fatal> {
+    let dir = current_node(runs_dir)?;
+    Layout::load(&dir.join("node")).ok_or_else(|| Fatal::usage(format!("{} holds no node (no node/node.json)", dir.display())))
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.0} MiB", b as f64 / (1024.0 * 1024.0))
+}
+
+pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
+    match action {
+        NodeAction::Up { runs_dir } => {
+            if let Ok(dir) = current_node(&runs_dir) {
+                if dir.join("node/node.json").exists() {
+                    return Err(Fatal::usage(format!(
+                        "a node is already up in {}: `shakedown node down` first",
+                        dir.display()
+                    )));
+                }
+            }
+            let bins = NodeBinaries::find()?;
+            let run_id = new_run_id();
+            let run_dir = create_run_dir(&runs_dir, &run_id)?;
+            let node = Node::up(&run_id, &run_dir, &bins)
+                .await
+                .map_err(|e| Fatal::environment(format!("cannot bring the node up: {e}")))?;
+            std::fs::write(
+                runs_dir.join("current-node"),
+                run_dir.to_string_lossy().as_bytes(),
+            )
+            .map_err(|e| Fatal::environment(e.to_string()))?;
+            let mem = node.memory();
+            let text = [
+                format!("node {} Ready in {:.1}s (Kubernetes {}) in {}", node.layout.node_name, node.ready_ms as f64 / 1000.0, bins.version, run_dir.display()),
+                format!("kubeconfig  {}", node.kubeconfig.display()),
+                format!("apiserver   {}", node.layout.server()),
+                format!("pod network {}/24 on bridge {}", node.layout.net.subnet(), node.layout.bridge),
+                format!("memory      {} ({})", mib(mem.values().sum()), mem.iter().map(|(k, v)| format!("{k} {}", mib(*v))).collect::<Vec<_>>().join(", ")),
+                format!("images      {}, {}, {} (imagePullPolicy: Never)", shakedown::node::config::PAUSE_IMAGE, shakedown::node::config::BUSYBOX_IMAGE, shakedown::node::config::ETCD_IMAGE),
+                format!("try: kubectl --kubeconfig {} get nodes", node.kubeconfig.display()),
+            ];
+            // Left running before anything is printed: a closed stdout must not take it down.
+            node.detach();
+            for line in text {
+                println!("{line}");
+            }
+            Ok(Exit::Pass)
+        }
+        NodeAction::Status { runs_dir } => {
+            let layout = current_layout(&runs_dir)?;
+            let client = shakedown::node::admin_client(&layout.admin_kubeconfig())
+                .await
+                .map_err(Fatal::environment)?;
+            let nodes: Api<KNode> = Api::all(client.clone());
+            let ready = match tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                nodes.get(&layout.node_name),
+            )
+            .await
+            {
+                Ok(Ok(n)) => n
+                    .status
+                    .and_then(|s| s.conditions)
+                    .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+                    .map(|c| c.status == "True")
+                    .unwrap_or(false),
+                Ok(Err(e)) => {
+                    return Err(Fatal::environment(format!(
+                        "the node's apiserver {}: {e}",
+                        layout.server()
+                    )))
+                }
+                Err(_) => {
+                    return Err(Fatal::environment(format!(
+                        "the node's apiserver {} did not answer within 10s",
+                        layout.server()
+                    )))
+                }
+            };
+            let pods: Api<Pod> = Api::all(client);
+            let pods = pods
+                .list(&Default::default())
+                .await
+                .map(|l| l.items.len())
+                .unwrap_or(0);
+            let mem = cleanup::memory(&layout);
+            println!(
+                "node {} {} · {pods} pods · memory {} · guard dropped {} packets",
+                layout.node_name,
+                if ready { "Ready" } else { "NOT Ready" },
+                mib(mem.values().sum()),
+                cleanup::guard_drops(&layout)
+            );
+            println!("kubeconfig {}", layout.admin_kubeconfig().display());
+            Ok(if ready { Exit::Pass } else { Exit::Liveness })
+        }
+        NodeAction::Down { runs_dir } => {
+            let layout = current_layout(&runs_dir)?;
+            let t0 = std::time::Instant::now();
+            let left = cleanup::sweep(&layout);
+            let _ = std::fs::remove_file(runs_dir.join("current-node"));
+            if left.is_empty() {
+                println!(
+                    "node {} down in {:.1}s: nothing left behind",
+                    layout.node_name,
+                    t0.elapsed().as_secs_f64()
+                );
+                Ok(Exit::Pass)
+            } else {
+                Err(Fatal::environment(format!(
+                    "node {} down, but left behind: {left}",
+                    layout.node_name
+                )))
+            }
+        }
+    }
+}

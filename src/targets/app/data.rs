@@ -1,0 +1,125 @@
+//! The application's data-integrity workload: unique keys written with the app profile's write
+//! command (exec'd in a Ready pod), each acknowledgement recorded; the read command's answer
+//! compared with them by `app-durability`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use kube::Client;
+use shakedown_invariants::AppData;
+
+use super::spec::{fill, DataCommands};
+use crate::targets::exec::exec;
+
+/// How long one write or read command may take.
+pub const DATA_COMMAND_BOUND: Duration = Duration::from_secs(15);
+
+#[derive(Debug, Default)]
+struct Log {
+    acked: BTreeMap<String, String>,
+    unknown: BTreeSet<String>,
+    in_flight: Option<String>,
+    failures: u64,
+}
+
+/// The writer task and what it recorded.
+pub struct Writer {
+    log: Arc<Mutex<Log>>,
+    task: tokio::task::JoinHandle<()>,
+    client: Client,
+    namespace: String,
+    commands: DataCommands,
+    prefix: String,
+}
+
+/// A Ready pod of `selector` in `namespace` (the first by name), for exec.
+pub async fn ready_pod(client: &Client, namespace: &str, selector: &str, skip: Option<&str>) -> Option<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let list = tokio::time::timeout(Duration::from_secs(10), pods.list(&ListParams::default().labels(selector))).await.ok()?.ok()?;
+    list.items.into_iter().filter(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none() && p.metadata.name.as_deref() != skip).min_by(|a, b| a.metadata.name.cmp(&b.metadata.name))
+}
+
+pub fn is_ready(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+impl Writer {
+    pub fn start(client: Client, namespace: &str, commands: DataCommands, run_id: &str) -> Writer {
+        let log = Arc::new(Mutex::new(Log::default()));
+        let prefix = format!("sd-{}-", run_id.trim_start_matches("sd-"));
+        let task = {
+            let (log, client, namespace, commands, prefix) = (log.clone(), client.clone(), namespace.to_string(), commands.clone(), prefix.clone());
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                loop {
+                    tokio::time::sleep(commands.interval).await;
+                    let Some(pod) = ready_pod(&client, &namespace, &commands.selector, None).await else { continue };
+                    let name = pod.metadata.name.unwrap_or_default();
+                    n += 1;
+                    let key = format!("{prefix}{n:06}");
+                    let value = format!("v{n}");
+                    log.lock().unwrap().in_flight = Some(key.clone());
+                    let cmd = fill(&commands.write, &BTreeMap::from([("key", key.clone()), ("value", value.clone())]));
+                    let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+                    let out = exec(&client, &namespace, &name, commands.container.as_deref(), &refs, DATA_COMMAND_BOUND).await;
+                    let mut l = log.lock().unwrap();
+                    l.in_flight = None;
+                    match out {
+                        Ok(o) if o.code == 0 => {
+                            l.acked.insert(key, value);
+                        }
+                        _ => {
+                            l.failures += 1;
+                            l.unknown.insert(key);
+                        }
+                    }
+                }
+            })
+        };
+        Writer { log, task, client, namespace: namespace.to_string(), commands, prefix }
+    }
+
+    /// Reads the data back: what was acknowledged before the read was sent must be in it; what
+    /// was written after, or is of unknown outcome, may be.
+    pub async fn read(&self) -> AppData {
+        let acked = self.log.lock().unwrap().acked.clone();
+        let read = self.read_command().await;
+        let l = self.log.lock().unwrap();
+        let mut unknown: BTreeSet<String> = l.unknown.clone();
+        unknown.extend(l.acked.keys().filter(|k| !acked.contains_key(*k)).cloned());
+        unknown.extend(l.in_flight.clone());
+        // A write started after the snapshot is in flight or done by now: keys up to the next
+        // number may be there.
+        AppData { acked, unknown, read }
+    }
+
+    async fn read_command(&self) -> Result<BTreeMap<String, String>, String> {
+        let pod = ready_pod(&self.client, &self.namespace, &self.commands.selector, None).await.ok_or_else(|| format!("no Ready pod of {} to read in", self.commands.selector))?;
+        let name = pod.metadata.name.unwrap_or_default();
+        let cmd = fill(&self.commands.read, &BTreeMap::from([("prefix", self.prefix.clone())]));
+        let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        let out = exec(&self.client, &self.namespace, &name, self.commands.container.as_deref(), &refs, DATA_COMMAND_BOUND).await?;
+        if out.code != 0 {
+            return Err(format!("in {name}: exit {}: {}", out.code, out.stderr.trim()));
+        }
+        Ok(out.stdout.lines().filter_map(|l| l.trim().split_once(' ')).filter(|(k, _)| k.starts_with(&self.prefix)).map(|(k, v)| (k.to_string(), v.trim().to_string())).collect())
+    }
+
+    pub fn stats(&self) -> serde_json::Value {
+        let l = self.log.lock().unwrap();
+        serde_json::json!({"data_acked": l.acked.len(), "data_unknown": l.unknown.len(), "data_failed": l.failures})
+    }
+
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,561 @@
+//! The application target (`--target app`): an application on a Kubernetes cluster — a
+//! StatefulSet whose replicas are the plan's members, the operator that runs it, a
+//! data-integrity workload of its own commands — faulted through the Kubernetes API only (no
+//! agent on the nodes), every fault verified to have happened before the step counts.
+//!
+//! Ops: `pod-kill` (grace 0; a pod of that name with a new UID), `pod-kill-selected` (`count` or
+//! `percent` of the pods of a label selector at once, grace 0; each gone or replaced, as many
+//! Ready as before; which ones is named in an `app-kill` event), `operator-restart` (scaled to
+//! zero, its pods gone, back, available), `pvc-loss` (claim and pod deleted; a new claim of that
+//! name, new UID, another volume, bound), `partition` (a NetworkPolicy cutting the replica off;
+//! the profile's probe from another replica must fail to connect, else the op is an
+//! environment error: a network that does not enforce NetworkPolicy cannot be partitioned this
+//! way, and a partition that cut nothing must not pass), `partition-heal`.
+//! Invariants: `app-ready`, `app-durability`, `leaks` (the run's NetworkPolicies, the operator's
+//! scale).
+
+pub mod data;
+pub mod spec;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::Client;
+use shakedown_faults::{MemberId, Model, Op, OpKind, Stack};
+use shakedown_invariants::{AppInventory, AppObservation, AppWorkload, InvariantId, Inventory, MemberStatus, Observation};
+
+use super::exec::exec;
+use super::kube::{OPT_IN, RUN_LABEL};
+use super::{StartContext, Started, Target, TargetError};
+use crate::exit::Fatal;
+use data::{is_ready, ready_pod, Writer};
+use spec::{fill, AppSpec};
+
+const POLL: Duration = Duration::from_millis(250);
+/// How long one API request of the target may take.
+const REQUEST_BOUND: Duration = Duration::from_secs(15);
+/// How long a partition probe keeps trying to see the traffic cut (policies can take a moment
+/// to apply) or flowing again.
+const PARTITION_SETTLE: Duration = Duration::from_secs(10);
+
+pub struct AppTarget {
+    client: Client,
+    server: String,
+    spec: AppSpec,
+    run_id: String,
+    /// The operator's replicas when the run started (restored at teardown).
+    operator_replicas: Option<i32>,
+    /// The StatefulSet's label selector (`k=v,…`).
+    sts_selector: String,
+    writer: Option<Writer>,
+    notes: Vec<String>,
+    version: String,
+    /// What the ops did beyond their name (the pods `pod-kill-selected` chose), for the event log.
+    events: Vec<crate::events::Event>,
+    torn_down: bool,
+}
+
+fn env(e: impl std::fmt::Display) -> TargetError {
+    TargetError::Environment(e.to_string())
+}
+
+async fn bounded<T, E: std::fmt::Display>(what: &str, f: impl std::future::Future<Output = Result<T, E>>) -> Result<T, String> {
+    match tokio::time::timeout(REQUEST_BOUND, f).await {
+        Ok(Ok(t)) => Ok(t),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!("{what}: no answer within {}s", REQUEST_BOUND.as_secs())),
+    }
+}
+
+impl AppTarget {
+    pub async fn start_spec(spec: &AppSpec, ctx: &StartContext<'_>) -> Result<AppTarget, Fatal> {
+        let p = &spec.app_profile;
+        if ctx.profile.stack != Stack::App {
+            return Err(Fatal::usage(format!("--target app runs profiles with stack = \"app\" (the application ops); profile {} has stack = {:?}", ctx.profile.name, ctx.profile.stack)));
+        }
+        let (client, _, server) = super::kube::client::connect(ctx.options.kube.kubeconfig.as_deref(), spec.context.as_deref()).await.map_err(super::kube::spec::fatal)?;
+        let ns: Api<Namespace> = Api::all(client.clone());
+        let namespace = bounded(&format!("namespace {}", p.namespace), ns.get_opt(&p.namespace)).await.map_err(|e| Fatal::environment(format!("{server}: {e}")))?;
+        let Some(namespace) = namespace else { return Err(Fatal::usage(format!("namespace {} does not exist on {server}", p.namespace))) };
+        if namespace.metadata.annotations.as_ref().and_then(|a| a.get(OPT_IN)).map(String::as_str) != Some("true") {
+            return Err(Fatal::environment(format!(
+                "namespace {} has not opted in to chaos: annotate it with {OPT_IN}=\"true\" (kubectl annotate namespace {} {OPT_IN}=true)",
+                p.namespace, p.namespace
+            )));
+        }
+        let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &p.namespace);
+        let set = bounded("statefulset", sts.get_opt(&p.statefulset)).await.map_err(Fatal::environment)?.ok_or_else(|| Fatal::usage(format!("StatefulSet {}/{} does not exist", p.namespace, p.statefulset)))?;
+        let replicas = set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let sts_selector = set.spec.as_ref().and_then(|s| s.selector.match_labels.clone()).unwrap_or_default().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+        if replicas as u32 != ctx.profile.members {
+            return Err(Fatal::usage(format!("StatefulSet {}/{} has {replicas} replicas; the profile {} has members = {}: they must match", p.namespace, p.statefulset, ctx.profile.name, ctx.profile.members)));
+        }
+        let operator_replicas = match &p.operator {
+            Some(name) => {
+                let d: Api<Deployment> = Api::namespaced(client.clone(), &p.namespace);
+                let dep = bounded("operator", d.get_opt(name)).await.map_err(Fatal::environment)?.ok_or_else(|| Fatal::usage(format!("the operator's Deployment {}/{name} does not exist", p.namespace)))?;
+                Some(dep.spec.and_then(|s| s.replicas).unwrap_or(1).max(1))
+            }
+            None => None,
+        };
+        let version = client.apiserver_version().await.map(|v| v.git_version).unwrap_or_else(|_| "unknown".into());
+        let mut notes = vec![];
+        if p.data.is_none() {
+            notes.push("app-durability not checked: the app profile has no [data] commands".into());
+        }
+        // The run's object, for `reap --kube` after a kill -9: which process runs, and the
+        // operator's replicas to scale it back to.
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
+        let mut data = serde_json::json!({"app": p.statefulset, "pid": std::process::id().to_string(), "host": host, "started": crate::record::now_rfc3339()});
+        if let (Some(op), Some(r)) = (&p.operator, operator_replicas) {
+            data["app-operator"] = op.clone().into();
+            data["app-operator-replicas"] = r.to_string().into();
+        }
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("shakedown-{}", ctx.run_id), "labels": {RUN_LABEL: ctx.run_id, "app.kubernetes.io/managed-by": "shakedown"}},
+            "data": data,
+        }))
+        .map_err(|e| Fatal::internal(e.to_string()))?;
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &p.namespace);
+        bounded("create the run's ConfigMap", cms.create(&PostParams::default(), &cm)).await.map_err(Fatal::environment)?;
+        let writer = p.data.clone().map(|d| Writer::start(client.clone(), &p.namespace, d, ctx.run_id));
+        Ok(AppTarget { client, server, spec: spec.clone(), run_id: ctx.run_id.to_string(), operator_replicas, sts_selector, writer, notes, version, events: vec![], torn_down: false })
+    }
+
+    fn ns(&self) -> &str {
+        &self.spec.app_profile.namespace
+    }
+
+    fn pod_name(&self, m: MemberId) -> String {
+        format!("{}-{}", self.spec.app_profile.statefulset, m.0)
+    }
+
+    fn policy_name(&self, m: MemberId) -> String {
+        format!("shakedown-partition-{m}")
+    }
+
+    async fn wait<T, F, Fut>(&self, what: &str, mut f: F) -> Result<T, TargetError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let bound = self.spec.app_profile.op_timeout;
+        let deadline = Instant::now() + bound;
+        loop {
+            if let Some(t) = f().await {
+                return Ok(t);
+            }
+            if Instant::now() > deadline {
+                return Err(TargetError::Stack(format!("{what}: not within {}s", bound.as_secs())));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn pod_kill(&mut self, m: MemberId) -> Result<(), TargetError> {
+        let name = self.pod_name(m);
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let old = bounded("get pod", pods.get_opt(&name)).await.map_err(env)?.ok_or_else(|| TargetError::Stack(format!("pod {name} does not exist")))?;
+        let old_uid = old.metadata.uid.clone();
+        bounded("delete pod", pods.delete(&name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })).await.map_err(env)?;
+        // Verified: the controller made a new pod of that name (another UID).
+        self.wait(&format!("pod {name} recreated after its kill"), || {
+            let pods = pods.clone();
+            let (name, old_uid) = (name.clone(), old_uid.clone());
+            async move { pods.get_opt(&name).await.ok().flatten().filter(|p| p.metadata.uid != old_uid).map(|_| ()) }
+        })
+        .await
+    }
+
+    /// `pod-kill-selected(pick)`: the `[pod_kill_selected]` pods the plan's pick chooses,
+    /// deleted together with grace period 0, then verified: each one gone or replaced (its name
+    /// now another UID) and at least as many matching pods Ready as before the kill.
+    async fn pod_kill_selected(&mut self, pick: u32) -> Result<(), TargetError> {
+        let Some(sel) = self.spec.app_profile.pod_kill_selected.clone() else {
+            return Err(TargetError::Unsupported("the app profile has no [pod_kill_selected]".into()));
+        };
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let listed = bounded("pods", pods.list(&ListParams::default().labels(&sel.selector))).await.map_err(env)?.items;
+        let live: Vec<&Pod> = listed.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+        let ready_before = live.iter().filter(|p| is_ready(p)).count();
+        let mut names: Vec<String> = live.iter().filter_map(|p| p.metadata.name.clone()).collect();
+        names.sort();
+        let chosen = sel.choose(&names, pick);
+        if chosen.is_empty() {
+            return Err(TargetError::Stack(format!("no pod matches {} in {}", sel.selector, self.ns())));
+        }
+        let killed: Vec<(String, Option<String>)> =
+            chosen.iter().map(|n| (n.clone(), live.iter().find(|p| p.metadata.name.as_ref() == Some(n)).and_then(|p| p.metadata.uid.clone()))).collect();
+        let text = format!("pod-kill-selected(pick {pick}): {} of the {} pods matching {} — {}", killed.len(), names.len(), sel.selector, chosen.join(", "));
+        tracing::info!("{text}");
+        self.events.push(crate::events::Event::Target {
+            kind: "app-kill".into(),
+            detail: serde_json::json!({"selector": sel.selector, "matching": names, "killed": chosen, "ready-before": ready_before}),
+        });
+        let deletes = killed.iter().map(|(name, _)| {
+            let pods = pods.clone();
+            async move { bounded(&format!("delete pod {name}"), pods.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })).await }
+        });
+        for r in futures::future::join_all(deletes).await {
+            // A pod already gone counts as killed; anything else is the environment's.
+            if let Err(e) = r {
+                if !e.contains("NotFound") && !e.contains("not found") {
+                    return Err(env(e));
+                }
+            }
+        }
+        // Verified: none of the killed pods is left (gone, or its name now another UID), and the
+        // selector's Ready pods are back to what they were.
+        let selector = sel.selector.clone();
+        self.wait(&format!("{} replaced and {ready_before} pods of {selector} Ready again", chosen.join(", ")), || {
+            let (pods, killed, selector) = (pods.clone(), killed.clone(), selector.clone());
+            async move {
+                let now = pods.list(&ListParams::default().labels(&selector)).await.ok()?.items;
+                let survivor = killed.iter().any(|(name, uid)| now.iter().any(|p| p.metadata.name.as_ref() == Some(name) && p.metadata.uid == *uid));
+                let ready = now.iter().filter(|p| p.metadata.deletion_timestamp.is_none() && is_ready(p)).count();
+                (!survivor && ready >= ready_before).then_some(())
+            }
+        })
+        .await
+    }
+
+    async fn operator_restart(&mut self) -> Result<(), TargetError> {
+        let (Some(name), Some(replicas)) = (self.spec.app_profile.operator.clone(), self.operator_replicas) else {
+            return Err(TargetError::Unsupported("the app profile names no operator".into()));
+        };
+        let deps: Api<Deployment> = Api::namespaced(self.client.clone(), self.ns());
+        let dep = bounded("get operator", deps.get(&name)).await.map_err(env)?;
+        let selector = dep.spec.as_ref().and_then(|s| s.selector.match_labels.clone()).unwrap_or_default().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let before: BTreeSet<String> = bounded("operator pods", pods.list(&ListParams::default().labels(&selector))).await.map_err(env)?.items.into_iter().filter_map(|p| p.metadata.uid).collect();
+        let scale = |n: i32| serde_json::json!({"spec": {"replicas": n}});
+        bounded("scale the operator to 0", deps.patch(&name, &PatchParams::default(), &Patch::Merge(scale(0)))).await.map_err(env)?;
+        // Verified: every operator pod is gone.
+        let gone = self
+            .wait(&format!("the operator {name}'s pods gone"), || {
+                let pods = pods.clone();
+                let selector = selector.clone();
+                async move { pods.list(&ListParams::default().labels(&selector)).await.ok().filter(|l| l.items.is_empty()).map(|_| ()) }
+            })
+            .await;
+        bounded("scale the operator back", deps.patch(&name, &PatchParams::default(), &Patch::Merge(scale(replicas)))).await.map_err(env)?;
+        gone?;
+        // Verified: available again, on new pods.
+        self.wait(&format!("the operator {name} available again"), || {
+            let (deps, pods, name, selector, before) = (deps.clone(), pods.clone(), name.clone(), selector.clone(), before.clone());
+            async move {
+                let d = deps.get(&name).await.ok()?;
+                let available = d.status.and_then(|s| s.available_replicas).unwrap_or(0);
+                let fresh = pods.list(&ListParams::default().labels(&selector)).await.ok()?.items.iter().filter(|p| is_ready(p) && !p.metadata.uid.as_ref().is_some_and(|u| before.contains(u))).count();
+                (available >= replicas && fresh as i32 >= replicas).then_some(())
+            }
+        })
+        .await
+    }
+
+    async fn pvc_loss(&mut self, m: MemberId) -> Result<(), TargetError> {
+        let Some(claim) = self.spec.app_profile.claim.clone() else { return Err(TargetError::Unsupported("the app profile names no claim".into())) };
+        let pod = self.pod_name(m);
+        let pvc_name = format!("{claim}-{pod}");
+        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), self.ns());
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let old = bounded("get claim", pvcs.get_opt(&pvc_name)).await.map_err(env)?.ok_or_else(|| TargetError::Stack(format!("claim {pvc_name} does not exist")))?;
+        let (old_uid, old_volume) = (old.metadata.uid.clone(), old.spec.and_then(|s| s.volume_name));
+        bounded("delete claim", pvcs.delete(&pvc_name, &DeleteParams::default())).await.map_err(env)?;
+        bounded("delete pod", pods.delete(&pod, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })).await.map_err(env)?;
+        // Verified: a new claim of that name (another UID, another volume), bound.
+        self.wait(&format!("claim {pvc_name} recreated empty and bound"), || {
+            let pvcs = pvcs.clone();
+            let (pvc_name, old_uid, old_volume) = (pvc_name.clone(), old_uid.clone(), old_volume.clone());
+            async move {
+                let c = pvcs.get_opt(&pvc_name).await.ok().flatten()?;
+                let bound = c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+                let volume = c.spec.as_ref().and_then(|s| s.volume_name.clone());
+                (c.metadata.uid != old_uid && bound && volume.is_some() && volume != old_volume).then_some(())
+            }
+        })
+        .await
+    }
+
+    /// The partition probe from another Ready replica to `m`'s pod: `Ok(true)` connected.
+    async fn probe_to(&self, m: MemberId) -> Result<bool, TargetError> {
+        let Some(probe) = self.spec.app_profile.partition.clone() else { return Err(TargetError::Unsupported("the app profile has no [partition] probe".into())) };
+        let target = self.pod_name(m);
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let ip = bounded("get pod", pods.get(&target)).await.map_err(env)?.status.and_then(|s| s.pod_ip).ok_or_else(|| TargetError::Stack(format!("pod {target} has no IP")))?;
+        let selector = format!("{},statefulset.kubernetes.io/pod-name!={target}", self.sts_selector);
+        let Some(from) = ready_pod(&self.client, self.ns(), &selector, Some(&target)).await else {
+            return Err(TargetError::Stack(format!("no other Ready replica to probe {target} from")));
+        };
+        let from = from.metadata.name.unwrap_or_default();
+        let cmd = fill(&probe.command, &BTreeMap::from([("ip", ip)]));
+        let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        let out = exec(&self.client, self.ns(), &from, probe.container.as_deref(), &refs, Duration::from_secs(15)).await.map_err(env)?;
+        Ok(out.code == 0)
+    }
+
+    async fn partition(&mut self, m: MemberId) -> Result<(), TargetError> {
+        if self.spec.app_profile.partition.is_none() {
+            return Err(TargetError::Unsupported("the app profile has no [partition] probe".into()));
+        }
+        let target = self.pod_name(m);
+        let name = self.policy_name(m);
+        let policy: NetworkPolicy = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {RUN_LABEL: self.run_id}},
+            "spec": {"podSelector": {"matchLabels": {"statefulset.kubernetes.io/pod-name": target}}, "policyTypes": ["Ingress", "Egress"]},
+        }))
+        .map_err(env)?;
+        let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
+        bounded("create NetworkPolicy", api.create(&PostParams::default(), &policy)).await.map_err(env)?;
+        // Verified: the probe no longer connects (policies may apply after a moment).
+        let deadline = Instant::now() + PARTITION_SETTLE;
+        loop {
+            match self.probe_to(m).await {
+                Ok(false) => return Ok(()),
+                Ok(true) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(500)).await,
+                Ok(true) => {
+                    let _ = bounded("delete NetworkPolicy", api.delete(&name, &DeleteParams::default())).await;
+                    return Err(TargetError::Environment(format!(
+                        "this cluster does not enforce NetworkPolicy: {}s after NetworkPolicy {name} cut {target} off, the partition probe still connects to it (a CNI without a policy engine, such as the bridge plugin, ignores policies); the policy was removed and the partition counts as not done",
+                        PARTITION_SETTLE.as_secs()
+                    )));
+                }
+                Err(e) => {
+                    let _ = bounded("delete NetworkPolicy", api.delete(&name, &DeleteParams::default())).await;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    async fn partition_heal(&mut self, m: MemberId) -> Result<(), TargetError> {
+        let name = self.policy_name(m);
+        let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
+        match bounded("delete NetworkPolicy", api.delete(&name, &DeleteParams::default())).await {
+            Ok(_) => {}
+            Err(e) if e.contains("NotFound") || e.contains("not found") => {}
+            Err(e) => return Err(env(e)),
+        }
+        // Verified: traffic flows again.
+        let deadline = Instant::now() + self.spec.app_profile.op_timeout;
+        loop {
+            if self.probe_to(m).await? {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(TargetError::Stack(format!("the partition probe does not connect to {} after its NetworkPolicy was removed", self.pod_name(m))));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    async fn inventory(&self) -> AppInventory {
+        let mut inv = AppInventory::default();
+        let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
+        if let Ok(list) = bounded("NetworkPolicies", api.list(&ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id)))).await {
+            for p in list.items {
+                let name = p.metadata.name.unwrap_or_default();
+                match name.strip_prefix("shakedown-partition-m").and_then(|n| n.parse::<u32>().ok()) {
+                    Some(i) => {
+                        inv.partitioned.insert(MemberId(i));
+                    }
+                    None => inv.stray_policies.push(name),
+                }
+            }
+        }
+        if let (Some(name), Some(replicas)) = (&self.spec.app_profile.operator, self.operator_replicas) {
+            let deps: Api<Deployment> = Api::namespaced(self.client.clone(), self.ns());
+            if let Ok(d) = bounded("operator", deps.get(name)).await {
+                let now = d.spec.and_then(|s| s.replicas).unwrap_or(1);
+                if now < replicas {
+                    inv.operator_scaled_down = Some(format!("the operator {name} is scaled to {now}, not its {replicas}"));
+                }
+            }
+        }
+        inv
+    }
+
+    async fn workloads(&self) -> Vec<AppWorkload> {
+        let p = &self.spec.app_profile;
+        let mut out = vec![];
+        let sts: Api<StatefulSet> = Api::namespaced(self.client.clone(), self.ns());
+        match bounded("statefulset", sts.get(&p.statefulset)).await {
+            Ok(s) => out.push(AppWorkload {
+                name: format!("statefulset/{}", p.statefulset),
+                desired: s.spec.and_then(|s| s.replicas).unwrap_or(1),
+                ready: s.status.and_then(|s| s.ready_replicas).unwrap_or(0),
+            }),
+            Err(_) => out.push(AppWorkload { name: format!("statefulset/{} (unreadable)", p.statefulset), desired: 1, ready: 0 }),
+        }
+        if let Some(name) = &p.operator {
+            let deps: Api<Deployment> = Api::namespaced(self.client.clone(), self.ns());
+            match bounded("operator", deps.get(name)).await {
+                Ok(d) => out.push(AppWorkload {
+                    name: format!("deployment/{name}"),
+                    desired: d.spec.and_then(|s| s.replicas).unwrap_or(1),
+                    ready: d.status.and_then(|s| s.available_replicas).unwrap_or(0),
+                }),
+                Err(_) => out.push(AppWorkload { name: format!("deployment/{name} (unreadable)"), desired: 1, ready: 0 }),
+            }
+        }
+        out
+    }
+
+    async fn probes(&self) -> Vec<(String, Option<String>)> {
+        let mut out = vec![];
+        for p in &self.spec.app_profile.probes {
+            let result = match ready_pod(&self.client, self.ns(), &p.selector, None).await {
+                None => Some(format!("no Ready pod of {}", p.selector)),
+                Some(pod) => {
+                    let name = pod.metadata.name.unwrap_or_default();
+                    let refs: Vec<&str> = p.command.iter().map(String::as_str).collect();
+                    match exec(&self.client, self.ns(), &name, p.container.as_deref(), &refs, Duration::from_secs(15)).await {
+                        Ok(o) if o.code == 0 => None,
+                        Ok(o) => Some(format!("in {name}: exit {}: {}", o.code, o.stderr.trim())),
+                        Err(e) => Some(e),
+                    }
+                }
+            };
+            out.push((p.name.clone(), result));
+        }
+        out
+    }
+}
+
+#[async_trait::async_trait]
+impl Target for AppTarget {
+    fn name(&self) -> &'static str {
+        "app"
+    }
+
+    fn component_versions(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([("kubernetes".to_string(), self.version.clone())])
+    }
+
+    fn started(&self) -> Started {
+        let p = &self.spec.app_profile;
+        Started {
+            line: format!("app {}/{} on {} (Kubernetes {}){}", p.namespace, p.statefulset, self.server, self.version, p.operator.as_ref().map(|o| format!(" · operator {o}")).unwrap_or_default()),
+            fields: serde_json::json!({"namespace": p.namespace, "statefulset": p.statefulset, "server": self.server}),
+            notes: self.notes.clone(),
+        }
+    }
+
+    fn unchecked(&self, id: InvariantId) -> Option<String> {
+        match id {
+            InvariantId::Leaks | InvariantId::AppReady => None,
+            InvariantId::AppDurability if self.spec.app_profile.data.is_some() => None,
+            InvariantId::AppDurability => Some("needs [data] write and read commands in the app profile".into()),
+            _ => Some("the app target checks the application (app-ready, app-durability, leaks), not an etcd or API stack".into()),
+        }
+    }
+
+    fn supports(&self, op: &Op) -> Result<(), String> {
+        let p = &self.spec.app_profile;
+        match op.kind() {
+            OpKind::PodKill => Ok(()),
+            OpKind::PodKillSelected if p.pod_kill_selected.is_some() => Ok(()),
+            OpKind::PodKillSelected => Err("the app profile has no [pod_kill_selected] (a label selector and a count or percent)".into()),
+            OpKind::OperatorRestart if p.operator.is_some() => Ok(()),
+            OpKind::OperatorRestart => Err("the app profile names no operator Deployment".into()),
+            OpKind::PvcLoss if p.claim.is_some() => Ok(()),
+            OpKind::PvcLoss => Err("the app profile names no claim (volumeClaimTemplate)".into()),
+            OpKind::Partition | OpKind::PartitionHeal if p.partition.is_some() => Ok(()),
+            OpKind::Partition | OpKind::PartitionHeal => Err("the app profile has no [partition] probe".into()),
+            k => Err(format!("{k} is not an application op")),
+        }
+    }
+
+    async fn execute(&mut self, op: &Op, _before: &Model, _after: &Model) -> Result<(), TargetError> {
+        match *op {
+            Op::PodKill { member } => self.pod_kill(member).await,
+            Op::PodKillSelected { pick } => self.pod_kill_selected(pick).await,
+            Op::OperatorRestart => self.operator_restart().await,
+            Op::PvcLoss { member } => self.pvc_loss(member).await,
+            Op::Partition { member } => self.partition(member).await,
+            Op::PartitionHeal { member } => self.partition_heal(member).await,
+            _ => Err(TargetError::Unsupported(format!("{op} is not an application op"))),
+        }
+    }
+
+    fn take_events(&mut self) -> Vec<crate::events::Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    async fn end_step(&mut self) {}
+
+    async fn observe(&mut self, model: &Model, invariants: &[InvariantId]) -> Observation {
+        let mut app = AppObservation { workloads: self.workloads().await, probes: self.probes().await, data: None };
+        if invariants.contains(&InvariantId::AppDurability) {
+            if let Some(w) = &self.writer {
+                app.data = Some(w.read().await);
+            }
+        }
+        let inventory = if invariants.contains(&InvariantId::Leaks) { Some(Inventory::App(self.inventory().await)) } else { None };
+        // A replica serves when its pod is Ready (what the engine asks of healed members).
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let listed = bounded("pods", pods.list(&ListParams::default().labels(&self.sts_selector))).await.map(|l| l.items).unwrap_or_default();
+        let members = model
+            .members
+            .keys()
+            .map(|&m| {
+                let name = self.pod_name(m);
+                let pod = listed.iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str()));
+                MemberStatus {
+                    name: m.to_string(),
+                    member: Some(m),
+                    reachable: pod.is_some_and(is_ready),
+                    leader: None,
+                    etcd_id: None,
+                    revision: 0,
+                    raft_index: 0,
+                    applied_index: 0,
+                    revision_after: None,
+                    version: None,
+                    hash: None,
+                    error: if pod.is_some() { None } else { Some(format!("no pod {name}")) },
+                }
+            })
+            .collect();
+        Observation { members, app: Some(app), inventory, quorum_throughout: true, ..Default::default() }
+    }
+
+    fn log_files(&self) -> Vec<(String, PathBuf)> {
+        vec![]
+    }
+
+    fn workload_stats(&self) -> serde_json::Value {
+        self.writer.as_ref().map(|w| w.stats()).unwrap_or(serde_json::Value::Null)
+    }
+
+    fn interrupted(&self) -> &'static str {
+        "interrupted: the run's NetworkPolicies were removed and the operator scaled back"
+    }
+
+    async fn teardown(&mut self) {
+        if self.torn_down {
+            return;
+        }
+        self.torn_down = true;
+        if let Some(w) = &self.writer {
+            w.stop();
+        }
+        let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
+        let _ = bounded("delete the run's NetworkPolicies", api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id)))).await;
+        if let (Some(name), Some(replicas)) = (self.spec.app_profile.operator.clone(), self.operator_replicas) {
+            let deps: Api<Deployment> = Api::namespaced(self.client.clone(), self.ns());
+            if let Ok(d) = bounded("operator", deps.get(&name)).await {
+                if d.spec.and_then(|s| s.replicas).unwrap_or(1) < replicas {
+                    let _ = bounded("scale the operator back", deps.patch(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})))).await;
+                }
+            }
+        }
+        let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), self.ns());
+        let _ = bounded("delete the run's ConfigMap", cms.delete(&format!("shakedown-{}", self.run_id), &DeleteParams::default())).await;
+    }
+}

@@ -1,0 +1,255 @@
+//! The application target's spec (what a seed record says: the app profile, the context) and
+//! its options (`--app-profile`; the kubeconfig and context are the kube target's flags).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use shakedown_faults::profile::duration_schema;
+
+use crate::exit::Fatal;
+use crate::targets::kube::profile::human;
+
+/// An application on a Kubernetes cluster and how it was driven (the kubeconfig is given
+/// again on replay).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    pub app_profile: AppProfile,
+}
+
+/// The application target's command-line options.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AppOptions {
+    /// app target: the application under test — its namespace, StatefulSet, operator, data
+    /// commands, probes (TOML; see the README). The kubeconfig is `--kubeconfig`.
+    #[arg(long, env = "SHAKEDOWN_APP_PROFILE", value_name = "FILE")]
+    pub app_profile: Option<PathBuf>,
+}
+
+impl AppOptions {
+    /// App options given to another target are an error, not silently ignored.
+    pub fn refuse_for(&self, target: &str) -> Result<(), Fatal> {
+        let given: Vec<&str> = [(self.app_profile.is_some(), "--app-profile (or SHAKEDOWN_APP_PROFILE)")].into_iter().filter_map(|(g, n)| g.then_some(n)).collect();
+        crate::targets::refuse_options(&given, "app", target)
+    }
+}
+
+/// The application under test (`--app-profile FILE`, TOML; unknown fields are an error).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AppProfile {
+    /// The application's namespace. It must carry the annotation `shakedown.dev/allow-chaos: "true"` (the opt-in the kube target asks of a Cluster).
+    pub namespace: String,
+    /// The StatefulSet whose replicas are the plan's members (`m0` is ordinal 0, …): its
+    /// replicas must equal the profile's `members`.
+    pub statefulset: String,
+    /// The StatefulSet's volumeClaimTemplate that `pvc-loss` deletes (claim `<claim>-<sts>-<i>`).
+    /// Absent: `pvc-loss` is skipped with the reason.
+    #[serde(default)]
+    pub claim: Option<String>,
+    /// The operator's Deployment (`operator-restart` scales it to zero and back; `app-ready`
+    /// wants it available). Absent: `operator-restart` is skipped with the reason.
+    #[serde(default)]
+    pub operator: Option<String>,
+    /// How long one op's own wait may take (a pod back, a claim bound, the operator available).
+    #[serde(with = "human", default = "default_op_timeout")]
+    #[schemars(schema_with = "duration_schema")]
+    pub op_timeout: Duration,
+    /// The data-integrity workload (`[data]`): absent, `app-durability` is not checked.
+    #[serde(default)]
+    pub data: Option<DataCommands>,
+    /// Probes that must pass for `app-ready` (`[[probes]]`): a command exec'd in a Ready pod.
+    #[serde(default)]
+    pub probes: Vec<ExecProbe>,
+    /// The connectivity probe of `partition` (`[partition]`): absent, `partition` is skipped.
+    #[serde(default)]
+    pub partition: Option<PartitionProbe>,
+    /// Which pods `pod-kill-selected` deletes together (`[pod_kill_selected]`): absent, the op is
+    /// skipped with the reason.
+    #[serde(default)]
+    pub pod_kill_selected: Option<PodSelection>,
+}
+
+/// Pods picked by label selector: `count` of them, or `percent` rounded up (at least one);
+/// neither: one. Which ones is the plan's (`pod-kill-selected(pick N)`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PodSelection {
+    /// The label selector (`app=etcd`, `app=etcd,role!=leader`), in the app's namespace.
+    pub selector: String,
+    /// How many of the matching pods.
+    #[serde(default)]
+    pub count: Option<u32>,
+    /// Which share of the matching pods, 1–100, rounded up.
+    #[serde(default)]
+    pub percent: Option<u32>,
+}
+
+impl PodSelection {
+    /// How many of `matching` pods to take.
+    pub fn how_many(&self, matching: usize) -> usize {
+        let n = match (self.count, self.percent) {
+            (Some(c), _) => c as usize,
+            (None, Some(p)) => (matching * p as usize).div_ceil(100),
+            (None, None) => 1,
+        };
+        n.max(1).min(matching)
+    }
+
+    /// The `how_many` of `names` (sorted) that `pick` selects: a run of consecutive names
+    /// starting at `pick` modulo their number, wrapping around.
+    pub fn choose(&self, names: &[String], pick: u32) -> Vec<String> {
+        if names.is_empty() {
+            return vec![];
+        }
+        let start = pick as usize % names.len();
+        (0..self.how_many(names.len())).map(|i| names[(start + i) % names.len()].clone()).collect()
+    }
+}
+
+fn default_op_timeout() -> Duration {
+    Duration::from_secs(120)
+}
+
+/// Write and read commands, exec'd in a Ready pod of `selector`. `{key}` and `{value}` in the
+/// write command, `{prefix}` in the read command are replaced (keys are `<prefix><n>`, unique).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DataCommands {
+    /// The label selector of the pods the commands run in (`app=etcd`).
+    pub selector: String,
+    /// The container (default: the pod's first).
+    #[serde(default)]
+    pub container: Option<String>,
+    /// Writes `{key}` = `{value}`; exit 0 acknowledges the write.
+    pub write: Vec<String>,
+    /// Prints every key with prefix `{prefix}` and its value, `key value` one per line; exit 0.
+    pub read: Vec<String>,
+    /// The pause between two writes.
+    #[serde(with = "human", default = "default_interval")]
+    #[schemars(schema_with = "duration_schema")]
+    pub interval: Duration,
+}
+
+fn default_interval() -> Duration {
+    Duration::from_millis(200)
+}
+
+/// A command exec'd in a Ready pod of `selector`: exit 0 passes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecProbe {
+    /// The probe's name in `app-ready`'s messages.
+    pub name: String,
+    /// The label selector of the pods it runs in (the first Ready one by name).
+    pub selector: String,
+    /// The container (default: the pod's first).
+    #[serde(default)]
+    pub container: Option<String>,
+    /// The command and its arguments (no shell unless you run one: `["sh", "-c", "…"]`).
+    pub command: Vec<String>,
+}
+
+/// How `partition` checks that traffic is cut: `command` is exec'd in another replica with
+/// `{ip}` replaced by the partitioned pod's IP; exit 0 means it connected.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionProbe {
+    /// Connects to `{ip}` (the partitioned pod's IP); exit 0 means it connected.
+    pub command: Vec<String>,
+    /// The container (default: the pod's first).
+    #[serde(default)]
+    pub container: Option<String>,
+}
+
+impl AppProfile {
+    pub fn from_toml(text: &str) -> Result<AppProfile, String> {
+        let p: AppProfile = toml::from_str(text).map_err(|e| format!("app profile: {e}"))?;
+        if p.data.as_ref().is_some_and(|d| d.write.is_empty() || d.read.is_empty()) {
+            return Err("app profile: [data] needs a write and a read command".into());
+        }
+        if let Some(k) = &p.pod_kill_selected {
+            if k.count.is_some() && k.percent.is_some() {
+                return Err("app profile: [pod_kill_selected] takes count or percent, not both".into());
+            }
+            if k.count == Some(0) || k.percent.is_some_and(|p| p == 0 || p > 100) {
+                return Err("app profile: [pod_kill_selected] count must be at least 1, percent 1–100".into());
+            }
+            if k.selector.trim().is_empty() {
+                return Err("app profile: [pod_kill_selected] needs a label selector".into());
+            }
+        }
+        Ok(p)
+    }
+
+    pub fn load(path: &Path) -> Result<AppProfile, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read app profile {}: {e}", path.display()))?;
+        AppProfile::from_toml(&text)
+    }
+}
+
+impl AppSpec {
+    /// A new run's spec from the flags, or the recorded one with what the flags override.
+    pub fn from_options(opts: &AppOptions, context: Option<&str>, recorded: Option<&AppSpec>) -> Result<AppSpec, Fatal> {
+        let app_profile = match (&opts.app_profile, recorded) {
+            (Some(p), _) => AppProfile::load(p).map_err(Fatal::usage)?,
+            (None, Some(r)) => r.app_profile.clone(),
+            (None, None) => return Err(Fatal::usage("--target app needs --app-profile FILE (the application under test: namespace, StatefulSet, operator, data commands)")),
+        };
+        Ok(AppSpec { context: context.map(str::to_string).or_else(|| recorded.and_then(|r| r.context.clone())), app_profile })
+    }
+
+    pub fn describe(&self) -> String {
+        format!("app {}/{}", self.app_profile.namespace, self.app_profile.statefulset)
+    }
+}
+
+/// Replaces `{name}` placeholders in each argument.
+pub fn fill(command: &[String], vars: &BTreeMap<&str, String>) -> Vec<String> {
+    command.iter().map(|a| vars.iter().fold(a.clone(), |s, (k, v)| s.replace(&format!("{{{k}}}"), v))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn selection(count: Option<u32>, percent: Option<u32>) -> PodSelection {
+        PodSelection { selector: "app=etcd".into(), count, percent }
+    }
+
+    #[test]
+    fn a_selection_takes_its_count_or_its_share_rounded_up_at_least_one() {
+        assert_eq!(selection(None, None).how_many(3), 1);
+        assert_eq!(selection(Some(2), None).how_many(3), 2);
+        assert_eq!(selection(Some(5), None).how_many(3), 3, "no more than match");
+        assert_eq!(selection(None, Some(50)).how_many(3), 2, "1.5 rounds up");
+        assert_eq!(selection(None, Some(10)).how_many(3), 1, "at least one");
+        assert_eq!(selection(None, Some(100)).how_many(4), 4);
+        assert_eq!(selection(Some(1), None).how_many(0), 0, "nothing matches, nothing taken");
+    }
+
+    #[test]
+    fn the_plans_pick_chooses_a_run_of_sorted_names_wrapping_around() {
+        let names: Vec<String> = ["etcd-0", "etcd-1", "etcd-2"].map(String::from).to_vec();
+        let two = selection(Some(2), None);
+        assert_eq!(two.choose(&names, 0), ["etcd-0", "etcd-1"]);
+        assert_eq!(two.choose(&names, 2), ["etcd-2", "etcd-0"]);
+        assert_eq!(two.choose(&names, 5), ["etcd-2", "etcd-0"], "pick modulo the number of pods");
+        assert!(two.choose(&[], 1).is_empty());
+    }
+
+    #[test]
+    fn a_selection_with_count_and_percent_or_out_of_range_is_refused() {
+        let base = "namespace = \"app\"\nstatefulset = \"etcd\"\n[pod_kill_selected]\nselector = \"app=etcd\"\n";
+        assert!(AppProfile::from_toml(&format!("{base}count = 2\n")).is_ok());
+        for bad in ["count = 2\npercent = 50\n", "count = 0\n", "percent = 0\n", "percent = 101\n"] {
+            let e = AppProfile::from_toml(&format!("{base}{bad}")).unwrap_err();
+            assert!(e.contains("[pod_kill_selected]"), "{bad}: {e}");
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Running a command in a pod's container through the Kubernetes API (`pods/exec` over a
+//! WebSocket): what an application's probes and data-integrity commands use, and how the node's
+//! tests look inside their pods. Bounded: a command that has not finished within its bound is
+//! abandoned (its stream dropped) and reported.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, AttachParams};
+use kube::Client;
+use tokio::io::AsyncReadExt;
+
+/// What a command in a pod ended with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// The exit code (0 when the API reported success; 1 when it reported a failure without one).
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `command` in `pod` (its first container, or `container`) in `namespace`, within `bound`.
+/// `Err` when the exec could not start or did not finish in time.
+pub async fn exec(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    container: Option<&str>,
+    command: &[&str],
+    bound: Duration,
+) -> Result<ExecOutput, String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let mut params = AttachParams::default()
+        .stdin(false)
+        .stdout(true)
+        .stderr(true);
+    if let Some(c) = container {
+        params = params.container(c);
+    }
+    let what = format!("exec in {namespace}/{pod}: {}", command.join(" "));
+    let run = async {
+        let mut attached = pods
+            .exec(
+                pod,
+                command.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+                &params,
+            )
+            .await
+            .map_err(|e| format!("{what}: {e}"))?;
+        let (mut out, mut err) = (String::new(), String::new());
+        let mut so = attached
+            .stdout()
+            .ok_or_else(|| format!("{what}: no stdout stream"))?;
+        let mut se = attached
+            .stderr()
+            .ok_or_else(|| format!("{what}: no stderr stream"))?;
+        let status = attached.take_status();
+        let (r1, r2) = tokio::join!(so.read_to_string(&mut out), se.read_to_string(&mut err));
+        r1.and(r2)
+            .map_err(|e| format!("{what}: reading its output: {e}"))?;
+        let status = match status {
+            Some(s) => s.await,
+            None => None,
+        };
+        let _ = attached.join().await;
+        let code = match status {
+            Some(s) if s.status.as_deref() == Some("Success") => 0,
+            Some(s) => s
+                .details
+                .and_then(|d| d.causes)
+                .and_then(|c| {
+                    c.into_iter()
+                        .find(|c| c.reason.as_deref() == Some("ExitCode"))
+                })
+                .and_then(|c| c.message)
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(1),
+            None => 0,
+        };
+        Ok(ExecOutput {
+            code,
+            stdout: out,
+            stderr: err,
+        })
+    };
+    tokio::time::timeout(bound, run)
+        .await
+        .map_err(|_| format!("{what}: no end within {}s", bound.as_secs()))?
+}

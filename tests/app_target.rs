@@ -1,0 +1,183 @@
+//! The application target (root) against a real application on a real local node: etcd as a
+//! StatefulSet with an operator written for the tests (`tests/app_common`). A seeded plan of
+//! pod kills, operator restarts and claim losses passes with every fault verified and
+//! `app-ready`, `app-durability` and `leaks` checked after every step; the operator's planted
+//! bug (a lost claim never rebuilt) is caught by `app-ready`, recorded and replayed; a partition
+//! on this node's network (which does not enforce NetworkPolicy) is an environment error, not a
+//! silent pass, and leaves no policy behind.
+
+mod app_common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use app_common::{deploy, settled, start_operator, OperatorBug, NS};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, ListParams};
+use shakedown::node::{Node, NodeBinaries};
+
+const APP_PROFILE: &str = r#"
+namespace = "app"
+statefulset = "etcd"
+claim = "data"
+operator = "etcd-operator"
+op_timeout = "90s"
+
+[data]
+selector = "app=etcd"
+write = ["sh", "-c", "etcdctl --endpoints=$ENDPOINTS --command-timeout=5s put {key} {value}"]
+read = ["sh", "-c", "etcdctl --endpoints=$ENDPOINTS --command-timeout=5s get --prefix {prefix} | paste -d ' ' - -"]
+interval = "100ms"
+
+[[probes]]
+name = "every member healthy"
+selector = "app=etcd"
+command = ["sh", "-c", "etcdctl --endpoints=$ENDPOINTS --command-timeout=3s endpoint health"]
+
+[partition]
+command = ["sh", "-c", "nc -w 2 {ip} 32379 </dev/null"]
+
+[pod_kill_selected]
+selector = "app=etcd"
+percent = 50
+"#;
+
+fn profile(name: &str, ops: &[&str], steps: usize) -> String {
+    format!(
+        "name = \"{name}\"\nversions = [\"3.5\"]\nsteps = {steps}\nmembers = 3\nsites = 1\nstack = \"app\"\nops = [{}]\ninvariants = [\"leaks\", \"app-ready\", \"app-durability\"]\n\n[timeouts]\nconverge = \"60s\"\nliveness = \"90s\"\nop = \"120s\"\n",
+        ops.iter().map(|o| format!("\"{o}\"")).collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// A seed whose plan holds every op of `wanted`.
+fn seed_with(profile: &Path, wanted: &[&str]) -> u64 {
+    for seed in 1..500u64 {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["plan", "--seed", &seed.to_string(), "--profile"]).arg(profile).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "plan: {}", String::from_utf8_lossy(&out.stderr));
+        if wanted.iter().all(|w| text.lines().skip(1).any(|l| l.contains(w))) {
+            return seed;
+        }
+    }
+    panic!("no seed below 500 plans all of {wanted:?}");
+}
+
+fn shakedown(args: &[&str], files: &Path) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
+        .args(args)
+        .arg("--runs-dir")
+        .arg(files.join("runs"))
+        .arg("--seeds-dir")
+        .arg(files.join("seeds"))
+        .output()
+        .unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_and_replayed() {
+    let bins = NodeBinaries::find().unwrap_or_else(|e| panic!("the node's binaries: {e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = Node::up(&format!("sd-apptest{}", std::process::id()), dir.path(), &bins).await.unwrap_or_else(|e| panic!("node up: {e}"));
+    let client = node.client().await.unwrap();
+    deploy(&client).await;
+    let mut operator = start_operator(client.clone(), None);
+    settled(&client, Duration::from_secs(180)).await;
+    let files = dir.path().join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(files.join("app.toml"), APP_PROFILE).unwrap();
+    let kubeconfig = node.kubeconfig.display().to_string();
+    let app = files.join("app.toml").display().to_string();
+
+    // A seeded plan with a pod kill, a kill of half the app's pods by label selector, an
+    // operator restart and a claim loss passes, checked after every step.
+    let p = files.join("faults.toml");
+    let ops = ["pod-kill", "pod-kill-selected", "operator-restart", "pvc-loss"];
+    std::fs::write(&p, profile("app-faults", &ops, 5)).unwrap();
+    let seed = seed_with(&p, &ops);
+    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()], &files);
+    assert_eq!(code, 0, "{out}\n{err}");
+    for step in 1..=5 {
+        assert!(err.lines().any(|l| l.contains(&format!("[{step}/5]")) && l.contains("checks ok")), "step {step} checked: {err}");
+    }
+    // The selected kill took 2 of the 3 etcd pods (50 %, rounded up), named in the event log.
+    let run_dir = std::fs::read_dir(files.join("runs")).unwrap().flatten().map(|e| e.path()).find(|p| p.is_dir()).expect("the run's directory");
+    let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+    let kills: Vec<serde_json::Value> = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-kill").collect();
+    assert!(!kills.is_empty(), "an app-kill event: {events}");
+    for k in &kills {
+        let killed = k["detail"]["killed"].as_array().unwrap();
+        assert_eq!(killed.len(), 2, "{k}");
+        assert!(killed.iter().all(|n| n.as_str().unwrap().starts_with("etcd-")), "{k}");
+        assert_eq!(k["detail"]["matching"].as_array().unwrap().len(), 3, "{k}");
+    }
+    settled(&client, Duration::from_secs(120)).await;
+
+    // The operator's planted bug: a lost claim is never rebuilt. app-ready catches it; the
+    // record replays it.
+    operator.abort();
+    operator = start_operator(client.clone(), Some(OperatorBug::PvcLossNeverRebuilt));
+    let p = files.join("pvc.toml");
+    std::fs::write(&p, profile("app-pvc", &["pvc-loss"], 1).replace("converge = \"60s\"", "converge = \"15s\"")).unwrap();
+    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", "1"], &files);
+    assert_eq!(code, 1, "caught: {out}\n{err}");
+    assert!(out.contains("app-ready"), "by app-ready: {out}");
+    let record = out.lines().find_map(|l| l.strip_prefix("seed record: ")).unwrap_or_else(|| panic!("a seed record: {out}")).trim().to_string();
+    // Fixed by hand (the operator without its bug), then the record replayed against the buggy one.
+    operator.abort();
+    operator = start_operator(client.clone(), None);
+    settled(&client, Duration::from_secs(120)).await;
+    operator.abort();
+    operator = start_operator(client.clone(), Some(OperatorBug::PvcLossNeverRebuilt));
+    let (code, out, err) = shakedown(&["replay", &record, "--kubeconfig", &kubeconfig], &files);
+    assert_eq!(code, 1, "replayed: {out}\n{err}");
+    assert!(out.contains("app-ready") || err.contains("app-ready"), "{out}\n{err}");
+    operator.abort();
+    operator = start_operator(client.clone(), None);
+    settled(&client, Duration::from_secs(120)).await;
+
+    // A partition on a network that does not enforce NetworkPolicy: an environment error that
+    // says so, and no policy left behind.
+    let p = files.join("partition.toml");
+    std::fs::write(&p, profile("app-partition", &["partition", "partition-heal"], 1)).unwrap();
+    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", "1"], &files);
+    assert_eq!(code, 4, "an environment error: {out}\n{err}");
+    assert!(format!("{out}{err}").contains("does not enforce NetworkPolicy"), "{out}\n{err}");
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), NS);
+    assert!(policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy left");
+
+    // A run killed (-9) while the operator is scaled to zero: `reap --kube` scales it back and
+    // removes the run's ConfigMap.
+    let p = files.join("operator.toml");
+    std::fs::write(&p, profile("app-operator", &["operator-restart"], 1)).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
+        .args(["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", "1", "--runs-dir"])
+        .arg(files.join("runs"))
+        .stdout(std::fs::File::create(files.join("killed.out")).unwrap())
+        .stderr(std::fs::File::create(files.join("killed.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let deps: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client.clone(), NS);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while deps.get("etcd-operator").await.unwrap().spec.and_then(|s| s.replicas) != Some(0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never scaled the operator down: {}{}",
+            std::fs::read_to_string(files.join("killed.out")).unwrap_or_default(),
+            std::fs::read_to_string(files.join("killed.err")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--kube", "--kubeconfig", &kubeconfig]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("scaled the operator app/etcd-operator back to 1") && text.contains("reaped 1 kube run(s)"), "{text}");
+    assert_eq!(deps.get("etcd-operator").await.unwrap().spec.and_then(|s| s.replicas), Some(1));
+    settled(&client, Duration::from_secs(120)).await;
+
+    operator.abort();
+    let left = node.teardown();
+    assert!(left.is_empty(), "left behind: {left}");
+}
