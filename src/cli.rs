@@ -394,8 +394,11 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             Ok(Exit::Pass)
         }
         Command::Reap { runs_dir, .. } => {
-            let n = testbed::reap_runs(&runs_dir)?;
+            let (n, strays) = testbed::reap_runs(&runs_dir)?;
             println!("reaped {n} run director{}", if n == 1 { "y" } else { "ies" });
+            if strays > 0 {
+                println!("reaped {strays} stray node{} of killed runs", if strays == 1 { "" } else { "s" });
+            }
             Ok(Exit::Pass)
         }
         Command::Profiles { reference: true } => {

@@ -390,3 +390,74 @@ fn scopeguard(runs: &std::path::Path) -> impl Drop + '_ {
     }
     Down(runs)
 }
+
+/// Where the helper below brings its node up (set by the test that kills it).
+const HELPER_DIR: &str = "SHAKEDOWN_NODE_TEST_HELPER_DIR";
+
+/// Not a test: the process `a_node_whose_owner_was_killed_is_reaped` starts and kills. Brings a
+/// node up in `$SHAKEDOWN_NODE_TEST_HELPER_DIR`, says so on stdout and waits to be killed.
+#[test]
+#[ignore = "run by a_node_whose_owner_was_killed_is_reaped"]
+fn helper_node_up_and_wait() {
+    let Some(dir) = std::env::var_os(HELPER_DIR) else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let run_id = format!("sd-killed{}", std::process::id());
+        let node = Node::up(&run_id, std::path::Path::new(&dir), &binaries()).await.unwrap_or_else(|e| panic!("node up: {e}"));
+        println!("node-up {}", node.layout.dir.display());
+        tokio::time::sleep(Duration::from_secs(600)).await;
+    });
+}
+
+/// A process that owns a node is killed with SIGKILL (no teardown runs: a test killed mid-way,
+/// a session cut off — what left the bridge that failed a CI run): its node stays on the machine,
+/// and `shakedown reap` finds it through its slot's lock file — the node lived in a temporary
+/// directory, under no runs directory — and removes it, leaving nothing.
+#[test]
+fn a_node_whose_owner_was_killed_is_reaped() {
+    use std::io::{BufRead, BufReader};
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    binaries();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "helper_node_up_and_wait", "--ignored", "--nocapture"])
+        .env(HELPER_DIR, dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    // Whatever happens below, the helper and its node go.
+    struct Cleanup(std::process::Child);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+            cleanup::reap_strays();
+        }
+    }
+    let stdout = child.stdout.take().unwrap();
+    let mut guard = Cleanup(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(d) = line.strip_prefix("node-up ") {
+                let _ = tx.send(d.to_string());
+            }
+        }
+    });
+    let node_dir = rx.recv_timeout(Duration::from_secs(180)).expect("the helper's node comes up");
+    let layout = shakedown::node::layout::Layout::load(std::path::Path::new(&node_dir)).unwrap();
+    unsafe { libc::kill(guard.0.id() as i32, libc::SIGKILL) };
+    let _ = guard.0.wait();
+    let left = cleanup::leftovers(&layout);
+    assert!(!left.processes.is_empty() && left.links == [layout.bridge.clone()], "a SIGKILL leaves the node running: {left}");
+    let runs = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--runs-dir"]).arg(runs.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains(&format!("node {} of a killed run removed", layout.node_name)) && text.contains("reaped 1 stray node"), "{text}");
+    let left = cleanup::leftovers(&layout);
+    assert!(left.is_empty(), "left behind after reap: {left}");
+    let out = Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--runs-dir"]).arg(runs.path()).output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("stray"), "a reaped node is not reaped twice");
+}

@@ -75,9 +75,16 @@ pub async fn testbed(action: TestbedAction) -> Result<Exit, Fatal> {
 }
 
 /// Sweeps every run directory whose owner process is gone, including the run directories
-/// grouped under a soak's or a shrink's directory.
-pub fn reap_runs(runs_dir: &Path) -> Result<usize, Fatal> {
-    reap_under(runs_dir, 2)
+/// grouped under a soak's or a shrink's directory; then the nodes of killed runs wherever they
+/// were (a test's temporary directory, say). Returns the run directories and the stray nodes
+/// reaped.
+pub fn reap_runs(runs_dir: &Path) -> Result<(usize, usize), Fatal> {
+    let n = reap_under(runs_dir, 2)?;
+    let strays = shakedown::node::cleanup::reap_strays();
+    for (l, left) in &strays {
+        println!("{}: node {} of a killed run removed{}", l.dir.display(), l.node_name, if left.is_empty() { String::new() } else { format!(" (left: {left})") });
+    }
+    Ok((n, strays.len()))
 }
 
 fn reap_under(runs_dir: &Path, depth: u32) -> Result<usize, Fatal> {

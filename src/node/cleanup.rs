@@ -166,7 +166,7 @@ fn link_exists(name: &str) -> bool {
 /// Whether another node is up on this machine (a held slot lock): it may be using the host
 /// mount points this node created, so those stay.
 fn other_nodes_up(l: &Layout) -> bool {
-    let dir = std::env::temp_dir().join("shakedown-node-slots");
+    let dir = super::slots_dir();
     let Ok(rd) = std::fs::read_dir(&dir) else {
         return false;
     };
@@ -182,6 +182,53 @@ fn other_nodes_up(l: &Layout) -> bool {
         let held = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0;
         held
     })
+}
+
+/// The marker `Node::detach` leaves in a node directory: the node was left running on purpose.
+pub const DETACHED: &str = "detached";
+
+/// Finds and removes the nodes whose owner died without a teardown (a run or a test killed with
+/// SIGKILL, a session cut off): a slot whose lock nobody holds but whose lock file still names a
+/// node that is not `detached` and has something on the machine. Each is swept while its slot's
+/// lock is held, so no new node takes the slot meanwhile. Works without the node directory (its
+/// layout is in the lock file); only the sysctls need the directory's host record. Returns each
+/// node removed and what could not be.
+pub fn reap_strays() -> Vec<(Layout, Leftovers)> {
+    let Ok(rd) = std::fs::read_dir(super::slots_dir()) else {
+        return vec![];
+    };
+    let mut reaped = vec![];
+    let mut files: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+    files.sort();
+    for path in files {
+        let Ok(f): Result<File, _> = OpenOptions::new().write(true).open(&path) else {
+            continue;
+        };
+        // SAFETY: flock on a file descriptor we own; released when `f` closes.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            continue; // its node's owner is alive
+        }
+        let Some(l) = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| Layout::from_json(Path::new(v.get("dir")?.as_str()?), v.get("layout")?))
+        else {
+            continue;
+        };
+        // Only what a node itself holds counts: sysctls that differ from a node's record, or a
+        // host directory, say as much about the machine since as about this node.
+        let left = leftovers(&l);
+        let holds = !left.processes.is_empty() || !left.cgroups.is_empty() || !left.links.is_empty() || left.nft_table || !left.mounts.is_empty();
+        if l.dir.join(DETACHED).exists() || !holds {
+            continue;
+        }
+        let left = sweep(&l);
+        if left.is_empty() {
+            let _ = f.set_len(0);
+        }
+        reaped.push((l, left));
+    }
+    reaped
 }
 
 /// Removes everything of the node (bounded by [`TEARDOWN_BOUND`]), then says what is left.

@@ -64,6 +64,11 @@ impl Layout {
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(node_dir.join("node.json")).ok()?)
                 .ok()?;
+        Layout::from_json(node_dir, &v)
+    }
+
+    /// The layout of `to_json` for the node in `node_dir` (which may be gone).
+    pub fn from_json(node_dir: &Path, v: &serde_json::Value) -> Option<Layout> {
         let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
         Some(Layout {
             dir: node_dir.to_path_buf(),

@@ -221,6 +221,9 @@ impl Node {
                 layout.bridge, layout.bridge
             ));
         }
+        // The slot's lock file names the node while its owner holds it: once the owner is gone
+        // without a teardown (killed), `cleanup::reap_strays` finds the node by it.
+        register(&lock, &layout);
         let mut node = Node {
             kubeconfig: layout.admin_kubeconfig(),
             layout,
@@ -494,8 +497,10 @@ impl Node {
         cleanup::memory(&self.layout)
     }
 
-    /// Leaves the node running (`shakedown node up`): `node down` or `reap` removes it.
+    /// Leaves the node running (`shakedown node up`): `node down` or `reap` removes it. Marked
+    /// as such (`<node dir>/detached`), so that `reap` does not take it for a killed run's.
     pub fn detach(mut self) {
+        let _ = std::fs::write(self.layout.dir.join(cleanup::DETACHED), b"left running by `shakedown node up`\n");
         self.torn_down = true;
     }
 
@@ -505,7 +510,11 @@ impl Node {
             return cleanup::Leftovers::default();
         }
         self.torn_down = true;
-        cleanup::sweep(&self.layout)
+        let left = cleanup::sweep(&self.layout);
+        if let (Some(lock), true) = (&self._slot_lock, left.is_empty()) {
+            let _ = lock.set_len(0); // the slot no longer names this node
+        }
+        left
     }
 }
 
@@ -555,9 +564,23 @@ impl HostRecord {
     }
 }
 
+/// Writes which node holds the slot into its lock file (`{"dir": …, "layout": …}`); best
+/// effort: a node that cannot say so is only harder to reap after a `kill -9`.
+fn register(lock: &File, l: &Layout) {
+    use std::io::Write;
+    let text = serde_json::json!({"dir": l.dir, "layout": l.to_json()}).to_string();
+    let mut f = lock;
+    let _ = lock.set_len(0).and_then(|_| f.write_all(text.as_bytes()));
+}
+
+/// The slots' lock files (`$TMP/shakedown-node-slots`).
+pub(crate) fn slots_dir() -> PathBuf {
+    std::env::temp_dir().join("shakedown-node-slots")
+}
+
 /// A node slot (the /24 10.213.N.0): a lock file held for the node's life.
 fn take_slot() -> Result<(u8, File), String> {
-    let dir = std::env::temp_dir().join("shakedown-node-slots");
+    let dir = slots_dir();
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let routes = run_bounded("ip", &["-4", "-o", "addr", "show"], COMMAND_BOUND)
         .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
