@@ -205,6 +205,27 @@ pub struct MemberStatus {
     pub error: Option<String>,
 }
 
+impl MemberStatus {
+    /// A member the target has no etcd status answer for (unreachable, or a target that reads
+    /// health elsewhere): every etcd field empty, not reachable; callers fill in what they know.
+    pub fn without_status(name: String, member: Option<MemberId>) -> MemberStatus {
+        MemberStatus {
+            name,
+            member,
+            reachable: false,
+            leader: None,
+            etcd_id: None,
+            revision: 0,
+            raft_index: 0,
+            applied_index: 0,
+            revision_after: None,
+            version: None,
+            hash: None,
+            error: None,
+        }
+    }
+}
+
 /// The leader a member sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -159,7 +159,7 @@ fn bridge_ports(bridge: &str) -> Vec<String> {
         .collect()
 }
 
-fn link_exists(name: &str) -> bool {
+pub(crate) fn link_exists(name: &str) -> bool {
     Path::new("/sys/class/net").join(name).exists()
 }
 

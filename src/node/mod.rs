@@ -215,7 +215,7 @@ impl Node {
         // Checked before anything is made: a failed bring-up's teardown deletes the bridge of
         // its name, which here would be another node's (or a killed run's, which the user may
         // want to look at first).
-        if Path::new("/sys/class/net").join(&layout.bridge).exists() {
+        if cleanup::link_exists(&layout.bridge) {
             return Err(format!(
                 "a network link named {} already exists: a node of run {run_id} is up, or a run of that id was killed before its teardown (`shakedown node down` removes a node started by `node up`; otherwise `ip link del {}`)",
                 layout.bridge, layout.bridge

@@ -507,18 +507,9 @@ impl Target for AppTarget {
                 let name = self.pod_name(m);
                 let pod = listed.iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str()));
                 MemberStatus {
-                    name: m.to_string(),
-                    member: Some(m),
                     reachable: pod.is_some_and(is_ready),
-                    leader: None,
-                    etcd_id: None,
-                    revision: 0,
-                    raft_index: 0,
-                    applied_index: 0,
-                    revision_after: None,
-                    version: None,
-                    hash: None,
                     error: if pod.is_some() { None } else { Some(format!("no pod {name}")) },
+                    ..MemberStatus::without_status(m.to_string(), Some(m))
                 }
             })
             .collect();

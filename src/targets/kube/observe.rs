@@ -118,17 +118,9 @@ impl KubeTarget {
         for m in &ms {
             let member = by_machine.get(&m.name).copied();
             obs.members.push(MemberStatus {
-                name: member.map(|id| id.to_string()).unwrap_or_else(|| m.name.clone()),
-                member,
                 reachable: m.healthy && !m.deleting,
                 leader: (m.healthy && !m.deleting && cluster_cond.is_some()).then_some(Leader::Unnamed),
-                etcd_id: None,
-                revision: 0,
-                raft_index: 0,
-                applied_index: 0,
-                revision_after: None,
                 version: m.version.clone(),
-                hash: None,
                 error: (!m.healthy || m.deleting || cluster_cond.is_none()).then(|| {
                     let mut why = format!("Machine {}: {}", m.name, m.why);
                     if m.deleting {
@@ -139,6 +131,7 @@ impl KubeTarget {
                     }
                     why
                 }),
+                ..MemberStatus::without_status(member.map(|id| id.to_string()).unwrap_or_else(|| m.name.clone()), member)
             });
         }
         if kcp.is_some() {

@@ -44,17 +44,22 @@ pub struct KubeOptions {
 impl KubeOptions {
     /// Kube options given to another target are an error, not silently ignored.
     pub fn refuse_for(&self, target: &str) -> Result<(), Fatal> {
-        let given: Vec<&str> = [
-            (self.kubeconfig.is_some(), "--kubeconfig"),
-            (self.context.is_some(), "--context (or SHAKEDOWN_CONTEXT)"),
+        crate::targets::refuse_options(&self.given(false), "kube", target)
+    }
+
+    /// The kube options given, by their flags; with `for_app`, only those the app target does
+    /// not take (it takes the kubeconfig and context).
+    fn given(&self, for_app: bool) -> Vec<&'static str> {
+        [
+            (self.kubeconfig.is_some() && !for_app, "--kubeconfig"),
+            (self.context.is_some() && !for_app, "--context (or SHAKEDOWN_CONTEXT)"),
             (self.cluster.is_some(), "--cluster (or SHAKEDOWN_CLUSTER)"),
             (self.kube_profile.is_some(), "--kube-profile (or SHAKEDOWN_KUBE_PROFILE)"),
             (self.dry_run, "--dry-run"),
         ]
         .into_iter()
         .filter_map(|(g, n)| g.then_some(n))
-        .collect();
-        crate::targets::refuse_options(&given, "kube", target)
+        .collect()
     }
 }
 
@@ -62,15 +67,7 @@ impl KubeOptions {
     /// The app target takes the kubeconfig and context; the Cluster, kube profile and dry run
     /// are the kube target's alone.
     pub fn refuse_for_app(&self) -> Result<(), Fatal> {
-        let given: Vec<&str> = [
-            (self.cluster.is_some(), "--cluster (or SHAKEDOWN_CLUSTER)"),
-            (self.kube_profile.is_some(), "--kube-profile (or SHAKEDOWN_KUBE_PROFILE)"),
-            (self.dry_run, "--dry-run"),
-        ]
-        .into_iter()
-        .filter_map(|(g, n)| g.then_some(n))
-        .collect();
-        crate::targets::refuse_options(&given, "kube", "app")
+        crate::targets::refuse_options(&self.given(true), "kube", "app")
     }
 }
 

@@ -145,20 +145,7 @@ impl LocalTarget {
                         error: None,
                     }
                 }
-                Err(e) => MemberStatus {
-                    name: name.clone(),
-                    member,
-                    reachable: false,
-                    leader: None,
-                    etcd_id: None,
-                    revision: 0,
-                    raft_index: 0,
-                    applied_index: 0,
-                    revision_after: None,
-                    version: None,
-                    hash: None,
-                    error: Some(e.clone()),
-                },
+                Err(e) => MemberStatus { error: Some(e.clone()), ..MemberStatus::without_status(name.clone(), member) },
             });
         }
         let any_url = leader_url.or_else(|| statuses.iter().find(|(_, _, r)| r.is_ok()).map(|(_, u, _)| u.clone()));
