@@ -1,8 +1,9 @@
 //! The application target (root) against a real application on a real local node: etcd as a
 //! StatefulSet with an operator written for the tests (`tests/app_common`). A seeded plan of
-//! pod kills, operator restarts and claim losses passes with every fault verified and
+//! pod kills, operator restarts, claim losses, a backup and a restore passes with every fault verified and
 //! `app-ready`, `app-durability` and `leaks` checked after every step; the operator's planted
-//! bug (a lost claim never rebuilt) is caught by `app-ready`, recorded and replayed; a partition
+//! bugs (a restore that skips the newest backup, a lost claim never rebuilt) are caught by
+//! `app-durability` and `app-ready`, recorded and replayed; a partition
 //! on this node's network (which does not enforce NetworkPolicy) is an environment error, not a
 //! silent pass, and leaves no policy behind.
 
@@ -11,9 +12,9 @@ mod app_common;
 use std::path::Path;
 use std::time::Duration;
 
-use app_common::{deploy, settled, start_operator, OperatorBug, NS};
+use app_common::{deploy, settled, start_operator, OperatorBug, GROUP, NS};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use shakedown::node::{Node, NodeBinaries};
 
 const APP_PROFILE: &str = r#"
@@ -40,6 +41,22 @@ command = ["sh", "-c", "nc -w 2 {ip} 32379 </dev/null"]
 [pod_kill_selected]
 selector = "app=etcd"
 percent = 50
+
+[backup]
+done = { field = "status.phase", equals = "Completed" }
+failed = { field = "status.phase", equals = "Failed" }
+[backup.template]
+apiVersion = "test.shakedown.dev/v1"
+kind = "EtcdBackup"
+spec = { cluster = "{statefulset}" }
+
+[restore]
+done = { field = "status.phase", equals = "Completed" }
+failed = { field = "status.phase", equals = "Failed" }
+[restore.template]
+apiVersion = "test.shakedown.dev/v1"
+kind = "EtcdRestore"
+spec = { backup = "{backup}", cluster = "{statefulset}" }
 "#;
 
 fn profile(name: &str, ops: &[&str], steps: usize) -> String {
@@ -51,15 +68,17 @@ fn profile(name: &str, ops: &[&str], steps: usize) -> String {
 
 /// A seed whose plan holds every op of `wanted`.
 fn seed_with(profile: &Path, wanted: &[&str]) -> u64 {
-    for seed in 1..500u64 {
+    seed_where(profile, |ops| wanted.iter().all(|w| ops.iter().any(|l| l.contains(w)))).unwrap_or_else(|| panic!("no seed below 500 plans all of {wanted:?}"))
+}
+
+/// The first seed whose plan's ops (one line each, as `shakedown plan` prints them) pass `ok`.
+fn seed_where(profile: &Path, ok: impl Fn(&[String]) -> bool) -> Option<u64> {
+    (1..500u64).find(|seed| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["plan", "--seed", &seed.to_string(), "--profile"]).arg(profile).output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(out.status.success(), "plan: {}", String::from_utf8_lossy(&out.stderr));
-        if wanted.iter().all(|w| text.lines().skip(1).any(|l| l.contains(w))) {
-            return seed;
-        }
-    }
-    panic!("no seed below 500 plans all of {wanted:?}");
+        let ops: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().skip(1).map(str::to_string).collect();
+        ok(&ops)
+    })
 }
 
 fn shakedown(args: &[&str], files: &Path) -> (i32, String, String) {
@@ -80,7 +99,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let dir = tempfile::tempdir().unwrap();
     let mut node = Node::up(&format!("sd-apptest{}", std::process::id()), dir.path(), &bins).await.unwrap_or_else(|e| panic!("node up: {e}"));
     let client = node.client().await.unwrap();
-    deploy(&client).await;
+    deploy(&client, &dir.path().join("backups")).await;
     let mut operator = start_operator(client.clone(), None);
     settled(&client, Duration::from_secs(180)).await;
     let files = dir.path().join("files");
@@ -90,15 +109,18 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let app = files.join("app.toml").display().to_string();
 
     // A seeded plan with a pod kill, a kill of half the app's pods by label selector, an
-    // operator restart and a claim loss passes, checked after every step.
+    // operator restart, a claim loss, a backup and a restore through the operator's custom
+    // resources passes, checked after every step (after the restore, app-durability expects
+    // the backup's writes and not those acknowledged after it).
     let p = files.join("faults.toml");
-    let ops = ["pod-kill", "pod-kill-selected", "operator-restart", "pvc-loss"];
-    std::fs::write(&p, profile("app-faults", &ops, 5)).unwrap();
+    let ops = ["pod-kill", "pod-kill-selected", "operator-restart", "pvc-loss", "backup", "restore"];
+    std::fs::write(&p, profile("app-faults", &ops, 7)).unwrap();
     let seed = seed_with(&p, &ops);
     let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()], &files);
     assert_eq!(code, 0, "{out}\n{err}");
-    for step in 1..=5 {
-        assert!(err.lines().any(|l| l.contains(&format!("[{step}/5]")) && l.contains("checks ok")), "step {step} checked: {err}");
+    eprintln!("the seeded plan (seed {seed}):\n{err}");
+    for step in 1..=7 {
+        assert!(err.lines().any(|l| l.contains(&format!("[{step}/7]")) && l.contains("checks ok")), "step {step} checked: {err}");
     }
     // The selected kill took 2 of the 3 etcd pods (50 %, rounded up), named in the event log.
     let run_dir = std::fs::read_dir(files.join("runs")).unwrap().flatten().map(|e| e.path()).find(|p| p.is_dir()).expect("the run's directory");
@@ -111,6 +133,35 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
         assert!(killed.iter().all(|n| n.as_str().unwrap().starts_with("etcd-")), "{k}");
         assert_eq!(k["detail"]["matching"].as_array().unwrap().len(), 3, "{k}");
     }
+    // The backup and the restore were the operator's: done, named in the event log; the run's
+    // objects removed at its end.
+    for kind in ["app-backup", "app-restore"] {
+        let done: Vec<serde_json::Value> = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == kind).collect();
+        assert!(!done.is_empty() && done.iter().all(|e| e["detail"]["error"].is_null()), "{kind}: {events}");
+    }
+    for kind in ["EtcdBackup", "EtcdRestore"] {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ApiResource::from_gvk(&GroupVersionKind::gvk(GROUP, "v1", kind)));
+        assert!(api.list(&ListParams::default()).await.unwrap().items.is_empty(), "the run's {kind}s removed");
+    }
+    settled(&client, Duration::from_secs(120)).await;
+
+    // The operator's planted bug: asked to restore the newest backup, it restores the one
+    // before. app-durability catches the writes acknowledged between the two as lost; the
+    // record replays it.
+    operator.abort();
+    operator = start_operator(client.clone(), Some(OperatorBug::RestoreSkipsLastBackup));
+    let p = files.join("restore.toml");
+    std::fs::write(&p, profile("app-restore", &["backup", "restore"], 3)).unwrap();
+    let seed = seed_where(&p, |ops| ops.len() == 3 && ops[0].contains("backup") && ops[1].contains("backup") && ops[2].contains("restore(b1)")).expect("a seed planning backup, backup, restore(b1)");
+    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()], &files);
+    assert_eq!(code, 1, "caught: {out}\n{err}");
+    assert!(out.contains("app-durability") && out.contains("acknowledged writes lost") && out.contains("b1 restored"), "by app-durability: {out}");
+    eprintln!("the planted restore bug, caught:\n{out}");
+    let record = out.lines().find_map(|l| l.strip_prefix("seed record: ")).unwrap_or_else(|| panic!("a seed record: {out}")).trim().to_string();
+    settled(&client, Duration::from_secs(120)).await;
+    let (code, out, err) = shakedown(&["replay", &record, "--kubeconfig", &kubeconfig], &files);
+    assert_eq!(code, 1, "replayed: {out}\n{err}");
+    assert!(out.contains("acknowledged writes lost"), "{out}\n{err}");
     settled(&client, Duration::from_secs(120)).await;
 
     // The operator's planted bug: a lost claim is never rebuilt. app-ready catches it; the

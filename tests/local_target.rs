@@ -492,25 +492,32 @@ fn testbed_up_status_down() {
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 }
 
-/// A plan of 40 ops in which every op kind of the catalogue appears, on the real stack.
+/// A plan in which every op kind of the catalogue appears, on the real stack: the shortest such
+/// plan of the default profile among the first 20 000 seeds' (up to 40 steps), so that the test
+/// spends its time on the ops, not on repeats of them.
 #[test]
-fn forty_step_plan_with_every_op_passes() {
+fn a_plan_with_every_op_passes() {
     let _l = lock();
     let mut profile = shakedown::profiles::load("default").unwrap();
     profile.steps = 40;
-    let all: std::collections::BTreeSet<OpKind> = OpKind::ALL.into_iter().filter(|k| !k.app_only()).collect();
-    let seed = (1..20_000u64)
-        .find(|&s| {
-            let ops = &generate(s, &profile).ops;
-            ops.iter().map(|o| o.kind()).collect::<std::collections::BTreeSet<_>>() == all
+    let all: std::collections::BTreeSet<OpKind> = OpKind::ALL.into_iter().filter(|k| k.drawn_for(profile.stack)).collect();
+    // Per seed, the length of the shortest prefix of its plan that uses every kind.
+    let covering = |s: u64| {
+        let mut seen = std::collections::BTreeSet::new();
+        generate(s, &profile).ops.iter().position(|o| {
+            seen.insert(o.kind());
+            seen == all
         })
-        .expect("a seed whose first 40 ops use every kind");
+    };
+    let (steps, seed) = (1..20_000u64).filter_map(|s| covering(s).map(|i| (i + 1, s))).min().expect("a seed whose first 40 ops use every kind");
     let d = dirs();
-    let out = run(&["run", "--seed", &seed.to_string(), "--steps", "40"], &d);
+    let out = run(&["run", "--seed", &seed.to_string(), "--steps", &steps.to_string()], &d);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let ev = events(&only_run_dir(&d.runs));
+    let kinds: std::collections::BTreeSet<String> = ev.iter().filter(|e| e["event"] == "op-start").filter_map(|e| e["family"].as_str().map(str::to_string)).collect();
+    assert_eq!(kinds, all.iter().map(|k| k.to_string()).collect(), "every kind ran");
     let checked = ev.iter().filter(|e| e["event"] == "check" && e["verdict"] == "pass").count();
-    assert_eq!(checked, 41, "a passing check after bring-up and after each of the 40 ops");
+    assert_eq!(checked, steps + 1, "a passing check after bring-up and after each of the {steps} ops");
     assert!(ev.iter().all(|e| e["event"] != "op-skipped"), "nothing skipped as root");
     // The rolling upgrade really ran etcd 3.5 on the data 3.4 wrote.
     let run_dir = only_run_dir(&d.runs);

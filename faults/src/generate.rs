@@ -73,7 +73,7 @@ pub fn draw_weights(runner: &mut TestRunner, profile: &Profile) -> Weights {
     // never mention the application ops, and the other way round).
     let mut weights: Weights = OpKind::ALL
         .into_iter()
-        .filter(|kind| kind.app_only() == (profile.stack == crate::profile::Stack::App))
+        .filter(|kind| kind.drawn_for(profile.stack))
         .map(|kind| {
             let w = match profile.weights.get(&kind) {
                 _ if !profile.allows(kind) => 0,

@@ -107,9 +107,9 @@ crate::registry! {
         DiskDetach => "disk-detach",
         /// Attach a detached disk again and restart the member on its data (kube: wait for a new VolumeAttachment).
         DiskReattach => "disk-reattach",
-        /// Take a snapshot (kube: a Velero Backup).
+        /// Take a snapshot (kube: a Velero Backup; app: the app profile's `[backup]` custom resource).
         Backup => "backup",
-        /// Restore every member from a backup as a new cluster (kube: a Velero Restore).
+        /// Restore every member from a backup as a new cluster (kube: a Velero Restore; app: the app profile's `[restore]` custom resource).
         Restore => "restore",
         /// Replace a lost disk: the member removed and re-added empty, with a new member id (kube: only through `[hooks.disk-replace]`).
         DiskReplace => "disk-replace",
@@ -130,9 +130,19 @@ crate::registry! {
 
 impl OpKind {
     /// The kinds only the application target runs (`stack = "app"`): a profile of another
-    /// stack never draws them, and an `app` profile draws only them.
+    /// stack never draws them ([`OpKind::drawn_for`]).
     pub fn app_only(self) -> bool {
         matches!(self, OpKind::PodKill | OpKind::OperatorRestart | OpKind::PvcLoss | OpKind::Partition | OpKind::PartitionHeal | OpKind::PodKillSelected)
+    }
+
+    /// Whether a profile of `stack` draws this kind: on `app`, the application ops and
+    /// `backup` / `restore` (through the operator's own custom resources); elsewhere, everything
+    /// but the application ops.
+    pub fn drawn_for(self, stack: crate::profile::Stack) -> bool {
+        match stack {
+            crate::profile::Stack::App => self.app_only() || matches!(self, OpKind::Backup | OpKind::Restore),
+            _ => !self.app_only(),
+        }
     }
 }
 

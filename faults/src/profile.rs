@@ -230,7 +230,8 @@ pub enum Stack {
     ControlPlane,
     /// An application on a Kubernetes cluster (`--target app` with an app profile): the members
     /// are its StatefulSet's replicas, and only the application ops (`pod-kill`,
-    /// `operator-restart`, `pvc-loss`, `partition`, `partition-heal`, `pod-kill-selected`) are drawn.
+    /// `operator-restart`, `pvc-loss`, `partition`, `partition-heal`, `pod-kill-selected`) and
+    /// `backup` / `restore` (the operator's custom resources) are drawn.
     App,
 }
 
@@ -393,7 +394,7 @@ impl Profile {
 
     /// Whether the tier may use op kind `k` at all (its `ops` list, when it has one).
     pub fn allows(&self, k: OpKind) -> bool {
-        k.app_only() == (self.stack == Stack::App) && self.ops.as_ref().is_none_or(|ops| ops.contains(&k))
+        k.drawn_for(self.stack) && self.ops.as_ref().is_none_or(|ops| ops.contains(&k))
     }
 
     /// max_down as configured, or the most that keeps quorum.

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 use shakedown_faults::generate::{generate_from, MAX_DRAWN_REPLACE_WEIGHT, MAX_DRAWN_WEIGHT};
-use shakedown_faults::{generate, BackupId, DiskState, MemberId, MemberState, Model, Op, OpKind, OutageMode, Profile, SiteId, Version, MAX_BACKUPS};
+use shakedown_faults::{generate, BackupId, DiskState, MemberId, MemberState, Model, Op, OpKind, OutageMode, Profile, SiteId, Stack, Version, MAX_BACKUPS};
 
 const SHIPPED: &[&str] = &[
     include_str!("../../ci/profiles/default.toml"),
@@ -354,7 +354,7 @@ fn a_weight_for_an_op_the_tier_does_not_list_is_refused() {
     assert!(err.to_string().contains("weights.backup is set but backup is not in ops"), "{err}");
 }
 
-/// An `app` profile draws only the application ops, one partition at a time, each healed by
+/// An `app` profile draws only the application ops and backup / restore, one partition at a time, each healed by
 /// `partition-heal` (also at healing); an etcd profile never draws them.
 #[test]
 fn an_app_profile_draws_only_application_ops() {
@@ -362,7 +362,7 @@ fn an_app_profile_draws_only_application_ops() {
     let mut kinds = BTreeSet::new();
     for seed in 0..60u64 {
         let plan = generate(seed, &p);
-        assert!(plan.weights.keys().all(|k| k.app_only()), "{:?}", plan.weights);
+        assert!(plan.weights.keys().all(|k| k.drawn_for(Stack::App)), "{:?}", plan.weights);
         let mut m = p.initial_model();
         for op in &plan.ops {
             kinds.insert(op.kind());
@@ -373,7 +373,7 @@ fn an_app_profile_draws_only_application_ops() {
         assert_eq!(heal.len(), m.partitioned.len());
         assert!(heal.iter().all(|o| o.kind() == OpKind::PartitionHeal));
     }
-    assert_eq!(kinds, OpKind::ALL.into_iter().filter(|k| k.app_only()).collect());
+    assert_eq!(kinds, OpKind::ALL.into_iter().filter(|k| k.drawn_for(Stack::App)).collect());
     let etcd = profile(0);
     assert!((0..60u64).flat_map(|s| generate(s, &etcd).ops).all(|o| !o.kind().app_only()));
 }

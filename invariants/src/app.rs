@@ -3,6 +3,7 @@
 
 use shakedown_faults::Model;
 
+use crate::durability::{expect_write, Expect};
 use crate::observation::Observation;
 use crate::Verdict;
 
@@ -21,8 +22,12 @@ pub(crate) fn app_ready(model: &Model, obs: &Observation) -> Verdict {
 }
 
 /// Every acknowledged write is read back with its value; nothing is read that was never
-/// written (a write of unknown outcome may be either). A missing or changed acknowledged write
-/// in a successful read is definite: waiting does not bring data back. A failed read converges.
+/// written (a write of unknown outcome may be either). After a restore, the rule of
+/// `durability` ([`expect_write`]): the writes acknowledged before the restored backup began are
+/// there, those sent after it ended are gone (one still there: the restore did not restore), and
+/// those in flight during the backup or the restore may be either. A missing, changed or
+/// resurrected write in a successful read is definite: waiting does not change data. A failed
+/// read converges.
 pub(crate) fn app_durability(obs: &Observation) -> Verdict {
     let Some(data) = obs.app.as_ref().and_then(|a| a.data.as_ref()) else { return Verdict::Pass };
     let read = match &data.read {
@@ -31,26 +36,35 @@ pub(crate) fn app_durability(obs: &Observation) -> Verdict {
     };
     let mut lost = vec![];
     let mut changed = vec![];
-    for (k, v) in &data.acked {
-        match read.get(k) {
-            None => lost.push(k.as_str()),
-            Some(got) if got != v => changed.push(format!("{k} = {got:?}, acknowledged {v:?}")),
-            Some(_) => {}
+    let mut resurrected = vec![];
+    let mut expected = 0;
+    for (i, (k, v)) in data.acked.iter().enumerate() {
+        match (expect_write(i, i, &data.marks), read.get(k)) {
+            (Expect::Present, None) => lost.push(k.as_str()),
+            (Expect::Present, Some(got)) if got != v => changed.push(format!("{k} = {got:?}, acknowledged {v:?}")),
+            (Expect::Absent, Some(_)) => resurrected.push(k.as_str()),
+            _ => {}
         }
+        expected += usize::from(expect_write(i, i, &data.marks) == Expect::Present);
     }
-    let unexplained: Vec<&str> = read.keys().filter(|k| !data.acked.contains_key(*k) && !data.unknown.contains(*k)).map(String::as_str).collect();
-    if lost.is_empty() && changed.is_empty() && unexplained.is_empty() {
+    let written: std::collections::BTreeSet<&str> = data.acked.iter().map(|(k, _)| k.as_str()).collect();
+    let unexplained: Vec<&str> = read.keys().filter(|k| !written.contains(k.as_str()) && !data.unknown.contains(*k)).map(String::as_str).collect();
+    if lost.is_empty() && changed.is_empty() && unexplained.is_empty() && resurrected.is_empty() {
         return Verdict::Pass;
     }
+    let first = |v: &[&str]| v.iter().take(5).copied().collect::<Vec<_>>().join(", ");
     let mut parts = vec![];
     if !lost.is_empty() {
-        parts.push(format!("{} of {} acknowledged writes lost (first: {})", lost.len(), data.acked.len(), lost.iter().take(5).copied().collect::<Vec<_>>().join(", ")));
+        parts.push(format!("{} of {expected} acknowledged writes lost (first: {})", lost.len(), first(&lost)));
     }
     if !changed.is_empty() {
         parts.push(format!("{} changed ({})", changed.len(), changed.iter().take(3).cloned().collect::<Vec<_>>().join("; ")));
     }
-    if !unexplained.is_empty() {
-        parts.push(format!("{} keys read that were never written ({})", unexplained.len(), unexplained.iter().take(5).copied().collect::<Vec<_>>().join(", ")));
+    if !resurrected.is_empty() {
+        parts.push(format!("{} written after the restored backup are still there ({}): the restore did not restore", resurrected.len(), first(&resurrected)));
     }
-    Verdict::Definite(parts.join("; "))
+    if !unexplained.is_empty() {
+        parts.push(format!("{} keys read that were never written ({})", unexplained.len(), first(&unexplained)));
+    }
+    Verdict::Definite(parts.join("; ") + &crate::durability::context(&data.marks))
 }

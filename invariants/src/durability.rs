@@ -203,7 +203,7 @@ fn sample(v: &[&str]) -> String {
 }
 
 /// The backup and restore positions, for messages.
-fn context(marks: &Marks) -> String {
+pub(crate) fn context(marks: &Marks) -> String {
     let mut parts: Vec<String> = marks.backups.iter().map(|(b, (s, e))| format!("{b} taken during acks #{s}..#{e}")).collect();
     parts.extend(marks.restores.iter().map(|(b, s, e)| match *e {
         usize::MAX => format!("{b} restore begun at ack #{s} and not finished"),

@@ -77,8 +77,12 @@ pub struct AppWorkload {
 /// command (acknowledged: it exited 0), and what the read command returned.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AppData {
-    /// Acknowledged writes: key → value.
-    pub acked: std::collections::BTreeMap<String, String>,
+    /// Acknowledged writes (key, value), in the order acknowledged. The writer is sequential:
+    /// the write at position `i` was sent after the `i` before it were acknowledged.
+    pub acked: Vec<(String, String)>,
+    /// Where the app's backups and restores (`backup`, `restore` through the operator's custom
+    /// resources) fall in `acked`.
+    pub marks: Marks,
     /// Writes whose command failed or did not finish: they may or may not be there.
     pub unknown: std::collections::BTreeSet<String>,
     /// The read command's result (key → value), or why it failed. Only writes acknowledged

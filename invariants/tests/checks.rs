@@ -726,6 +726,7 @@ fn app_obs() -> Observation {
             probes: vec![("health".into(), None)],
             data: Some(AppData {
                 acked: [("k1", "v1"), ("k2", "v2")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                marks: Default::default(),
                 unknown: ["k3".to_string()].into_iter().collect(),
                 read: Ok([("k1", "v1"), ("k2", "v2"), ("k3", "v3")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
             }),
@@ -772,6 +773,37 @@ fn app_durability_judges_acknowledged_writes_against_the_read() {
     assert!(matches!(&v, Verdict::Definite(msg) if msg.contains("1 of 2 acknowledged writes lost (first: k1)") && msg.contains("k2 = \"stale\", acknowledged \"v2\"") && msg.contains("never written (k9)")), "{v:?}");
     o.app.as_mut().unwrap().data.as_mut().unwrap().read = Err("no Ready pod".into());
     assert!(matches!(verdict(InvariantId::AppDurability, &m, &o), Verdict::Fail(msg) if msg.contains("no Ready pod")));
+}
+
+/// app-durability after a restore: the writes acknowledged before the backup are there, those
+/// acknowledged after it and before the restore are gone (one still there: the restore did not
+/// restore), those after the restore are there; a restore of an older backup loses writes.
+#[test]
+fn app_durability_follows_backups_and_restores() {
+    use shakedown_faults::BackupId;
+    let m = app_model();
+    let mut o = app_obs();
+    let kv = |ks: &[&str]| ks.iter().map(|k| (k.to_string(), format!("v{k}"))).collect::<Vec<(String, String)>>();
+    {
+        let data = o.app.as_mut().unwrap().data.as_mut().unwrap();
+        // k1 k2 | b0 | k3 | b1 | k4 k5 | restore(b1) | k6
+        data.acked = kv(&["k1", "k2", "k3", "k4", "k5", "k6"]);
+        data.unknown.clear();
+        data.marks.backups.insert(BackupId(0), (2, 2));
+        data.marks.backups.insert(BackupId(1), (3, 3));
+        data.marks.restores.push((BackupId(1), 5, 5));
+        data.read = Ok(kv(&["k1", "k2", "k3", "k6"]).into_iter().collect());
+    }
+    assert_eq!(verdict(InvariantId::AppDurability, &m, &o), Verdict::Pass, "k4 and k5 came after the restored backup");
+    let read = |o: &mut Observation, ks: &[&str]| o.app.as_mut().unwrap().data.as_mut().unwrap().read = Ok(kv(ks).into_iter().collect());
+    // The operator restored b0 instead of b1: k3 is lost.
+    read(&mut o, &["k1", "k2", "k6"]);
+    let v = verdict(InvariantId::AppDurability, &m, &o);
+    assert!(matches!(&v, Verdict::Definite(msg) if msg.contains("1 of 4 acknowledged writes lost (first: k3)") && msg.contains("b1 restored during acks #5..#5")), "{v:?}");
+    // Nothing restored: k4 and k5 are still there.
+    read(&mut o, &["k1", "k2", "k3", "k4", "k5", "k6"]);
+    let v = verdict(InvariantId::AppDurability, &m, &o);
+    assert!(matches!(&v, Verdict::Definite(msg) if msg.contains("2 written after the restored backup are still there (k4, k5): the restore did not restore")), "{v:?}");
 }
 
 /// leaks on the application target: a partition's policy exactly while the model has it, no

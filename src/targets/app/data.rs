@@ -9,7 +9,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::Client;
-use shakedown_invariants::AppData;
+use shakedown_faults::BackupId;
+use shakedown_invariants::{AppData, Marks};
 
 use super::spec::{fill, DataCommands};
 use crate::targets::exec::exec;
@@ -19,7 +20,9 @@ pub const DATA_COMMAND_BOUND: Duration = Duration::from_secs(15);
 
 #[derive(Debug, Default)]
 struct Log {
-    acked: BTreeMap<String, String>,
+    /// In the order acknowledged.
+    acked: Vec<(String, String)>,
+    marks: Marks,
     unknown: BTreeSet<String>,
     in_flight: Option<String>,
     failures: u64,
@@ -69,7 +72,7 @@ impl Writer {
                     l.in_flight = None;
                     match out {
                         Ok(o) if o.code == 0 => {
-                            l.acked.insert(key, value);
+                            l.acked.push((key, value));
                         }
                         _ => {
                             l.failures += 1;
@@ -85,15 +88,32 @@ impl Writer {
     /// Reads the data back: what was acknowledged before the read was sent must be in it; what
     /// was written after, or is of unknown outcome, may be.
     pub async fn read(&self) -> AppData {
-        let acked = self.log.lock().unwrap().acked.clone();
+        let (sent_at, marks) = {
+            let l = self.log.lock().unwrap();
+            (l.acked.len(), l.marks.clone())
+        };
         let read = self.read_command().await;
         let l = self.log.lock().unwrap();
         let mut unknown: BTreeSet<String> = l.unknown.clone();
-        unknown.extend(l.acked.keys().filter(|k| !acked.contains_key(*k)).cloned());
+        // Acknowledged while the read ran: may or may not be in it.
+        unknown.extend(l.acked[sent_at..].iter().map(|(k, _)| k.clone()));
         unknown.extend(l.in_flight.clone());
-        // A write started after the snapshot is in flight or done by now: keys up to the next
-        // number may be there.
-        AppData { acked, unknown, read }
+        AppData { acked: l.acked[..sent_at].to_vec(), marks, unknown, read }
+    }
+
+    /// How many writes have been acknowledged so far (a position for [`Marks`]).
+    pub fn position(&self) -> usize {
+        self.log.lock().unwrap().acked.len()
+    }
+
+    /// Backup `b` was asked for at position `start` and done at `end`.
+    pub fn mark_backup(&self, b: BackupId, start: usize, end: usize) {
+        self.log.lock().unwrap().marks.backups.insert(b, (start, end));
+    }
+
+    /// Backup `b` was restored: asked for at position `start`, done at `end`.
+    pub fn mark_restore(&self, b: BackupId, start: usize, end: usize) {
+        self.log.lock().unwrap().marks.restores.push((b, start, end));
     }
 
     async fn read_command(&self) -> Result<BTreeMap<String, String>, String> {

@@ -10,7 +10,11 @@
 //! name, new UID, another volume, bound), `partition` (a NetworkPolicy cutting the replica off;
 //! the profile's probe from another replica must fail to connect, else the op is an
 //! environment error: a network that does not enforce NetworkPolicy cannot be partitioned this
-//! way, and a partition that cut nothing must not pass), `partition-heal`.
+//! way, and a partition that cut nothing must not pass), `partition-heal`, `backup` and
+//! `restore(b)` (the operator's own custom resources from the app profile's templates; done
+//! when the operator says so in the object, an `app-backup` / `app-restore` event each; the data
+//! workload marks where they fall, so that `app-durability` expects a restored backup's writes
+//! and not those acknowledged after it).
 //! Invariants: `app-ready`, `app-durability`, `leaks` (the run's NetworkPolicies, the operator's
 //! scale).
 
@@ -24,9 +28,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
-use shakedown_faults::{MemberId, Model, Op, OpKind, Stack};
+use shakedown_faults::{BackupId, MemberId, Model, Op, OpKind, Stack};
 use shakedown_invariants::{AppInventory, AppObservation, AppWorkload, InvariantId, Inventory, MemberStatus, Observation};
 
 use super::exec::exec;
@@ -34,7 +38,7 @@ use super::kube::{OPT_IN, RUN_LABEL};
 use super::{StartContext, Started, Target, TargetError};
 use crate::exit::Fatal;
 use data::{is_ready, ready_pod, Writer};
-use spec::{fill, AppSpec};
+use spec::{fill, AppSpec, ResourceOp};
 
 const POLL: Duration = Duration::from_millis(250);
 /// How long one API request of the target may take.
@@ -57,6 +61,10 @@ pub struct AppTarget {
     version: String,
     /// What the ops did beyond their name (the pods `pod-kill-selected` chose), for the event log.
     events: Vec<crate::events::Event>,
+    /// The backups' objects by the plan's backup ids.
+    backups: BTreeMap<BackupId, String>,
+    /// How many restores the run has asked for (their objects' names).
+    restores: usize,
     torn_down: bool,
 }
 
@@ -116,6 +124,11 @@ impl AppTarget {
             data["app-operator"] = op.clone().into();
             data["app-operator-replicas"] = r.to_string().into();
         }
+        let kinds = resource_kinds(p);
+        if !kinds.is_empty() {
+            // The operator's objects this run may create (`backup`, `restore`), for `reap --kube`.
+            data["app-resources"] = kinds.iter().map(|(v, k)| format!("{v}/{k}")).collect::<Vec<_>>().join(",").into();
+        }
         let cm: ConfigMap = serde_json::from_value(serde_json::json!({
             "metadata": {"name": format!("shakedown-{}", ctx.run_id), "labels": {RUN_LABEL: ctx.run_id, "app.kubernetes.io/managed-by": "shakedown"}},
             "data": data,
@@ -124,7 +137,7 @@ impl AppTarget {
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &p.namespace);
         bounded("create the run's ConfigMap", cms.create(&PostParams::default(), &cm)).await.map_err(Fatal::environment)?;
         let writer = p.data.clone().map(|d| Writer::start(client.clone(), &p.namespace, d, ctx.run_id));
-        Ok(AppTarget { client, server, spec: spec.clone(), run_id: ctx.run_id.to_string(), operator_replicas, sts_selector, writer, notes, version, events: vec![], torn_down: false })
+        Ok(AppTarget { client, server, spec: spec.clone(), run_id: ctx.run_id.to_string(), operator_replicas, sts_selector, writer, notes, version, events: vec![], backups: BTreeMap::new(), restores: 0, torn_down: false })
     }
 
     fn ns(&self) -> &str {
@@ -280,6 +293,88 @@ impl AppTarget {
             }
         })
         .await
+    }
+
+    /// The API of a custom resource kind (its plural from discovery).
+    async fn resource_api(&self, r: &ResourceOp, section: &str) -> Result<Api<DynamicObject>, TargetError> {
+        let (api_version, kind) = r.kind(section).map_err(TargetError::Environment)?;
+        let (group, version) = api_version.split_once('/').unwrap_or_default();
+        let gvk = GroupVersionKind::gvk(group, version, &kind);
+        let (ar, _) = bounded(&format!("discover {api_version} {kind}"), kube::discovery::pinned_kind(&self.client, &gvk))
+            .await
+            .map_err(|e| TargetError::Environment(format!("the [{section}] template's kind is not served by {}: {e} (is the operator's CRD installed?)", self.server)))?;
+        Ok(Api::namespaced_with(self.client.clone(), self.ns(), &ar))
+    }
+
+    /// Creates `r`'s object named `name` and waits until its `done` field says so (its
+    /// `failed` field, or the op bound, fails the op). Returns how long the operator took.
+    async fn resource_op(&mut self, r: &ResourceOp, section: &str, name: &str, vars: BTreeMap<&str, String>) -> Result<Duration, TargetError> {
+        let api = self.resource_api(r, section).await?;
+        let mut vars = vars;
+        vars.insert("namespace", self.ns().to_string());
+        vars.insert("statefulset", self.spec.app_profile.statefulset.clone());
+        let labels = BTreeMap::from([(RUN_LABEL.to_string(), self.run_id.clone()), ("app.kubernetes.io/managed-by".to_string(), "shakedown".to_string())]);
+        let body = r.object(name, &labels, &vars);
+        let obj: DynamicObject = serde_json::from_value(body.clone()).map_err(|e| TargetError::Environment(format!("[{section}.template]: {e}")))?;
+        let t = Instant::now();
+        bounded(&format!("create {name}"), api.create(&PostParams::default(), &obj)).await.map_err(env)?;
+        // Verified: the operator says it is done (a failure it reports ends the wait at once).
+        let failed: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
+        let what = format!("the operator's {section} {name} done ({} = {:?})", r.done.field, r.done.equals);
+        let waited = self
+            .wait(&what, || {
+                let (api, r, failed) = (api.clone(), r.clone(), failed.clone());
+                async move {
+                    let got = serde_json::to_value(api.get_opt(name).await.ok()??).ok()?;
+                    if let Some(f) = r.failed.as_ref().filter(|f| f.matches(&got)) {
+                        *failed.lock().unwrap() = Some(format!("{} = {:?}; status: {}", f.field, f.equals, got.get("status").map(|s| s.to_string()).unwrap_or_default()));
+                        return Some(());
+                    }
+                    r.done.matches(&got).then_some(())
+                }
+            })
+            .await;
+        let took = t.elapsed();
+        self.events.push(crate::events::Event::Target {
+            kind: format!("app-{section}"),
+            detail: serde_json::json!({"object": name, "kind": body.get("kind"), "ms": took.as_millis() as u64, "error": waited.as_ref().err().map(|e| e.to_string())}),
+        });
+        waited?;
+        if let Some(why) = failed.lock().unwrap().take() {
+            return Err(TargetError::Stack(format!("the operator failed {section} {name}: {why}")));
+        }
+        Ok(took)
+    }
+
+    /// `backup`: the operator's backup object; the data workload marks what the backup may hold
+    /// (writes acknowledged before it was asked for must be in it).
+    async fn backup(&mut self, after: &Model) -> Result<(), TargetError> {
+        let Some(r) = self.spec.app_profile.backup.clone() else { return Err(TargetError::Unsupported("the app profile has no [backup]".into())) };
+        // The model numbers backups as it takes them: this one is the newest.
+        let b = *after.backups.iter().next_back().ok_or_else(|| TargetError::Environment("the model holds no backup after backup".into()))?;
+        let name = format!("shakedown-{}-{b}", self.run_id.trim_start_matches("sd-"));
+        let start = self.writer.as_ref().map(Writer::position);
+        self.resource_op(&r, "backup", &name, BTreeMap::new()).await?;
+        if let (Some(w), Some(start)) = (&self.writer, start) {
+            w.mark_backup(b, start, w.position());
+        }
+        self.backups.insert(b, name);
+        Ok(())
+    }
+
+    /// `restore(b)`: the operator's restore object naming backup `b`'s; the data workload then
+    /// expects the backup's writes and not those acknowledged after it (`app-durability`).
+    async fn restore(&mut self, b: BackupId) -> Result<(), TargetError> {
+        let Some(r) = self.spec.app_profile.restore.clone() else { return Err(TargetError::Unsupported("the app profile has no [restore]".into())) };
+        let backup = self.backups.get(&b).cloned().ok_or_else(|| TargetError::Environment(format!("{b} was not taken by this run")))?;
+        self.restores += 1;
+        let name = format!("shakedown-{}-restore-{}", self.run_id.trim_start_matches("sd-"), self.restores);
+        let start = self.writer.as_ref().map(Writer::position);
+        self.resource_op(&r, "restore", &name, BTreeMap::from([("backup", backup)])).await?;
+        if let (Some(w), Some(start)) = (&self.writer, start) {
+            w.mark_restore(b, start, w.position());
+        }
+        Ok(())
     }
 
     /// The partition probe from another Ready replica to `m`'s pod: `Ok(true)` connected.
@@ -467,11 +562,15 @@ impl Target for AppTarget {
             OpKind::PvcLoss => Err("the app profile names no claim (volumeClaimTemplate)".into()),
             OpKind::Partition | OpKind::PartitionHeal if p.partition.is_some() => Ok(()),
             OpKind::Partition | OpKind::PartitionHeal => Err("the app profile has no [partition] probe".into()),
+            OpKind::Backup if p.backup.is_some() => Ok(()),
+            OpKind::Backup => Err("the app profile has no [backup] (the operator's backup custom resource)".into()),
+            OpKind::Restore if p.restore.is_some() => Ok(()),
+            OpKind::Restore => Err("the app profile has no [restore] (the operator's restore custom resource)".into()),
             k => Err(format!("{k} is not an application op")),
         }
     }
 
-    async fn execute(&mut self, op: &Op, _before: &Model, _after: &Model) -> Result<(), TargetError> {
+    async fn execute(&mut self, op: &Op, _before: &Model, after: &Model) -> Result<(), TargetError> {
         match *op {
             Op::PodKill { member } => self.pod_kill(member).await,
             Op::PodKillSelected { pick } => self.pod_kill_selected(pick).await,
@@ -479,6 +578,8 @@ impl Target for AppTarget {
             Op::PvcLoss { member } => self.pvc_loss(member).await,
             Op::Partition { member } => self.partition(member).await,
             Op::PartitionHeal { member } => self.partition_heal(member).await,
+            Op::Backup => self.backup(after).await,
+            Op::Restore { backup } => self.restore(backup).await,
             _ => Err(TargetError::Unsupported(format!("{op} is not an application op"))),
         }
     }
@@ -525,7 +626,7 @@ impl Target for AppTarget {
     }
 
     fn interrupted(&self) -> &'static str {
-        "interrupted: the run's NetworkPolicies were removed and the operator scaled back"
+        "interrupted: the run's NetworkPolicies, backups and restores were removed and the operator scaled back"
     }
 
     async fn teardown(&mut self) {
@@ -546,7 +647,29 @@ impl Target for AppTarget {
                 }
             }
         }
+        for (r, section) in [(self.spec.app_profile.backup.clone(), "backup"), (self.spec.app_profile.restore.clone(), "restore")] {
+            if let Some(r) = r.filter(|_| !self.backups.is_empty()) {
+                if let Ok(api) = self.resource_api(&r, section).await {
+                    let _ = bounded("delete the run's objects", api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id)))).await;
+                }
+            }
+        }
         let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), self.ns());
         let _ = bounded("delete the run's ConfigMap", cms.delete(&format!("shakedown-{}", self.run_id), &DeleteParams::default())).await;
     }
+}
+
+/// The (apiVersion, kind) of the app profile's `[backup]` and `[restore]` objects.
+pub fn resource_kinds(p: &spec::AppProfile) -> BTreeSet<(String, String)> {
+    [("backup", &p.backup), ("restore", &p.restore)].into_iter().filter_map(|(s, r)| r.as_ref().and_then(|r| r.kind(s).ok())).collect()
+}
+
+/// The API of `apiVersion/kind` (`group/version/Kind`, as `reap` reads it from a run's
+/// ConfigMap) by discovery.
+pub async fn resource_api_of(client: &Client, ns: &str, gvk: &str) -> Result<Api<DynamicObject>, String> {
+    let mut parts = gvk.rsplitn(2, '/');
+    let (kind, api_version) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+    let (group, version) = api_version.split_once('/').ok_or_else(|| format!("{gvk}: not group/version/Kind"))?;
+    let (ar, _): (ApiResource, _) = kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await.map_err(|e| format!("{gvk}: {e}"))?;
+    Ok(Api::namespaced_with(client.clone(), ns, &ar))
 }

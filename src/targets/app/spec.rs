@@ -73,6 +73,106 @@ pub struct AppProfile {
     /// skipped with the reason.
     #[serde(default)]
     pub pod_kill_selected: Option<PodSelection>,
+    /// How `backup` asks the operator for a backup (`[backup]`): a custom resource of its own.
+    /// Absent: `backup` is skipped with the reason (and `restore` with it).
+    #[serde(default)]
+    pub backup: Option<ResourceOp>,
+    /// How `restore` asks the operator to restore a backup (`[restore]`): a custom resource of
+    /// its own naming the backup's (`{backup}`). Absent: `restore` is skipped with the reason.
+    #[serde(default)]
+    pub restore: Option<ResourceOp>,
+}
+
+/// An op done by the operator: shakedown creates the object of `template` (its
+/// `metadata.name` and the run's label set by shakedown) in the app's namespace and waits,
+/// within `op_timeout`, until its `done` field says so; its `failed` field ends the wait as a
+/// failed op.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceOp {
+    /// The object, as a TOML table (`[backup.template]`, `[restore.template]`: `apiVersion`, `kind`, `spec`, …). In
+    /// its strings, `{backup}` is the name of the backup's object (for `restore`), `{namespace}`
+    /// the app's namespace and `{statefulset}` its StatefulSet.
+    pub template: serde_json::Value,
+    /// When the operator is done: `{ field = "status.phase", equals = "Completed" }`.
+    pub done: FieldMatch,
+    /// When the operator has given up (absent: only `op_timeout` ends the wait).
+    #[serde(default)]
+    pub failed: Option<FieldMatch>,
+}
+
+/// A field of an object and the value that matches. `field` is a dotted path; a segment
+/// `name[T]` picks the element of the list `name` whose `type` is `T` (`status.conditions[Ready].status`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FieldMatch {
+    /// The path of the field (`status.phase`, `status.conditions[Ready].status`).
+    pub field: String,
+    /// The value it must have (strings, numbers and booleans compare as written).
+    pub equals: String,
+}
+
+impl FieldMatch {
+    /// The field's value in `obj`, as text (`None`: not there).
+    pub fn value(&self, obj: &serde_json::Value) -> Option<String> {
+        let mut at = obj;
+        for seg in self.field.split('.') {
+            at = match seg.split_once('[') {
+                Some((name, rest)) => {
+                    let t = rest.strip_suffix(']')?;
+                    at.get(name)?.as_array()?.iter().find(|e| e.get("type").and_then(|v| v.as_str()) == Some(t))?
+                }
+                None => at.get(seg)?,
+            };
+        }
+        match at {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Null => None,
+            v => Some(v.to_string()),
+        }
+    }
+
+    pub fn matches(&self, obj: &serde_json::Value) -> bool {
+        self.value(obj).as_deref() == Some(self.equals.as_str())
+    }
+}
+
+impl ResourceOp {
+    /// The object to create: the template with its placeholders filled, named `name`, labelled.
+    pub fn object(&self, name: &str, labels: &BTreeMap<String, String>, vars: &BTreeMap<&str, String>) -> serde_json::Value {
+        fn fill_all(v: &mut serde_json::Value, vars: &BTreeMap<&str, String>) {
+            match v {
+                serde_json::Value::String(s) => *s = vars.iter().fold(s.clone(), |s, (k, x)| s.replace(&format!("{{{k}}}"), x)),
+                serde_json::Value::Array(a) => a.iter_mut().for_each(|v| fill_all(v, vars)),
+                serde_json::Value::Object(o) => o.values_mut().for_each(|v| fill_all(v, vars)),
+                _ => {}
+            }
+        }
+        let mut obj = self.template.clone();
+        fill_all(&mut obj, vars);
+        let meta = obj.as_object_mut().map(|o| o.entry("metadata").or_insert_with(|| serde_json::json!({})));
+        if let Some(serde_json::Value::Object(meta)) = meta {
+            meta.insert("name".into(), name.into());
+            meta.remove("namespace");
+            let l = meta.entry("labels").or_insert_with(|| serde_json::json!({}));
+            if let serde_json::Value::Object(l) = l {
+                for (k, v) in labels {
+                    l.insert(k.clone(), v.clone().into());
+                }
+            }
+        }
+        obj
+    }
+
+    /// `apiVersion` and `kind` of the template, or what is wrong with it.
+    pub fn kind(&self, section: &str) -> Result<(String, String), String> {
+        let get = |f: &str| self.template.get(f).and_then(|v| v.as_str()).map(str::to_string).ok_or_else(|| format!("app profile: [{section}.template] needs {f} (a string)"));
+        let (api_version, kind) = (get("apiVersion")?, get("kind")?);
+        if api_version.split('/').count() != 2 {
+            return Err(format!("app profile: [{section}.template] apiVersion = {api_version:?}: a custom resource's is group/version"));
+        }
+        Ok((api_version, kind))
+    }
 }
 
 /// Pods picked by label selector: `count` of them, or `percent` rounded up (at least one);
@@ -184,6 +284,17 @@ impl AppProfile {
                 return Err("app profile: [pod_kill_selected] needs a label selector".into());
             }
         }
+        for (section, r) in [("backup", &p.backup), ("restore", &p.restore)] {
+            if let Some(r) = r {
+                if !r.template.is_object() {
+                    return Err(format!("app profile: [{section}] template must be a table (apiVersion, kind, spec, …)"));
+                }
+                r.kind(section)?;
+                if r.done.field.trim().is_empty() {
+                    return Err(format!("app profile: [{section}] done needs a field"));
+                }
+            }
+        }
         Ok(p)
     }
 
@@ -241,6 +352,40 @@ mod tests {
         assert_eq!(two.choose(&names, 2), ["etcd-2", "etcd-0"]);
         assert_eq!(two.choose(&names, 5), ["etcd-2", "etcd-0"], "pick modulo the number of pods");
         assert!(two.choose(&[], 1).is_empty());
+    }
+
+    #[test]
+    fn a_resource_op_fills_its_template_and_reads_its_fields() {
+        let p = AppProfile::from_toml(
+            "namespace = \"app\"\nstatefulset = \"etcd\"\n[restore]\ndone = { field = \"status.conditions[Ready].status\", equals = \"True\" }\nfailed = { field = \"status.phase\", equals = \"Failed\" }\n[restore.template]\napiVersion = \"test.shakedown.dev/v1\"\nkind = \"EtcdRestore\"\nmetadata = { name = \"ignored\", namespace = \"elsewhere\" }\nspec = { backup = \"{backup}\", cluster = \"{statefulset}\", keep = [\"{backup}\", 3] }\n",
+        )
+        .unwrap();
+        let r = p.restore.unwrap();
+        assert_eq!(r.kind("restore").unwrap(), ("test.shakedown.dev/v1".to_string(), "EtcdRestore".to_string()));
+        let labels = BTreeMap::from([("shakedown.dev/run".to_string(), "sd-1".to_string())]);
+        let obj = r.object("shakedown-sd-1-restore-1", &labels, &BTreeMap::from([("backup", "shakedown-sd-1-b0".to_string()), ("statefulset", "etcd".to_string())]));
+        assert_eq!(obj["metadata"]["name"], "shakedown-sd-1-restore-1");
+        assert!(obj["metadata"].get("namespace").is_none(), "the app's namespace, not the template's");
+        assert_eq!(obj["metadata"]["labels"]["shakedown.dev/run"], "sd-1");
+        assert_eq!(obj["spec"], serde_json::json!({"backup": "shakedown-sd-1-b0", "cluster": "etcd", "keep": ["shakedown-sd-1-b0", 3]}));
+        let status = |s: serde_json::Value| serde_json::json!({"status": s});
+        assert!(r.done.matches(&status(serde_json::json!({"conditions": [{"type": "Other", "status": "True"}, {"type": "Ready", "status": "True"}]}))));
+        assert!(!r.done.matches(&status(serde_json::json!({"conditions": [{"type": "Ready", "status": "False"}]}))));
+        assert!(!r.done.matches(&serde_json::json!({})), "no status yet");
+        assert!(r.failed.unwrap().matches(&status(serde_json::json!({"phase": "Failed"}))));
+        let n = FieldMatch { field: "status.attempts".into(), equals: "3".into() };
+        assert!(n.matches(&status(serde_json::json!({"attempts": 3}))), "a number compares as written");
+    }
+
+    #[test]
+    fn a_resource_op_without_a_custom_resource_template_is_refused() {
+        let base = "namespace = \"app\"\nstatefulset = \"etcd\"\n[backup]\ndone = { field = \"status.phase\", equals = \"Completed\" }\n";
+        let e = AppProfile::from_toml(&format!("{base}[backup.template]\nkind = \"EtcdBackup\"\n")).unwrap_err();
+        assert!(e.contains("[backup.template] needs apiVersion"), "{e}");
+        let e = AppProfile::from_toml(&format!("{base}[backup.template]\napiVersion = \"v1\"\nkind = \"ConfigMap\"\n")).unwrap_err();
+        assert!(e.contains("group/version"), "{e}");
+        let e = AppProfile::from_toml(&format!("{base}template = \"x\"\n")).unwrap_err();
+        assert!(e.contains("must be a table"), "{e}");
     }
 
     #[test]

@@ -30,7 +30,8 @@ pub struct Reaped {
 }
 
 /// A dead application-target run's leftovers in its namespace: its partitions' NetworkPolicies,
-/// and the operator if the run left it scaled below the replicas it recorded.
+/// the operator's objects it created (backups, restores), and the operator if the run left it
+/// scaled below the replicas it recorded.
 async fn reap_app(client: &kube::Client, ns: &str, run: &str, data: &std::collections::BTreeMap<String, String>, out: &mut Reaped) -> Result<(), String> {
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -42,6 +43,19 @@ async fn reap_app(client: &kube::Client, ns: &str, run: &str, data: &std::collec
             Ok(_) => out.app.push(format!("deleted NetworkPolicy {ns}/{name}")),
             Err(kube::Error::Api(r)) if r.code == 404 => {}
             Err(e) => return Err(format!("deleting NetworkPolicy {ns}/{name}: {e}")),
+        }
+    }
+    // The operator's objects the run created (backups, restores).
+    for gvk in data.get("app-resources").map(|r| r.split(',').filter(|k| !k.is_empty()).collect::<Vec<_>>()).unwrap_or_default() {
+        let api = crate::targets::app::resource_api_of(client, ns, gvk).await?;
+        let list = api.list(&ListParams::default().labels(&format!("{RUN_LABEL}={run}"))).await.map_err(|e| format!("listing {gvk} in {ns}: {e}"))?;
+        for o in list.items {
+            let name = o.metadata.name.unwrap_or_default();
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => out.app.push(format!("deleted {gvk} {ns}/{name}")),
+                Err(kube::Error::Api(r)) if r.code == 404 => {}
+                Err(e) => return Err(format!("deleting {gvk} {ns}/{name}: {e}")),
+            }
         }
     }
     if let (Some(op), Some(replicas)) = (data.get("app-operator"), data.get("app-operator-replicas").and_then(|r| r.parse::<i32>().ok())) {
