@@ -1,9 +1,10 @@
 //! The application target (root) against a real application on a real local node: etcd as a
 //! StatefulSet with an operator written for the tests (`tests/app_common`). A seeded plan of
-//! pod kills, operator restarts, claim losses, a backup and a restore passes with every fault verified and
+//! pod kills, operator restarts, claim losses, a node drain, a backup and a restore passes with every fault verified and
 //! `app-ready`, `app-durability` and `leaks` checked after every step; the operator's planted
 //! bugs (a restore that skips the newest backup, a lost claim never rebuilt) are caught by
-//! `app-durability` and `app-ready`, recorded and replayed; a partition
+//! `app-durability` and `app-ready`, recorded and replayed; a drain a PodDisruptionBudget blocks
+//! fails naming it and lifts its cordon; a partition
 //! on this node's network (which does not enforce NetworkPolicy) is an environment error, not a
 //! silent pass, and leaves no policy behind.
 
@@ -13,6 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use app_common::{deploy, settled, start_operator, OperatorBug, GROUP, NS};
+use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use shakedown::node::{Node, NodeBinaries};
@@ -113,14 +115,14 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     // resources passes, checked after every step (after the restore, app-durability expects
     // the backup's writes and not those acknowledged after it).
     let p = files.join("faults.toml");
-    let ops = ["pod-kill", "pod-kill-selected", "operator-restart", "pvc-loss", "backup", "restore"];
-    std::fs::write(&p, profile("app-faults", &ops, 7)).unwrap();
+    let ops = ["pod-kill", "pod-kill-selected", "operator-restart", "pvc-loss", "node-drain", "backup", "restore"];
+    std::fs::write(&p, profile("app-faults", &ops, 8)).unwrap();
     let seed = seed_with(&p, &ops);
     let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()], &files);
     assert_eq!(code, 0, "{out}\n{err}");
     eprintln!("the seeded plan (seed {seed}):\n{err}");
-    for step in 1..=7 {
-        assert!(err.lines().any(|l| l.contains(&format!("[{step}/7]")) && l.contains("checks ok")), "step {step} checked: {err}");
+    for step in 1..=8 {
+        assert!(err.lines().any(|l| l.contains(&format!("[{step}/8]")) && l.contains("checks ok")), "step {step} checked: {err}");
     }
     // The selected kill took 2 of the 3 etcd pods (50 %, rounded up), named in the event log.
     let run_dir = std::fs::read_dir(files.join("runs")).unwrap().flatten().map(|e| e.path()).find(|p| p.is_dir()).expect("the run's directory");
@@ -133,6 +135,17 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
         assert!(killed.iter().all(|n| n.as_str().unwrap().starts_with("etcd-")), "{k}");
         assert_eq!(k["detail"]["matching"].as_array().unwrap().len(), 3, "{k}");
     }
+    // The drain evicted the node's pods (the three replicas and the operator) and lifted its
+    // cordon.
+    let drains: Vec<serde_json::Value> = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-drain").collect();
+    assert!(!drains.is_empty(), "an app-drain event: {events}");
+    for d in &drains {
+        let evicted: Vec<&str> = d["detail"]["evictable"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+        assert!(["app/etcd-0", "app/etcd-1", "app/etcd-2"].iter().all(|p| evicted.contains(p)) && evicted.iter().any(|p| p.starts_with("app/etcd-operator-")), "{d}");
+        assert!(d["detail"]["error"].is_null(), "{d}");
+    }
+    let nodes: Api<KubeNode> = Api::all(client.clone());
+    assert!(nodes.list(&ListParams::default()).await.unwrap().items.iter().all(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)), "no node left cordoned");
     // The backup and the restore were the operator's: done, named in the event log; the run's
     // objects removed at its end.
     for kind in ["app-backup", "app-restore"] {
@@ -162,6 +175,29 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let (code, out, err) = shakedown(&["replay", &record, "--kubeconfig", &kubeconfig], &files);
     assert_eq!(code, 1, "replayed: {out}\n{err}");
     assert!(out.contains("acknowledged writes lost"), "{out}\n{err}");
+    settled(&client, Duration::from_secs(120)).await;
+
+    // A drain that a PodDisruptionBudget blocks (one replica may be down; on this single node the
+    // evicted one cannot come back while the node is cordoned): the op fails after its bound,
+    // naming the refusal, and the node is uncordoned.
+    let pdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ApiResource::from_gvk(&GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget")));
+    let pdb: DynamicObject = serde_json::from_value(serde_json::json!({"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "etcd"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "etcd"}}}})).unwrap();
+    pdbs.create(&Default::default(), &pdb).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while pdbs.get("etcd").await.unwrap().data["status"]["disruptionsAllowed"] != 1 {
+        assert!(std::time::Instant::now() < deadline, "the PodDisruptionBudget's status not computed within 30s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    std::fs::write(files.join("app-quick.toml"), APP_PROFILE.replace("op_timeout = \"90s\"", "op_timeout = \"10s\"")).unwrap();
+    let p = files.join("drain.toml");
+    std::fs::write(&p, profile("app-drain", &["node-drain"], 1)).unwrap();
+    let quick = files.join("app-quick.toml").display().to_string();
+    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &quick, "--profile", &p.display().to_string(), "--seed", "1"], &files);
+    assert_eq!(code, 1, "a blocked drain fails: {out}\n{err}");
+    assert!(out.contains("is blocked") && out.contains("disruption budget"), "{out}\n{err}");
+    eprintln!("the blocked drain:\n{out}");
+    assert!(nodes.list(&ListParams::default()).await.unwrap().items.iter().all(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)), "the blocked drain's cordon lifted");
+    pdbs.delete("etcd", &Default::default()).await.unwrap();
     settled(&client, Duration::from_secs(120)).await;
 
     // The operator's planted bug: a lost claim is never rebuilt. app-ready catches it; the

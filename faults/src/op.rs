@@ -72,6 +72,12 @@ pub enum Op {
     /// (so a replay kills the same pods of a StatefulSet). Verified: every killed pod gone or
     /// replaced (a new UID), and as many matching pods Ready as before.
     PodKillSelected { pick: u32 },
+    /// Application target: node maintenance — the node that runs the replica's pod cordoned,
+    /// every pod on it evicted through the eviction API (PodDisruptionBudgets respected: a
+    /// refused eviction is retried until the op's bound, then the op fails naming it), verified
+    /// drained, then uncordoned (verified schedulable). The node must have opted in
+    /// (`shakedown.dev/allow-chaos: "true"`): a drain acts on every pod of the node.
+    NodeDrain { member: MemberId },
 }
 
 /// How many different picks `pod-kill-selected` draws from (divisible by 1–4 and 6, so that
@@ -125,6 +131,8 @@ crate::registry! {
         PartitionHeal => "partition-heal",
         /// Application target: delete `count` or `percent` of the pods of the app profile's `[pod_kill_selected]` label selector at once, grace period 0 (verified: replaced, as many Ready as before).
         PodKillSelected => "pod-kill-selected",
+        /// Application target: cordon the node of a replica's pod, evict its pods through the eviction API (PodDisruptionBudgets respected), verify it drained, uncordon it.
+        NodeDrain => "node-drain",
     }
 }
 
@@ -132,7 +140,7 @@ impl OpKind {
     /// The kinds only the application target runs (`stack = "app"`): a profile of another
     /// stack never draws them ([`OpKind::drawn_for`]).
     pub fn app_only(self) -> bool {
-        matches!(self, OpKind::PodKill | OpKind::OperatorRestart | OpKind::PvcLoss | OpKind::Partition | OpKind::PartitionHeal | OpKind::PodKillSelected)
+        matches!(self, OpKind::PodKill | OpKind::OperatorRestart | OpKind::PvcLoss | OpKind::Partition | OpKind::PartitionHeal | OpKind::PodKillSelected | OpKind::NodeDrain)
     }
 
     /// Whether a profile of `stack` draws this kind: on `app`, the application ops and
@@ -168,6 +176,7 @@ impl Op {
             Op::Partition { .. } => OpKind::Partition,
             Op::PartitionHeal { .. } => OpKind::PartitionHeal,
             Op::PodKillSelected { .. } => OpKind::PodKillSelected,
+            Op::NodeDrain { .. } => OpKind::NodeDrain,
         }
     }
 
@@ -184,7 +193,8 @@ impl Op {
             | Op::PodKill { member }
             | Op::PvcLoss { member }
             | Op::Partition { member }
-            | Op::PartitionHeal { member } => Some(member),
+            | Op::PartitionHeal { member }
+            | Op::NodeDrain { member } => Some(member),
             Op::RollingUpgrade { .. }
             | Op::RollingReplace
             | Op::SiteOutage { .. }
@@ -216,7 +226,8 @@ impl Op {
             | Op::PvcLoss { .. }
             | Op::Partition { .. }
             | Op::PartitionHeal { .. }
-            | Op::PodKillSelected { .. } => None,
+            | Op::PodKillSelected { .. }
+            | Op::NodeDrain { .. } => None,
         }
     }
 }
@@ -240,6 +251,7 @@ impl fmt::Display for Op {
             | Op::PartitionHeal { .. } => unreachable!("ops on one member are written above"),
             Op::OperatorRestart => f.write_str("operator-restart"),
             Op::PodKillSelected { pick } => write!(f, "pod-kill-selected(pick {pick})"),
+            Op::NodeDrain { member } => write!(f, "node-drain({member})"),
             Op::RollingUpgrade { to } => write!(f, "rolling-upgrade(to {to})"),
             Op::RollingReplace => f.write_str("rolling-replace"),
             Op::SiteOutage { site, mode } => write!(f, "site-outage({site}, {mode})"),
@@ -412,7 +424,7 @@ impl Model {
             }
             Op::OperatorRestart => Ok(()),
             // Several replicas at once: every one up before, no partition in place.
-            Op::PodKillSelected { .. } => {
+            Op::PodKillSelected { .. } | Op::NodeDrain { .. } => {
                 self.all_up()?;
                 match self.partitioned.iter().next() {
                     Some(&p) => Err(PreconditionError::PartitionInPlace(p)),
@@ -476,6 +488,7 @@ impl Model {
             OpKind::PvcLoss => per_member(|member| Op::PvcLoss { member }),
             OpKind::Partition => per_member(|member| Op::Partition { member }),
             OpKind::PartitionHeal => per_member(|member| Op::PartitionHeal { member }),
+            OpKind::NodeDrain => per_member(|member| Op::NodeDrain { member }),
             OpKind::PodKillSelected => (0..SELECTED_PICKS).map(|pick| Op::PodKillSelected { pick }).filter(|op| self.check(op).is_ok()).collect(),
         }
     }

@@ -17,7 +17,7 @@ pub(crate) fn leaks(model: &Model, obs: &Observation) -> Verdict {
 }
 
 /// The application target's leaks: a partition's NetworkPolicy exactly while the model has
-/// the partition, no other policy of the run, the operator at its replicas.
+/// the partition, no other policy of the run, the operator at its replicas, no node left cordoned.
 fn app_leaks(model: &Model, inv: &crate::observation::AppInventory) -> Verdict {
     let mut problems = vec![];
     for m in inv.partitioned.difference(&model.partitioned) {
@@ -31,6 +31,9 @@ fn app_leaks(model: &Model, inv: &crate::observation::AppInventory) -> Verdict {
     }
     if let Some(why) = &inv.operator_scaled_down {
         problems.push(why.clone());
+    }
+    if !inv.cordoned.is_empty() {
+        problems.push(format!("nodes the run cordoned are still cordoned: {}", inv.cordoned.join(", ")));
     }
     match problems.is_empty() {
         true => Verdict::Pass,

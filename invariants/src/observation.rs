@@ -64,6 +64,9 @@ pub struct AppInventory {
     pub stray_policies: Vec<String>,
     /// The operator's Deployment is scaled below the replicas it had when the run started.
     pub operator_scaled_down: Option<String>,
+    /// Nodes the run cordoned (`node-drain`) and that are still cordoned.
+    #[serde(default)]
+    pub cordoned: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

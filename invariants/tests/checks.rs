@@ -827,4 +827,8 @@ fn app_leaks_follow_the_model_partitions_and_the_operator_scale() {
     assert_eq!(verdict(InvariantId::Leaks, &cut, &o), Verdict::Pass);
     inv(&mut o).operator_scaled_down = Some("the operator op is scaled to 0, not its 1".into());
     assert!(matches!(verdict(InvariantId::Leaks, &cut, &o), Verdict::Fail(msg) if msg.contains("scaled to 0")));
+    inv(&mut o).operator_scaled_down = None;
+    assert_eq!(verdict(InvariantId::Leaks, &cut, &o), Verdict::Pass);
+    inv(&mut o).cordoned.push("node-1".into());
+    assert!(matches!(verdict(InvariantId::Leaks, &cut, &o), Verdict::Fail(msg) if msg.contains("nodes the run cordoned are still cordoned: node-1")));
 }

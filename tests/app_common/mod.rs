@@ -108,6 +108,12 @@ async fn install_crds(client: &Client) {
 pub async fn deploy(client: &Client, backups: &std::path::Path) {
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS, "annotations": {"shakedown.dev/allow-chaos": "true"}}})).unwrap();
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    // node-drain acts on every pod of a node: the node opts in too.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for n in nodes.list(&ListParams::default()).await.unwrap().items {
+        let patch = json!({"metadata": {"annotations": {"shakedown.dev/allow-chaos": "true"}}});
+        nodes.patch(&n.metadata.name.unwrap(), &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    }
     install_crds(client).await;
     let endpoints = "http://$(NODE_IP):32379,http://$(NODE_IP):32389,http://$(NODE_IP):32399";
     let sts: StatefulSet = serde_json::from_value(json!({

@@ -10,13 +10,15 @@
 //! name, new UID, another volume, bound), `partition` (a NetworkPolicy cutting the replica off;
 //! the profile's probe from another replica must fail to connect, else the op is an
 //! environment error: a network that does not enforce NetworkPolicy cannot be partitioned this
-//! way, and a partition that cut nothing must not pass), `partition-heal`, `backup` and
+//! way, and a partition that cut nothing must not pass), `partition-heal`, `node-drain` (the
+//! node of a replica cordoned, its pods evicted through the eviction API respecting
+//! PodDisruptionBudgets, verified drained, uncordoned; the node must have opted in), `backup` and
 //! `restore(b)` (the operator's own custom resources from the app profile's templates; done
 //! when the operator says so in the object, an `app-backup` / `app-restore` event each; the data
 //! workload marks where they fall, so that `app-durability` expects a restored backup's writes
 //! and not those acknowledged after it).
 //! Invariants: `app-ready`, `app-durability`, `leaks` (the run's NetworkPolicies, the operator's
-//! scale).
+//! scale, its cordons).
 
 pub mod data;
 pub mod spec;
@@ -26,9 +28,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use shakedown_faults::{BackupId, MemberId, Model, Op, OpKind, Stack};
 use shakedown_invariants::{AppInventory, AppObservation, AppWorkload, InvariantId, Inventory, MemberStatus, Observation};
@@ -46,9 +48,13 @@ const REQUEST_BOUND: Duration = Duration::from_secs(15);
 /// How long a partition probe keeps trying to see the traffic cut (policies can take a moment
 /// to apply) or flowing again.
 const PARTITION_SETTLE: Duration = Duration::from_secs(10);
+/// The annotation a node the run cordoned carries (the run id), for teardown, `leaks` and `reap --kube`.
+pub const CORDONED_BY: &str = "shakedown.dev/cordoned-by";
 
 pub struct AppTarget {
     client: Client,
+    /// The same cluster without kube-rs's retry of 429 answers (evictions).
+    evict_client: Client,
     server: String,
     spec: AppSpec,
     run_id: String,
@@ -87,6 +93,9 @@ impl AppTarget {
             return Err(Fatal::usage(format!("--target app runs profiles with stack = \"app\" (the application ops); profile {} has stack = {:?}", ctx.profile.name, ctx.profile.stack)));
         }
         let (client, _, server) = super::kube::client::connect(ctx.options.kube.kubeconfig.as_deref(), spec.context.as_deref()).await.map_err(super::kube::spec::fatal)?;
+        // Evictions answer 429 when a PodDisruptionBudget refuses them: that answer is the
+        // drain's to see, not kube-rs's to retry.
+        let (evict_client, _, _) = super::kube::client::connect_retrying(ctx.options.kube.kubeconfig.as_deref(), spec.context.as_deref(), false).await.map_err(super::kube::spec::fatal)?;
         let ns: Api<Namespace> = Api::all(client.clone());
         let namespace = bounded(&format!("namespace {}", p.namespace), ns.get_opt(&p.namespace)).await.map_err(|e| Fatal::environment(format!("{server}: {e}")))?;
         let Some(namespace) = namespace else { return Err(Fatal::usage(format!("namespace {} does not exist on {server}", p.namespace))) };
@@ -137,7 +146,7 @@ impl AppTarget {
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &p.namespace);
         bounded("create the run's ConfigMap", cms.create(&PostParams::default(), &cm)).await.map_err(Fatal::environment)?;
         let writer = p.data.clone().map(|d| Writer::start(client.clone(), &p.namespace, d, ctx.run_id));
-        Ok(AppTarget { client, server, spec: spec.clone(), run_id: ctx.run_id.to_string(), operator_replicas, sts_selector, writer, notes, version, events: vec![], backups: BTreeMap::new(), restores: 0, torn_down: false })
+        Ok(AppTarget { client, evict_client, server, spec: spec.clone(), run_id: ctx.run_id.to_string(), operator_replicas, sts_selector, writer, notes, version, events: vec![], backups: BTreeMap::new(), restores: 0, torn_down: false })
     }
 
     fn ns(&self) -> &str {
@@ -293,6 +302,112 @@ impl AppTarget {
             }
         })
         .await
+    }
+
+    /// `node-drain(m)`: the node of `m`'s pod cordoned (annotated with the run), every pod on it
+    /// but DaemonSets' and static ones evicted through the eviction API — an eviction a
+    /// PodDisruptionBudget refuses (429) is tried again every second until the op's bound, then
+    /// the op fails naming it — verified drained (those pods gone), then uncordoned (verified).
+    async fn node_drain(&mut self, m: MemberId) -> Result<(), TargetError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let pod = self.pod_name(m);
+        let node_name = bounded("get pod", pods.get(&pod)).await.map_err(env)?.spec.and_then(|s| s.node_name).ok_or_else(|| TargetError::Stack(format!("pod {pod} is not on a node")))?;
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = bounded("get node", nodes.get(&node_name)).await.map_err(env)?;
+        if node.metadata.annotations.as_ref().and_then(|a| a.get(OPT_IN)).map(String::as_str) != Some("true") {
+            return Err(TargetError::Environment(format!(
+                "node {node_name} (of {pod}) has not opted in to chaos: a drain evicts every pod on it, of every namespace; annotate it with {OPT_IN}=\"true\" (kubectl annotate node {node_name} {OPT_IN}=true) or leave node-drain out of the profile"
+            )));
+        }
+        if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+            return Err(TargetError::Environment(format!("node {node_name} is already cordoned, not by this run: draining it is someone else's maintenance")));
+        }
+        let run_id = self.run_id.clone();
+        let cordon = |on: bool| {
+            let run = if on { serde_json::Value::from(run_id.clone()) } else { serde_json::Value::Null };
+            serde_json::json!({"metadata": {"annotations": {CORDONED_BY: run}}, "spec": {"unschedulable": if on { serde_json::Value::from(true) } else { serde_json::Value::Null }}})
+        };
+        bounded("cordon", nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(cordon(true)))).await.map_err(env)?;
+        let drained = self.evict_all(&node_name).await;
+        // Uncordoned whatever the drain came to (a blocked drain must not leave the node out).
+        let uncordoned = bounded("uncordon", nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(cordon(false)))).await.map_err(env);
+        let evicted = drained?;
+        uncordoned?;
+        // Verified: schedulable again.
+        self.wait(&format!("node {node_name} schedulable again"), || {
+            let (nodes, node_name) = (nodes.clone(), node_name.clone());
+            async move { nodes.get(&node_name).await.ok().filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)).map(|_| ()) }
+        })
+        .await?;
+        tracing::info!("node-drain({m}): node {node_name} drained ({} pods evicted) and uncordoned", evicted.len());
+        Ok(())
+    }
+
+    /// Evicts every pod of `node` a drain evicts and waits until they are gone: the pods, or why not.
+    async fn evict_all(&mut self, node: &str) -> Result<Vec<String>, TargetError> {
+        let all: Api<Pod> = Api::all(self.client.clone());
+        let on_node = bounded("pods on the node", all.list(&ListParams::default().fields(&format!("spec.nodeName={node}")))).await.map_err(env)?.items;
+        // What `kubectl drain --ignore-daemonsets` evicts: not a DaemonSet's pod (its controller
+        // ignores the cordon), not a static pod (its mirror cannot be evicted), nothing finished.
+        let evictable: Vec<(String, String, Option<String>)> = on_node
+            .iter()
+            .filter(|p| !p.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|o| o.kind == "DaemonSet")))
+            .filter(|p| !p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")))
+            .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
+            .map(|p| (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default(), p.metadata.uid.clone()))
+            .collect();
+        let names: Vec<String> = evictable.iter().map(|(ns, n, _)| format!("{ns}/{n}")).collect();
+        let deadline = Instant::now() + self.spec.app_profile.op_timeout;
+        let mut refused = 0u32;
+        let mut result = Ok(());
+        'pods: for (ns, name, _) in &evictable {
+            let api: Api<Pod> = Api::namespaced(self.evict_client.clone(), ns);
+            loop {
+                match tokio::time::timeout(REQUEST_BOUND, api.evict(name, &EvictParams::default())).await {
+                    Ok(Ok(_)) => break,
+                    Ok(Err(kube::Error::Api(r))) if r.code == 404 => break,
+                    // A PodDisruptionBudget would be violated: what `kubectl drain` retries.
+                    Ok(Err(kube::Error::Api(r))) if r.code == 429 => {
+                        refused += 1;
+                        if Instant::now() > deadline {
+                            result = Err(TargetError::Stack(format!(
+                                "the drain of node {node} is blocked: evicting {ns}/{name} was refused for {}s ({}) — a PodDisruptionBudget that the pods already evicted cannot satisfy again while the node is cordoned",
+                                self.spec.app_profile.op_timeout.as_secs(),
+                                r.message
+                            )));
+                            break 'pods;
+                        }
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    Ok(Err(e)) => {
+                        result = Err(env(format!("evicting {ns}/{name}: {e}")));
+                        break 'pods;
+                    }
+                    Err(_) => {
+                        result = Err(env(format!("evicting {ns}/{name}: no answer within {}s", REQUEST_BOUND.as_secs())));
+                        break 'pods;
+                    }
+                }
+            }
+        }
+        self.events.push(crate::events::Event::Target {
+            kind: "app-drain".into(),
+            detail: serde_json::json!({"node": node, "evictable": names, "refused-evictions": refused, "error": result.as_ref().err().map(|e| e.to_string())}),
+        });
+        result?;
+        // Verified: every evicted pod is gone from the node (its replacement, if any, is another pod).
+        let wanted = evictable.clone();
+        self.wait(&format!("node {node} drained ({} pods evicted)", wanted.len()), || {
+            let (all, wanted) = (all.clone(), wanted.clone());
+            let node = node.to_string();
+            async move {
+                let now = all.list(&ListParams::default().fields(&format!("spec.nodeName={node}"))).await.ok()?.items;
+                let left = wanted.iter().any(|(ns, name, uid)| now.iter().any(|p| p.metadata.namespace.as_ref() == Some(ns) && p.metadata.name.as_ref() == Some(name) && p.metadata.uid == *uid));
+                (!left).then_some(())
+            }
+        })
+        .await?;
+        Ok(names)
     }
 
     /// The API of a custom resource kind (its plural from discovery).
@@ -463,6 +578,7 @@ impl AppTarget {
                 }
             }
         }
+        inv.cordoned = self.cordoned_nodes().await;
         if let (Some(name), Some(replicas)) = (&self.spec.app_profile.operator, self.operator_replicas) {
             let deps: Api<Deployment> = Api::namespaced(self.client.clone(), self.ns());
             if let Ok(d) = bounded("operator", deps.get(name)).await {
@@ -473,6 +589,16 @@ impl AppTarget {
             }
         }
         inv
+    }
+
+    /// The nodes this run cordoned that are still cordoned.
+    async fn cordoned_nodes(&self) -> Vec<String> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let list = bounded("nodes", nodes.list(&ListParams::default())).await.map(|l| l.items).unwrap_or_default();
+        list.into_iter()
+            .filter(|n| n.metadata.annotations.as_ref().and_then(|a| a.get(CORDONED_BY)) == Some(&self.run_id) && n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+            .filter_map(|n| n.metadata.name)
+            .collect()
     }
 
     async fn workloads(&self) -> Vec<AppWorkload> {
@@ -562,6 +688,7 @@ impl Target for AppTarget {
             OpKind::PvcLoss => Err("the app profile names no claim (volumeClaimTemplate)".into()),
             OpKind::Partition | OpKind::PartitionHeal if p.partition.is_some() => Ok(()),
             OpKind::Partition | OpKind::PartitionHeal => Err("the app profile has no [partition] probe".into()),
+            OpKind::NodeDrain => Ok(()),
             OpKind::Backup if p.backup.is_some() => Ok(()),
             OpKind::Backup => Err("the app profile has no [backup] (the operator's backup custom resource)".into()),
             OpKind::Restore if p.restore.is_some() => Ok(()),
@@ -578,6 +705,7 @@ impl Target for AppTarget {
             Op::PvcLoss { member } => self.pvc_loss(member).await,
             Op::Partition { member } => self.partition(member).await,
             Op::PartitionHeal { member } => self.partition_heal(member).await,
+            Op::NodeDrain { member } => self.node_drain(member).await,
             Op::Backup => self.backup(after).await,
             Op::Restore { backup } => self.restore(backup).await,
             _ => Err(TargetError::Unsupported(format!("{op} is not an application op"))),
@@ -626,7 +754,7 @@ impl Target for AppTarget {
     }
 
     fn interrupted(&self) -> &'static str {
-        "interrupted: the run's NetworkPolicies, backups and restores were removed and the operator scaled back"
+        "interrupted: the run's NetworkPolicies, backups and restores were removed, its cordons lifted and the operator scaled back"
     }
 
     async fn teardown(&mut self) {
@@ -646,6 +774,10 @@ impl Target for AppTarget {
                     let _ = bounded("scale the operator back", deps.patch(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})))).await;
                 }
             }
+        }
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        for n in self.cordoned_nodes().await {
+            let _ = bounded("uncordon", nodes.patch(&n, &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"annotations": {CORDONED_BY: null}}, "spec": {"unschedulable": null}})))).await;
         }
         for (r, section) in [(self.spec.app_profile.backup.clone(), "backup"), (self.spec.app_profile.restore.clone(), "restore")] {
             if let Some(r) = r.filter(|_| !self.backups.is_empty()) {

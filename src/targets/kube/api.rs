@@ -67,6 +67,10 @@ impl KubeApi {
     /// Creates the run's namespace (unless the kube profile names one) and starts the workload;
     /// `Err` says why the API invariants cannot be checked here.
     pub async fn start(config: Config, spec: &ApiSpec, run_id: &str, run_dir: Option<&Path>) -> Result<KubeApi, KubeError> {
+        // The workload and the probes judge each answer themselves (a 503 or 504 may be a write
+        // the apiserver applied): kube-rs's own retry of 429/503/504 would replay writes.
+        let mut config = config;
+        config.default_retry = false;
         let server = config.cluster_url.to_string();
         let env = KubeError::Environment;
         let client = Client::try_from(config.clone()).map_err(|e| env(format!("cannot build a client for the workload cluster: {e}")))?;

@@ -30,7 +30,7 @@ pub struct Reaped {
 }
 
 /// A dead application-target run's leftovers in its namespace: its partitions' NetworkPolicies,
-/// the operator's objects it created (backups, restores), and the operator if the run left it
+/// the operator's objects it created (backups, restores), nodes it cordoned, and the operator if the run left it
 /// scaled below the replicas it recorded.
 async fn reap_app(client: &kube::Client, ns: &str, run: &str, data: &std::collections::BTreeMap<String, String>, out: &mut Reaped) -> Result<(), String> {
     use k8s_openapi::api::apps::v1::Deployment;
@@ -43,6 +43,17 @@ async fn reap_app(client: &kube::Client, ns: &str, run: &str, data: &std::collec
             Ok(_) => out.app.push(format!("deleted NetworkPolicy {ns}/{name}")),
             Err(kube::Error::Api(r)) if r.code == 404 => {}
             Err(e) => return Err(format!("deleting NetworkPolicy {ns}/{name}: {e}")),
+        }
+    }
+    // Nodes the run cordoned for a drain and left so (a listing refused to a namespaced
+    // account: the run could not have cordoned one either).
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for n in nodes.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        if n.metadata.annotations.as_ref().and_then(|a| a.get(crate::targets::app::CORDONED_BY)).map(String::as_str) == Some(run) {
+            let uncordon = json!({"metadata": {"annotations": {crate::targets::app::CORDONED_BY: null}}, "spec": {"unschedulable": null}});
+            nodes.patch(&name, &PatchParams::default(), &Patch::Merge(uncordon)).await.map_err(|e| format!("uncordoning node {name}: {e}"))?;
+            out.app.push(format!("uncordoned node {name}"));
         }
     }
     // The operator's objects the run created (backups, restores).

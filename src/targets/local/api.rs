@@ -47,6 +47,10 @@ async fn config(kubeconfig: &Path, timeout: Duration) -> Result<Config, LocalErr
     let kc = Kubeconfig::read_from(kubeconfig).map_err(|e| LocalError::Environment(format!("cannot read {}: {e}", kubeconfig.display())))?;
     let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.map_err(|e| LocalError::Environment(format!("kubeconfig {}: {e}", kubeconfig.display())))?;
     config.connect_timeout = Some(timeout);
+    // The workload and the probes judge each answer themselves: a 503 or 504 may be a write the
+    // apiserver applied (an unknown outcome), a 503 from the load balancer an API not reachable.
+    // kube-rs's own retry of 429/503/504 (on by default) would replay writes and hide both.
+    config.default_retry = false;
     Ok(config)
 }
 
@@ -86,5 +90,60 @@ impl LocalApi {
     pub async fn observe(&self, testbed: &Testbed, model: &Model, invariants: &[InvariantId], timeout: Duration) -> ApiObservation {
         let apiservers: Vec<ApiServer> = testbed.members.values().map(|m| ApiServer { name: format!("{}-apiserver", m.name()), member: Some(m.id), url: m.api_url() }).collect();
         observe(&self.workload, &self.probes, model, invariants, 2 * apiservers.len(), &apiservers, timeout).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// A stand-in for an apiserver that answers every request with `503` — a mock, because a
+    /// real apiserver cannot be made to answer a write with 503 or 504 on demand (it does when
+    /// etcd times out, after it may have applied the write).
+    async fn always_503(count: Arc<AtomicUsize>) -> std::net::SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let count = count.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 65536];
+                    // One request per read (the client's requests are small); keep-alive.
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        count.fetch_add(1, Ordering::SeqCst);
+                        let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"etcd timeout","reason":"ServiceUnavailable","code":503}"#;
+                        let resp = format!("HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+                        if s.write_all(resp.as_bytes()).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    /// The API workload's client sends a write once: a 503 (or 504) is the workload's to judge
+    /// (an outcome it does not know), not kube-rs's to replay — a replay of a write the apiserver
+    /// had applied would come back as a conflict and be counted as never written.
+    #[tokio::test]
+    async fn the_workloads_client_does_not_replay_a_write_answered_503() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let addr = always_503(count.clone()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: t\n")).unwrap();
+        let client = Client::try_from(config(&kubeconfig, Duration::from_secs(2)).await.unwrap()).unwrap();
+        let api: Api<ConfigMap> = Api::namespaced(client, "ns");
+        let r = tokio::time::timeout(Duration::from_secs(10), api.create(&PostParams::default(), &ConfigMap::default())).await.expect("an answer, not a retry loop");
+        assert!(matches!(r, Err(kube::Error::Api(ref s)) if s.code == 503), "{r:?}");
+        assert_eq!(count.load(Ordering::SeqCst), 1, "the write was sent once");
     }
 }
