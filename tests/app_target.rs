@@ -159,16 +159,17 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     settled(&client, Duration::from_secs(120)).await;
 
     // The operator's planted bug: asked to restore the newest backup, it restores the one
-    // before. app-durability catches the writes acknowledged between the two as lost; the
-    // record replays it.
+    // before. app-durability catches the writes acknowledged between the two as lost (a pod
+    // kill between the backups gives the writer seconds to write them); the record replays it.
     operator.abort();
     operator = start_operator(client.clone(), Some(OperatorBug::RestoreSkipsLastBackup));
     let p = files.join("restore.toml");
-    std::fs::write(&p, profile("app-restore", &["backup", "restore"], 3)).unwrap();
-    let seed = seed_where(&p, |ops| ops.len() == 3 && ops[0].contains("backup") && ops[1].contains("backup") && ops[2].contains("restore(b1)")).expect("a seed planning backup, backup, restore(b1)");
+    std::fs::write(&p, profile("app-restore", &["backup", "pod-kill", "restore"], 4)).unwrap();
+    let seed = seed_where(&p, |ops| ops.len() == 4 && ops[0].contains("backup") && ops[1].contains("pod-kill(") && ops[2].contains("backup") && ops[3].contains("restore(b1)"))
+        .expect("a seed planning backup, pod-kill, backup, restore(b1)");
     let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()], &files);
     assert_eq!(code, 1, "caught: {out}\n{err}");
-    assert!(out.contains("app-durability") && out.contains("acknowledged writes lost") && out.contains("b1 restored"), "by app-durability: {out}");
+    assert!(out.contains("app-durability") && out.contains("at step 4 (restore(b1))") && out.contains("acknowledged writes lost") && out.contains("b1 restored"), "by app-durability: {out}");
     eprintln!("the planted restore bug, caught:\n{out}");
     let record = out.lines().find_map(|l| l.strip_prefix("seed record: ")).unwrap_or_else(|| panic!("a seed record: {out}")).trim().to_string();
     settled(&client, Duration::from_secs(120)).await;
