@@ -265,6 +265,31 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     assert_eq!(deps.get("etcd-operator").await.unwrap().spec.and_then(|s| s.replicas), Some(1));
     settled(&client, Duration::from_secs(120)).await;
 
+    // A run killed (-9) in the middle of a drain: `reap --kube` lifts its cordon.
+    let p = files.join("drain-killed.toml");
+    std::fs::write(&p, profile("app-drain-killed", &["node-drain"], 1)).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
+        .args(["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", "1", "--runs-dir"])
+        .arg(files.join("runs"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let cordoned = || async { nodes.list(&ListParams::default()).await.unwrap().items.iter().any(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)) };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !cordoned().await {
+        assert!(std::time::Instant::now() < deadline, "the run never cordoned the node");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(cordoned().await, "the killed run left its cordon");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--kube", "--kubeconfig", &kubeconfig]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success() && text.contains("uncordoned node sd-apptest"), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!cordoned().await, "reap lifted the cordon");
+    settled(&client, Duration::from_secs(120)).await;
+
     operator.abort();
     let left = node.teardown();
     assert!(left.is_empty(), "left behind: {left}");
