@@ -39,13 +39,15 @@ pub(crate) fn app_durability(obs: &Observation) -> Verdict {
     let mut resurrected = vec![];
     let mut expected = 0;
     for (i, (k, v)) in data.acked.iter().enumerate() {
-        match (expect_write(i, i, &data.marks), read.get(k)) {
+        // The writer is sequential: write `i` was sent once the `i` before it were acknowledged.
+        let expect = expect_write(i, i, &data.marks);
+        expected += usize::from(expect == Expect::Present);
+        match (expect, read.get(k)) {
             (Expect::Present, None) => lost.push(k.as_str()),
             (Expect::Present, Some(got)) if got != v => changed.push(format!("{k} = {got:?}, acknowledged {v:?}")),
             (Expect::Absent, Some(_)) => resurrected.push(k.as_str()),
             _ => {}
         }
-        expected += usize::from(expect_write(i, i, &data.marks) == Expect::Present);
     }
     let written: std::collections::BTreeSet<&str> = data.acked.iter().map(|(k, _)| k.as_str()).collect();
     let unexplained: Vec<&str> = read.keys().filter(|k| !written.contains(k.as_str()) && !data.unknown.contains(*k)).map(String::as_str).collect();

@@ -92,10 +92,14 @@ impl AppTarget {
         if ctx.profile.stack != Stack::App {
             return Err(Fatal::usage(format!("--target app runs profiles with stack = \"app\" (the application ops); profile {} has stack = {:?}", ctx.profile.name, ctx.profile.stack)));
         }
-        let (client, _, server) = super::kube::client::connect(ctx.options.kube.kubeconfig.as_deref(), spec.context.as_deref()).await.map_err(super::kube::spec::fatal)?;
+        let config = super::kube::client::load_config(ctx.options.kube.kubeconfig.as_deref(), spec.context.as_deref()).await.map_err(super::kube::spec::fatal)?;
+        let counter = super::kube::client::RequestCounter::default();
+        let (client, server) = super::kube::client::build(config.clone(), &counter).map_err(Fatal::environment)?;
         // Evictions answer 429 when a PodDisruptionBudget refuses them: that answer is the
-        // drain's to see, not kube-rs's to retry.
-        let (evict_client, _, _) = super::kube::client::connect_retrying(ctx.options.kube.kubeconfig.as_deref(), spec.context.as_deref(), false).await.map_err(super::kube::spec::fatal)?;
+        // drain's to see, not kube-rs's own retry's (429, 503, 504; on by default).
+        let mut no_retry = config;
+        no_retry.default_retry = false;
+        let (evict_client, _) = super::kube::client::build(no_retry, &counter).map_err(Fatal::environment)?;
         let ns: Api<Namespace> = Api::all(client.clone());
         let namespace = bounded(&format!("namespace {}", p.namespace), ns.get_opt(&p.namespace)).await.map_err(|e| Fatal::environment(format!("{server}: {e}")))?;
         let Some(namespace) = namespace else { return Err(Fatal::usage(format!("namespace {} does not exist on {server}", p.namespace))) };
@@ -322,15 +326,10 @@ impl AppTarget {
         if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
             return Err(TargetError::Environment(format!("node {node_name} is already cordoned, not by this run: draining it is someone else's maintenance")));
         }
-        let run_id = self.run_id.clone();
-        let cordon = |on: bool| {
-            let run = if on { serde_json::Value::from(run_id.clone()) } else { serde_json::Value::Null };
-            serde_json::json!({"metadata": {"annotations": {CORDONED_BY: run}}, "spec": {"unschedulable": if on { serde_json::Value::from(true) } else { serde_json::Value::Null }}})
-        };
-        bounded("cordon", nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(cordon(true)))).await.map_err(env)?;
+        bounded("cordon", nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(cordon_patch(Some(&self.run_id))))).await.map_err(env)?;
         let drained = self.evict_all(&node_name).await;
         // Uncordoned whatever the drain came to (a blocked drain must not leave the node out).
-        let uncordoned = bounded("uncordon", nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(cordon(false)))).await.map_err(env);
+        let uncordoned = bounded("uncordon", nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(cordon_patch(None)))).await.map_err(env);
         let evicted = drained?;
         uncordoned?;
         // Verified: schedulable again.
@@ -413,17 +412,14 @@ impl AppTarget {
     /// The API of a custom resource kind (its plural from discovery).
     async fn resource_api(&self, r: &ResourceOp, section: &str) -> Result<Api<DynamicObject>, TargetError> {
         let (api_version, kind) = r.kind(section).map_err(TargetError::Environment)?;
-        let (group, version) = api_version.split_once('/').unwrap_or_default();
-        let gvk = GroupVersionKind::gvk(group, version, &kind);
-        let (ar, _) = bounded(&format!("discover {api_version} {kind}"), kube::discovery::pinned_kind(&self.client, &gvk))
+        bounded(&format!("discover {api_version} {kind}"), resource_api_of(&self.client, self.ns(), &format!("{api_version}/{kind}")))
             .await
-            .map_err(|e| TargetError::Environment(format!("the [{section}] template's kind is not served by {}: {e} (is the operator's CRD installed?)", self.server)))?;
-        Ok(Api::namespaced_with(self.client.clone(), self.ns(), &ar))
+            .map_err(|e| TargetError::Environment(format!("the [{section}] template's kind is not served by {}: {e} (is the operator's CRD installed?)", self.server)))
     }
 
     /// Creates `r`'s object named `name` and waits until its `done` field says so (its
-    /// `failed` field, or the op bound, fails the op). Returns how long the operator took.
-    async fn resource_op(&mut self, r: &ResourceOp, section: &str, name: &str, vars: BTreeMap<&str, String>) -> Result<Duration, TargetError> {
+    /// `failed` field, or the op bound, fails the op).
+    async fn resource_op(&mut self, r: &ResourceOp, section: &str, name: &str, vars: BTreeMap<&str, String>) -> Result<(), TargetError> {
         let api = self.resource_api(r, section).await?;
         let mut vars = vars;
         vars.insert("namespace", self.ns().to_string());
@@ -433,32 +429,31 @@ impl AppTarget {
         let obj: DynamicObject = serde_json::from_value(body.clone()).map_err(|e| TargetError::Environment(format!("[{section}.template]: {e}")))?;
         let t = Instant::now();
         bounded(&format!("create {name}"), api.create(&PostParams::default(), &obj)).await.map_err(env)?;
-        // Verified: the operator says it is done (a failure it reports ends the wait at once).
-        let failed: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
+        // Verified: the operator says it is done; a failure it reports ends the wait at once.
         let what = format!("the operator's {section} {name} done ({} = {:?})", r.done.field, r.done.equals);
         let waited = self
             .wait(&what, || {
-                let (api, r, failed) = (api.clone(), r.clone(), failed.clone());
+                let (api, r) = (api.clone(), r.clone());
                 async move {
                     let got = serde_json::to_value(api.get_opt(name).await.ok()??).ok()?;
-                    if let Some(f) = r.failed.as_ref().filter(|f| f.matches(&got)) {
-                        *failed.lock().unwrap() = Some(format!("{} = {:?}; status: {}", f.field, f.equals, got.get("status").map(|s| s.to_string()).unwrap_or_default()));
-                        return Some(());
+                    match r.failed.as_ref().filter(|f| f.matches(&got)) {
+                        Some(f) => Some(Err(TargetError::Stack(format!(
+                            "the operator failed {section} {name}: {} = {:?}; status: {}",
+                            f.field,
+                            f.equals,
+                            got.get("status").map(|s| s.to_string()).unwrap_or_default()
+                        )))),
+                        None => r.done.matches(&got).then_some(Ok(())),
                     }
-                    r.done.matches(&got).then_some(())
                 }
             })
-            .await;
-        let took = t.elapsed();
+            .await
+            .and_then(|done| done);
         self.events.push(crate::events::Event::Target {
             kind: format!("app-{section}"),
-            detail: serde_json::json!({"object": name, "kind": body.get("kind"), "ms": took.as_millis() as u64, "error": waited.as_ref().err().map(|e| e.to_string())}),
+            detail: serde_json::json!({"object": name, "kind": body.get("kind"), "ms": t.elapsed().as_millis() as u64, "error": waited.as_ref().err().map(|e| e.to_string())}),
         });
-        waited?;
-        if let Some(why) = failed.lock().unwrap().take() {
-            return Err(TargetError::Stack(format!("the operator failed {section} {name}: {why}")));
-        }
-        Ok(took)
+        waited
     }
 
     /// `backup`: the operator's backup object; the data workload marks what the backup may hold
@@ -596,7 +591,7 @@ impl AppTarget {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let list = bounded("nodes", nodes.list(&ListParams::default())).await.map(|l| l.items).unwrap_or_default();
         list.into_iter()
-            .filter(|n| n.metadata.annotations.as_ref().and_then(|a| a.get(CORDONED_BY)) == Some(&self.run_id) && n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+            .filter(|n| cordoned_by(n) == Some(self.run_id.as_str()) && n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
             .filter_map(|n| n.metadata.name)
             .collect()
     }
@@ -777,7 +772,7 @@ impl Target for AppTarget {
         }
         let nodes: Api<Node> = Api::all(self.client.clone());
         for n in self.cordoned_nodes().await {
-            let _ = bounded("uncordon", nodes.patch(&n, &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"annotations": {CORDONED_BY: null}}, "spec": {"unschedulable": null}})))).await;
+            let _ = bounded("uncordon", nodes.patch(&n, &PatchParams::default(), &Patch::Merge(cordon_patch(None)))).await;
         }
         for (r, section) in [(self.spec.app_profile.backup.clone(), "backup"), (self.spec.app_profile.restore.clone(), "restore")] {
             if let Some(r) = r.filter(|_| !self.backups.is_empty()) {
@@ -789,6 +784,17 @@ impl Target for AppTarget {
         let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), self.ns());
         let _ = bounded("delete the run's ConfigMap", cms.delete(&format!("shakedown-{}", self.run_id), &DeleteParams::default())).await;
     }
+}
+
+/// The merge patch that cordons a node for run `run` (annotated with it), or with `None`
+/// uncordons it (and drops the annotation).
+pub fn cordon_patch(run: Option<&str>) -> serde_json::Value {
+    serde_json::json!({"metadata": {"annotations": {CORDONED_BY: run}}, "spec": {"unschedulable": run.map(|_| true)}})
+}
+
+/// The run that cordoned node `n` for a drain, if one did.
+pub fn cordoned_by(n: &Node) -> Option<&str> {
+    n.metadata.annotations.as_ref().and_then(|a| a.get(CORDONED_BY)).map(String::as_str)
 }
 
 /// The (apiVersion, kind) of the app profile's `[backup]` and `[restore]` objects.

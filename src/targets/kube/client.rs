@@ -76,18 +76,20 @@ pub fn request_key(method: &http::Method, uri: &http::Uri) -> String {
 
 /// A client for the kubeconfig (`path`, else `KUBECONFIG` / `~/.kube/config`) and context.
 pub async fn connect(path: Option<&Path>, context: Option<&str>) -> Result<(Client, RequestCounter, String), KubeError> {
-    connect_retrying(path, context, true).await
+    let config = load_config(path, context).await?;
+    let counter = RequestCounter::default();
+    let (client, server) = build(config, &counter).map_err(KubeError::Environment)?;
+    Ok((client, counter, server))
 }
 
-/// [`connect`], with kube-rs's own retry of 429, 503 and 504 answers (up to 15 times, backing
-/// off) on or off: off where the answer itself is what the caller acts on (an eviction a
-/// PodDisruptionBudget refuses answers 429).
-pub async fn connect_retrying(path: Option<&Path>, context: Option<&str>, retry: bool) -> Result<(Client, RequestCounter, String), KubeError> {
+/// The client configuration of the kubeconfig (`path`, else `KUBECONFIG` / `~/.kube/config`)
+/// and context; in a pod without either, its ServiceAccount.
+pub async fn load_config(path: Option<&Path>, context: Option<&str>) -> Result<Config, KubeError> {
     let read = match path {
         Some(p) => Kubeconfig::read_from(p),
         None => Kubeconfig::read(),
     };
-    let config = match read {
+    Ok(match read {
         Ok(kubeconfig) => {
             if let Some(ctx) = context {
                 if !kubeconfig.contexts.iter().any(|c| c.name == ctx) {
@@ -104,12 +106,7 @@ pub async fn connect_retrying(path: Option<&Path>, context: Option<&str>, retry:
             Config::incluster().map_err(|_| KubeError::Usage(format!("cannot load the kubeconfig: {e}; pass --kubeconfig or set KUBECONFIG")))?
         }
         Err(e) => return Err(KubeError::Usage(format!("cannot load the kubeconfig{}: {e}", path.map(|p| format!(" {}", p.display())).unwrap_or_default()))),
-    };
-    let mut config = config;
-    config.default_retry = retry;
-    let counter = RequestCounter::default();
-    let (client, server) = build(config, &counter).map_err(KubeError::Environment)?;
-    Ok((client, counter, server))
+    })
 }
 
 /// A client for `config` whose requests `counter` counts (bounded connect and read timeouts).

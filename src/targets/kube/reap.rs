@@ -29,45 +29,45 @@ pub struct Reaped {
     pub app: Vec<String>,
 }
 
+/// Deletes the objects of `api` labelled with run `run`, each named in `out` (one already gone
+/// is no error).
+async fn delete_run_objects<K>(api: &Api<K>, what: &str, ns: &str, run: &str, out: &mut Vec<String>) -> Result<(), String>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let list = api.list(&ListParams::default().labels(&format!("{RUN_LABEL}={run}"))).await.map_err(|e| format!("listing {what} in {ns}: {e}"))?;
+    for o in list.items {
+        let name = o.meta().name.clone().unwrap_or_default();
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => out.push(format!("deleted {what} {ns}/{name}")),
+            Err(kube::Error::Api(r)) if r.code == 404 => {}
+            Err(e) => return Err(format!("deleting {what} {ns}/{name}: {e}")),
+        }
+    }
+    Ok(())
+}
+
 /// A dead application-target run's leftovers in its namespace: its partitions' NetworkPolicies,
-/// the operator's objects it created (backups, restores), nodes it cordoned, and the operator if the run left it
-/// scaled below the replicas it recorded.
+/// the operator's objects it created (backups, restores), nodes it cordoned, and the operator if
+/// the run left it scaled below the replicas it recorded.
 async fn reap_app(client: &kube::Client, ns: &str, run: &str, data: &std::collections::BTreeMap<String, String>, out: &mut Reaped) -> Result<(), String> {
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::networking::v1::NetworkPolicy;
-    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns);
-    let list = policies.list(&ListParams::default().labels(&format!("{RUN_LABEL}={run}"))).await.map_err(|e| format!("listing NetworkPolicies in {ns}: {e}"))?;
-    for p in list.items {
-        let name = p.metadata.name.unwrap_or_default();
-        match policies.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => out.app.push(format!("deleted NetworkPolicy {ns}/{name}")),
-            Err(kube::Error::Api(r)) if r.code == 404 => {}
-            Err(e) => return Err(format!("deleting NetworkPolicy {ns}/{name}: {e}")),
-        }
-    }
+    delete_run_objects(&Api::<NetworkPolicy>::namespaced(client.clone(), ns), "NetworkPolicy", ns, run, &mut out.app).await?;
     // Nodes the run cordoned for a drain and left so (a listing refused to a namespaced
     // account: the run could not have cordoned one either).
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     for n in nodes.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
-        let name = n.metadata.name.clone().unwrap_or_default();
-        if n.metadata.annotations.as_ref().and_then(|a| a.get(crate::targets::app::CORDONED_BY)).map(String::as_str) == Some(run) {
-            let uncordon = json!({"metadata": {"annotations": {crate::targets::app::CORDONED_BY: null}}, "spec": {"unschedulable": null}});
-            nodes.patch(&name, &PatchParams::default(), &Patch::Merge(uncordon)).await.map_err(|e| format!("uncordoning node {name}: {e}"))?;
+        if crate::targets::app::cordoned_by(&n) == Some(run) {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            nodes.patch(&name, &PatchParams::default(), &Patch::Merge(crate::targets::app::cordon_patch(None))).await.map_err(|e| format!("uncordoning node {name}: {e}"))?;
             out.app.push(format!("uncordoned node {name}"));
         }
     }
     // The operator's objects the run created (backups, restores).
     for gvk in data.get("app-resources").map(|r| r.split(',').filter(|k| !k.is_empty()).collect::<Vec<_>>()).unwrap_or_default() {
         let api = crate::targets::app::resource_api_of(client, ns, gvk).await?;
-        let list = api.list(&ListParams::default().labels(&format!("{RUN_LABEL}={run}"))).await.map_err(|e| format!("listing {gvk} in {ns}: {e}"))?;
-        for o in list.items {
-            let name = o.metadata.name.unwrap_or_default();
-            match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => out.app.push(format!("deleted {gvk} {ns}/{name}")),
-                Err(kube::Error::Api(r)) if r.code == 404 => {}
-                Err(e) => return Err(format!("deleting {gvk} {ns}/{name}: {e}")),
-            }
-        }
+        delete_run_objects(&api, gvk, ns, run, &mut out.app).await?;
     }
     if let (Some(op), Some(replicas)) = (data.get("app-operator"), data.get("app-operator-replicas").and_then(|r| r.parse::<i32>().ok())) {
         let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
