@@ -13,7 +13,7 @@ mod app_common;
 use std::path::Path;
 use std::time::Duration;
 
-use app_common::{deploy, settled, start_operator, OperatorBug, GROUP, NS};
+use app_common::{deploy, kv, settled, start_operator, OperatorBug, GROUP, NS};
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -102,7 +102,10 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let mut node = Node::up(&format!("sd-apptest{}", std::process::id()), dir.path(), &bins).await.unwrap_or_else(|e| panic!("node up: {e}"));
     let client = node.client().await.unwrap();
     deploy(&client, &dir.path().join("backups")).await;
+    let kv_cluster = dir.path().join("kv-cluster");
+    kv::deploy(&client, &kv_cluster).await;
     let mut operator = start_operator(client.clone(), None);
+    let mut kv_operator = kv::start_operator(client.clone(), kv_cluster.clone(), false);
     settled(&client, Duration::from_secs(180)).await;
     let files = dir.path().join("files");
     std::fs::create_dir_all(&files).unwrap();
@@ -289,6 +292,44 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     assert!(out.status.success() && text.contains("uncordoned node sd-apptest"), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(!cordoned().await, "reap lifted the cordon");
     settled(&client, Duration::from_secs(120)).await;
+
+    // The second test application, with a primary its operator fails over (tests/app_common/kv.rs):
+    // the primary killed twice by its label, each time the sync standby promoted; no
+    // acknowledged write lost.
+    kv::settled(&client, Duration::from_secs(60)).await;
+    std::fs::write(files.join("kv.toml"), kv::PROFILE).unwrap();
+    let kv_app = files.join("kv.toml").display().to_string();
+    let p = files.join("failover.toml");
+    std::fs::write(&p, profile("kv-failover", &["pod-kill-selected"], 2)).unwrap();
+    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &kv_app, "--profile", &p.display().to_string(), "--seed", "1"], &files);
+    assert_eq!(code, 0, "two failovers by the operator pass: {out}\n{err}");
+    eprintln!("two failovers:\n{err}");
+    let run_dir = std::fs::read_dir(files.join("runs")).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok()).unwrap();
+    let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+    let killed: Vec<String> = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-kill").map(|k| k["detail"]["killed"][0].as_str().unwrap_or_default().to_string()).collect();
+    assert_eq!(killed, ["kv-0", "kv-2"], "the primary each time (kv-2 promoted after kv-0, then kv-0 back): {events}");
+
+    // The planted bug: the failover promotes the delayed standby (kv-1, 5 s behind). app-durability
+    // catches the writes acknowledged in those seconds as lost; the record replays it.
+    kv_operator.abort();
+    kv::reset(&client, &kv_cluster).await;
+    kv_operator = kv::start_operator(client.clone(), kv_cluster.clone(), true);
+    kv::settled(&client, Duration::from_secs(60)).await;
+    let p = files.join("stale.toml");
+    std::fs::write(&p, profile("kv-stale", &["pod-kill-selected"], 1)).unwrap();
+    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &kv_app, "--profile", &p.display().to_string(), "--seed", "1"], &files);
+    assert_eq!(code, 1, "caught: {out}\n{err}");
+    assert!(out.contains("app-durability") && out.contains("at step 1 (pod-kill-selected") && out.contains("acknowledged writes lost"), "by app-durability: {out}");
+    eprintln!("the planted failover bug, caught:\n{out}");
+    let record = out.lines().find_map(|l| l.strip_prefix("seed record: ")).unwrap_or_else(|| panic!("a seed record: {out}")).trim().to_string();
+    kv_operator.abort();
+    kv::reset(&client, &kv_cluster).await;
+    kv_operator = kv::start_operator(client.clone(), kv_cluster.clone(), true);
+    kv::settled(&client, Duration::from_secs(60)).await;
+    let (code, out, err) = shakedown(&["replay", &record, "--kubeconfig", &kubeconfig], &files);
+    assert_eq!(code, 1, "replayed: {out}\n{err}");
+    assert!(out.contains("acknowledged writes lost"), "{out}\n{err}");
+    kv_operator.abort();
 
     operator.abort();
     let left = node.teardown();

@@ -11,6 +11,8 @@
 //! restores the one before).
 #![allow(dead_code)]
 
+pub mod kv;
+
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};

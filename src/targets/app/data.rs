@@ -26,6 +26,9 @@ struct Log {
     unknown: BTreeSet<String>,
     in_flight: Option<String>,
     failures: u64,
+    /// What the last write that failed answered (pod, exit code, stderr), for an error that
+    /// says why no write is acknowledged.
+    last_failure: Option<String>,
 }
 
 /// The writer task and what it recorded.
@@ -59,7 +62,10 @@ impl Writer {
                 let mut n = 0u64;
                 loop {
                     tokio::time::sleep(commands.interval).await;
-                    let Some(pod) = ready_pod(&client, &namespace, &commands.selector, None).await else { continue };
+                    let Some(pod) = ready_pod(&client, &namespace, &commands.selector, None).await else {
+                        log.lock().unwrap().last_failure = Some(format!("no Ready pod matches {}", commands.selector));
+                        continue;
+                    };
                     let name = pod.metadata.name.unwrap_or_default();
                     n += 1;
                     let key = format!("{prefix}{n:06}");
@@ -74,9 +80,13 @@ impl Writer {
                         Ok(o) if o.code == 0 => {
                             l.acked.push((key, value));
                         }
-                        _ => {
+                        failed => {
                             l.failures += 1;
                             l.unknown.insert(key);
+                            l.last_failure = Some(match failed {
+                                Ok(o) => format!("in {name}: exit {}: {}", o.code, o.stderr.trim()),
+                                Err(e) => format!("in {name}: {e}"),
+                            });
                         }
                     }
                 }
@@ -99,6 +109,26 @@ impl Writer {
         unknown.extend(l.acked[sent_at..].iter().map(|(k, _)| k.clone()));
         unknown.extend(l.in_flight.clone());
         AppData { acked: l.acked[..sent_at].to_vec(), marks, unknown, read }
+    }
+
+    /// Waits (up to `bound`) for the first acknowledged write: a run whose write command never
+    /// succeeds would check the durability of nothing, so it does not start. The error says
+    /// what the last attempt answered.
+    pub async fn first_ack(&self, bound: Duration) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            {
+                let l = self.log.lock().unwrap();
+                if !l.acked.is_empty() {
+                    return Ok(());
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    let why = l.last_failure.clone().unwrap_or_else(|| "no attempt finished".into());
+                    return Err(format!("the data workload's write command was not acknowledged once within {bound:?} ({} attempts failed; the last: {why})", l.failures));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// How many writes have been acknowledged so far (a position for [`Marks`]).

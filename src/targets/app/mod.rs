@@ -45,6 +45,9 @@ use spec::{fill, AppSpec, ResourceOp};
 const POLL: Duration = Duration::from_millis(250);
 /// How long one API request of the target may take.
 const REQUEST_BOUND: Duration = Duration::from_secs(15);
+/// How long the data workload has to get its first write acknowledged before the run starts
+/// (at most the profile's `op_timeout`).
+const FIRST_ACK_BOUND: Duration = Duration::from_secs(60);
 /// How long a partition probe keeps trying to see the traffic cut (policies can take a moment
 /// to apply) or flowing again.
 const PARTITION_SETTLE: Duration = Duration::from_secs(10);
@@ -147,9 +150,14 @@ impl AppTarget {
             "data": data,
         }))
         .map_err(|e| Fatal::internal(e.to_string()))?;
+        // The data workload writes before the first fault: durability is checked on writes made
+        // before it and under it, not on nothing.
+        let writer = p.data.clone().map(|d| Writer::start(client.clone(), &p.namespace, d, ctx.run_id));
+        if let Some(w) = &writer {
+            w.first_ack(p.op_timeout.min(FIRST_ACK_BOUND)).await.map_err(Fatal::environment)?;
+        }
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &p.namespace);
         bounded("create the run's ConfigMap", cms.create(&PostParams::default(), &cm)).await.map_err(Fatal::environment)?;
-        let writer = p.data.clone().map(|d| Writer::start(client.clone(), &p.namespace, d, ctx.run_id));
         Ok(AppTarget { client, evict_client, server, spec: spec.clone(), run_id: ctx.run_id.to_string(), operator_replicas, sts_selector, writer, notes, version, events: vec![], backups: BTreeMap::new(), restores: 0, torn_down: false })
     }
 

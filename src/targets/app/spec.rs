@@ -226,7 +226,9 @@ pub struct DataCommands {
     /// The container (default: the pod's first).
     #[serde(default)]
     pub container: Option<String>,
-    /// Writes `{key}` = `{value}`; exit 0 acknowledges the write.
+    /// Writes `{key}` = `{value}`; exit 0 acknowledges the write. The first fault waits for
+    /// one acknowledged write (up to `op_timeout`, at most 60 s; none: exit 4 with what the
+    /// last attempt answered).
     pub write: Vec<String>,
     /// Prints every key with prefix `{prefix}` and its value, `key value` one per line; exit 0.
     pub read: Vec<String>,
