@@ -102,10 +102,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let mut node = Node::up(&format!("sd-apptest{}", std::process::id()), dir.path(), &bins).await.unwrap_or_else(|e| panic!("node up: {e}"));
     let client = node.client().await.unwrap();
     deploy(&client, &dir.path().join("backups")).await;
-    let kv_cluster = dir.path().join("kv-cluster");
-    kv::deploy(&client, &kv_cluster).await;
     let mut operator = start_operator(client.clone(), None);
-    let mut kv_operator = kv::start_operator(client.clone(), kv_cluster.clone(), false);
     settled(&client, Duration::from_secs(180)).await;
     let files = dir.path().join("files");
     std::fs::create_dir_all(&files).unwrap();
@@ -237,12 +234,13 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), NS);
     assert!(policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy left");
 
-    // A run killed (-9) while the operator is scaled to zero: `reap --kube` scales it back and
-    // removes the run's ConfigMap.
+    // A run killed (-9) while the operator is scaled to zero, after a backup: `reap --kube`
+    // scales it back, deletes the run's backup object and removes the run's ConfigMap.
     let p = files.join("operator.toml");
-    std::fs::write(&p, profile("app-operator", &["operator-restart"], 1)).unwrap();
+    std::fs::write(&p, profile("app-operator", &["operator-restart", "backup"], 2)).unwrap();
+    let seed = seed_where(&p, |ops| ops.len() == 2 && ops[0].contains("backup") && ops[1].contains("operator-restart")).expect("a seed planning backup, operator-restart");
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
-        .args(["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", "1", "--runs-dir"])
+        .args(["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", &seed.to_string(), "--runs-dir"])
         .arg(files.join("runs"))
         .stdout(std::fs::File::create(files.join("killed.out")).unwrap())
         .stderr(std::fs::File::create(files.join("killed.err")).unwrap())
@@ -265,6 +263,9 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("scaled the operator app/etcd-operator back to 1") && text.contains("reaped 1 kube run(s)"), "{text}");
+    assert!(text.contains(&format!("deleted {GROUP}/v1/EtcdBackup {NS}/shakedown-")), "the killed run's backup object: {text}");
+    let backups: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ApiResource::from_gvk(&GroupVersionKind::gvk(GROUP, "v1", "EtcdBackup")));
+    assert!(backups.list(&ListParams::default()).await.unwrap().items.is_empty(), "no backup object left");
     assert_eq!(deps.get("etcd-operator").await.unwrap().spec.and_then(|s| s.replicas), Some(1));
     settled(&client, Duration::from_secs(120)).await;
 
@@ -296,6 +297,9 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     // The second test application, with a primary its operator fails over (tests/app_common/kv.rs):
     // the primary killed twice by its label, each time the sync standby promoted; no
     // acknowledged write lost.
+    let kv_cluster = dir.path().join("kv-cluster");
+    kv::deploy(&client, &kv_cluster).await;
+    let mut kv_operator = kv::start_operator(client.clone(), kv_cluster.clone(), false);
     kv::settled(&client, Duration::from_secs(60)).await;
     std::fs::write(files.join("kv.toml"), kv::PROFILE).unwrap();
     let kv_app = files.join("kv.toml").display().to_string();
@@ -330,6 +334,15 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     assert_eq!(code, 1, "replayed: {out}\n{err}");
     assert!(out.contains("acknowledged writes lost"), "{out}\n{err}");
     kv_operator.abort();
+
+    // A write command that never succeeds: the run does not start (exit 4), saying what it answered.
+    let broken = APP_PROFILE.replace("op_timeout = \"90s\"", "op_timeout = \"3s\"").replace("--command-timeout=5s put {key} {value}", "--command-timeout=5s put {key} {value} --no-such-flag");
+    std::fs::write(files.join("broken.toml"), broken).unwrap();
+    let p = files.join("one.toml");
+    std::fs::write(&p, profile("app-one", &["pod-kill"], 1)).unwrap();
+    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &files.join("broken.toml").display().to_string(), "--profile", &p.display().to_string(), "--seed", "1"], &files);
+    assert_eq!(code, 4, "{out}\n{err}");
+    assert!(err.contains("write command was not acknowledged once within 3s") && err.contains("no-such-flag"), "says what the write answered: {out}\n{err}");
 
     operator.abort();
     let left = node.teardown();

@@ -99,9 +99,10 @@ while true; do
 done
 REP
 peer=http://127.0.0.1:$((33380 + i * 10))
-etcd --name kv-$i --data-dir /data/etcd --listen-client-urls $me --advertise-client-urls $me \
+# Started again while it fails: the pod a kill replaced may still hold the host's ports a moment.
+( until etcd --name kv-$i --data-dir /data/etcd --listen-client-urls $me --advertise-client-urls $me \
   --listen-peer-urls $peer --initial-advertise-peer-urls $peer --initial-cluster kv-$i=$peer \
-  --initial-cluster-token kv-$i >/tmp/etcd.log 2>&1 &
+  --initial-cluster-token kv-$i; do sleep 0.5; done ) >/tmp/etcd.log 2>&1 &
 etcd=$!
 delay=0; [ $i = 1 ] && delay=5
 following=""; rep=""

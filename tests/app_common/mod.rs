@@ -294,7 +294,11 @@ async fn scale_to(client: &Client, replicas: i32, bound: Duration) -> Result<(),
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(format!("the StatefulSet not at {replicas} Ready replicas within {bound:?}"));
+            let pods: Vec<String> = list
+                .iter()
+                .map(|p| format!("{} {} ready={}{}", p.metadata.name.clone().unwrap_or_default(), p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default(), shakedown::targets::app::data::is_ready(p), if p.metadata.deletion_timestamp.is_some() { " terminating" } else { "" }))
+                .collect();
+            return Err(format!("the StatefulSet not at {replicas} Ready replicas within {bound:?}: {}", pods.join(", ")));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

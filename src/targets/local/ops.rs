@@ -54,7 +54,16 @@ impl LocalTarget {
     /// then comes from the list). Without that check a lost answer turned into retries refused
     /// until the op bound ("member not found", "peer URL exists"; seen under load as a rolling
     /// replace that "did not finish within 120s").
-    pub(super) async fn reconfigure<T, F, Fut>(&self, what: &str, call: F, done: impl Fn(&[etcd_client::Member]) -> Option<T>) -> Result<T, String>
+    ///
+    /// `hopeless` reads the refusal and the member list: `Some(why)` when waiting cannot help,
+    /// and the change fails at once, saying why.
+    pub(super) async fn reconfigure<T, F, Fut>(
+        &self,
+        what: &str,
+        call: F,
+        done: impl Fn(&[etcd_client::Member]) -> Option<T>,
+        hopeless: impl Fn(&str, &[etcd_client::Member]) -> Option<String>,
+    ) -> Result<T, String>
     where
         F: Fn(etcd_client::Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
@@ -76,6 +85,9 @@ impl LocalTarget {
                                 tracing::info!("{what}: the answer was lost ({e}), but the member list shows it applied");
                                 return Ok(v);
                             }
+                            if let Some(why) = hopeless(&e, list.members()) {
+                                return Err(format!("{e}: {why}"));
+                            }
                         }
                     }
                 }
@@ -86,9 +98,12 @@ impl LocalTarget {
 
     /// `member remove` of etcd member `etcd_id`, retried (see [`Self::reconfigure`]).
     pub(super) async fn remove_etcd_member(&self, etcd_id: u64) -> Result<(), String> {
-        self.reconfigure("member remove", |mut c| async move { c.member_remove(etcd_id).await.map(|_| ()) }, |list| {
-            (!list.iter().any(|m| m.id() == etcd_id)).then_some(())
-        })
+        self.reconfigure(
+            "member remove",
+            |mut c| async move { c.member_remove(etcd_id).await.map(|_| ()) },
+            |list| (!list.iter().any(|m| m.id() == etcd_id)).then_some(()),
+            |_, _| None,
+        )
         .await
     }
 
@@ -119,11 +134,31 @@ impl LocalTarget {
                     }
                 },
                 |list| list.iter().find(|m| m.peer_urls().iter().any(|u| *u == peer)).map(|m| (m.id(), list.to_vec())),
+                |error, list| self.unstartable_voters(error, list, &peer),
             )
             .await
             .map_err(|e| LocalError::Stack(format!("adding {id}: {e}")))?;
         self.testbed.spawn_member(id, &cluster_of(etcd_id, &cluster).join(","), "existing")?;
         Ok(etcd_id)
+    }
+
+    /// Why etcd will not let a voting member be added while nothing in this op changes the
+    /// cluster, if so: it refuses an add unless every voting member is connected ("unhealthy
+    /// cluster") and enough are started, and a voting member of its list that the testbed runs
+    /// no process for (a member forgotten in the list, or stopped) stays away until removed or
+    /// started. (`adding`: the peer URL being added, not counted.) Without this the add was
+    /// retried until the op bound, 45 s and more, before the op failed the same way.
+    fn unstartable_voters(&self, error: &str, list: &[etcd_client::Member], adding: &str) -> Option<String> {
+        if !error.contains("unhealthy cluster") && !error.contains("not enough started members") {
+            return None;
+        }
+        let running: Vec<String> = self.testbed.members.values().filter(|m| m.pid().is_some()).map(|m| m.peer_url()).collect();
+        let away: Vec<String> = list
+            .iter()
+            .filter(|m| !m.is_learner() && !m.peer_urls().iter().any(|u| u == adding || running.contains(u)))
+            .map(|m| format!("{} ({})", if m.name().is_empty() { "unstarted" } else { m.name() }, m.peer_urls().join(",")))
+            .collect();
+        (!away.is_empty()).then(|| format!("etcd's member list holds voting member(s) no process runs: {} — etcd counts them, so it will not allow the add until they are removed or started", away.join(", ")))
     }
 
     /// Waits until member `id` sees a leader and caught up with the others (bounded by the op
@@ -312,11 +347,14 @@ impl LocalTarget {
         }
         let etcd_id = self.announce_and_start(id, true).await?;
         // etcd refuses the promotion until the learner is in sync: retried within the op bound.
-        self.reconfigure("member promote", |mut c| async move { c.member_promote(etcd_id).await.map(|_| ()) }, |list| {
-            list.iter().any(|m| m.id() == etcd_id && !m.is_learner()).then_some(())
-        })
-            .await
-            .map_err(|e| LocalError::Stack(format!("promoting {id}: {e}")))?;
+        self.reconfigure(
+            "member promote",
+            |mut c| async move { c.member_promote(etcd_id).await.map(|_| ()) },
+            |list| list.iter().any(|m| m.id() == etcd_id && !m.is_learner()).then_some(()),
+            |_, _| None,
+        )
+        .await
+        .map_err(|e| LocalError::Stack(format!("promoting {id}: {e}")))?;
         self.wait_caught_up(id, "re-added").await
     }
 
