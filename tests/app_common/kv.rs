@@ -4,10 +4,12 @@
 //! lost.
 //!
 //! Replication follows the operator's roles (the file `roles` in a host directory mounted at
-//! `/cluster` in every replica: `<primary ordinal> <sync standby ordinal>`; the operator's stand-in
-//! for the state store a real one keeps, Patroni's DCS say). A write goes to the primary and is
-//! acknowledged once the sync standby has it too (synchronous replication): a failover to the
-//! sync standby loses no acknowledged write. `kv-1` is a delayed standby (it applies the primary's
+//! `/cluster` in every replica: `<primary ordinal> <sync standby ordinal or ->`; the operator's
+//! stand-in for the state store a real one keeps, Patroni's DCS say). A write goes to the primary
+//! and is acknowledged once the sync standby has it too (synchronous replication); with no sync
+//! standby the primary refuses writes (Patroni's strict synchronous mode). A standby becomes the
+//! sync standby only once it holds every key of the primary. So a failover to the sync standby
+//! loses no acknowledged write. `kv-1` is a delayed standby (it applies the primary's
 //! writes 5 s after it sees them, as a replica kept for recovering from bad writes; tagged
 //! never-to-promote, as Patroni's `nofailover`). The operator labels the primary's pod
 //! `role=primary` (the others `role=standby`): shakedown kills it by that selector.
@@ -27,6 +29,7 @@ use kube::Client;
 use serde_json::json;
 use shakedown::node::config::{BUSYBOX_IMAGE, ETCD_IMAGE};
 use shakedown::targets::app::data::is_ready;
+use shakedown::targets::exec::exec;
 
 pub const NS: &str = "kv";
 /// The replica that is a delayed standby (never to be promoted).
@@ -51,6 +54,11 @@ name = "the primary answers"
 selector = "role=primary"
 command = ["sh", "/tmp/kv", "dump", "none"]
 
+[[probes]]
+name = "a sync standby"
+selector = "role=primary"
+command = ["sh", "-c", "read p s < /cluster/roles && [ \"$s\" != - ]"]
+
 [pod_kill_selected]
 selector = "role=primary"
 count = 1
@@ -73,6 +81,7 @@ read p s < /cluster/roles || exit 3
 e="etcdctl --command-timeout=2s --endpoints"
 case $1 in
 put)
+  [ "$s" = - ] && { echo "no sync standby: writes refused" >&2; exit 4; }
   $e $(ep $p) put "$2" "$3" >/dev/null || exit 1
   for t in $(seq 20); do
     [ "$($e $(ep $s) get --print-value-only "$2")" = "$3" ] && exit 0
@@ -99,11 +108,15 @@ while true; do
 done
 REP
 peer=http://127.0.0.1:$((33380 + i * 10))
-# Started again while it fails: the pod a kill replaced may still hold the host's ports a moment.
-( until etcd --name kv-$i --data-dir /data/etcd --listen-client-urls $me --advertise-client-urls $me \
+# The pod a kill replaced may still run a moment (its deletion does not wait for its processes)
+# and hold the host's ports: until they are free, its etcd would answer for this replica.
+port=$((33379 + i * 10))
+while netstat -ltn | grep -qE ":($port|$((port + 1))) "; do sleep 0.2; done
+etcd --name kv-$i --data-dir /data/etcd --listen-client-urls $me --advertise-client-urls $me \
   --listen-peer-urls $peer --initial-advertise-peer-urls $peer --initial-cluster kv-$i=$peer \
-  --initial-cluster-token kv-$i; do sleep 0.5; done ) >/tmp/etcd.log 2>&1 &
+  --initial-cluster-token kv-$i >/tmp/etcd.log 2>&1 &
 etcd=$!
+touch /tmp/started
 delay=0; [ $i = 1 ] && delay=5
 following=""; rep=""
 while kill -0 $etcd 2>/dev/null; do
@@ -117,24 +130,37 @@ while kill -0 $etcd 2>/dev/null; do
 done
 "#;
 
-/// Writes the roles (`<primary> <sync standby>`) atomically.
-fn write_roles(cluster: &Path, primary: u32, sync: u32) {
+/// Writes the roles (`<primary> <sync standby or ->`) atomically.
+fn write_roles(cluster: &Path, primary: u32, sync: Option<u32>) {
     let tmp = cluster.join("roles.tmp");
-    std::fs::write(&tmp, format!("{primary} {sync}\n")).unwrap();
+    std::fs::write(&tmp, format!("{primary} {}\n", sync.map_or("-".to_string(), |s| s.to_string()))).unwrap();
     std::fs::rename(&tmp, cluster.join("roles")).unwrap();
 }
 
-fn read_roles(cluster: &Path) -> Option<(u32, u32)> {
+fn read_roles(cluster: &Path) -> Option<(u32, Option<u32>)> {
     let text = std::fs::read_to_string(cluster.join("roles")).ok()?;
-    let mut it = text.split_whitespace().map(|n| n.parse::<u32>().ok());
-    Some((it.next()??, it.next()??))
+    let mut it = text.split_whitespace();
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()))
+}
+
+/// Whether standby `c` holds every key primary `p` holds (compared in the primary's pod).
+async fn caught_up(client: &Client, p: u32, c: u32) -> bool {
+    let cmd = format!(
+        "e='etcdctl --command-timeout=2s --endpoints'; \
+         $e http://$NODE_IP:{} get '' --prefix --keys-only | grep . | sort > /tmp/p && \
+         $e http://$NODE_IP:{} get '' --prefix --keys-only | grep . | sort > /tmp/c && \
+         ! grep -vxF -f /tmp/c /tmp/p >/dev/null",
+        33379 + p * 10,
+        33379 + c * 10
+    );
+    exec(client, NS, &format!("kv-{p}"), None, &["sh", "-c", &cmd], Duration::from_secs(10)).await.is_ok_and(|o| o.code == 0)
 }
 
 /// The `kv` StatefulSet (kv-0 the primary, kv-2 its sync standby) and its operator's
 /// Deployment, in namespace `kv` (opted in); the roles in `cluster` (a host directory).
 pub async fn deploy(client: &Client, cluster: &Path) {
     std::fs::create_dir_all(cluster).unwrap();
-    write_roles(cluster, 0, 2);
+    write_roles(cluster, 0, Some(2));
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS, "annotations": {"shakedown.dev/allow-chaos": "true"}}})).unwrap();
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
     let sts: StatefulSet = serde_json::from_value(json!({
@@ -155,7 +181,7 @@ pub async fn deploy(client: &Client, cluster: &Path) {
                             {"name": "ETCDCTL_API", "value": "3"},
                         ],
                         "volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": "cluster", "mountPath": "/cluster"}],
-                        "readinessProbe": {"exec": {"command": ["sh", "-c", "etcdctl --endpoints=http://$NODE_IP:$((33379 + ${POD_NAME##*-} * 10)) --command-timeout=2s endpoint health"]}, "periodSeconds": 1, "timeoutSeconds": 3},
+                        "readinessProbe": {"exec": {"command": ["sh", "-c", "test -f /tmp/started && etcdctl --endpoints=http://$NODE_IP:$((33379 + ${POD_NAME##*-} * 10)) --command-timeout=2s endpoint health"]}, "periodSeconds": 1, "timeoutSeconds": 3},
                     }],
                     "volumes": [{"name": "data", "emptyDir": {}}, {"name": "cluster", "hostPath": {"path": cluster.display().to_string(), "type": "Directory"}}],
                 },
@@ -204,7 +230,7 @@ fn ordinal(p: &Pod) -> Option<u32> {
 /// Starts over (the operator stopped): roles back to kv-0 primary and kv-2 sync, every replica
 /// deleted (its emptyDir with it), until they are Ready again.
 pub async fn reset(client: &Client, cluster: &Path) {
-    write_roles(cluster, 0, 2);
+    write_roles(cluster, 0, Some(2));
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let dp = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
     pods.delete_collection(&dp, &ListParams::default().labels("app=kv")).await.unwrap();
@@ -212,8 +238,9 @@ pub async fn reset(client: &Client, cluster: &Path) {
 
 /// The operator's failover loop (while its Deployment has an available pod): the primary's pod
 /// gone, replaced (another UID: its store is empty) or not Ready → the sync standby promoted
-/// (with the planted bug: the first Ready standby by ordinal), the roles rewritten, the old
-/// primary (back empty) the new sync standby; every pod labelled with its role.
+/// (with the planted bug: the first Ready standby by ordinal), with no sync standby until a
+/// standby that may be promoted (not the delayed one) holds every key of the new primary; every
+/// pod labelled with its role.
 pub fn start_operator(client: Client, cluster: PathBuf, bug: bool) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
@@ -223,7 +250,7 @@ pub fn start_operator(client: Client, cluster: PathBuf, bug: bool) -> tokio::tas
         loop {
             tokio::time::sleep(Duration::from_millis(300)).await;
             let present = deps.get("kv-operator").await.ok().and_then(|d| d.status).and_then(|s| s.available_replicas).unwrap_or(0) > 0;
-            let (Some((p, s)), true) = (read_roles(&cluster), present) else { continue };
+            let (Some((p, mut s)), true) = (read_roles(&cluster), present) else { continue };
             let Ok(list) = pods.list(&ListParams::default().labels("app=kv")).await else { continue };
             let list: Vec<Pod> = list.items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
             let ready = |i: u32| list.iter().find(|x| ordinal(x) == Some(i) && is_ready(x));
@@ -234,15 +261,21 @@ pub fn start_operator(client: Client, cluster: PathBuf, bug: bool) -> tokio::tas
                 (_, None) => {}
                 _ => {
                     // Lost: promote.
-                    let candidate = if bug { (0..3).filter(|i| *i != p).find(|i| ready(*i).is_some()) } else { ready(s).map(|_| s) };
+                    let candidate = if bug { (0..3).filter(|i| *i != p).find(|i| ready(*i).is_some()) } else { s.filter(|s| ready(*s).is_some()) };
                     let Some(new) = candidate else { continue };
-                    // The new sync standby: a Ready one that may be promoted, else the old
-                    // primary once it is back.
-                    let sync = (0..3).filter(|i| *i != new && *i != DELAYED).find(|i| ready(*i).is_some() && *i != p).unwrap_or(p);
-                    eprintln!("kv operator: kv-{p} lost; promoting kv-{new} (sync standby kv-{sync})");
-                    write_roles(&cluster, new, sync);
+                    eprintln!("kv operator: kv-{p} lost; promoting kv-{new}");
+                    write_roles(&cluster, new, None);
                     primary_uid = ready(new).and_then(|x| x.metadata.uid.clone());
-                    p = new;
+                    (p, s) = (new, None);
+                }
+            }
+            if s.is_none() {
+                for c in (0..3).filter(|i| *i != p && *i != DELAYED && ready(*i).is_some()) {
+                    if caught_up(&client, p, c).await {
+                        eprintln!("kv operator: kv-{c} caught up with kv-{p}: the sync standby");
+                        write_roles(&cluster, p, Some(c));
+                        break;
+                    }
                 }
             }
             for pod in &list {
