@@ -17,6 +17,7 @@ use app_common::{deploy, kv, settled, start_operator, OperatorBug, GROUP, NS};
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use shakedown::node::config::BUSYBOX_IMAGE;
 use shakedown::node::{Node, NodeBinaries};
 
 const APP_PROFILE: &str = r#"
@@ -36,6 +37,14 @@ interval = "100ms"
 name = "every member healthy"
 selector = "app=etcd"
 command = ["sh", "-c", "etcdctl --endpoints=$ENDPOINTS --command-timeout=3s endpoint health"]
+
+[[probes]]
+name = "the client Service answers"
+http = { service = "etcd", port = "client", path = "/health", contains = "true" }
+
+[[probes]]
+name = "the operator is available"
+object = { api_version = "apps/v1", kind = "Deployment", name = "etcd-operator", field = "status.conditions[Available].status", equals = "True" }
 
 [partition]
 command = ["sh", "-c", "nc -w 2 {ip} 32379 </dev/null"]
@@ -143,6 +152,12 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
         let evicted: Vec<&str> = d["detail"]["evictable"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
         assert!(["app/etcd-0", "app/etcd-1", "app/etcd-2"].iter().all(|p| evicted.contains(p)) && evicted.iter().any(|p| p.starts_with("app/etcd-operator-")), "{d}");
         assert!(d["detail"]["error"].is_null(), "{d}");
+    }
+    // When each evicted pod went (a slow kubelet holds the whole drain: the event names it).
+    let gone: Vec<serde_json::Value> = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-drained").collect();
+    assert_eq!(gone.len(), drains.len(), "{events}");
+    for g in &gone {
+        assert!(["app/etcd-0", "app/etcd-1", "app/etcd-2"].iter().all(|p| g["detail"]["gone-after-ms"][p].is_u64()), "{g}");
     }
     let nodes: Api<KubeNode> = Api::all(client.clone());
     assert!(nodes.list(&ListParams::default()).await.unwrap().items.iter().all(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)), "no node left cordoned");
@@ -334,6 +349,31 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     assert_eq!(code, 1, "replayed: {out}\n{err}");
     assert!(out.contains("acknowledged writes lost"), "{out}\n{err}");
     kv_operator.abort();
+
+    // A checker Job as a probe: created for each check, complete, deleted.
+    let checker = |cmd: &str| {
+        format!(
+            "\n[[probes]]\nname = \"the checker Job\"\n[probes.job.template.spec]\nrestartPolicy = \"Never\"\ncontainers = [{{ name = \"check\", image = \"{BUSYBOX_IMAGE}\", imagePullPolicy = \"Never\", command = [\"sh\", \"-c\", \"{cmd}\"], env = [{{ name = \"NODE_IP\", valueFrom = {{ fieldRef = {{ fieldPath = \"status.hostIP\" }} }} }}] }}]\n"
+        )
+    };
+    std::fs::write(files.join("job.toml"), format!("{APP_PROFILE}{}", checker("wget -q -O - http://$NODE_IP:32379/health | grep true"))).unwrap();
+    let p = files.join("probe.toml");
+    std::fs::write(&p, profile("app-probe", &["operator-restart"], 1)).unwrap();
+    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &files.join("job.toml").display().to_string(), "--profile", &p.display().to_string(), "--seed", "1"], &files);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), NS);
+    assert!(jobs.list(&ListParams::default()).await.unwrap().items.is_empty(), "no checker Job left");
+
+    // Probes that fail say why: the service proxy's answer, the object's field, the Job's log.
+    let failing = APP_PROFILE.replace("path = \"/health\"", "path = \"/no-such-path\"").replace("equals = \"True\" }", "equals = \"False\" }");
+    std::fs::write(files.join("failing.toml"), format!("{failing}{}", checker("echo the checker says no; exit 3"))).unwrap();
+    std::fs::write(&p, profile("app-probe", &["operator-restart"], 1).replace("converge = \"60s\"", "converge = \"3s\"")).unwrap();
+    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &files.join("failing.toml").display().to_string(), "--profile", &p.display().to_string(), "--seed", "1"], &files);
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(out.contains("probe the client Service answers: GET /api/v1/namespaces/app/services/etcd:client/proxy/no-such-path"), "{out}");
+    assert!(out.contains("probe the operator is available: Deployment app/etcd-operator: status.conditions[Available].status = \"True\" (wanted \"False\")"), "{out}");
+    assert!(out.contains("probe the checker Job: Job shakedown-") && out.contains("failed: ") && out.contains("the checker says no"), "{out}");
+    assert!(jobs.list(&ListParams::default()).await.unwrap().items.is_empty(), "no checker Job left");
 
     // A write command that never succeeds: the run does not start (exit 4), saying what it answered.
     let broken = APP_PROFILE.replace("op_timeout = \"90s\"", "op_timeout = \"3s\"").replace("--command-timeout=5s put {key} {value}", "--command-timeout=5s put {key} {value} --no-such-flag");

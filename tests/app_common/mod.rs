@@ -148,6 +148,11 @@ pub async fn deploy(client: &Client, backups: &std::path::Path) {
     }))
     .unwrap();
     Api::<StatefulSet>::namespaced(client.clone(), NS).create(&PostParams::default(), &sts).await.unwrap();
+    // The clients' Service (the replicas are on the host network, each on ports of its own: the
+    // Service's port reaches etcd-0's).
+    let svc: k8s_openapi::api::core::v1::Service =
+        serde_json::from_value(json!({"metadata": {"name": "etcd"}, "spec": {"selector": {"app": "etcd"}, "ports": [{"name": "client", "port": 32379, "targetPort": 32379}]}})).unwrap();
+    Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), NS).create(&PostParams::default(), &svc).await.unwrap();
     let op: Deployment = serde_json::from_value(json!({
         "metadata": {"name": "etcd-operator"},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "etcd-operator"}}, "template": {

@@ -28,6 +28,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
@@ -40,11 +41,15 @@ use super::kube::{OPT_IN, RUN_LABEL};
 use super::{StartContext, Started, Target, TargetError};
 use crate::exit::Fatal;
 use data::{is_ready, ready_pod, Writer};
-use spec::{fill, AppSpec, ResourceOp};
+use spec::{fill, AppSpec, HttpProbe, ObjectProbe, ProbeCheck, ResourceOp};
 
 const POLL: Duration = Duration::from_millis(250);
 /// How long one API request of the target may take.
 const REQUEST_BOUND: Duration = Duration::from_secs(15);
+/// How long one probe of `app-ready` may take.
+const PROBE_BOUND: Duration = Duration::from_secs(15);
+/// How long a checker Job (a `job` probe) may take to complete.
+const PROBE_JOB_BOUND: Duration = Duration::from_secs(60);
 /// How long the data workload has to get its first write acknowledged before the run starts
 /// (at most the profile's `op_timeout`).
 const FIRST_ACK_BOUND: Duration = Duration::from_secs(60);
@@ -74,6 +79,8 @@ pub struct AppTarget {
     backups: BTreeMap<BackupId, String>,
     /// How many restores the run has asked for (their objects' names).
     restores: usize,
+    /// How many checker Jobs the probes have created (their names).
+    probe_jobs: std::sync::atomic::AtomicU32,
     torn_down: bool,
 }
 
@@ -158,7 +165,12 @@ impl AppTarget {
         }
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &p.namespace);
         bounded("create the run's ConfigMap", cms.create(&PostParams::default(), &cm)).await.map_err(Fatal::environment)?;
-        Ok(AppTarget { client, evict_client, server, spec: spec.clone(), run_id: ctx.run_id.to_string(), operator_replicas, sts_selector, writer, notes, version, events: vec![], backups: BTreeMap::new(), restores: 0, torn_down: false })
+        Ok(AppTarget { client, evict_client, server, spec: spec.clone(), run_id: ctx.run_id.to_string(), operator_replicas, sts_selector, writer, notes, version, events: vec![], backups: BTreeMap::new(), restores: 0, probe_jobs: Default::default(), torn_down: false })
+    }
+
+    /// The labels of the objects the run creates.
+    fn run_labels(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([(RUN_LABEL.to_string(), self.run_id.clone()), ("app.kubernetes.io/managed-by".to_string(), "shakedown".to_string())])
     }
 
     fn ns(&self) -> &str {
@@ -346,12 +358,15 @@ impl AppTarget {
             async move { nodes.get(&node_name).await.ok().filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)).map(|_| ()) }
         })
         .await?;
-        tracing::info!("node-drain({m}): node {node_name} drained ({} pods evicted) and uncordoned", evicted.len());
+        let (evicted, last) = evicted;
+        let last = last.map(|(pod, ms)| format!("; the last gone {:.1}s after its eviction: {pod}", ms as f64 / 1000.0)).unwrap_or_default();
+        tracing::info!("node-drain({m}): node {node_name} drained ({} pods evicted{last}) and uncordoned", evicted.len());
         Ok(())
     }
 
     /// Evicts every pod of `node` a drain evicts and waits until they are gone: the pods, or why not.
-    async fn evict_all(&mut self, node: &str) -> Result<Vec<String>, TargetError> {
+    /// With the pods, the one that took longest to go after the evictions, and how long (ms).
+    async fn evict_all(&mut self, node: &str) -> Result<(Vec<String>, Option<(String, u64)>), TargetError> {
         let all: Api<Pod> = Api::all(self.client.clone());
         let on_node = bounded("pods on the node", all.list(&ListParams::default().fields(&format!("spec.nodeName={node}")))).await.map_err(env)?.items;
         // What `kubectl drain --ignore-daemonsets` evicts: not a DaemonSet's pod (its controller
@@ -402,19 +417,31 @@ impl AppTarget {
             detail: serde_json::json!({"node": node, "evictable": names, "refused-evictions": refused, "error": result.as_ref().err().map(|e| e.to_string())}),
         });
         result?;
-        // Verified: every evicted pod is gone from the node (its replacement, if any, is another pod).
+        // Verified: every evicted pod is gone from the node (its replacement, if any, is another
+        // pod). When each went is kept: a pod whose kubelet takes long to remove it holds the
+        // whole drain, and the event log names it.
         let wanted = evictable.clone();
+        let evicted_at = Instant::now();
+        let gone: std::sync::Arc<std::sync::Mutex<BTreeMap<String, u64>>> = Default::default();
         self.wait(&format!("node {node} drained ({} pods evicted)", wanted.len()), || {
-            let (all, wanted) = (all.clone(), wanted.clone());
+            let (all, wanted, gone) = (all.clone(), wanted.clone(), gone.clone());
             let node = node.to_string();
             async move {
                 let now = all.list(&ListParams::default().fields(&format!("spec.nodeName={node}"))).await.ok()?.items;
-                let left = wanted.iter().any(|(ns, name, uid)| now.iter().any(|p| p.metadata.namespace.as_ref() == Some(ns) && p.metadata.name.as_ref() == Some(name) && p.metadata.uid == *uid));
-                (!left).then_some(())
+                let mut gone = gone.lock().unwrap();
+                for (ns, name, uid) in &wanted {
+                    if !now.iter().any(|p| p.metadata.namespace.as_ref() == Some(ns) && p.metadata.name.as_ref() == Some(name) && p.metadata.uid == *uid) {
+                        gone.entry(format!("{ns}/{name}")).or_insert(evicted_at.elapsed().as_millis() as u64);
+                    }
+                }
+                (gone.len() == wanted.len()).then_some(())
             }
         })
         .await?;
-        Ok(names)
+        let gone = gone.lock().unwrap().clone();
+        let last = gone.iter().max_by_key(|(_, ms)| **ms).map(|(p, ms)| (p.clone(), *ms));
+        self.events.push(crate::events::Event::Target { kind: "app-drained".into(), detail: serde_json::json!({"node": node, "gone-after-ms": gone}) });
+        Ok((names, last))
     }
 
     /// The API of a custom resource kind (its plural from discovery).
@@ -432,8 +459,7 @@ impl AppTarget {
         let mut vars = vars;
         vars.insert("namespace", self.ns().to_string());
         vars.insert("statefulset", self.spec.app_profile.statefulset.clone());
-        let labels = BTreeMap::from([(RUN_LABEL.to_string(), self.run_id.clone()), ("app.kubernetes.io/managed-by".to_string(), "shakedown".to_string())]);
-        let body = r.object(name, &labels, &vars);
+        let body = r.object(name, &self.run_labels(), &vars);
         let obj: DynamicObject = serde_json::from_value(body.clone()).map_err(|e| TargetError::Environment(format!("[{section}.template]: {e}")))?;
         let t = Instant::now();
         bounded(&format!("create {name}"), api.create(&PostParams::default(), &obj)).await.map_err(env)?;
@@ -633,21 +659,116 @@ impl AppTarget {
     async fn probes(&self) -> Vec<(String, Option<String>)> {
         let mut out = vec![];
         for p in &self.spec.app_profile.probes {
-            let result = match ready_pod(&self.client, self.ns(), &p.selector, None).await {
-                None => Some(format!("no Ready pod of {}", p.selector)),
-                Some(pod) => {
-                    let name = pod.metadata.name.unwrap_or_default();
-                    let refs: Vec<&str> = p.command.iter().map(String::as_str).collect();
-                    match exec(&self.client, self.ns(), &name, p.container.as_deref(), &refs, Duration::from_secs(15)).await {
-                        Ok(o) if o.code == 0 => None,
-                        Ok(o) => Some(format!("in {name}: exit {}: {}", o.code, o.stderr.trim())),
-                        Err(e) => Some(e),
-                    }
-                }
+            let result = match p.check() {
+                Ok(ProbeCheck::Exec { selector, container, command }) => self.exec_probe(selector, container, command).await,
+                Ok(ProbeCheck::Http(h)) => self.http_probe(h).await,
+                Ok(ProbeCheck::Object(o)) => self.object_probe(o).await,
+                Ok(ProbeCheck::Job(spec)) => self.job_probe(spec).await,
+                Err(e) => Some(e),
             };
             out.push((p.name.clone(), result));
         }
         out
+    }
+
+    /// `command` in the first Ready pod of `selector`: why it failed, if it did.
+    async fn exec_probe(&self, selector: &str, container: Option<&str>, command: &[String]) -> Option<String> {
+        let Some(pod) = ready_pod(&self.client, self.ns(), selector, None).await else {
+            return Some(format!("no Ready pod of {selector}"));
+        };
+        let pod = pod.metadata.name.unwrap_or_default();
+        let refs: Vec<&str> = command.iter().map(String::as_str).collect();
+        match exec(&self.client, self.ns(), &pod, container, &refs, PROBE_BOUND).await {
+            Ok(o) if o.code == 0 => None,
+            Ok(o) => Some(format!("in {pod}: exit {}: {}", o.code, o.stderr.trim())),
+            Err(e) => Some(e),
+        }
+    }
+
+    /// A GET through the apiserver's service proxy: why it failed, if it did.
+    async fn http_probe(&self, h: &HttpProbe) -> Option<String> {
+        let path = format!("/api/v1/namespaces/{}/services/{}:{}/proxy/{}", self.ns(), h.service, h.port, h.path.trim_start_matches('/'));
+        let request = match http::Request::get(&path).body(Vec::new()) {
+            Ok(r) => r,
+            Err(e) => return Some(format!("GET {path}: {e}")),
+        };
+        match tokio::time::timeout(PROBE_BOUND, self.client.request_text(request)).await {
+            Err(_) => Some(format!("GET {path}: no answer within {}s", PROBE_BOUND.as_secs())),
+            Ok(Err(e)) => Some(format!("GET {path}: {e}")),
+            Ok(Ok(body)) => match &h.contains {
+                Some(want) if !body.contains(want.as_str()) => Some(format!("GET {path}: the answer does not contain {want:?}: {}", body.chars().take(200).collect::<String>())),
+                _ => None,
+            },
+        }
+    }
+
+    /// A checker Job: created from the probe's spec, waited for, deleted (with its pods). Why it
+    /// did not complete, if it did not: its pod's last log lines.
+    async fn job_probe(&self, spec: &serde_json::Value) -> Option<String> {
+        let n = self.probe_jobs.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let name = format!("shakedown-{}-check-{n}", self.run_id.trim_start_matches("sd-"));
+        let template = serde_json::json!({"apiVersion": "batch/v1", "kind": "Job", "spec": spec});
+        let mut body = spec::instantiate(&template, &name, &self.run_labels(), &BTreeMap::from([("namespace", self.ns().to_string()), ("statefulset", self.spec.app_profile.statefulset.clone())]));
+        // A checker runs once: the checks are retried until the step converges.
+        if body["spec"].get("backoffLimit").is_none() {
+            body["spec"]["backoffLimit"] = 0.into();
+        }
+        let job: Job = match serde_json::from_value(body) {
+            Ok(j) => j,
+            Err(e) => return Some(format!("the job's spec: {e}")),
+        };
+        let jobs: Api<Job> = Api::namespaced(self.client.clone(), self.ns());
+        if let Err(e) = bounded(&format!("create Job {name}"), jobs.create(&PostParams::default(), &job)).await {
+            return Some(e);
+        }
+        let deadline = Instant::now() + PROBE_JOB_BOUND;
+        let result = loop {
+            let status = jobs.get_opt(&name).await.ok().flatten().and_then(|j| j.status).unwrap_or_default();
+            let failed = status.conditions.as_ref().is_some_and(|c| c.iter().any(|c| c.type_ == "Failed" && c.status == "True"));
+            if status.succeeded.unwrap_or(0) > 0 {
+                break None;
+            }
+            if failed || Instant::now() > deadline {
+                let how = if failed { "failed".to_string() } else { format!("not complete within {}s", PROBE_JOB_BOUND.as_secs()) };
+                break Some(format!("Job {name} {how}: {}", self.job_logs(&name).await));
+            }
+            tokio::time::sleep(POLL).await;
+        };
+        let _ = bounded(&format!("delete Job {name}"), jobs.delete(&name, &DeleteParams::background())).await;
+        result
+    }
+
+    /// The last log lines of a Job's newest pod.
+    async fn job_logs(&self, job: &str) -> String {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let listed = bounded("the job's pods", pods.list(&ListParams::default().labels(&format!("job-name={job}")))).await.map(|l| l.items).unwrap_or_default();
+        let Some(pod) = listed.into_iter().max_by_key(|p| p.metadata.creation_timestamp.clone()).and_then(|p| p.metadata.name) else {
+            return "no pod".into();
+        };
+        let params = kube::api::LogParams { tail_lines: Some(5), ..Default::default() };
+        match bounded("logs", pods.logs(&pod, &params)).await {
+            Ok(l) if !l.trim().is_empty() => format!("{pod}: {}", l.trim().replace('\n', " | ")),
+            Ok(_) => format!("{pod}: no output"),
+            Err(e) => format!("{pod}: {e}"),
+        }
+    }
+
+    /// An object's field: why it is not `equals`, if it is not.
+    async fn object_probe(&self, o: &ObjectProbe) -> Option<String> {
+        let what = format!("{} {}/{}", o.kind, self.ns(), o.name);
+        let api = match resource_api_of(&self.client, self.ns(), &format!("{}/{}", o.api_version, o.kind)).await {
+            Ok(api) => api,
+            Err(e) => return Some(e),
+        };
+        match bounded(&what, api.get_opt(&o.name)).await {
+            Err(e) => Some(e),
+            Ok(None) => Some(format!("{what} does not exist")),
+            Ok(Some(obj)) => {
+                let value = serde_json::to_value(&obj).unwrap_or_default();
+                let m = spec::FieldMatch { field: o.field.clone(), equals: o.equals.clone() };
+                (!m.matches(&value)).then(|| format!("{what}: {} = {} (wanted {:?})", o.field, m.value(&value).map_or("absent".into(), |v| format!("{v:?}")), o.equals))
+            }
+        }
     }
 }
 
@@ -770,6 +891,9 @@ impl Target for AppTarget {
         }
         let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
         let _ = bounded("delete the run's NetworkPolicies", api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id)))).await;
+        // A checker Job a stop interrupted (with its pods).
+        let jobs: Api<Job> = Api::namespaced(self.client.clone(), self.ns());
+        let _ = bounded("delete the run's checker Jobs", jobs.delete_collection(&DeleteParams::background(), &ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id)))).await;
         if let (Some(name), Some(replicas)) = (self.spec.app_profile.operator.clone(), self.operator_replicas) {
             let deps: Api<Deployment> = Api::namespaced(self.client.clone(), self.ns());
             if let Ok(d) = bounded("operator", deps.get(&name)).await {
@@ -815,7 +939,11 @@ pub fn resource_kinds(p: &spec::AppProfile) -> BTreeSet<(String, String)> {
 pub async fn resource_api_of(client: &Client, ns: &str, gvk: &str) -> Result<Api<DynamicObject>, String> {
     let mut parts = gvk.rsplitn(2, '/');
     let (kind, api_version) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
-    let (group, version) = api_version.split_once('/').ok_or_else(|| format!("{gvk}: not group/version/Kind"))?;
+    // `v1/Pod`: the core group.
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    if version.is_empty() || kind.is_empty() {
+        return Err(format!("{gvk}: not group/version/Kind"));
+    }
     let (ar, _): (ApiResource, _) = kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await.map_err(|e| format!("{gvk}: {e}"))?;
     Ok(Api::namespaced_with(client.clone(), ns, &ar))
 }

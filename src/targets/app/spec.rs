@@ -63,9 +63,10 @@ pub struct AppProfile {
     /// The data-integrity workload (`[data]`): absent, `app-durability` is not checked.
     #[serde(default)]
     pub data: Option<DataCommands>,
-    /// Probes that must pass for `app-ready` (`[[probes]]`): a command exec'd in a Ready pod.
+    /// Probes that must pass for `app-ready` (`[[probes]]`): a command exec'd in a Ready pod, an
+    /// HTTP GET through the service proxy, an object's field, or a checker Job.
     #[serde(default)]
-    pub probes: Vec<ExecProbe>,
+    pub probes: Vec<Probe>,
     /// The connectivity probe of `partition` (`[partition]`): absent, `partition` is skipped.
     #[serde(default)]
     pub partition: Option<PartitionProbe>,
@@ -137,31 +138,37 @@ impl FieldMatch {
     }
 }
 
+/// An object from a profile's template: its `{placeholders}` filled from `vars`, named `name`
+/// (any namespace of the template dropped: the app's), `labels` added.
+pub fn instantiate(template: &serde_json::Value, name: &str, labels: &BTreeMap<String, String>, vars: &BTreeMap<&str, String>) -> serde_json::Value {
+    fn fill_all(v: &mut serde_json::Value, vars: &BTreeMap<&str, String>) {
+        match v {
+            serde_json::Value::String(s) => *s = vars.iter().fold(s.clone(), |s, (k, x)| s.replace(&format!("{{{k}}}"), x)),
+            serde_json::Value::Array(a) => a.iter_mut().for_each(|v| fill_all(v, vars)),
+            serde_json::Value::Object(o) => o.values_mut().for_each(|v| fill_all(v, vars)),
+            _ => {}
+        }
+    }
+    let mut obj = template.clone();
+    fill_all(&mut obj, vars);
+    let meta = obj.as_object_mut().map(|o| o.entry("metadata").or_insert_with(|| serde_json::json!({})));
+    if let Some(serde_json::Value::Object(meta)) = meta {
+        meta.insert("name".into(), name.into());
+        meta.remove("namespace");
+        let l = meta.entry("labels").or_insert_with(|| serde_json::json!({}));
+        if let serde_json::Value::Object(l) = l {
+            for (k, v) in labels {
+                l.insert(k.clone(), v.clone().into());
+            }
+        }
+    }
+    obj
+}
+
 impl ResourceOp {
     /// The object to create: the template with its placeholders filled, named `name`, labelled.
     pub fn object(&self, name: &str, labels: &BTreeMap<String, String>, vars: &BTreeMap<&str, String>) -> serde_json::Value {
-        fn fill_all(v: &mut serde_json::Value, vars: &BTreeMap<&str, String>) {
-            match v {
-                serde_json::Value::String(s) => *s = vars.iter().fold(s.clone(), |s, (k, x)| s.replace(&format!("{{{k}}}"), x)),
-                serde_json::Value::Array(a) => a.iter_mut().for_each(|v| fill_all(v, vars)),
-                serde_json::Value::Object(o) => o.values_mut().for_each(|v| fill_all(v, vars)),
-                _ => {}
-            }
-        }
-        let mut obj = self.template.clone();
-        fill_all(&mut obj, vars);
-        let meta = obj.as_object_mut().map(|o| o.entry("metadata").or_insert_with(|| serde_json::json!({})));
-        if let Some(serde_json::Value::Object(meta)) = meta {
-            meta.insert("name".into(), name.into());
-            meta.remove("namespace");
-            let l = meta.entry("labels").or_insert_with(|| serde_json::json!({}));
-            if let serde_json::Value::Object(l) = l {
-                for (k, v) in labels {
-                    l.insert(k.clone(), v.clone().into());
-                }
-            }
-        }
-        obj
+        instantiate(&self.template, name, labels, vars)
     }
 
     /// `apiVersion` and `kind` of the template, or what is wrong with it.
@@ -242,19 +249,109 @@ fn default_interval() -> Duration {
     Duration::from_millis(200)
 }
 
-/// A command exec'd in a Ready pod of `selector`: exit 0 passes.
+/// A check `app-ready` makes once a step converged, one of four kinds: `command` exec'd in a
+/// Ready pod of `selector` (exit 0 passes), `http` (a GET through the apiserver's service proxy),
+/// `object` (a field of an object of the namespace: the operator's custom resource's
+/// condition, say) or `job` (a checker Job: complete passes).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ExecProbe {
+pub struct Probe {
     /// The probe's name in `app-ready`'s messages.
     pub name: String,
-    /// The label selector of the pods it runs in (the first Ready one by name).
-    pub selector: String,
-    /// The container (default: the pod's first).
+    /// With `command`: the label selector of the pods it runs in (the first Ready one by name).
+    #[serde(default)]
+    pub selector: Option<String>,
+    /// With `command`: the container (default: the pod's first).
     #[serde(default)]
     pub container: Option<String>,
     /// The command and its arguments (no shell unless you run one: `["sh", "-c", "…"]`).
-    pub command: Vec<String>,
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    /// A GET through the apiserver's service proxy (no port-forward, nothing on the nodes).
+    #[serde(default)]
+    pub http: Option<HttpProbe>,
+    /// A field of an object in the namespace.
+    #[serde(default)]
+    pub object: Option<ObjectProbe>,
+    /// A checker Job's `spec` (a table, `[probes.job]`, with `{namespace}` and `{statefulset}` filled in;
+    /// `backoffLimit` 0 unless given): shakedown creates it (named `shakedown-<run>-check-N`,
+    /// labelled with the run), waits up to 60 s for it to complete (failed: its pod's last log
+    /// lines), and deletes it.
+    #[serde(default)]
+    pub job: Option<serde_json::Value>,
+}
+
+/// `GET /api/v1/namespaces/<namespace>/services/<service>:<port>/proxy<path>`: a 2xx answer
+/// (containing `contains`, when given) passes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpProbe {
+    /// The Service's name.
+    pub service: String,
+    /// The Service's port, by number or name.
+    pub port: String,
+    /// The path, from `/`.
+    #[serde(default = "default_path")]
+    pub path: String,
+    /// Text the answer's body must contain.
+    #[serde(default)]
+    pub contains: Option<String>,
+}
+
+fn default_path() -> String {
+    "/".into()
+}
+
+/// An object of the namespace whose `field` must equal `equals` (`field` as in `[backup]`'s
+/// `done`: a dotted path; a segment `conditions[Ready]` picks a condition by type).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectProbe {
+    /// `group/version` (`v1` for the core group).
+    pub api_version: String,
+    /// Its kind (`DbCluster`).
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// The dotted path of the field (`status.conditions[Ready].status`).
+    pub field: String,
+    /// The value it must have (a number or boolean as written: `"3"`, `"true"`).
+    pub equals: String,
+}
+
+/// What a probe does (the profile's validation made exactly one of them present).
+pub enum ProbeCheck<'a> {
+    Exec { selector: &'a str, container: Option<&'a str>, command: &'a [String] },
+    Http(&'a HttpProbe),
+    Object(&'a ObjectProbe),
+    Job(&'a serde_json::Value),
+}
+
+impl Probe {
+    pub fn check(&self) -> Result<ProbeCheck<'_>, String> {
+        let kinds = [self.command.is_some(), self.http.is_some(), self.object.is_some(), self.job.is_some()].iter().filter(|k| **k).count();
+        if kinds > 1 {
+            return Err(format!("app profile: probe {:?}: one of command (with selector), http, object or job, not several", self.name));
+        }
+        if let Some(job) = &self.job {
+            return match (job.is_object(), &self.selector) {
+                (true, None) => Ok(ProbeCheck::Job(job)),
+                (false, _) => Err(format!("app profile: probe {:?}: job is a Job's spec (a table: [probes.job])", self.name)),
+                (true, Some(_)) => Err(format!("app profile: probe {:?}: a selector belongs to a command, not a job", self.name)),
+            };
+        }
+        match (&self.command, &self.http, &self.object) {
+            (Some(command), None, None) => match &self.selector {
+                Some(selector) if !command.is_empty() => Ok(ProbeCheck::Exec { selector, container: self.container.as_deref(), command }),
+                Some(_) => Err(format!("app profile: probe {:?}: command is empty", self.name)),
+                None => Err(format!("app profile: probe {:?}: a command needs the selector of the pods to run it in", self.name)),
+            },
+            (None, Some(h), None) if self.selector.is_none() => Ok(ProbeCheck::Http(h)),
+            (None, None, Some(o)) if self.selector.is_none() => Ok(ProbeCheck::Object(o)),
+            (None, None, None) => Err(format!("app profile: probe {:?} needs command (with selector), http, object or job", self.name)),
+            _ => Err(format!("app profile: probe {:?}: a selector belongs to a command", self.name)),
+        }
+    }
 }
 
 /// How `partition` checks that traffic is cut: `command` is exec'd in another replica with
@@ -274,6 +371,9 @@ impl AppProfile {
         let p: AppProfile = toml::from_str(text).map_err(|e| format!("app profile: {e}"))?;
         if p.data.as_ref().is_some_and(|d| d.write.is_empty() || d.read.is_empty()) {
             return Err("app profile: [data] needs a write and a read command".into());
+        }
+        for probe in &p.probes {
+            probe.check()?;
         }
         if let Some(k) = &p.pod_kill_selected {
             if k.count.is_some() && k.percent.is_some() {
@@ -377,6 +477,38 @@ mod tests {
         assert!(r.failed.unwrap().matches(&status(serde_json::json!({"phase": "Failed"}))));
         let n = FieldMatch { field: "status.attempts".into(), equals: "3".into() };
         assert!(n.matches(&status(serde_json::json!({"attempts": 3}))), "a number compares as written");
+    }
+
+    #[test]
+    fn the_readmes_app_profile_parses() {
+        let readme = include_str!("../../../README.md");
+        let from = readme.find("2. Describe the application in an app profile").expect("the README's app profile step");
+        let block = readme[from..].split("```toml").nth(1).and_then(|b| b.split("```").next()).expect("its toml block");
+        let text: String = block.lines().map(|l| l.strip_prefix("   ").unwrap_or(l)).collect::<Vec<_>>().join("\n");
+        let p = AppProfile::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert!(p.probes.len() >= 4 && p.probes.iter().all(|p| p.check().is_ok()), "{:?}", p.probes);
+        assert!(p.backup.is_some() && p.restore.is_some() && p.data.is_some());
+    }
+
+    #[test]
+    fn a_probe_is_one_of_exec_http_or_object() {
+        let base = "namespace = \"app\"\nstatefulset = \"etcd\"\n[[probes]]\nname = \"p\"\n";
+        let p = AppProfile::from_toml(&format!("{base}selector = \"app=etcd\"\ncommand = [\"true\"]\n[[probes]]\nname = \"h\"\nhttp = {{ service = \"etcd\", port = \"client\" }}\n[[probes]]\nname = \"o\"\nobject = {{ api_version = \"apps/v1\", kind = \"Deployment\", name = \"op\", field = \"status.conditions[Available].status\", equals = \"True\" }}\n")).unwrap();
+        assert!(matches!(p.probes[0].check(), Ok(ProbeCheck::Exec { selector: "app=etcd", .. })));
+        assert!(matches!(p.probes[1].check(), Ok(ProbeCheck::Http(h)) if h.path == "/" && h.port == "client"));
+        assert!(matches!(p.probes[2].check(), Ok(ProbeCheck::Object(o)) if o.kind == "Deployment"));
+        let e = AppProfile::from_toml(&format!("{base}command = [\"true\"]\n")).unwrap_err();
+        assert!(e.contains("needs the selector"), "{e}");
+        let e = AppProfile::from_toml(base).unwrap_err();
+        assert!(e.contains("needs command (with selector), http, object or job"), "{e}");
+        let e = AppProfile::from_toml(&format!("{base}selector = \"a=b\"\ncommand = [\"true\"]\nhttp = {{ service = \"s\", port = \"80\" }}\n")).unwrap_err();
+        assert!(e.contains("not several"), "{e}");
+        let e = AppProfile::from_toml(&format!("{base}selector = \"a=b\"\nhttp = {{ service = \"s\", port = \"80\" }}\n")).unwrap_err();
+        assert!(e.contains("a selector belongs to a command"), "{e}");
+        let p = AppProfile::from_toml(&format!("{base}[probes.job]\nbackoffLimit = 1\n[probes.job.template.spec]\nrestartPolicy = \"Never\"\n")).unwrap();
+        assert!(matches!(p.probes[0].check(), Ok(ProbeCheck::Job(j)) if j["backoffLimit"] == 1));
+        let e = AppProfile::from_toml(&format!("{base}job = \"x\"\n")).unwrap_err();
+        assert!(e.contains("a Job's spec"), "{e}");
     }
 
     #[test]

@@ -38,7 +38,8 @@ where
     let list = api.list(&ListParams::default().labels(&format!("{RUN_LABEL}={run}"))).await.map_err(|e| format!("listing {what} in {ns}: {e}"))?;
     for o in list.items {
         let name = o.meta().name.clone().unwrap_or_default();
-        match api.delete(&name, &DeleteParams::default()).await {
+        // In the background: a Job's pods go with it.
+        match api.delete(&name, &DeleteParams::background()).await {
             Ok(_) => out.push(format!("deleted {what} {ns}/{name}")),
             Err(kube::Error::Api(r)) if r.code == 404 => {}
             Err(e) => return Err(format!("deleting {what} {ns}/{name}: {e}")),
@@ -48,12 +49,13 @@ where
 }
 
 /// A dead application-target run's leftovers in its namespace: its partitions' NetworkPolicies,
-/// the operator's objects it created (backups, restores), nodes it cordoned, and the operator if
+/// its checker Jobs, the operator's objects it created (backups, restores), nodes it cordoned, and the operator if
 /// the run left it scaled below the replicas it recorded.
 async fn reap_app(client: &kube::Client, ns: &str, run: &str, data: &std::collections::BTreeMap<String, String>, out: &mut Reaped) -> Result<(), String> {
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::networking::v1::NetworkPolicy;
     delete_run_objects(&Api::<NetworkPolicy>::namespaced(client.clone(), ns), "NetworkPolicy", ns, run, &mut out.app).await?;
+    delete_run_objects(&Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), ns), "Job", ns, run, &mut out.app).await?;
     // Nodes the run cordoned for a drain and left so (a listing refused to a namespaced
     // account: the run could not have cordoned one either).
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
@@ -118,7 +120,8 @@ pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: O
             reap_app(&client, &ns, run, &data, &mut out).await.map_err(|e| KubeError::Environment(format!("{e} on {server}")))?;
         }
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-        match api.delete(&name, &DeleteParams::default()).await {
+        // In the background: a Job's pods go with it.
+        match api.delete(&name, &DeleteParams::background()).await {
             Ok(_) => out.configmaps.push(format!("{ns}/{name}")),
             Err(kube::Error::Api(r)) if r.code == 404 => {}
             Err(e) => return Err(env(&format!("deleting ConfigMap {ns}/{name}"), e)),
@@ -168,7 +171,8 @@ pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: O
             }
             let (ns, name) = (o.metadata.namespace.clone().unwrap_or_default(), o.metadata.name.clone().unwrap_or_default());
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
-            match api.delete(&name, &DeleteParams::default()).await {
+            // In the background: a Job's pods go with it.
+        match api.delete(&name, &DeleteParams::background()).await {
                 Ok(_) => out.velero.push(format!("{kind} {ns}/{name}")),
                 Err(kube::Error::Api(r)) if r.code == 404 => {}
                 Err(e) => return Err(env(&format!("deleting Velero {kind} {ns}/{name}"), e)),
@@ -201,7 +205,8 @@ pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: O
             for cm in list.items.into_iter().filter(|c| !c.metadata.namespace.as_ref().is_some_and(|n| run_namespaces.contains(n))) {
                 let (cns, name) = (cm.metadata.namespace.clone().unwrap_or_default(), cm.metadata.name.clone().unwrap_or_default());
                 let api: Api<ConfigMap> = Api::namespaced(wc.clone(), &cns);
-                match api.delete(&name, &DeleteParams::default()).await {
+                // In the background: a Job's pods go with it.
+        match api.delete(&name, &DeleteParams::background()).await {
                     Ok(_) => out.api.push(format!("ConfigMap {cns}/{name} (workload cluster {wserver})")),
                     Err(kube::Error::Api(r)) if r.code == 404 => {}
                     Err(e) => return Err(KubeError::Environment(format!("deleting ConfigMap {cns}/{name} in the workload cluster {wserver}: {e}"))),
