@@ -23,11 +23,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::json;
-use shakedown::node::config::{BUSYBOX_IMAGE, ETCD_IMAGE};
+use shakedown::node::config::ETCD_IMAGE;
 use shakedown::targets::app::data::is_ready;
 use shakedown::targets::exec::exec;
 
@@ -161,8 +161,7 @@ async fn caught_up(client: &Client, p: u32, c: u32) -> bool {
 pub async fn deploy(client: &Client, cluster: &Path) {
     std::fs::create_dir_all(cluster).unwrap();
     write_roles(cluster, 0, Some(2));
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS, "annotations": {"shakedown.dev/allow-chaos": "true"}}})).unwrap();
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    super::create_namespace(client, NS).await;
     let sts: StatefulSet = serde_json::from_value(json!({
         "metadata": {"name": "kv"},
         "spec": {
@@ -190,14 +189,7 @@ pub async fn deploy(client: &Client, cluster: &Path) {
     }))
     .unwrap();
     Api::<StatefulSet>::namespaced(client.clone(), NS).create(&PostParams::default(), &sts).await.unwrap();
-    let op: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "kv-operator"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "kv-operator"}}, "template": {
-            "metadata": {"labels": {"app": "kv-operator"}},
-            "spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "operator", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "100000"]}]}}}
-    }))
-    .unwrap();
-    Api::<Deployment>::namespaced(client.clone(), NS).create(&PostParams::default(), &op).await.unwrap();
+    super::create_operator(client, NS, "kv-operator").await;
 }
 
 /// Waits until the three replicas are Ready, one of them labelled the primary, and the
@@ -249,7 +241,7 @@ pub fn start_operator(client: Client, cluster: PathBuf, bug: bool) -> tokio::tas
         let mut primary_uid: Option<String> = None;
         loop {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            let present = deps.get("kv-operator").await.ok().and_then(|d| d.status).and_then(|s| s.available_replicas).unwrap_or(0) > 0;
+            let present = super::operator_present(&deps, "kv-operator").await;
             let (Some((p, mut s)), true) = (read_roles(&cluster), present) else { continue };
             let Ok(list) = pods.list(&ListParams::default().labels("app=kv")).await else { continue };
             let list: Vec<Pod> = list.items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();

@@ -108,8 +108,7 @@ async fn install_crds(client: &Client) {
 /// The etcd StatefulSet and the operator's Deployment, in namespace `app` (opted in); the
 /// operator's CRDs; backups go to `backups` (a host directory, mounted in every replica).
 pub async fn deploy(client: &Client, backups: &std::path::Path) {
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS, "annotations": {"shakedown.dev/allow-chaos": "true"}}})).unwrap();
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    create_namespace(client, NS).await;
     // node-drain acts on every pod of a node: the node opts in too.
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     for n in nodes.list(&ListParams::default()).await.unwrap().items {
@@ -153,14 +152,31 @@ pub async fn deploy(client: &Client, backups: &std::path::Path) {
     let svc: k8s_openapi::api::core::v1::Service =
         serde_json::from_value(json!({"metadata": {"name": "etcd"}, "spec": {"selector": {"app": "etcd"}, "ports": [{"name": "client", "port": 32379, "targetPort": 32379}]}})).unwrap();
     Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), NS).create(&PostParams::default(), &svc).await.unwrap();
+    create_operator(client, NS, "etcd-operator").await;
+}
+
+/// Namespace `ns`, opted in to chaos.
+pub async fn create_namespace(client: &Client, ns: &str) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": ns, "annotations": {"shakedown.dev/allow-chaos": "true"}}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+}
+
+/// A test operator's Deployment `name` in `ns`: its pod is the operator's presence (the
+/// reconcile loop runs in the test process while it is available, see [`operator_present`]).
+pub async fn create_operator(client: &Client, ns: &str, name: &str) {
     let op: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "etcd-operator"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "etcd-operator"}}, "template": {
-            "metadata": {"labels": {"app": "etcd-operator"}},
+        "metadata": {"name": name},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {
+            "metadata": {"labels": {"app": name}},
             "spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "operator", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "100000"]}]}}}
     }))
     .unwrap();
-    Api::<Deployment>::namespaced(client.clone(), NS).create(&PostParams::default(), &op).await.unwrap();
+    Api::<Deployment>::namespaced(client.clone(), ns).create(&PostParams::default(), &op).await.unwrap();
+}
+
+/// Whether the test operator's Deployment has an available pod (scaled to zero: it does nothing).
+pub async fn operator_present(deps: &Api<Deployment>, name: &str) -> bool {
+    deps.get(name).await.ok().and_then(|d| d.status).and_then(|s| s.available_replicas).unwrap_or(0) > 0
 }
 
 /// Waits until every replica and the operator are Ready.
@@ -224,7 +240,7 @@ pub fn start_operator(client: Client, bug: Option<OperatorBug>) -> tokio::task::
         let mut taken = 0u64;
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            let present = deps.get("etcd-operator").await.ok().and_then(|d| d.status).and_then(|s| s.available_replicas).unwrap_or(0) > 0;
+            let present = operator_present(&deps, "etcd-operator").await;
             if !present {
                 continue;
             }
