@@ -253,6 +253,13 @@ pub enum NodeAction {
         #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
         runs_dir: PathBuf,
     },
+    /// The node's NetworkPolicy engine (bring-up starts it; not for use by hand).
+    #[command(hide = true)]
+    PolicyAgent {
+        /// The node's directory (`<run dir>/node`).
+        #[arg(long)]
+        node_dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

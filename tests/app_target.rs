@@ -4,16 +4,17 @@
 //! `app-ready`, `app-durability` and `leaks` checked after every step; the operator's planted
 //! bugs (a restore that skips the newest backup, a lost claim never rebuilt) are caught by
 //! `app-durability` and `app-ready`, recorded and replayed; a drain a PodDisruptionBudget blocks
-//! fails naming it and lifts its cordon; a partition
-//! on this node's network (which does not enforce NetworkPolicy) is an environment error, not a
-//! silent pass, and leaves no policy behind.
+//! fails naming it and lifts its cordon; a partition of a pod-network replica is made by the
+//! node's NetworkPolicy engine, verified and healed, while one on a network enforcing no policy
+//! (the engine stopped) or of a host-network pod is an environment error, not a silent pass, and
+//! leaves no policy behind.
 
 mod app_common;
 
 use std::path::Path;
 use std::time::Duration;
 
-use app_common::{deploy, kv, settled, start_operator, OperatorBug, GROUP, NS};
+use app_common::{deploy, kv, settled, start_operator, web, OperatorBug, GROUP, NS};
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -25,7 +26,7 @@ namespace = "app"
 statefulset = "etcd"
 claim = "data"
 operator = "etcd-operator"
-op_timeout = "90s"
+op_timeout = "180s"
 
 [data]
 selector = "app=etcd"
@@ -72,7 +73,7 @@ spec = { backup = "{backup}", cluster = "{statefulset}" }
 
 fn profile(name: &str, ops: &[&str], steps: usize) -> String {
     format!(
-        "name = \"{name}\"\nversions = [\"3.5\"]\nsteps = {steps}\nmembers = 3\nsites = 1\nstack = \"app\"\nops = [{}]\ninvariants = [\"leaks\", \"app-ready\", \"app-durability\"]\n\n[timeouts]\nconverge = \"60s\"\nliveness = \"90s\"\nop = \"120s\"\n",
+        "name = \"{name}\"\nversions = [\"3.5\"]\nsteps = {steps}\nmembers = 3\nsites = 1\nstack = \"app\"\nops = [{}]\ninvariants = [\"leaks\", \"app-ready\", \"app-durability\"]\n\n[timeouts]\nconverge = \"60s\"\nliveness = \"90s\"\nop = \"240s\"\n",
         ops.iter().map(|o| format!("\"{o}\"")).collect::<Vec<_>>().join(", ")
     )
 }
@@ -204,7 +205,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
         assert!(std::time::Instant::now() < deadline, "the PodDisruptionBudget's status not computed within 30s");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    std::fs::write(files.join("app-quick.toml"), APP_PROFILE.replace("op_timeout = \"90s\"", "op_timeout = \"10s\"")).unwrap();
+    std::fs::write(files.join("app-quick.toml"), APP_PROFILE.replace("op_timeout = \"180s\"", "op_timeout = \"10s\"")).unwrap();
     let p = files.join("drain.toml");
     std::fs::write(&p, profile("app-drain", &["node-drain"], 1)).unwrap();
     let quick = files.join("app-quick.toml").display().to_string();
@@ -239,15 +240,92 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     operator = start_operator(client.clone(), None);
     settled(&client, Duration::from_secs(120)).await;
 
-    // A partition on a network that does not enforce NetworkPolicy: an environment error that
-    // says so, and no policy left behind.
+    // A partition of a pod on the host's network (the etcd app's): no network plugin can cut
+    // it with a NetworkPolicy, so the op refuses (an environment error that says why), creating
+    // no policy.
     let p = files.join("partition.toml");
     std::fs::write(&p, profile("app-partition", &["partition", "partition-heal"], 1)).unwrap();
     let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", "1"], &files);
     assert_eq!(code, 4, "an environment error: {out}\n{err}");
-    assert!(format!("{out}{err}").contains("does not enforce NetworkPolicy"), "{out}\n{err}");
+    assert!(format!("{out}{err}").contains("runs on the host's network"), "{out}\n{err}");
     let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), NS);
     assert!(policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy left");
+
+    // On the pod network (the web app), with the node's NetworkPolicy engine: a replica cut off
+    // (verified: the partition probe from another replica no longer connects) and healed
+    // (verified: it connects again), every step checked, no policy left.
+    web::deploy(&client).await;
+    std::fs::write(files.join("web.toml"), web::PROFILE).unwrap();
+    let web_app = files.join("web.toml").display().to_string();
+    std::fs::write(&p, profile("web-partition", &["partition", "partition-heal"], 2).replace(", \"app-durability\"", "")).unwrap();
+    let seed = seed_where(&p, |ops| ops.len() == 2 && ops[0].contains("partition(") && ops[1].contains("partition-heal")).expect("a seed planning partition, partition-heal");
+    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &web_app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()], &files);
+    assert_eq!(code, 0, "partitioned and healed: {out}\n{err}");
+    for step in 1..=2 {
+        assert!(err.lines().any(|l| l.contains(&format!("[{step}/2]")) && l.contains("checks ok")), "step {step} checked: {err}");
+    }
+    eprintln!("a partition on the pod network (seed {seed}):\n{err}");
+    let web_policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), web::NS);
+    assert!(web_policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy left");
+
+    // A replica failing in place: the same pod not Ready on the pause image for 3 s, then Ready
+    // again on its own image; every step checked (leaks: no pod left failed).
+    let pf = files.join("pod-failure.toml");
+    std::fs::write(&pf, profile("web-pod-failure", &["pod-failure"], 2).replace(", \"app-durability\"", "")).unwrap();
+    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &web_app, "--profile", &pf.display().to_string(), "--seed", "1"], &files);
+    assert_eq!(code, 0, "failed and recovered: {out}\n{err}");
+    eprintln!("two pod failures:\n{err}");
+    let run_dir = std::fs::read_dir(files.join("runs")).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok()).unwrap();
+    let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+    let failures: Vec<serde_json::Value> = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-pod-failure").collect();
+    assert_eq!(failures.len(), 2, "{events}");
+    for f in &failures {
+        assert_eq!(f["detail"]["same-pod"], true, "failed in place: {f}");
+        assert_eq!(f["detail"]["own-images"]["web"], BUSYBOX_IMAGE, "{f}");
+    }
+
+    // A run killed (-9) while a replica is failed: `reap --kube` gives it its own image back.
+    std::fs::write(files.join("web-long.toml"), web::PROFILE.replace("duration = \"3s\"", "duration = \"300s\"")).unwrap();
+    std::fs::write(&pf, profile("web-pod-failure", &["pod-failure"], 1).replace(", \"app-durability\"", "")).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
+        .args(["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &files.join("web-long.toml").display().to_string(), "--profile", &pf.display().to_string(), "--seed", "1", "--runs-dir"])
+        .arg(files.join("runs"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let web_pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), web::NS);
+    let failed = || async { web_pods.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|p| shakedown::targets::app::failed_by(p).is_some()).collect::<Vec<_>>() };
+    // Killed once the failure took effect (the pod not Ready).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !failed().await.iter().any(|p| !shakedown::targets::app::data::is_ready(p)) {
+        assert!(std::time::Instant::now() < deadline, "the run never failed a pod");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left = failed().await;
+    assert_eq!(left.len(), 1, "the killed run left its failed pod");
+    assert_eq!(shakedown::targets::app::own_images(&left[0])["web"], "shakedown.local/pause:3.4");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--kube", "--kubeconfig", &kubeconfig]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success() && text.contains("its own images back"), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(failed().await.is_empty(), "reap put the images back");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let running_own = |p: &k8s_openapi::api::core::v1::Pod| p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).is_some_and(|c| c.iter().all(|c| c.ready && c.image.contains("busybox")));
+    while !web_pods.list(&ListParams::default()).await.unwrap().items.iter().all(|p| shakedown::targets::app::data::is_ready(p) && running_own(p)) {
+        assert!(std::time::Instant::now() < deadline, "the web pods Ready on their own image after reap");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The same on a network that enforces no policy (the engine stopped, as a cluster whose
+    // network plugin has none): the policy cut nothing, so the partition does not count — an
+    // environment error that says so, and the policy removed.
+    node.stop_policy_engine().unwrap();
+    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &web_app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()], &files);
+    assert_eq!(code, 4, "an environment error: {out}\n{err}");
+    assert!(format!("{out}{err}").contains("does not enforce NetworkPolicy"), "{out}\n{err}");
+    assert!(web_policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy left");
 
     // A run killed (-9) while the operator is scaled to zero, after a backup: `reap --kube`
     // scales it back, deletes the run's backup object and removes the run's ConfigMap.
@@ -376,7 +454,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     assert!(jobs.list(&ListParams::default()).await.unwrap().items.is_empty(), "no checker Job left");
 
     // A write command that never succeeds: the run does not start (exit 4), saying what it answered.
-    let broken = APP_PROFILE.replace("op_timeout = \"90s\"", "op_timeout = \"3s\"").replace("--command-timeout=5s put {key} {value}", "--command-timeout=5s put {key} {value} --no-such-flag");
+    let broken = APP_PROFILE.replace("op_timeout = \"180s\"", "op_timeout = \"3s\"").replace("--command-timeout=5s put {key} {value}", "--command-timeout=5s put {key} {value} --no-such-flag");
     std::fs::write(files.join("broken.toml"), broken).unwrap();
     let p = files.join("one.toml");
     std::fs::write(&p, profile("app-one", &["pod-kill"], 1)).unwrap();

@@ -164,7 +164,7 @@ async fn a_node_runs_real_pods_and_leaves_nothing_behind() {
         "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": {
             "metadata": {"labels": {"app": "web"}},
             "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "web", "image": shakedown::node::config::BUSYBOX_IMAGE, "imagePullPolicy": "Never",
-                "command": ["sh", "-c", "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"],
+                "command": ["sh", "-c", "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"], "ports": [{"name": "http", "containerPort": 8080}],
                 "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}}}
     });
     Api::<Deployment>::namespaced(client.clone(), ns)
@@ -267,28 +267,37 @@ async fn a_node_runs_real_pods_and_leaves_nothing_behind() {
         "the claim's data survived the pod"
     );
 
-    // This node's network (CNI bridge) does not enforce NetworkPolicy: a deny-all policy on the
-    // web pods leaves traffic flowing. (The application target's partition op checks this with
-    // the same probe and refuses to count a partition that cut nothing.)
-    let deny: NetworkPolicy = obj(
-        json!({"metadata": {"name": "deny-web"}, "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"]}}),
-    );
-    Api::<NetworkPolicy>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &deny)
-        .await
-        .unwrap();
+    // The node enforces NetworkPolicy (its policy engine: the bridge plugin has none). An
+    // ingress deny-all on the web pods cuts web0 → web1; a rule allowing the web pods on the
+    // named port `http` opens it again, one allowing another port does not; with the policies
+    // gone it flows. A policy is applied within a moment: each check retries for up to 10 s.
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns);
+    let connects = |want: bool, why: &'static str| {
+        let (client, web0) = (client.clone(), web0.clone());
+        let cmd = format!("timeout 2 wget -q -O- http://{web1_ip}:8080/");
+        async move {
+            until(why, Duration::from_secs(10), || {
+                let (client, web0, cmd) = (client.clone(), web0.clone(), cmd.clone());
+                async move { ((sh(&client, ns, &web0, &cmd).await.code == 0) == want).then_some(()) }
+            })
+            .await
+        }
+    };
+    let create = |v: serde_json::Value| {
+        let policies = policies.clone();
+        async move { policies.create(&PostParams::default(), &obj(v)).await.unwrap() }
+    };
+    create(json!({"metadata": {"name": "deny-web"}, "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"]}})).await;
+    connects(false, "an ingress deny-all cuts web0 -> web1").await;
+    create(json!({"metadata": {"name": "other-port"}, "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "web"}}}], "ports": [{"port": 9090}]}]}})).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let still = sh(
-        &client,
-        ns,
-        &web0,
-        &format!("timeout 5 wget -q -O- http://{web1_ip}:8080/"),
-    )
-    .await;
-    assert_eq!(
-        still.code, 0,
-        "no NetworkPolicy enforcement on this node's bridge network: {still:?}"
-    );
+    connects(false, "a rule for port 9090 leaves 8080 cut").await;
+    create(json!({"metadata": {"name": "allow-web"}, "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "web"}}}], "ports": [{"port": "http"}]}]}})).await;
+    connects(true, "a rule for the web pods on port http opens it").await;
+    for name in ["deny-web", "other-port", "allow-web"] {
+        policies.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    connects(true, "with no policy, traffic flows").await;
 
     // Nothing tried to leave the machine (kubelet's metadata lookup is off; the guard counts).
     assert_eq!(

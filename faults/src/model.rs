@@ -333,7 +333,7 @@ impl Model {
                 let id = BackupId(self.backups.len() as u32);
                 self.backups.push(id);
             }
-            Op::PodKill { .. } | Op::OperatorRestart | Op::PvcLoss { .. } | Op::PodKillSelected { .. } | Op::NodeDrain { .. } => {}
+            Op::PodKill { .. } | Op::OperatorRestart | Op::PvcLoss { .. } | Op::PodKillSelected { .. } | Op::NodeDrain { .. } | Op::PodFailure { .. } => {}
             Op::Partition { member } => {
                 self.partitioned.insert(member);
             }

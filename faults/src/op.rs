@@ -78,6 +78,13 @@ pub enum Op {
     /// drained, then uncordoned (verified schedulable). The node must have opted in
     /// (`shakedown.dev/allow-chaos: "true"`): a drain acts on every pod of the node.
     NodeDrain { member: MemberId },
+    /// Application target: the replica's pod fails in place, as Chaos Mesh's `pod-failure` does
+    /// it — every container's image replaced by the app profile's `[pod_failure]` image (one
+    /// that does not run the application, the cluster's pause image say) for its `duration`,
+    /// then put back. The pod keeps its name and UID: the operator sees a replica that is there
+    /// but not Ready, not one that is gone. Verified: the same pod not Ready, then Ready again on
+    /// its own images.
+    PodFailure { member: MemberId },
 }
 
 /// How many different picks `pod-kill-selected` draws from (divisible by 1–4 and 6, so that
@@ -133,6 +140,8 @@ crate::registry! {
         PodKillSelected => "pod-kill-selected",
         /// Application target: cordon the node of a replica's pod, evict its pods through the eviction API (PodDisruptionBudgets respected), verify it drained, uncordon it.
         NodeDrain => "node-drain",
+        /// Application target: a replica's containers fail in place for the app profile's `[pod_failure]` duration (their image replaced, same pod), then recover (verified both ways).
+        PodFailure => "pod-failure",
     }
 }
 
@@ -140,7 +149,7 @@ impl OpKind {
     /// The kinds only the application target runs (`stack = "app"`): a profile of another
     /// stack never draws them ([`OpKind::drawn_for`]).
     pub fn app_only(self) -> bool {
-        matches!(self, OpKind::PodKill | OpKind::OperatorRestart | OpKind::PvcLoss | OpKind::Partition | OpKind::PartitionHeal | OpKind::PodKillSelected | OpKind::NodeDrain)
+        matches!(self, OpKind::PodKill | OpKind::OperatorRestart | OpKind::PvcLoss | OpKind::Partition | OpKind::PartitionHeal | OpKind::PodKillSelected | OpKind::NodeDrain | OpKind::PodFailure)
     }
 
     /// Whether a profile of `stack` draws this kind: on `app`, the application ops and
@@ -177,6 +186,7 @@ impl Op {
             Op::PartitionHeal { .. } => OpKind::PartitionHeal,
             Op::PodKillSelected { .. } => OpKind::PodKillSelected,
             Op::NodeDrain { .. } => OpKind::NodeDrain,
+            Op::PodFailure { .. } => OpKind::PodFailure,
         }
     }
 
@@ -194,6 +204,7 @@ impl Op {
             | Op::PvcLoss { member }
             | Op::Partition { member }
             | Op::PartitionHeal { member }
+            | Op::PodFailure { member }
             | Op::NodeDrain { member } => Some(member),
             Op::RollingUpgrade { .. }
             | Op::RollingReplace
@@ -227,6 +238,7 @@ impl Op {
             | Op::Partition { .. }
             | Op::PartitionHeal { .. }
             | Op::PodKillSelected { .. }
+            | Op::PodFailure { .. }
             | Op::NodeDrain { .. } => None,
         }
     }
@@ -248,7 +260,8 @@ impl fmt::Display for Op {
             | Op::PodKill { .. }
             | Op::PvcLoss { .. }
             | Op::Partition { .. }
-            | Op::PartitionHeal { .. } => unreachable!("ops on one member are written above"),
+            | Op::PartitionHeal { .. }
+            | Op::PodFailure { .. } => unreachable!("ops on one member are written above"),
             Op::OperatorRestart => f.write_str("operator-restart"),
             Op::PodKillSelected { pick } => write!(f, "pod-kill-selected(pick {pick})"),
             Op::NodeDrain { member } => write!(f, "node-drain({member})"),
@@ -415,7 +428,7 @@ impl Model {
             // The application ops take a replica away for a moment; its controller (and for a
             // lost claim, the operator) brings it back, and the checks wait for that. One fault
             // at a time on a partitioned replica: only its heal.
-            Op::PodKill { member } | Op::PvcLoss { member } => {
+            Op::PodKill { member } | Op::PvcLoss { member } | Op::PodFailure { member } => {
                 state_is(member, &[MemberState::Running], "running")?;
                 match self.partitioned.iter().next() {
                     Some(&p) => Err(PreconditionError::PartitionInPlace(p)),
@@ -489,6 +502,7 @@ impl Model {
             OpKind::Partition => per_member(|member| Op::Partition { member }),
             OpKind::PartitionHeal => per_member(|member| Op::PartitionHeal { member }),
             OpKind::NodeDrain => per_member(|member| Op::NodeDrain { member }),
+            OpKind::PodFailure => per_member(|member| Op::PodFailure { member }),
             OpKind::PodKillSelected => (0..SELECTED_PICKS).map(|pick| Op::PodKillSelected { pick }).filter(|op| self.check(op).is_ok()).collect(),
         }
     }

@@ -231,7 +231,8 @@ pub enum Stack {
     /// An application on a Kubernetes cluster (`--target app` with an app profile): the members
     /// are its StatefulSet's replicas, and only the application ops (`pod-kill`,
     /// `operator-restart`, `pvc-loss`, `partition`, `partition-heal`, `pod-kill-selected`,
-    /// `node-drain`) and `backup` / `restore` (the operator's custom resources) are drawn.
+    /// `node-drain`, `pod-failure`) and `backup` / `restore` (the operator's custom resources)
+    /// are drawn.
     App,
 }
 

@@ -17,7 +17,8 @@ pub(crate) fn leaks(model: &Model, obs: &Observation) -> Verdict {
 }
 
 /// The application target's leaks: a partition's NetworkPolicy exactly while the model has
-/// the partition, no other policy of the run, the operator at its replicas, no node left cordoned.
+/// the partition, no other policy of the run, the operator at its replicas, no node left
+/// cordoned, no pod left failed.
 fn app_leaks(model: &Model, inv: &crate::observation::AppInventory) -> Verdict {
     let mut problems = vec![];
     for m in inv.partitioned.difference(&model.partitioned) {
@@ -34,6 +35,9 @@ fn app_leaks(model: &Model, inv: &crate::observation::AppInventory) -> Verdict {
     }
     if !inv.cordoned.is_empty() {
         problems.push(format!("nodes the run cordoned are still cordoned: {}", inv.cordoned.join(", ")));
+    }
+    if !inv.failed_pods.is_empty() {
+        problems.push(format!("pods a pod-failure of the run left failed (their own images not put back): {}", inv.failed_pods.join(", ")));
     }
     match problems.is_empty() {
         true => Verdict::Pass,

@@ -67,6 +67,9 @@ pub struct AppInventory {
     /// Nodes the run cordoned (`node-drain`) and that are still cordoned.
     #[serde(default)]
     pub cordoned: Vec<String>,
+    /// Pods a `pod-failure` of the run left failed (still annotated, still on the failure image).
+    #[serde(default)]
+    pub failed_pods: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

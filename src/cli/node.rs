@@ -118,6 +118,10 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
             println!("kubeconfig {}", layout.admin_kubeconfig().display());
             Ok(if ready { Exit::Pass } else { Exit::Liveness })
         }
+        NodeAction::PolicyAgent { node_dir } => {
+            shakedown::node::netpol::agent(&node_dir).await.map_err(Fatal::environment)?;
+            Ok(Exit::Pass)
+        }
         NodeAction::Down { runs_dir } => {
             let layout = current_layout(&runs_dir)?;
             let t0 = std::time::Instant::now();

@@ -364,8 +364,9 @@ pub fn leftovers(l: &Layout) -> Leftovers {
 pub async fn guard(l: &Layout) -> Result<(), String> {
     let subnet = format!("{}/24", l.net.subnet());
     let rules = format!(
-        "table inet {t} {{\n  chain output {{ type filter hook output priority 0; ip daddr 169.254.0.0/16 counter drop; }}\n  chain forward {{ type filter hook forward priority 0; ip saddr {subnet} ip daddr != {subnet} counter drop; ip daddr 169.254.0.0/16 counter drop; }}\n}}\n",
-        t = l.nft_table
+        "table inet {t} {{\n  chain output {{ type filter hook output priority 0; ip daddr 169.254.0.0/16 counter drop; }}\n  chain forward {{ type filter hook forward priority 0; ip saddr {subnet} ip daddr != {subnet} counter drop; ip daddr 169.254.0.0/16 counter drop; }}\n{policy}}}\n",
+        t = l.nft_table,
+        policy = super::netpol::base_chains()
     );
     let file = l.dir.join("guard.nft");
     std::fs::write(&file, &rules).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
@@ -381,18 +382,18 @@ pub async fn guard(l: &Layout) -> Result<(), String> {
 }
 
 /// Packets the guard dropped so far (0 is what a node that keeps to this machine shows).
+/// (The table's policy chains count what NetworkPolicies drop; those are not counted here.)
 pub fn guard_drops(l: &Layout) -> u64 {
-    let Ok(out) = run_bounded(
-        "nft",
-        &["list", "table", "inet", &l.nft_table],
-        COMMAND_BOUND,
-    ) else {
-        return 0;
-    };
-    String::from_utf8_lossy(&out.stdout)
-        .split("counter packets ")
-        .skip(1)
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+    ["output", "forward"]
+        .iter()
+        .filter_map(|chain| run_bounded("nft", &["list", "chain", "inet", &l.nft_table, chain], COMMAND_BOUND).ok())
+        .map(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .split("counter packets ")
+                .skip(1)
+                .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
         .sum()
 }
 

@@ -21,6 +21,7 @@ pub mod cleanup;
 pub mod config;
 pub mod images;
 pub mod layout;
+pub mod netpol;
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -71,6 +72,9 @@ pub struct NodeBinaries {
     pub app_etcdctl: PathBuf,
     pub cni_bin: PathBuf,
     pub version: String,
+    /// shakedown's own binary: the node's NetworkPolicy engine runs as `shakedown node
+    /// policy-agent`.
+    pub shakedown: PathBuf,
 }
 
 fn on_path(name: &str) -> Option<PathBuf> {
@@ -170,8 +174,28 @@ impl NodeBinaries {
             app_etcdctl,
             cni_bin,
             version,
+            shakedown: shakedown_binary()?,
         })
     }
+}
+
+/// shakedown's binary: `SHAKEDOWN_BIN`, else this process's own when it is shakedown, else the
+/// `shakedown` beside the directory holding this one (a test binary of `target/*/deps`).
+fn shakedown_binary() -> Result<PathBuf, Fatal> {
+    if let Some(p) = std::env::var_os("SHAKEDOWN_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let me = std::env::current_exe().map_err(|e| Fatal::environment(format!("cannot find this program's path: {e}")))?;
+    if me.file_name().is_some_and(|n| n == "shakedown") {
+        return Ok(me);
+    }
+    let beside = me.parent().and_then(Path::parent).map(|d| d.join("shakedown"));
+    beside.filter(|p| p.is_file()).ok_or_else(|| {
+        Fatal::environment(format!(
+            "the shakedown binary (the node's NetworkPolicy engine runs as `shakedown node policy-agent`) is not {} nor beside it: set SHAKEDOWN_BIN to its path",
+            me.display()
+        ))
+    })
 }
 
 /// Whether an ELF64 executable has no program interpreter (PT_INTERP): a static binary, which
@@ -202,6 +226,8 @@ pub struct Node {
     pub kubeconfig: PathBuf,
     /// Milliseconds from the start of bring-up to Node Ready.
     pub ready_ms: u128,
+    /// The NetworkPolicy engine's pid (`None`: not running).
+    policy_agent: Option<u32>,
     torn_down: bool,
 }
 
@@ -229,6 +255,7 @@ impl Node {
             layout,
             _slot_lock: Some(lock),
             ready_ms: 0,
+            policy_agent: None,
             torn_down: false,
         };
         match node.bring_up(bins, t0).await {
@@ -407,6 +434,17 @@ impl Node {
         }
         let client = admin_client(&l.admin_kubeconfig()).await?;
         wait_apiserver(&client, CONTROL_PLANE_BOUND).await?;
+        // The NetworkPolicy engine (the bridge plugin has none): bridged pod traffic must reach
+        // nftables (br_netfilter; recorded in the host record, restored at teardown).
+        let bridge_nf = Path::new("/proc/sys").join(netpol::BRIDGE_NF);
+        if bridge_nf.exists() {
+            write(&bridge_nf, "1")?;
+            let mut c = Command::new(&bins.shakedown);
+            c.args(["node", "policy-agent", "--node-dir"]).arg(&l.dir);
+            self.policy_agent = Some(spawn(&l, "policy-agent", &mut c, Some(("RUST_LOG", "info")))?);
+        } else {
+            tracing::warn!("{} does not exist (no br_netfilter): this node will not enforce NetworkPolicy", bridge_nf.display());
+        }
 
         let mut c = Command::new("nsenter");
         ns(&mut c);
@@ -486,6 +524,27 @@ impl Node {
         Ok(())
     }
 
+    /// Stops the node's NetworkPolicy engine and empties its chains: the node then enforces no
+    /// policy, as a cluster whose network plugin has no policy engine (what the application
+    /// target's partition must refuse to count).
+    pub fn stop_policy_engine(&mut self) -> Result<(), String> {
+        if let Some(pid) = self.policy_agent.take() {
+            // SAFETY: kill(2) on a pid this node started; no memory is involved.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            // An `nft -f` it had started finishes on its own: let it, before emptying the chains.
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let t = &self.layout.nft_table;
+        let flush = format!("flush chain inet {t} netpol-egress\nflush chain inet {t} netpol-ingress\n");
+        let file = self.layout.dir.join("policy-off.nft");
+        write(&file, &flush)?;
+        let out = run_bounded("nft", &["-f", &file.display().to_string()], COMMAND_BOUND)?;
+        if !out.status.success() {
+            return Err(format!("nft -f {}: {}", file.display(), String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        Ok(())
+    }
+
     /// A client of the node's admin.
     pub async fn client(&self) -> Result<Client, String> {
         admin_client(&self.kubeconfig).await
@@ -544,6 +603,10 @@ impl HostRecord {
             let v = std::fs::read_to_string(Path::new("/proc/sys").join(s))
                 .map_err(|e| format!("cannot read sysctl {s}: {e}"))?;
             r.sysctls.insert(s.to_string(), v.trim().to_string());
+        }
+        // Set for the NetworkPolicy engine when br_netfilter is there (it is optional).
+        if let Ok(v) = std::fs::read_to_string(Path::new("/proc/sys").join(netpol::BRIDGE_NF)) {
+            r.sysctls.insert(netpol::BRIDGE_NF.to_string(), v.trim().to_string());
         }
         // Deepest first, so that removal can go in order.
         for host in HOST_PATHS {

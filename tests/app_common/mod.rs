@@ -12,6 +12,7 @@
 #![allow(dead_code)]
 
 pub mod kv;
+pub mod web;
 
 use std::time::{Duration, Instant};
 
@@ -353,7 +354,10 @@ async fn restores(client: &Client, bug: Option<OperatorBug>) {
             let pod = shakedown::targets::app::data::ready_pod(client, NS, "app=etcd", None).await.ok_or("no Ready replica to write the restore marker in")?;
             let pod = pod.metadata.name.unwrap_or_default();
             sh(client, &pod, &format!("echo '{file} {token}' > /backups/restore")).await.ok_or("writing the restore marker failed")?;
-            scale_to(client, 0, Duration::from_secs(60)).await?;
+            // 120 s: kubelet 1.20 may remove a pod whose container already exited ~40 s (seen
+            // once over 60 s) late, a second StopContainer failing "ttrpc: closed"
+            // (kubernetes/kubernetes#106712).
+            scale_to(client, 0, Duration::from_secs(120)).await?;
             scale_to(client, 3, Duration::from_secs(120)).await?;
             let pod = shakedown::targets::app::data::ready_pod(client, NS, "app=etcd", None).await.ok_or("no Ready replica after the restore")?;
             sh(client, &pod.metadata.name.unwrap_or_default(), "rm -f /backups/restore").await.ok_or("removing the restore marker failed")?;

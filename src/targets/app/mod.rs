@@ -12,13 +12,15 @@
 //! environment error: a network that does not enforce NetworkPolicy cannot be partitioned this
 //! way, and a partition that cut nothing must not pass), `partition-heal`, `node-drain` (the
 //! node of a replica cordoned, its pods evicted through the eviction API respecting
-//! PodDisruptionBudgets, verified drained, uncordoned; the node must have opted in), `backup` and
+//! PodDisruptionBudgets, verified drained, uncordoned; the node must have opted in),
+//! `pod-failure` (the replica's containers on the `[pod_failure]` image for its duration: the
+//! same pod not Ready, then Ready on its own images again), `backup` and
 //! `restore(b)` (the operator's own custom resources from the app profile's templates; done
 //! when the operator says so in the object, an `app-backup` / `app-restore` event each; the data
 //! workload marks where they fall, so that `app-durability` expects a restored backup's writes
 //! and not those acknowledged after it).
 //! Invariants: `app-ready`, `app-durability`, `leaks` (the run's NetworkPolicies, the operator's
-//! scale, its cordons).
+//! scale, its cordons, its failed pods).
 
 pub mod data;
 pub mod spec;
@@ -58,6 +60,10 @@ const FIRST_ACK_BOUND: Duration = Duration::from_secs(60);
 const PARTITION_SETTLE: Duration = Duration::from_secs(10);
 /// The annotation a node the run cordoned carries (the run id), for teardown, `leaks` and `reap --kube`.
 pub const CORDONED_BY: &str = "shakedown.dev/cordoned-by";
+/// The annotations of a pod a `pod-failure` failed: the run id, and its containers' own images
+/// (a JSON object, container name → image) to put back — by the op, teardown or `reap --kube`.
+pub const FAILED_BY: &str = "shakedown.dev/failed-by";
+pub const OWN_IMAGES: &str = "shakedown.dev/own-images";
 
 pub struct AppTarget {
     client: Client,
@@ -268,6 +274,59 @@ impl AppTarget {
             }
         })
         .await
+    }
+
+    /// `pod-failure(m)`: the replica's containers run the `[pod_failure]` image (the pod
+    /// annotated with the run and its own images first), verified not Ready on the same pod,
+    /// left so for `duration`, then given their own images back — whatever came of the failure —
+    /// and verified Ready again on them. An `app-pod-failure` event says how long each took.
+    async fn pod_failure(&mut self, m: MemberId) -> Result<(), TargetError> {
+        let Some(pf) = self.spec.app_profile.pod_failure.clone() else {
+            return Err(TargetError::Unsupported("the app profile has no [pod_failure] image".into()));
+        };
+        let name = self.pod_name(m);
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let pod = bounded("get pod", pods.get(&name)).await.map_err(env)?;
+        let uid = pod.metadata.uid.clone();
+        let own = own_images(&pod);
+        let t0 = Instant::now();
+        bounded(&format!("fail pod {name}"), pods.patch(&name, &PatchParams::default(), &Patch::Strategic(failure_patch(Some(&self.run_id), &own, Some(&pf.image))))).await.map_err(env)?;
+        // Verified: the same pod, not Ready.
+        let failed = self
+            .wait(&format!("{name} failed (the same pod not Ready on image {})", pf.image), || {
+                let (pods, name, uid) = (pods.clone(), name.clone(), uid.clone());
+                async move { pods.get(&name).await.ok().filter(|p| p.metadata.uid == uid && !is_ready(p)).map(|_| ()) }
+            })
+            .await;
+        let not_ready_ms = t0.elapsed().as_millis() as u64;
+        if failed.is_ok() {
+            tokio::time::sleep(pf.duration).await;
+        }
+        let t1 = Instant::now();
+        let put_back = bounded(&format!("give pod {name} its images back"), pods.patch(&name, &PatchParams::default(), &Patch::Strategic(failure_patch(None, &own, None)))).await;
+        failed?;
+        put_back.map_err(env)?;
+        // Verified: Ready again on its own images.
+        let same = self
+            .wait(&format!("{name} Ready again on its own images"), || {
+                let (pods, name, own, uid) = (pods.clone(), name.clone(), own.clone(), uid.clone());
+                async move { pods.get(&name).await.ok().filter(|p| is_ready(p) && own_images(p) == own).map(|p| p.metadata.uid == uid) }
+            })
+            .await?;
+        let ready_ms = t1.elapsed().as_millis() as u64;
+        tracing::info!("pod-failure({m}): {name} not Ready {:.1}s after its images were replaced, Ready again {:.1}s after they were put back{}", not_ready_ms as f64 / 1000.0, ready_ms as f64 / 1000.0, if same { "" } else { " (on a new pod: something replaced the failed one)" });
+        self.events.push(crate::events::Event::Target {
+            kind: "app-pod-failure".into(),
+            detail: serde_json::json!({"pod": name, "image": pf.image, "own-images": own, "not-ready-after-ms": not_ready_ms, "failed-for-ms": pf.duration.as_millis() as u64, "ready-again-after-ms": ready_ms, "same-pod": same}),
+        });
+        Ok(())
+    }
+
+    /// The pods of the app's namespace a `pod-failure` of this run left failed.
+    async fn failed_pods(&self) -> Vec<Pod> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let listed = bounded("pods", pods.list(&ListParams::default())).await.map(|l| l.items).unwrap_or_default();
+        listed.into_iter().filter(|p| failed_by(p) == Some(self.run_id.as_str())).collect()
     }
 
     async fn operator_restart(&mut self) -> Result<(), TargetError> {
@@ -544,6 +603,15 @@ impl AppTarget {
         }
         let target = self.pod_name(m);
         let name = self.policy_name(m);
+        // A pod on the host's network has the node's address: no network plugin applies a
+        // NetworkPolicy to it, so such a partition could only pass silently or fail.
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let pod = bounded("get pod", pods.get(&target)).await.map_err(env)?;
+        if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
+            return Err(TargetError::Environment(format!(
+                "{target} runs on the host's network (hostNetwork: true): a NetworkPolicy cannot cut it off on any network plugin, so partition cannot be done to this application; no policy was created"
+            )));
+        }
         let policy: NetworkPolicy = serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "labels": {RUN_LABEL: self.run_id}},
             "spec": {"podSelector": {"matchLabels": {"statefulset.kubernetes.io/pod-name": target}}, "policyTypes": ["Ingress", "Egress"]},
@@ -608,6 +676,7 @@ impl AppTarget {
             }
         }
         inv.cordoned = self.cordoned_nodes().await;
+        inv.failed_pods = self.failed_pods().await.into_iter().filter_map(|p| p.metadata.name).collect();
         if let (Some(name), Some(replicas)) = (&self.spec.app_profile.operator, self.operator_replicas) {
             let deps: Api<Deployment> = Api::namespaced(self.client.clone(), self.ns());
             if let Ok(d) = bounded("operator", deps.get(name)).await {
@@ -813,6 +882,8 @@ impl Target for AppTarget {
             OpKind::Partition | OpKind::PartitionHeal if p.partition.is_some() => Ok(()),
             OpKind::Partition | OpKind::PartitionHeal => Err("the app profile has no [partition] probe".into()),
             OpKind::NodeDrain => Ok(()),
+            OpKind::PodFailure if p.pod_failure.is_some() => Ok(()),
+            OpKind::PodFailure => Err("the app profile has no [pod_failure] image (one the nodes have that does not run the application: the cluster's pause image, say)".into()),
             OpKind::Backup if p.backup.is_some() => Ok(()),
             OpKind::Backup => Err("the app profile has no [backup] (the operator's backup custom resource)".into()),
             OpKind::Restore if p.restore.is_some() => Ok(()),
@@ -830,6 +901,7 @@ impl Target for AppTarget {
             Op::Partition { member } => self.partition(member).await,
             Op::PartitionHeal { member } => self.partition_heal(member).await,
             Op::NodeDrain { member } => self.node_drain(member).await,
+            Op::PodFailure { member } => self.pod_failure(member).await,
             Op::Backup => self.backup(after).await,
             Op::Restore { backup } => self.restore(backup).await,
             _ => Err(TargetError::Unsupported(format!("{op} is not an application op"))),
@@ -878,7 +950,7 @@ impl Target for AppTarget {
     }
 
     fn interrupted(&self) -> &'static str {
-        "interrupted: the run's NetworkPolicies, backups and restores were removed, its cordons lifted and the operator scaled back"
+        "interrupted: the run's NetworkPolicies, backups and restores were removed, its cordons lifted, its failed pods given their own images back and the operator scaled back"
     }
 
     async fn teardown(&mut self) {
@@ -902,6 +974,11 @@ impl Target for AppTarget {
                 }
             }
         }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        for p in self.failed_pods().await {
+            let (name, own) = (p.metadata.name.clone().unwrap_or_default(), recorded_images(&p));
+            let _ = bounded("give a failed pod its images back", pods.patch(&name, &PatchParams::default(), &Patch::Strategic(failure_patch(None, &own, None)))).await;
+        }
         let nodes: Api<Node> = Api::all(self.client.clone());
         for n in self.cordoned_nodes().await {
             let _ = bounded("uncordon", nodes.patch(&n, &PatchParams::default(), &Patch::Merge(cordon_patch(None)))).await;
@@ -922,6 +999,29 @@ impl Target for AppTarget {
 /// uncordons it (and drops the annotation).
 pub fn cordon_patch(run: Option<&str>) -> serde_json::Value {
     serde_json::json!({"metadata": {"annotations": {CORDONED_BY: run}}, "spec": {"unschedulable": run.map(|_| true)}})
+}
+
+/// A pod's containers' images (name → image).
+pub fn own_images(p: &Pod) -> BTreeMap<String, String> {
+    p.spec.iter().flat_map(|s| s.containers.iter()).map(|c| (c.name.clone(), c.image.clone().unwrap_or_default())).collect()
+}
+
+/// The run whose `pod-failure` left pod `p` failed, if one did.
+pub fn failed_by(p: &Pod) -> Option<&str> {
+    p.metadata.annotations.as_ref().and_then(|a| a.get(FAILED_BY)).map(String::as_str)
+}
+
+/// The own images a failed pod's annotation recorded.
+pub fn recorded_images(p: &Pod) -> BTreeMap<String, String> {
+    p.metadata.annotations.as_ref().and_then(|a| a.get(OWN_IMAGES)).and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default()
+}
+
+/// The strategic merge patch that fails a pod for run `run` — every container on `image`, its
+/// own images recorded — or, with `None`s, puts `own` back and drops the annotations.
+pub fn failure_patch(run: Option<&str>, own: &BTreeMap<String, String>, image: Option<&str>) -> serde_json::Value {
+    let containers: Vec<serde_json::Value> = own.iter().map(|(c, i)| serde_json::json!({"name": c, "image": image.unwrap_or(i)})).collect();
+    let recorded = run.map(|_| serde_json::to_string(own).unwrap_or_default());
+    serde_json::json!({"metadata": {"annotations": {FAILED_BY: run, OWN_IMAGES: recorded}}, "spec": {"containers": containers}})
 }
 
 /// The run that cordoned node `n` for a drain, if one did.

@@ -74,6 +74,10 @@ pub struct AppProfile {
     /// skipped with the reason.
     #[serde(default)]
     pub pod_kill_selected: Option<PodSelection>,
+    /// How `pod-failure` makes a replica fail in place (`[pod_failure]`): absent, the op is
+    /// skipped with the reason.
+    #[serde(default)]
+    pub pod_failure: Option<PodFailure>,
     /// How `backup` asks the operator for a backup (`[backup]`): a custom resource of its own.
     /// Absent: `backup` is skipped with the reason (and `restore` with it).
     #[serde(default)]
@@ -217,6 +221,25 @@ impl PodSelection {
         let start = pick as usize % names.len();
         (0..self.how_many(names.len())).map(|i| names[(start + i) % names.len()].clone()).collect()
     }
+}
+
+/// `pod-failure`: every container of the replica's pod runs `image` for `duration`, then its
+/// own image again. The image must be one the nodes have and that does not run the application
+/// — the cluster's pause image (`registry.k8s.io/pause:3.9`) is the usual choice, as Chaos Mesh's
+/// `pod-failure` uses: with the pod's own `command`, its containers cannot even start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PodFailure {
+    /// The image the containers run while failed.
+    pub image: String,
+    /// How long the replica stays failed once it is seen not Ready.
+    #[serde(with = "human", default = "default_failure_duration")]
+    #[schemars(schema_with = "duration_schema")]
+    pub duration: Duration,
+}
+
+fn default_failure_duration() -> Duration {
+    Duration::from_secs(10)
 }
 
 fn default_op_timeout() -> Duration {
