@@ -406,6 +406,16 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let killed: Vec<String> = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-kill").map(|k| k["detail"]["killed"][0].as_str().unwrap_or_default().to_string()).collect();
     assert_eq!(killed, ["kv-0", "kv-2"], "the primary each time (kv-2 promoted after kv-0, then kv-0 back): {events}");
 
+    // The primary failing in place (pod-failure: the same pod, not Ready for 10 s, then back on
+    // its data): the operator fails over on a primary that is there but not Ready, the old
+    // primary rejoins as a standby; no acknowledged write lost.
+    let p = files.join("kv-failure.toml");
+    std::fs::write(&p, profile("kv-failure", &["pod-failure"], 1)).unwrap();
+    let seed = seed_where(&p, |ops| ops.len() == 1 && ops[0].contains("pod-failure(m0)")).expect("a seed failing kv-0");
+    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &kv_app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()], &files);
+    assert_eq!(code, 0, "a failover on a primary failing in place: {out}\n{err}");
+    eprintln!("the primary failing in place:\n{err}");
+
     // The planted bug: the failover promotes the delayed standby (kv-1, 5 s behind). app-durability
     // catches the writes acknowledged in those seconds as lost; the record replays it.
     kv_operator.abort();

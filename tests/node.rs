@@ -361,6 +361,16 @@ fn node_up_status_down_from_the_command_line() {
         out.contains(" Ready ·") && out.contains("guard dropped 0 packets"),
         "{out}"
     );
+    // The policy engine runs (it applies its first, empty, ruleset once its watches synced).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, out, _) = sd(&["node", "status"]);
+        if out.contains("NetworkPolicy engine running: 0 policies, 0 pods isolated") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the policy engine: {out}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let (code, out, err) = sd(&["node", "down"]);
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(out.contains("nothing left behind"), "{out}");

@@ -59,6 +59,7 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
                 format!("kubeconfig  {}", node.kubeconfig.display()),
                 format!("apiserver   {}", node.layout.server()),
                 format!("pod network {}/24 on bridge {}", node.layout.net.subnet(), node.layout.bridge),
+                format!("policies    NetworkPolicy enforced by the node's engine (shakedown node policy-agent; log {})", node.layout.logs().join("policy-agent.log").display()),
                 format!("memory      {} ({})", mib(mem.values().sum()), mem.iter().map(|(k, v)| format!("{k} {}", mib(*v))).collect::<Vec<_>>().join(", ")),
                 format!("images      {}, {}, {} (imagePullPolicy: Never)", shakedown::node::config::PAUSE_IMAGE, shakedown::node::config::BUSYBOX_IMAGE, shakedown::node::config::ETCD_IMAGE),
                 format!("try: kubectl --kubeconfig {} get nodes", node.kubeconfig.display()),
@@ -115,6 +116,7 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
                 mib(mem.values().sum()),
                 cleanup::guard_drops(&layout)
             );
+            println!("{}", shakedown::node::netpol::describe(&layout));
             println!("kubeconfig {}", layout.admin_kubeconfig().display());
             Ok(if ready { Exit::Pass } else { Exit::Liveness })
         }

@@ -189,7 +189,9 @@ fn allows(peers: Option<&Vec<NetworkPolicyPeer>>, ports: Option<&Vec<NetworkPoli
         Some(v) => v
             .iter()
             .map(|peer| match &peer.ip_block {
-                Some(b) => Peer::Cidr { cidr: b.cidr.clone(), except: b.except.clone().unwrap_or_default() },
+                // The node's pods have IPv4 addresses only: an IPv6 block matches none of their traffic.
+                Some(b) if b.cidr.contains(':') => Peer::Ips(BTreeSet::new()),
+                Some(b) => Peer::Cidr { cidr: b.cidr.clone(), except: b.except.iter().flatten().filter(|e| !e.contains(':')).cloned().collect() },
                 None => Peer::Ips(peer_pods(peer, policy_ns, pods, namespaces).iter().map(|p| p.ip).collect()),
             })
             .collect(),
@@ -314,6 +316,32 @@ pub fn base_chains() -> &'static str {
     "  chain netpol { type filter hook forward priority 10; jump netpol-egress; jump netpol-ingress; }\n  chain netpol-egress { }\n  chain netpol-ingress { }\n"
 }
 
+/// What the agent last applied (`node/policy-status.json`, for `node status`).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Status {
+    pub policies: usize,
+    /// Pods isolated in at least one direction.
+    pub isolated: usize,
+    /// Why the last apply failed, if it did.
+    pub error: Option<String>,
+}
+
+pub fn status_file(l: &Layout) -> std::path::PathBuf {
+    l.dir.join("policy-status.json")
+}
+
+/// `node status`'s line about the engine: running or not, and what it last applied.
+pub fn describe(l: &Layout) -> String {
+    let running = crate::targets::local::reap::processes_of(&l.dir).iter().any(|(_, cmd)| cmd.contains("policy-agent"));
+    let status: Option<Status> = std::fs::read_to_string(status_file(l)).ok().and_then(|s| serde_json::from_str(&s).ok());
+    match (running, status) {
+        (false, _) => "NetworkPolicy engine not running: policies are not enforced".to_string(),
+        (true, None) => "NetworkPolicy engine starting".to_string(),
+        (true, Some(Status { error: Some(e), .. })) => format!("NetworkPolicy engine running; its last apply failed: {e}"),
+        (true, Some(s)) => format!("NetworkPolicy engine running: {} policies, {} pods isolated", s.policies, s.isolated),
+    }
+}
+
 /// The agent: keeps the node's policy chains current until killed (the node's teardown does).
 pub async fn agent(node_dir: &Path) -> Result<(), String> {
     let l = Layout::load(node_dir).ok_or_else(|| format!("{} holds no node (no node.json)", node_dir.display()))?;
@@ -351,13 +379,18 @@ pub async fn agent(node_dir: &Path) -> Result<(), String> {
         let script = render(&l.nft_table, &rs);
         std::fs::write(&file, &script).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
         let out = run("nft", &["-f", &file.display().to_string()], COMMAND_BOUND).await?;
-        if out.status.success() {
+        let status = if out.status.success() {
             tracing::info!(policies = pols.len(), ingress_isolated = rs.ingress.len(), egress_isolated = rs.egress.len(), "applied");
+            let s = Status { policies: pols.len(), isolated: rs.ingress.iter().chain(&rs.egress).map(|i| i.pod.clone()).collect::<BTreeSet<_>>().len(), error: None };
             applied = Some(rs);
+            s
         } else {
             // Kept for the next change or resync; the log says what nft refused.
-            tracing::error!("nft -f {}: {}", file.display(), String::from_utf8_lossy(&out.stderr).trim());
-        }
+            let e = format!("nft -f {}: {}", file.display(), String::from_utf8_lossy(&out.stderr).trim());
+            tracing::error!("{e}");
+            Status { policies: pols.len(), isolated: 0, error: Some(e) }
+        };
+        let _ = std::fs::write(status_file(&l), serde_json::to_string(&status).unwrap_or_default());
     }
 }
 
@@ -430,7 +463,8 @@ mod tests {
                 {"from": [{"podSelector": {"matchLabels": {"role": "client"}}}], "ports": [{"port": "http"}]},
                 {"from": [{"namespaceSelector": {"matchLabels": {"team": "x"}}}], "ports": [{"port": 9000, "endPort": 9010, "protocol": "UDP"}]},
                 {"from": [{"ipBlock": {"cidr": "10.0.0.0/24", "except": ["10.0.0.11/32"]}}]},
-                {"from": [{"podSelector": {"matchLabels": {"role": "nobody"}}}]}
+                {"from": [{"podSelector": {"matchLabels": {"role": "nobody"}}}]},
+                {"from": [{"ipBlock": {"cidr": "::/0"}}]}
             ]}),
         );
         let rs = compute(&pods, &nss, &[p]);
@@ -440,6 +474,7 @@ mod tests {
         assert_eq!(a[1], Allow { peer: ips(&["10.0.0.12"]), ports: Some(vec![("UDP".into(), Some((9000, 9010)))]) });
         assert_eq!(a[2], Allow { peer: Peer::Cidr { cidr: "10.0.0.0/24".into(), except: vec!["10.0.0.11/32".into()] }, ports: None });
         assert_eq!(a[3], Allow { peer: ips(&[]), ports: None }, "a selector of no pod allows nothing");
+        assert_eq!(a[4], Allow { peer: ips(&[]), ports: None }, "an IPv6 block allows no IPv4 traffic (and renders no rule nft would refuse)");
         let script = render("t", &rs);
         assert!(script.contains("add rule inet t netpol-ingress ct original ip daddr 10.0.0.10 ct original ip saddr { 10.0.0.11 } meta l4proto tcp ct original proto-dst { 8080 } return"), "{script}");
         assert!(script.contains("meta l4proto udp ct original proto-dst { 9000-9010 } return"), "{script}");

@@ -62,6 +62,10 @@ command = ["sh", "-c", "read p s < /cluster/roles && [ \"$s\" != - ]"]
 [pod_kill_selected]
 selector = "role=primary"
 count = 1
+
+[pod_failure]
+image = "shakedown.local/pause:3.4"
+duration = "10s"
 "#;
 
 /// The replicas' start script: the store's commands (`/tmp/kv put|dump`, run in the primary),

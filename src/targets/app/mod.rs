@@ -620,10 +620,14 @@ impl AppTarget {
         let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
         bounded("create NetworkPolicy", api.create(&PostParams::default(), &policy)).await.map_err(env)?;
         // Verified: the probe no longer connects (policies may apply after a moment).
-        let deadline = Instant::now() + PARTITION_SETTLE;
+        let t0 = Instant::now();
+        let deadline = t0 + PARTITION_SETTLE;
         loop {
             match self.probe_to(m).await {
-                Ok(false) => return Ok(()),
+                Ok(false) => {
+                    tracing::info!("partition({m}): {target} cut off by NetworkPolicy {name}: the partition probe no longer connects to it ({:.1}s after the policy was created)", t0.elapsed().as_secs_f64());
+                    return Ok(());
+                }
                 Ok(true) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(500)).await,
                 Ok(true) => {
                     let _ = bounded("delete NetworkPolicy", api.delete(&name, &DeleteParams::default())).await;
