@@ -60,7 +60,8 @@ pub const CHECK_RETRY: Duration = Duration::from_millis(50);
 enum Checked {
     /// `last_ms`: the last attempt (observe + judge), the check that confirmed convergence.
     Pass { attempts: u32, samples: Vec<(u64, usize, usize)>, verdicts: Vec<Judged>, last_ms: u64 },
-    Fail { invariant: InvariantId, message: String, obs: Box<Observation>, verdicts: Vec<Judged> },
+    /// `also`: the other invariants that failed in the same check.
+    Fail { invariant: InvariantId, also: Vec<InvariantId>, message: String, obs: Box<Observation>, verdicts: Vec<Judged> },
 }
 
 /// Judges every invariant on `obs`, timing each; returns the failures and every verdict.
@@ -85,7 +86,7 @@ fn judge(invariants: &[InvariantId], model: &Model, obs: &Observation) -> (Vec<(
 }
 
 fn failure(kind: FailureKind, step: usize, op: &str, invariant: Option<InvariantId>, message: String) -> Failure {
-    Failure { kind, step, op: op.to_string(), invariant, message, at: now_rfc3339() }
+    Failure { kind, step, op: op.to_string(), invariant, also: vec![], message, at: now_rfc3339() }
 }
 
 fn check_event(step: usize, checked: &Checked, ms: u64) -> Check {
@@ -103,7 +104,7 @@ fn check_event(step: usize, checked: &Checked, ms: u64) -> Check {
             workload: None,
             observation: None,
         },
-        Checked::Fail { invariant, message, obs, verdicts } => Check {
+        Checked::Fail { invariant, message, obs, verdicts, .. } => Check {
             step,
             verdict: CheckVerdict::Fail,
             attempts: None,
@@ -191,7 +192,8 @@ impl<'a> Engine<'a> {
                     .map(|(i, v)| format!("{i}: {}", v.message().unwrap_or_default()))
                     .collect();
                 let message = if also.is_empty() { message } else { format!("{message}; in the same check {}", also.join("; ")) };
-                return Checked::Fail { invariant, message, obs: Box::new(obs), verdicts };
+                let also = failures.iter().map(|(i, _)| *i).filter(|i| *i != invariant).collect();
+                return Checked::Fail { invariant, also, message, obs: Box::new(obs), verdicts };
             }
             tokio::time::sleep(CHECK_RETRY).await;
         }
@@ -216,10 +218,10 @@ impl<'a> Engine<'a> {
                 self.say(&step, &format!("{op_col}checks ok in {check_ms}ms"));
                 None
             }
-            Checked::Fail { invariant, message, .. } => {
+            Checked::Fail { invariant, also, message, .. } => {
                 self.events.emit(Event::Check(event));
                 self.say(&step, &format!("{op_col}VIOLATION {invariant}: {message}"));
-                Some(failure(FailureKind::Violation, step, &text, Some(invariant), message))
+                Some(Failure { also, ..failure(FailureKind::Violation, step, &text, Some(invariant), message) })
             }
         }
     }
@@ -301,13 +303,13 @@ impl<'a> Engine<'a> {
     async fn op_failed(&mut self, step: usize, op: &Op, before: &Model, msg: String) -> Failure {
         let checked = self.check_until(before.quorum_throughout(op), false, Duration::ZERO).await;
         self.target.end_step().await;
-        if let Checked::Fail { invariant, message, .. } = &checked {
+        if let Checked::Fail { invariant, also, message, .. } = &checked {
             let mut event = check_event(step, &checked, 0);
             event.ms = None;
             self.events.emit(Event::Check(event));
             let message = format!("{message} (and the op failed: {msg})");
             self.say(&step, &format!("{:<32} VIOLATION {invariant}: {message}", op.to_string()));
-            return failure(FailureKind::Violation, step, &op.to_string(), Some(*invariant), message);
+            return Failure { also: also.clone(), ..failure(FailureKind::Violation, step, &op.to_string(), Some(*invariant), message) };
         }
         self.events.emit(Event::Liveness(Check::failed(step, &msg)));
         self.say(&step, &format!("{:<32} LIVENESS: {msg}", op.to_string()));

@@ -53,9 +53,12 @@ pub enum Match {
 
 impl Match {
     /// Whether `got` fails the way `expected` did: the same kind and invariant, and (for
-    /// [`Match::Step`]) at the same step.
+    /// [`Match::Step`]) at the same step. The invariant counts when it is `got`'s headline or
+    /// one of the others violated in the same check (which one heads a check that breaks
+    /// several is the order they are judged in, not what the bug did).
     pub fn matches(self, expected: &Failure, got: &Failure) -> bool {
-        got.kind == expected.kind && got.invariant == expected.invariant && (self == Match::Invariant || got.step == expected.step)
+        let invariant = got.invariant == expected.invariant || expected.invariant.is_some_and(|i| got.also.contains(&i));
+        got.kind == expected.kind && invariant && (self == Match::Invariant || got.step == expected.step)
     }
 
     pub fn name(self) -> &'static str {
@@ -115,6 +118,9 @@ pub struct Failure {
     /// The op of that step, as text.
     pub op: String,
     pub invariant: Option<InvariantId>,
+    /// The other invariants violated in the same check (the message names them too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<InvariantId>,
     pub message: String,
     /// When it was detected (RFC 3339, UTC).
     pub at: String,
@@ -350,7 +356,7 @@ mod tests {
             expect: Expect::Fail,
             versions: BTreeMap::new(),
             target: TargetSpec::Local(Default::default()),
-            failure: Failure { kind: FailureKind::Violation, step: 1, op: plan.ops[0].to_string(), invariant: Some(InvariantId::Durability), message: "m".into(), at: "2026-12-01T00:00:00Z".into() },
+            failure: Failure { kind: FailureKind::Violation, step: 1, op: plan.ops[0].to_string(), invariant: Some(InvariantId::Durability), also: vec![], message: "m".into(), at: "2026-12-01T00:00:00Z".into() },
             profile,
             plan,
             shrunk: None,
@@ -439,6 +445,11 @@ mod tests {
         for m in [Match::Step, Match::Invariant] {
             assert!(!m.matches(&f, &other) && !m.matches(&f, &liveness));
         }
+        // Another invariant heads the check, the recorded one broke in it too: reproduced
+        // (a replay of a planted bug caught by `watch` headed its check with `durability`).
+        let also = Failure { also: vec![f.invariant.unwrap()], ..other.clone() };
+        assert!(Match::Step.matches(&f, &also) && Match::Invariant.matches(&f, &also));
+        assert!(!Match::Step.matches(&f, &Failure { step: 4, ..also }));
     }
 
     proptest! {

@@ -114,6 +114,7 @@ fn good_record() -> String {
             step: 2,
             op: "crash(m0)".into(),
             invariant: Some(shakedown::invariants::InvariantId::Quorum),
+            also: vec![],
             message: "x".into(),
             at: "2026-11-30T00:00:01Z".into(),
         },

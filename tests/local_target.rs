@@ -744,7 +744,7 @@ fn corpus_replay_checks_each_records_expectation() {
         started: "2026-11-30T00:00:00Z".into(),
         expect,
         versions: Default::default(),
-        failure: Failure { kind: FailureKind::Violation, step: 0, op: "bring-up".into(), invariant: Some(shakedown::invariants::InvariantId::Durability), message: "x".into(), at: "2026-11-30T00:00:01Z".into() },
+        failure: Failure { kind: FailureKind::Violation, step: 0, op: "bring-up".into(), invariant: Some(shakedown::invariants::InvariantId::Durability), also: vec![], message: "x".into(), at: "2026-11-30T00:00:01Z".into() },
         profile: profile.clone(),
         plan: plan.clone(),
         duration_ms: None,

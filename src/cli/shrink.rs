@@ -248,7 +248,7 @@ mod tests {
     #[test]
     fn the_same_way_by_invariant_or_by_step() {
         let recorded = vec![Op::Crash { member: MemberId(0) }, Op::Backup, Op::Restart { member: MemberId(0) }];
-        let at = |step: usize| Failure { kind: FailureKind::Violation, step, op: String::new(), invariant: Some(InvariantId::Durability), message: String::new(), at: String::new() };
+        let at = |step: usize| Failure { kind: FailureKind::Violation, step, op: String::new(), invariant: Some(InvariantId::Durability), also: vec![], message: String::new(), at: String::new() };
         let target = at(3);
         // The candidate without the backup: the restart is its step 2.
         let candidate = vec![recorded[0].clone(), recorded[2].clone()];
