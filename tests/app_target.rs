@@ -5,7 +5,8 @@
 //! bugs (a restore that skips the newest backup, a lost claim never rebuilt) are caught by
 //! `app-durability` and `app-ready`, recorded and replayed; a drain a PodDisruptionBudget blocks
 //! fails naming it and lifts its cordon; a partition of a pod-network replica is made by the
-//! node's NetworkPolicy engine, verified and healed, while one on a network enforcing no policy
+//! node's NetworkPolicy engine, verified and healed, two replicas are cut apart while the third
+//! still reaches both (`partition-groups`), while a partition on a network enforcing no policy
 //! (the engine stopped) or of a host-network pod is an environment error, not a silent pass, and
 //! leaves no policy behind.
 
@@ -91,6 +92,23 @@ fn seed_where(profile: &Path, ok: impl Fn(&[String]) -> bool) -> Option<u64> {
         let ops: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().skip(1).map(str::to_string).collect();
         ok(&ops)
     })
+}
+
+/// `shakedown run --target app` with `args` passes, each of its `steps` checked; what it printed
+/// is shown (`--nocapture`) under `what`.
+fn passes_checked(args: &[&str], steps: usize, files: &Path, what: &str) {
+    let (code, out, err) = shakedown(&[&["run", "--target", "app"], args].concat(), files);
+    assert_eq!(code, 0, "{what}: {out}\n{err}");
+    for step in 1..=steps {
+        assert!(err.lines().any(|l| l.contains(&format!("[{step}/{steps}]")) && l.contains("checks ok")), "{what}: step {step} checked: {err}");
+    }
+    eprintln!("{what}:\n{err}");
+}
+
+/// The newest run's events (`events.jsonl` of the last run directory under `files/runs`).
+fn last_run_events(files: &Path) -> String {
+    let run_dir = std::fs::read_dir(files.join("runs")).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok()).unwrap();
+    std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap()
 }
 
 fn shakedown(args: &[&str], files: &Path) -> (i32, String, String) {
@@ -259,13 +277,19 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let web_app = files.join("web.toml").display().to_string();
     std::fs::write(&p, profile("web-partition", &["partition", "partition-heal"], 2).replace(", \"app-durability\"", "")).unwrap();
     let seed = seed_where(&p, |ops| ops.len() == 2 && ops[0].contains("partition(") && ops[1].contains("partition-heal")).expect("a seed planning partition, partition-heal");
-    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &web_app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()], &files);
-    assert_eq!(code, 0, "partitioned and healed: {out}\n{err}");
-    for step in 1..=2 {
-        assert!(err.lines().any(|l| l.contains(&format!("[{step}/2]")) && l.contains("checks ok")), "step {step} checked: {err}");
-    }
-    eprintln!("a partition on the pod network (seed {seed}):\n{err}");
+    passes_checked(&["--kubeconfig", &kubeconfig, "--app-profile", &web_app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()], 2, &files, "a partition on the pod network, healed");
     let web_policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), web::NS);
+    assert!(web_policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy left");
+
+    // Two groups cut apart, other traffic flowing on: web-0 and web-1 no longer reach each other
+    // (verified both ways), web-2 (in neither) still reaches both; healed (both ways again).
+    let pg = files.join("groups.toml");
+    std::fs::write(&pg, profile("web-groups", &["partition-groups", "partition-groups-heal"], 2).replace(", \"app-durability\"", "")).unwrap();
+    let groups_seed = seed_where(&pg, |ops| ops.len() == 2 && ops[0].contains("partition-groups(") && ops[1].contains("partition-groups-heal(")).expect("a seed planning partition-groups, partition-groups-heal");
+    passes_checked(&["--kubeconfig", &kubeconfig, "--app-profile", &web_app, "--profile", &pg.display().to_string(), "--seed", &groups_seed.to_string()], 2, &files, "two groups cut apart, healed");
+    let events = last_run_events(&files);
+    let cut: serde_json::Value = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|v| v["kind"] == "app-partition-groups").unwrap_or_else(|| panic!("an app-partition-groups event: {events}"));
+    assert_eq!((cut["detail"]["a-pods"].clone(), cut["detail"]["b-pods"].clone(), cut["detail"]["outside"].clone()), (serde_json::json!(["web-0"]), serde_json::json!(["web-1"]), serde_json::json!("web-2")), "{cut}");
     assert!(web_policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy left");
 
     // A replica failing in place: the same pod not Ready on the pause image for 3 s, then Ready
@@ -275,8 +299,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &web_app, "--profile", &pf.display().to_string(), "--seed", "1"], &files);
     assert_eq!(code, 0, "failed and recovered: {out}\n{err}");
     eprintln!("two pod failures:\n{err}");
-    let run_dir = std::fs::read_dir(files.join("runs")).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok()).unwrap();
-    let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+    let events = last_run_events(&files);
     let failures: Vec<serde_json::Value> = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-pod-failure").collect();
     assert_eq!(failures.len(), 2, "{events}");
     for f in &failures {
@@ -325,6 +348,10 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &web_app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()], &files);
     assert_eq!(code, 4, "an environment error: {out}\n{err}");
     assert!(format!("{out}{err}").contains("does not enforce NetworkPolicy"), "{out}\n{err}");
+    assert!(web_policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy left");
+    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &web_app, "--profile", &pg.display().to_string(), "--seed", &groups_seed.to_string()], &files);
+    assert_eq!(code, 4, "an environment error: {out}\n{err}");
+    assert!(format!("{out}{err}").contains("does not enforce NetworkPolicy") && format!("{out}{err}").contains("still connects from statefulset.kubernetes.io/pod-name=web-0 to"), "{out}\n{err}");
     assert!(web_policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy left");
 
     // A run killed (-9) while the operator is scaled to zero, after a backup: `reap --kube`
@@ -401,8 +428,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &kv_app, "--profile", &p.display().to_string(), "--seed", "1"], &files);
     assert_eq!(code, 0, "two failovers by the operator pass: {out}\n{err}");
     eprintln!("two failovers:\n{err}");
-    let run_dir = std::fs::read_dir(files.join("runs")).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok()).unwrap();
-    let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+    let events = last_run_events(&files);
     let killed: Vec<String> = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-kill").map(|k| k["detail"]["killed"][0].as_str().unwrap_or_default().to_string()).collect();
     assert_eq!(killed, ["kv-0", "kv-2"], "the primary each time (kv-2 promoted after kv-0, then kv-0 back): {events}");
 

@@ -186,6 +186,9 @@ pub struct Model {
     /// Replicas a NetworkPolicy cuts off (application target).
     #[serde(default)]
     pub partitioned: std::collections::BTreeSet<MemberId>,
+    /// The pick of the group partition in place (`partition-groups`; application target).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups_partitioned: Option<u32>,
 }
 
 impl Model {
@@ -200,7 +203,7 @@ impl Model {
                 (id, Member { id, site: SiteId((i % sites as u32) as u8), version, state: MemberState::Running, disk: DiskState::Attached })
             })
             .collect::<BTreeMap<_, _>>();
-        Model { sites, next_member: members.len() as u32, members, max_down, versions, outages: BTreeMap::new(), backups: vec![], restores: vec![], partitioned: Default::default() }
+        Model { sites, next_member: members.len() as u32, members, max_down, versions, outages: BTreeMap::new(), backups: vec![], restores: vec![], partitioned: Default::default(), groups_partitioned: None }
     }
 
     pub fn size(&self) -> usize {
@@ -340,6 +343,8 @@ impl Model {
             Op::PartitionHeal { member } => {
                 self.partitioned.remove(&member);
             }
+            Op::PartitionGroups { pick } => self.groups_partitioned = Some(pick),
+            Op::PartitionGroupsHeal { .. } => self.groups_partitioned = None,
             Op::Restore { backup } => {
                 self.restores.push(backup);
                 self.members.values_mut().for_each(|m| {
@@ -377,6 +382,7 @@ impl Model {
         }
         ops.extend(healed.members.values().filter(|m| m.disk == DiskState::Detached).map(|m| Op::DiskReattach { member: m.id }));
         ops.extend(self.partitioned.iter().map(|&member| Op::PartitionHeal { member }));
+        ops.extend(self.groups_partitioned.map(|pick| Op::PartitionGroupsHeal { pick }));
         ops
     }
 

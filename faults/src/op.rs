@@ -85,9 +85,18 @@ pub enum Op {
     /// but not Ready, not one that is gone. Verified: the same pod not Ready, then Ready again on
     /// its own images.
     PodFailure { member: MemberId },
+    /// Application target: the app profile's `[[partition.groups]]` cut two label groups apart
+    /// (the cut: `pick` modulo their number, so a replay cuts the same groups) — a NetworkPolicy
+    /// on each side admitting every peer but the other side, so that traffic between them stops
+    /// and other traffic flows on. Verified with the `[partition]` probe both ways between the
+    /// groups (cut), and from a group to a replica outside both (still flowing, when there is one).
+    PartitionGroups { pick: u32 },
+    /// Application target: the group partition's NetworkPolicies removed (verified: the probe
+    /// connects both ways between the groups again).
+    PartitionGroupsHeal { pick: u32 },
 }
 
-/// How many different picks `pod-kill-selected` draws from (divisible by 1–4 and 6, so that
+/// How many different picks `pod-kill-selected` and `partition-groups` draw from (divisible by 1–4 and 6, so that
 /// every start is equally likely for groups of those sizes).
 pub const SELECTED_PICKS: u32 = 12;
 
@@ -142,6 +151,10 @@ crate::registry! {
         NodeDrain => "node-drain",
         /// Application target: a replica's containers fail in place for the app profile's `[pod_failure]` duration (their image replaced, same pod), then recover (verified both ways).
         PodFailure => "pod-failure",
+        /// Application target: cut two label groups of the app profile's `[[partition.groups]]` apart with NetworkPolicies, other traffic flowing on (verified by probes both ways, and from a replica in neither group).
+        PartitionGroups => "partition-groups",
+        /// Application target: remove a group partition's NetworkPolicies (verified: the probe connects both ways again).
+        PartitionGroupsHeal => "partition-groups-heal",
     }
 }
 
@@ -149,7 +162,19 @@ impl OpKind {
     /// The kinds only the application target runs (`stack = "app"`): a profile of another
     /// stack never draws them ([`OpKind::drawn_for`]).
     pub fn app_only(self) -> bool {
-        matches!(self, OpKind::PodKill | OpKind::OperatorRestart | OpKind::PvcLoss | OpKind::Partition | OpKind::PartitionHeal | OpKind::PodKillSelected | OpKind::NodeDrain | OpKind::PodFailure)
+        matches!(
+            self,
+            OpKind::PodKill
+                | OpKind::OperatorRestart
+                | OpKind::PvcLoss
+                | OpKind::Partition
+                | OpKind::PartitionHeal
+                | OpKind::PodKillSelected
+                | OpKind::NodeDrain
+                | OpKind::PodFailure
+                | OpKind::PartitionGroups
+                | OpKind::PartitionGroupsHeal
+        )
     }
 
     /// Whether a profile of `stack` draws this kind: on `app`, the application ops and
@@ -187,6 +212,8 @@ impl Op {
             Op::PodKillSelected { .. } => OpKind::PodKillSelected,
             Op::NodeDrain { .. } => OpKind::NodeDrain,
             Op::PodFailure { .. } => OpKind::PodFailure,
+            Op::PartitionGroups { .. } => OpKind::PartitionGroups,
+            Op::PartitionGroupsHeal { .. } => OpKind::PartitionGroupsHeal,
         }
     }
 
@@ -213,7 +240,9 @@ impl Op {
             | Op::Backup
             | Op::Restore { .. }
             | Op::OperatorRestart
-            | Op::PodKillSelected { .. } => None,
+            | Op::PodKillSelected { .. }
+            | Op::PartitionGroups { .. }
+            | Op::PartitionGroupsHeal { .. } => None,
         }
     }
 
@@ -239,6 +268,8 @@ impl Op {
             | Op::PartitionHeal { .. }
             | Op::PodKillSelected { .. }
             | Op::PodFailure { .. }
+            | Op::PartitionGroups { .. }
+            | Op::PartitionGroupsHeal { .. }
             | Op::NodeDrain { .. } => None,
         }
     }
@@ -264,6 +295,8 @@ impl fmt::Display for Op {
             | Op::PodFailure { .. } => unreachable!("ops on one member are written above"),
             Op::OperatorRestart => f.write_str("operator-restart"),
             Op::PodKillSelected { pick } => write!(f, "pod-kill-selected(pick {pick})"),
+            Op::PartitionGroups { pick } => write!(f, "partition-groups(pick {pick})"),
+            Op::PartitionGroupsHeal { pick } => write!(f, "partition-groups-heal(pick {pick})"),
             Op::NodeDrain { member } => write!(f, "node-drain({member})"),
             Op::RollingUpgrade { to } => write!(f, "rolling-upgrade(to {to})"),
             Op::RollingReplace => f.write_str("rolling-replace"),
@@ -309,7 +342,9 @@ pub enum PreconditionError {
     #[error("{0} is not partitioned")]
     NotPartitioned(MemberId),
     #[error("a partition is in place already ({0}): one at a time")]
-    PartitionInPlace(MemberId),
+    PartitionInPlace(String),
+    #[error("no group partition (pick {0}) is in place")]
+    GroupsNotPartitioned(u32),
 }
 
 impl Model {
@@ -430,31 +465,42 @@ impl Model {
             // at a time on a partitioned replica: only its heal.
             Op::PodKill { member } | Op::PvcLoss { member } | Op::PodFailure { member } => {
                 state_is(member, &[MemberState::Running], "running")?;
-                match self.partitioned.iter().next() {
-                    Some(&p) => Err(PreconditionError::PartitionInPlace(p)),
-                    None => Ok(()),
-                }
+                self.no_partition()
             }
             Op::OperatorRestart => Ok(()),
             // Several replicas at once: every one up before, no partition in place.
             Op::PodKillSelected { .. } | Op::NodeDrain { .. } => {
                 self.all_up()?;
-                match self.partitioned.iter().next() {
-                    Some(&p) => Err(PreconditionError::PartitionInPlace(p)),
-                    None => Ok(()),
-                }
+                self.no_partition()
             }
             Op::Partition { member } => {
                 state_is(member, &[MemberState::Running], "running")?;
-                match self.partitioned.iter().next() {
-                    Some(&p) => Err(PreconditionError::PartitionInPlace(p)),
-                    None => Ok(()),
-                }
+                self.no_partition()
             }
             Op::PartitionHeal { member } => match self.partitioned.contains(&member) {
                 true => Ok(()),
                 false => Err(PreconditionError::NotPartitioned(member)),
             },
+            // Groups of replicas on either side: every one up before, no other partition.
+            Op::PartitionGroups { .. } => {
+                self.all_up()?;
+                self.no_partition()
+            }
+            Op::PartitionGroupsHeal { pick } => match self.groups_partitioned == Some(pick) {
+                true => Ok(()),
+                false => Err(PreconditionError::GroupsNotPartitioned(pick)),
+            },
+        }
+    }
+
+    /// One partition at a time, of a replica or between groups.
+    fn no_partition(&self) -> Result<(), PreconditionError> {
+        if let Some(&m) = self.partitioned.iter().next() {
+            return Err(PreconditionError::PartitionInPlace(format!("partition({m})")));
+        }
+        match self.groups_partitioned {
+            Some(pick) => Err(PreconditionError::PartitionInPlace(format!("partition-groups(pick {pick})"))),
+            None => Ok(()),
         }
     }
 
@@ -504,6 +550,8 @@ impl Model {
             OpKind::NodeDrain => per_member(|member| Op::NodeDrain { member }),
             OpKind::PodFailure => per_member(|member| Op::PodFailure { member }),
             OpKind::PodKillSelected => (0..SELECTED_PICKS).map(|pick| Op::PodKillSelected { pick }).filter(|op| self.check(op).is_ok()).collect(),
+            OpKind::PartitionGroups => (0..SELECTED_PICKS).map(|pick| Op::PartitionGroups { pick }).filter(|op| self.check(op).is_ok()).collect(),
+            OpKind::PartitionGroupsHeal => self.groups_partitioned.map(|pick| Op::PartitionGroupsHeal { pick }).into_iter().collect(),
         }
     }
 }

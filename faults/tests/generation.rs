@@ -354,8 +354,9 @@ fn a_weight_for_an_op_the_tier_does_not_list_is_refused() {
     assert!(err.to_string().contains("weights.backup is set but backup is not in ops"), "{err}");
 }
 
-/// An `app` profile draws only the application ops and backup / restore, one partition at a time, each healed by
-/// `partition-heal` (also at healing); an etcd profile never draws them.
+/// An `app` profile draws only the application ops and backup / restore, one partition at a time (of
+/// a replica, or between groups), each healed by `partition-heal` / `partition-groups-heal` (also at
+/// healing); an etcd profile never draws them.
 #[test]
 fn an_app_profile_draws_only_application_ops() {
     let p = Profile::from_toml("name = \"a\"\nversions = [\"3.5\"]\nsteps = 30\nmembers = 3\nsites = 1\nstack = \"app\"\n").unwrap();
@@ -367,13 +368,34 @@ fn an_app_profile_draws_only_application_ops() {
         for op in &plan.ops {
             kinds.insert(op.kind());
             m.apply(op).unwrap();
-            assert!(m.partitioned.len() <= 1, "one partition at a time");
+            assert!(m.partitioned.len() + usize::from(m.groups_partitioned.is_some()) <= 1, "one partition at a time, of a replica or between groups");
         }
         let heal = m.heal_ops();
-        assert_eq!(heal.len(), m.partitioned.len());
-        assert!(heal.iter().all(|o| o.kind() == OpKind::PartitionHeal));
+        assert_eq!(heal.len(), m.partitioned.len() + usize::from(m.groups_partitioned.is_some()));
+        assert!(heal.iter().all(|o| matches!(o.kind(), OpKind::PartitionHeal | OpKind::PartitionGroupsHeal)));
+        for op in &heal {
+            m.apply(op).unwrap();
+        }
+        assert!(m.partitioned.is_empty() && m.groups_partitioned.is_none(), "healing heals every partition");
     }
     assert_eq!(kinds, OpKind::ALL.into_iter().filter(|k| k.drawn_for(Stack::App)).collect());
     let etcd = profile(0);
     assert!((0..60u64).flat_map(|s| generate(s, &etcd).ops).all(|o| !o.kind().app_only()));
+}
+
+/// A group partition is one partition like a replica's: either refuses the other (and the ops
+/// on one replica) while in place; its heal names the pick in place.
+#[test]
+fn a_group_partition_is_one_partition_at_a_time() {
+    use shakedown_faults::PreconditionError;
+    let mut m = Model::new(1, 3, vec![Version::new(3, 5)], 1);
+    m.apply(&Op::PartitionGroups { pick: 2 }).unwrap();
+    assert_eq!(m.check(&Op::Partition { member: MemberId(0) }), Err(PreconditionError::PartitionInPlace("partition-groups(pick 2)".into())));
+    assert!(m.check(&Op::PodKill { member: MemberId(0) }).is_err() && m.check(&Op::PartitionGroups { pick: 3 }).is_err());
+    assert_eq!(m.check(&Op::PartitionGroupsHeal { pick: 1 }), Err(PreconditionError::GroupsNotPartitioned(1)));
+    assert_eq!(m.heal_ops(), vec![Op::PartitionGroupsHeal { pick: 2 }]);
+    m.apply(&Op::PartitionGroupsHeal { pick: 2 }).unwrap();
+    m.apply(&Op::Partition { member: MemberId(0) }).unwrap();
+    assert_eq!(m.check(&Op::PartitionGroups { pick: 0 }), Err(PreconditionError::PartitionInPlace("partition(m0)".into())));
+    assert_eq!(Op::PartitionGroups { pick: 0 }.to_string(), "partition-groups(pick 0)");
 }

@@ -7,12 +7,13 @@ use crate::durability::{expect_write, Expect};
 use crate::observation::Observation;
 use crate::Verdict;
 
-/// Every named workload has all its replicas Ready (the StatefulSet's partitioned replicas
-/// excepted: cut off, they may not be) and every probe passes. Converging: a failure is retried
+/// Every named workload has all its replicas Ready (the StatefulSet's partitioned replicas, and
+/// those in the groups of a group partition, excepted: cut off, they may not be) and every probe passes. Converging: a failure is retried
 /// until the profile's bound.
 pub(crate) fn app_ready(model: &Model, obs: &Observation) -> Verdict {
     let Some(app) = &obs.app else { return Verdict::Pass };
-    let excused = |name: &str| if name.starts_with("statefulset/") { model.partitioned.len() as i32 } else { 0 };
+    let cut = model.partitioned.len() as i32 + if model.groups_partitioned.is_some() { app.in_cut_groups } else { 0 };
+    let excused = |name: &str| if name.starts_with("statefulset/") { cut } else { 0 };
     let mut parts: Vec<String> = app.workloads.iter().filter(|w| w.ready < w.desired - excused(&w.name)).map(|w| format!("{}: {}/{} Ready", w.name, w.ready, w.desired)).collect();
     parts.extend(app.probes.iter().filter_map(|(name, why)| why.as_ref().map(|w| format!("probe {name}: {w}"))));
     match parts.is_empty() {

@@ -27,6 +27,12 @@ fn app_leaks(model: &Model, inv: &crate::observation::AppInventory) -> Verdict {
     for m in model.partitioned.difference(&inv.partitioned) {
         problems.push(format!("the partition NetworkPolicy of {m} is missing"));
     }
+    match (model.groups_partitioned, inv.groups_partitioned) {
+        (Some(m), Some(i)) if m != i => problems.push(format!("the NetworkPolicies of partition-groups(pick {i}) are there, not those of pick {m}")),
+        (None, Some(i)) => problems.push(format!("the NetworkPolicies of partition-groups(pick {i}) are still there")),
+        (Some(m), None) => problems.push(format!("the NetworkPolicies of partition-groups(pick {m}) are missing")),
+        _ => {}
+    }
     if !inv.stray_policies.is_empty() {
         problems.push(format!("NetworkPolicies of the run that no partition explains: {}", inv.stray_policies.join(", ")));
     }

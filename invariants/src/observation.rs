@@ -50,6 +50,10 @@ pub struct AppObservation {
     pub workloads: Vec<AppWorkload>,
     /// The profile's probes: name, and `None` when it passed or why it failed.
     pub probes: Vec<(String, Option<String>)>,
+    /// The StatefulSet's replicas in the groups of the group partition in place (`app-ready`
+    /// excuses them, as it does a partitioned replica).
+    #[serde(default)]
+    pub in_cut_groups: i32,
     /// The data-integrity workload: keys written once each, their values.
     #[serde(skip)]
     pub data: Option<AppData>,
@@ -60,7 +64,10 @@ pub struct AppObservation {
 pub struct AppInventory {
     /// The members whose partition NetworkPolicy (labelled with the run id) exists.
     pub partitioned: std::collections::BTreeSet<MemberId>,
-    /// NetworkPolicies of the run that belong to no member (a name it did not make).
+    /// The pick of the group partition whose NetworkPolicies (labelled with the run id) exist.
+    #[serde(default)]
+    pub groups_partitioned: Option<u32>,
+    /// NetworkPolicies of the run that belong to no partition (a name it did not make).
     pub stray_policies: Vec<String>,
     /// The operator's Deployment is scaled below the replicas it had when the run started.
     pub operator_scaled_down: Option<String>,

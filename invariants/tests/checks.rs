@@ -724,6 +724,7 @@ fn app_obs() -> Observation {
         app: Some(AppObservation {
             workloads: vec![AppWorkload { name: "statefulset/etcd".into(), desired: 3, ready: 3 }, AppWorkload { name: "deployment/op".into(), desired: 1, ready: 1 }],
             probes: vec![("health".into(), None)],
+            in_cut_groups: 0,
             data: Some(AppData {
                 acked: [("k1", "v1"), ("k2", "v2")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
                 marks: Default::default(),
@@ -748,6 +749,16 @@ fn app_ready_wants_every_replica_ready_and_every_probe_passing() {
     let mut cut = app_model();
     cut.apply(&Op::Partition { member: MemberId(1) }).unwrap();
     assert_eq!(verdict(InvariantId::AppReady, &cut, &o), Verdict::Pass, "the partitioned replica may be unready");
+    // A group partition excuses the replicas in its groups, and only while it is in place.
+    o.app.as_mut().unwrap().workloads[0].ready = 1;
+    o.app.as_mut().unwrap().in_cut_groups = 2;
+    let mut groups = app_model();
+    groups.apply(&Op::PartitionGroups { pick: 0 }).unwrap();
+    assert_eq!(verdict(InvariantId::AppReady, &groups, &o), Verdict::Pass, "the replicas of both groups may be unready");
+    assert!(matches!(verdict(InvariantId::AppReady, &m, &o), Verdict::Fail(msg) if msg.contains("statefulset/etcd: 1/3 Ready")));
+    o.app.as_mut().unwrap().in_cut_groups = 1;
+    assert!(matches!(verdict(InvariantId::AppReady, &groups, &o), Verdict::Fail(msg) if msg.contains("statefulset/etcd: 1/3 Ready")), "one more unready than the groups hold");
+    o.app.as_mut().unwrap().in_cut_groups = 0;
     o.app.as_mut().unwrap().workloads[0].ready = 3;
     o.app.as_mut().unwrap().probes[0].1 = Some("exit 1".into());
     assert!(matches!(verdict(InvariantId::AppReady, &m, &o), Verdict::Fail(msg) if msg.contains("probe health: exit 1")));
@@ -831,4 +842,15 @@ fn app_leaks_follow_the_model_partitions_and_the_operator_scale() {
     assert_eq!(verdict(InvariantId::Leaks, &cut, &o), Verdict::Pass);
     inv(&mut o).cordoned.push("node-1".into());
     assert!(matches!(verdict(InvariantId::Leaks, &cut, &o), Verdict::Fail(msg) if msg.contains("nodes the run cordoned are still cordoned: node-1")));
+    // A group partition's policies: there exactly while the model has that pick in place.
+    let mut o = app_obs();
+    inv(&mut o).groups_partitioned = Some(3);
+    assert!(matches!(verdict(InvariantId::Leaks, &m, &o), Verdict::Fail(msg) if msg.contains("partition-groups(pick 3) are still there")));
+    let mut groups = app_model();
+    groups.apply(&Op::PartitionGroups { pick: 3 }).unwrap();
+    assert_eq!(verdict(InvariantId::Leaks, &groups, &o), Verdict::Pass);
+    inv(&mut o).groups_partitioned = None;
+    assert!(matches!(verdict(InvariantId::Leaks, &groups, &o), Verdict::Fail(msg) if msg.contains("partition-groups(pick 3) are missing")));
+    groups.apply(&Op::PartitionGroupsHeal { pick: 3 }).unwrap();
+    assert_eq!(verdict(InvariantId::Leaks, &groups, &o), Verdict::Pass);
 }

@@ -531,8 +531,15 @@ impl Node {
         if let Some(pid) = self.policy_agent.take() {
             // SAFETY: kill(2) on a pid this node started; no memory is involved.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            // An `nft -f` it had started finishes on its own: let it, before emptying the chains.
-            std::thread::sleep(Duration::from_millis(500));
+            // An `nft -f …/policy.nft` it had started finishes on its own: wait for it (and the
+            // agent) to be gone before emptying the chains, or it could refill them.
+            let deadline = Instant::now() + TEARDOWN_BOUND;
+            while crate::targets::local::reap::processes_of(&self.layout.dir).iter().any(|(_, cmd)| cmd.contains("policy-agent") || cmd.contains("policy.nft")) {
+                if Instant::now() > deadline {
+                    return Err(format!("the policy engine (pid {pid}) is still running {}s after SIGKILL", TEARDOWN_BOUND.as_secs()));
+                }
+                std::thread::sleep(POLL);
+            }
         }
         let t = &self.layout.nft_table;
         let flush = format!("flush chain inet {t} netpol-egress\nflush chain inet {t} netpol-ingress\n");

@@ -15,7 +15,7 @@ use shakedown::node::config::BUSYBOX_IMAGE;
 pub const NS: &str = "web";
 
 /// The app profile of `web`: every replica serves; `partition` probes a replica's port 8080 from
-/// another one; `pod-failure` puts a replica on the node's pause image (its command, `sh`, is
+/// another one; `partition-groups` cuts web-0 and web-1 apart (web-2 in neither); `pod-failure` puts a replica on the node's pause image (its command, `sh`, is
 /// not there: the container cannot start). (`timeout`, not wget's `-T`: Debian 12's busybox-static 1.35 `wget -T` segfaults.)
 pub const PROFILE: &str = r#"
 namespace = "web"
@@ -29,6 +29,10 @@ command = ["sh", "-c", "timeout 2 wget -q -O - http://127.0.0.1:8080/ | grep -q 
 
 [partition]
 command = ["sh", "-c", "timeout 2 wget -q -O /dev/null http://{ip}:8080/"]
+
+[[partition.groups]]
+a = "statefulset.kubernetes.io/pod-name=web-0"
+b = "statefulset.kubernetes.io/pod-name=web-1"
 
 [pod_failure]
 image = "shakedown.local/pause:3.4"

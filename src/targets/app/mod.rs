@@ -43,7 +43,47 @@ use super::kube::{OPT_IN, RUN_LABEL};
 use super::{StartContext, Started, Target, TargetError};
 use crate::exit::Fatal;
 use data::{is_ready, ready_pod, Writer};
-use spec::{fill, AppSpec, HttpProbe, ObjectProbe, ProbeCheck, ResourceOp};
+use spec::{fill, AppSpec, GroupCut, HttpProbe, ObjectProbe, ProbeCheck, ResourceOp};
+
+type Labels = BTreeMap<String, String>;
+
+/// The label the apiserver gives every namespace, its name (Kubernetes 1.21 and later).
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+fn group_policy_name(pick: u32, side: char) -> String {
+    format!("shakedown-partition-groups-p{pick}-{side}")
+}
+
+/// The pick of a group partition's policy, from its name.
+fn group_policy_pick(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("shakedown-partition-groups-p")?;
+    let (pick, side) = rest.split_once('-')?;
+    matches!(side, "a" | "b").then_some(())?;
+    pick.parse().ok()
+}
+
+/// Whether pod `p` has every label of `labels`.
+fn has_labels(p: &Pod, labels: &Labels) -> bool {
+    let own = p.metadata.labels.as_ref();
+    labels.iter().all(|(k, v)| own.and_then(|l| l.get(k)) == Some(v))
+}
+
+/// The NetworkPolicy of one side of a group partition: it selects the side's pods (`own`) and
+/// admits ingress from every pod of the namespace that lacks one of the other side's labels
+/// (`NotIn` holds for a missing label too), and from every pod of the other namespaces when
+/// they carry their name label (`other_namespaces_than`: the app's namespace). Ingress only:
+/// with both sides' policies, a connection between them is refused whichever side opens it,
+/// and each side's own egress is left alone.
+fn group_policy(name: &str, run_id: &str, own: &Labels, other: &Labels, other_namespaces_than: Option<&str>) -> serde_json::Value {
+    let mut from: Vec<serde_json::Value> = other.iter().map(|(k, v)| serde_json::json!({"podSelector": {"matchExpressions": [{"key": k, "operator": "NotIn", "values": [v]}]}})).collect();
+    if let Some(ns) = other_namespaces_than {
+        from.push(serde_json::json!({"namespaceSelector": {"matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": [ns]}]}}));
+    }
+    serde_json::json!({
+        "metadata": {"name": name, "labels": {RUN_LABEL: run_id, "app.kubernetes.io/managed-by": "shakedown"}},
+        "spec": {"podSelector": {"matchLabels": own}, "policyTypes": ["Ingress"], "ingress": [{"from": from}]},
+    })
+}
 
 const POLL: Duration = Duration::from_millis(250);
 /// How long one API request of the target may take.
@@ -582,7 +622,6 @@ impl AppTarget {
 
     /// The partition probe from another Ready replica to `m`'s pod: `Ok(true)` connected.
     async fn probe_to(&self, m: MemberId) -> Result<bool, TargetError> {
-        let Some(probe) = self.spec.app_profile.partition.clone() else { return Err(TargetError::Unsupported("the app profile has no [partition] probe".into())) };
         let target = self.pod_name(m);
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
         let ip = bounded("get pod", pods.get(&target)).await.map_err(env)?.status.and_then(|s| s.pod_ip).ok_or_else(|| TargetError::Stack(format!("pod {target} has no IP")))?;
@@ -590,10 +629,15 @@ impl AppTarget {
         let Some(from) = ready_pod(&self.client, self.ns(), &selector, Some(&target)).await else {
             return Err(TargetError::Stack(format!("no other Ready replica to probe {target} from")));
         };
-        let from = from.metadata.name.unwrap_or_default();
-        let cmd = fill(&probe.command, &BTreeMap::from([("ip", ip)]));
+        self.probe_between(&from.metadata.name.unwrap_or_default(), &ip).await
+    }
+
+    /// The partition probe exec'd in pod `from` towards `ip`: `Ok(true)` connected.
+    async fn probe_between(&self, from: &str, ip: &str) -> Result<bool, TargetError> {
+        let Some(probe) = self.spec.app_profile.partition.clone() else { return Err(TargetError::Unsupported("the app profile has no [partition] probe".into())) };
+        let cmd = fill(&probe.command, &BTreeMap::from([("ip", ip.to_string())]));
         let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
-        let out = exec(&self.client, self.ns(), &from, probe.container.as_deref(), &refs, Duration::from_secs(15)).await.map_err(env)?;
+        let out = exec(&self.client, self.ns(), from, probe.container.as_deref(), &refs, Duration::from_secs(15)).await.map_err(env)?;
         Ok(out.code == 0)
     }
 
@@ -665,17 +709,190 @@ impl AppTarget {
         }
     }
 
+    /// Cut `pick` of `[[partition.groups]]` (modulo their number) and each side's labels.
+    fn group_cut(&self, pick: u32) -> Result<(GroupCut, Labels, Labels), TargetError> {
+        let cuts = self.spec.app_profile.partition.as_ref().map(|p| p.groups.as_slice()).unwrap_or_default();
+        if cuts.is_empty() {
+            return Err(TargetError::Unsupported("the app profile has no [[partition.groups]]".into()));
+        }
+        let cut = cuts[pick as usize % cuts.len()].clone();
+        let (a, b) = (GroupCut::labels(&cut.a).map_err(env)?, GroupCut::labels(&cut.b).map_err(env)?);
+        Ok((cut, a, b))
+    }
+
+    /// The first Ready pod of `selector`: its name and IP.
+    async fn group_end(&self, selector: &str) -> Result<(String, String), TargetError> {
+        let pod = ready_pod(&self.client, self.ns(), selector, None).await.ok_or_else(|| TargetError::Stack(format!("no Ready pod matches {selector}")))?;
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let ip = pod.status.and_then(|s| s.pod_ip).ok_or_else(|| TargetError::Stack(format!("pod {name} has no IP")))?;
+        Ok((name, ip))
+    }
+
+    /// Whether the probe connects from group `a` to group `b` and from `b` to `a` (a Ready pod
+    /// of each: the first by name; both ways at once, a cut way costing the probe's own timeout).
+    async fn probe_groups(&self, cut: &GroupCut) -> Result<(bool, bool), TargetError> {
+        let (a, b) = (self.group_end(&cut.a).await?, self.group_end(&cut.b).await?);
+        let (ab, ba) = tokio::join!(self.probe_between(&a.0, &b.1), self.probe_between(&b.0, &a.1));
+        Ok((ab?, ba?))
+    }
+
+    async fn delete_group_policies(&self, pick: u32) -> Result<(), TargetError> {
+        let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
+        for side in ['a', 'b'] {
+            match bounded("delete NetworkPolicy", api.delete(&group_policy_name(pick, side), &DeleteParams::default())).await {
+                Ok(_) => {}
+                Err(e) if e.contains("NotFound") || e.contains("not found") => {}
+                Err(e) => return Err(env(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// `partition-groups(pick)`: the pods of the cut's two groups no longer reach each other,
+    /// other traffic flows on. A NetworkPolicy on each side admits every peer but the other
+    /// side; verified with the `[partition]` probe both ways between the groups (cut) and from
+    /// a StatefulSet replica outside both to each (still flowing), when there is one.
+    async fn partition_groups(&mut self, pick: u32) -> Result<(), TargetError> {
+        let (cut, a, b) = self.group_cut(pick)?;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let listed = bounded("pods", pods.list(&ListParams::default())).await.map_err(env)?.items;
+        let live: Vec<&Pod> = listed.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+        let name = |p: &Pod| p.metadata.name.clone().unwrap_or_default();
+        let (in_a, in_b): (Vec<&Pod>, Vec<&Pod>) = (live.iter().copied().filter(|p| has_labels(p, &a)).collect(), live.iter().copied().filter(|p| has_labels(p, &b)).collect());
+        for (side, members) in [(&cut.a, &in_a), (&cut.b, &in_b)] {
+            if members.is_empty() {
+                return Err(TargetError::Stack(format!("no pod of {} matches {side}", self.ns())));
+            }
+        }
+        if let Some(p) = in_a.iter().find(|p| has_labels(p, &b)) {
+            return Err(TargetError::Environment(format!("pod {} is in both groups ({} and {}): a pod cannot be cut off from itself; no policy was created", name(p), cut.a, cut.b)));
+        }
+        if let Some(p) = in_a.iter().chain(&in_b).find(|p| p.spec.as_ref().and_then(|s| s.host_network) == Some(true)) {
+            return Err(TargetError::Environment(format!(
+                "{} runs on the host's network (hostNetwork: true): a NetworkPolicy cannot cut it off on any network plugin, so partition-groups cannot be done to these groups; no policy was created",
+                name(p)
+            )));
+        }
+        // Pods of other namespaces are admitted by the namespace's name label, which the
+        // apiserver sets from Kubernetes 1.21; without it they are cut off from both groups too.
+        let nss: Api<Namespace> = Api::all(self.client.clone());
+        let named = bounded("namespace", nss.get(self.ns())).await.map_err(env)?.metadata.labels.is_some_and(|l| l.contains_key(NAMESPACE_NAME_LABEL));
+        let other_namespaces = named.then(|| self.ns().to_string());
+        let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
+        for (side, own, other) in [('a', &a, &b), ('b', &b, &a)] {
+            let policy: NetworkPolicy = serde_json::from_value(group_policy(&group_policy_name(pick, side), &self.run_id, own, other, other_namespaces.as_deref())).map_err(env)?;
+            if let Err(e) = bounded("create NetworkPolicy", api.create(&PostParams::default(), &policy)).await {
+                let _ = self.delete_group_policies(pick).await;
+                return Err(env(e));
+            }
+        }
+        let me: &AppTarget = self;
+        let undo = |e: TargetError| async move {
+            let _ = me.delete_group_policies(pick).await;
+            e
+        };
+        // Verified: cut both ways (policies may apply after a moment).
+        let t0 = Instant::now();
+        let cut_after = loop {
+            match self.probe_groups(&cut).await {
+                Ok((false, false)) => break t0.elapsed(),
+                Ok((ab, ba)) if Instant::now() >= t0 + PARTITION_SETTLE => {
+                    let ways = [(ab, format!("from {} to {}", cut.a, cut.b)), (ba, format!("from {} to {}", cut.b, cut.a))].into_iter().filter(|(c, _)| *c).map(|(_, w)| w).collect::<Vec<_>>().join(" and ");
+                    return Err(undo(TargetError::Environment(format!(
+                        "this cluster does not enforce NetworkPolicy: {}s after the policies of partition-groups(pick {pick}) were created, the partition probe still connects {ways} (a CNI without a policy engine, such as the bridge plugin, ignores policies); the policies were removed and the partition counts as not done",
+                        PARTITION_SETTLE.as_secs()
+                    )))
+                    .await);
+                }
+                Ok(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+                Err(e) => return Err(undo(e).await),
+            }
+        };
+        // Verified: other traffic flows on — a replica in neither group still reaches both.
+        let outside = live.iter().filter(|p| is_ready(p) && has_labels(p, &self.sts_labels()) && !has_labels(p, &a) && !has_labels(p, &b)).map(|p| name(p)).min();
+        if let Some(c) = &outside {
+            let ends = match (self.group_end(&cut.a).await, self.group_end(&cut.b).await) {
+                (Ok(x), Ok(y)) => [x, y],
+                (Err(e), _) | (_, Err(e)) => return Err(undo(e).await),
+            };
+            for (end, ip) in &ends {
+                let deadline = Instant::now() + PARTITION_SETTLE;
+                loop {
+                    match self.probe_between(c, ip).await {
+                        Ok(true) => break,
+                        Ok(false) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(500)).await,
+                        Ok(false) => {
+                            return Err(undo(TargetError::Environment(format!(
+                                "partition-groups(pick {pick}) cut more than the two groups: {c}, in neither, no longer reaches {end} (the policies admit it; the network plugin does not); the policies were removed"
+                            )))
+                            .await)
+                        }
+                        Err(e) => return Err(undo(e).await),
+                    }
+                }
+            }
+        }
+        let (a_pods, b_pods): (Vec<String>, Vec<String>) = (in_a.iter().map(|p| name(p)).collect(), in_b.iter().map(|p| name(p)).collect());
+        tracing::info!(
+            "partition-groups(pick {pick}): {} ({}) cut from {} ({}) {:.1}s after the policies were created; {}{}",
+            cut.a,
+            a_pods.join(", "),
+            cut.b,
+            b_pods.join(", "),
+            cut_after.as_secs_f64(),
+            outside.as_ref().map_or("no replica outside both groups to show other traffic flowing".to_string(), |c| format!("{c}, in neither, still reaches both")),
+            if named { "" } else { "; pods of other namespaces are cut off from both groups too (namespaces here carry no kubernetes.io/metadata.name label: Kubernetes before 1.21)" }
+        );
+        self.events.push(crate::events::Event::Target {
+            kind: "app-partition-groups".into(),
+            detail: serde_json::json!({"pick": pick, "a": cut.a, "b": cut.b, "a-pods": a_pods, "b-pods": b_pods, "cut-after-ms": cut_after.as_millis() as u64, "outside": outside, "other-namespaces-admitted": named}),
+        });
+        Ok(())
+    }
+
+    /// `partition-groups-heal(pick)`: the cut's policies removed; verified: the probe connects
+    /// both ways again.
+    async fn partition_groups_heal(&mut self, pick: u32) -> Result<(), TargetError> {
+        let (cut, _, _) = self.group_cut(pick)?;
+        self.delete_group_policies(pick).await?;
+        let deadline = Instant::now() + self.spec.app_profile.op_timeout;
+        loop {
+            if self.probe_groups(&cut).await? == (true, true) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(TargetError::Stack(format!("the partition probe does not connect both ways between {} and {} after their NetworkPolicies were removed", cut.a, cut.b)));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// The StatefulSet's selector as labels.
+    fn sts_labels(&self) -> Labels {
+        self.sts_selector.split(',').filter_map(|t| t.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// How many of the StatefulSet's live pods are in the groups of the group partition in
+    /// place (`app-ready` excuses them).
+    async fn in_cut_groups(&self, model: &Model) -> i32 {
+        let Some(Ok((_, a, b))) = model.groups_partitioned.map(|pick| self.group_cut(pick)) else { return 0 };
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let listed = bounded("pods", pods.list(&ListParams::default().labels(&self.sts_selector))).await.map(|l| l.items).unwrap_or_default();
+        listed.iter().filter(|p| has_labels(p, &a) || has_labels(p, &b)).count() as i32
+    }
+
     async fn inventory(&self) -> AppInventory {
         let mut inv = AppInventory::default();
         let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
         if let Ok(list) = bounded("NetworkPolicies", api.list(&ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id)))).await {
             for p in list.items {
                 let name = p.metadata.name.unwrap_or_default();
-                match name.strip_prefix("shakedown-partition-m").and_then(|n| n.parse::<u32>().ok()) {
-                    Some(i) => {
-                        inv.partitioned.insert(MemberId(i));
-                    }
-                    None => inv.stray_policies.push(name),
+                if let Some(i) = name.strip_prefix("shakedown-partition-m").and_then(|n| n.parse::<u32>().ok()) {
+                    inv.partitioned.insert(MemberId(i));
+                } else if let Some(pick) = group_policy_pick(&name) {
+                    inv.groups_partitioned = Some(pick);
+                } else {
+                    inv.stray_policies.push(name);
                 }
             }
         }
@@ -885,6 +1102,8 @@ impl Target for AppTarget {
             OpKind::PvcLoss => Err("the app profile names no claim (volumeClaimTemplate)".into()),
             OpKind::Partition | OpKind::PartitionHeal if p.partition.is_some() => Ok(()),
             OpKind::Partition | OpKind::PartitionHeal => Err("the app profile has no [partition] probe".into()),
+            OpKind::PartitionGroups | OpKind::PartitionGroupsHeal if p.partition.as_ref().is_some_and(|p| !p.groups.is_empty()) => Ok(()),
+            OpKind::PartitionGroups | OpKind::PartitionGroupsHeal => Err("the app profile has no [[partition.groups]] (two label groups to cut apart, and the [partition] probe)".into()),
             OpKind::NodeDrain => Ok(()),
             OpKind::PodFailure if p.pod_failure.is_some() => Ok(()),
             OpKind::PodFailure => Err("the app profile has no [pod_failure] image (one the nodes have that does not run the application: the cluster's pause image, say)".into()),
@@ -906,6 +1125,8 @@ impl Target for AppTarget {
             Op::PartitionHeal { member } => self.partition_heal(member).await,
             Op::NodeDrain { member } => self.node_drain(member).await,
             Op::PodFailure { member } => self.pod_failure(member).await,
+            Op::PartitionGroups { pick } => self.partition_groups(pick).await,
+            Op::PartitionGroupsHeal { pick } => self.partition_groups_heal(pick).await,
             Op::Backup => self.backup(after).await,
             Op::Restore { backup } => self.restore(backup).await,
             _ => Err(TargetError::Unsupported(format!("{op} is not an application op"))),
@@ -919,7 +1140,7 @@ impl Target for AppTarget {
     async fn end_step(&mut self) {}
 
     async fn observe(&mut self, model: &Model, invariants: &[InvariantId]) -> Observation {
-        let mut app = AppObservation { workloads: self.workloads().await, probes: self.probes().await, data: None };
+        let mut app = AppObservation { workloads: self.workloads().await, probes: self.probes().await, in_cut_groups: self.in_cut_groups(model).await, data: None };
         if invariants.contains(&InvariantId::AppDurability) {
             if let Some(w) = &self.writer {
                 app.data = Some(w.read().await);
@@ -978,11 +1199,7 @@ impl Target for AppTarget {
                 }
             }
         }
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
-        for p in self.failed_pods().await {
-            let (name, own) = (p.metadata.name.clone().unwrap_or_default(), recorded_images(&p));
-            let _ = bounded("give a failed pod its images back", pods.patch(&name, &PatchParams::default(), &Patch::Strategic(failure_patch(None, &own, None)))).await;
-        }
+        let _ = bounded("give failed pods their images back", restore_failed_pods(&self.client, self.ns(), &self.run_id)).await;
         let nodes: Api<Node> = Api::all(self.client.clone());
         for n in self.cordoned_nodes().await {
             let _ = bounded("uncordon", nodes.patch(&n, &PatchParams::default(), &Patch::Merge(cordon_patch(None)))).await;
@@ -1016,8 +1233,24 @@ pub fn failed_by(p: &Pod) -> Option<&str> {
 }
 
 /// The own images a failed pod's annotation recorded.
-pub fn recorded_images(p: &Pod) -> BTreeMap<String, String> {
+fn recorded_images(p: &Pod) -> BTreeMap<String, String> {
     p.metadata.annotations.as_ref().and_then(|a| a.get(OWN_IMAGES)).and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default()
+}
+
+/// Gives every pod of `ns` that a `pod-failure` of run `run` left failed its own images back
+/// (teardown, `reap --kube`); returns their names.
+pub async fn restore_failed_pods(client: &Client, ns: &str, run: &str) -> Result<Vec<String>, String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut done = vec![];
+    for p in pods.list(&ListParams::default()).await.map_err(|e| format!("listing pods in {ns}: {e}"))?.items {
+        if failed_by(&p) == Some(run) {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let patch = failure_patch(None, &recorded_images(&p), None);
+            pods.patch(&name, &PatchParams::default(), &Patch::Strategic(patch)).await.map_err(|e| format!("giving pod {ns}/{name} its images back: {e}"))?;
+            done.push(name);
+        }
+    }
+    Ok(done)
 }
 
 /// The strategic merge patch that fails a pod for run `run` — every container on `image`, its
@@ -1050,4 +1283,72 @@ pub async fn resource_api_of(client: &Client, ns: &str, gvk: &str) -> Result<Api
     }
     let (ar, _): (ApiResource, _) = kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await.map_err(|e| format!("{gvk}: {e}"))?;
     Ok(Api::namespaced_with(client.clone(), ns, &ar))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::netpol::{compute, Peer, PodInfo};
+
+    fn pod(ns: &str, name: &str, ip: &str, labels: &[(&str, &str)]) -> PodInfo {
+        PodInfo { ns: ns.into(), name: name.into(), labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ip: ip.parse().unwrap(), ports: BTreeMap::new() }
+    }
+
+    fn labels(l: &[(&str, &str)]) -> Labels {
+        l.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// The two policies of a group partition, read by the node's policy engine: each side is
+    /// isolated for ingress and admits every pod but the other side's — its own, a replica in
+    /// neither group, a pod of another namespace (when namespaces carry their name label) — and
+    /// no side is isolated for egress.
+    #[test]
+    fn a_group_partition_admits_everyone_but_the_other_side() {
+        let pods = [
+            pod("kv", "kv-0", "10.0.0.10", &[("app", "kv"), ("role", "primary")]),
+            pod("kv", "kv-1", "10.0.0.11", &[("app", "kv"), ("role", "standby")]),
+            pod("kv", "kv-2", "10.0.0.12", &[("app", "kv"), ("role", "standby")]),
+            pod("kv", "kv-3", "10.0.0.13", &[("app", "kv")]),
+            pod("kv", "client", "10.0.0.14", &[("role", "client")]),
+            pod("other", "tool", "10.0.0.20", &[("app", "kv"), ("role", "standby")]),
+        ];
+        let (a, b) = (labels(&[("app", "kv"), ("role", "primary")]), labels(&[("app", "kv"), ("role", "standby")]));
+        let policies = |ns_label: bool| -> Vec<NetworkPolicy> {
+            [('a', &a, &b), ('b', &b, &a)]
+                .into_iter()
+                .map(|(side, own, other)| {
+                    let mut v = group_policy(&group_policy_name(4, side), "sd-1", own, other, ns_label.then_some("kv"));
+                    v["metadata"]["namespace"] = "kv".into();
+                    serde_json::from_value(v).unwrap()
+                })
+                .collect()
+        };
+        let nss = |named: bool| -> BTreeMap<String, Labels> { ["kv", "other"].iter().map(|n| (n.to_string(), if named { labels(&[(NAMESPACE_NAME_LABEL, n)]) } else { Labels::new() })).collect() };
+        let admitted = |rs: &crate::node::netpol::Ruleset, pod: &str| -> Vec<String> {
+            let iso = rs.ingress.iter().find(|i| i.pod == pod).unwrap_or_else(|| panic!("{pod} isolated for ingress"));
+            let mut ips: Vec<String> = iso.allows.iter().flat_map(|a| match &a.peer {
+                Peer::Ips(ips) => ips.iter().map(|ip| ip.to_string()).collect::<Vec<_>>(),
+                other => panic!("only pods are admitted: {other:?}"),
+            }).collect();
+            ips.sort();
+            ips.dedup();
+            ips
+        };
+        let rs = compute(&pods, &nss(true), &policies(true));
+        assert!(rs.egress.is_empty(), "egress is left alone");
+        assert_eq!(rs.ingress.iter().map(|i| i.pod.as_str()).collect::<Vec<_>>(), ["kv/kv-0", "kv/kv-1", "kv/kv-2"]);
+        assert_eq!(admitted(&rs, "kv/kv-0"), ["10.0.0.10", "10.0.0.13", "10.0.0.14", "10.0.0.20"], "the primary: everyone but the standbys of its namespace");
+        assert_eq!(admitted(&rs, "kv/kv-1"), ["10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14", "10.0.0.20"], "a standby: everyone but the primary");
+        // Without the namespace name label (Kubernetes < 1.21): other namespaces' pods are not admitted.
+        let rs = compute(&pods, &nss(false), &policies(false));
+        assert_eq!(admitted(&rs, "kv/kv-0"), ["10.0.0.10", "10.0.0.13", "10.0.0.14"]);
+    }
+
+    #[test]
+    fn group_policies_are_known_by_their_names() {
+        assert_eq!(group_policy_pick(&group_policy_name(7, 'a')), Some(7));
+        assert_eq!(group_policy_pick(&group_policy_name(0, 'b')), Some(0));
+        assert_eq!(group_policy_pick("shakedown-partition-groups-p1-c"), None);
+        assert_eq!(group_policy_pick("shakedown-partition-m1"), None);
+    }
 }

@@ -387,6 +387,38 @@ pub struct PartitionProbe {
     /// The container (default: the pod's first).
     #[serde(default)]
     pub container: Option<String>,
+    /// The cuts `partition-groups` makes (`[[partition.groups]]`): two label groups each, cut
+    /// apart while other traffic flows on. Absent, `partition-groups` is skipped with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupCut>,
+}
+
+/// One cut of `partition-groups`: the pods of `a` and those of `b` (namespace's pods, equality
+/// label selectors such as `app=kv,role=primary`) no longer reach each other; each side still
+/// reaches, and is reached by, every other pod. The `[partition]` probe is exec'd in pods of
+/// both groups, so their containers must have its command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GroupCut {
+    /// One side: `key=value` terms, comma-separated (all must hold).
+    pub a: String,
+    /// The other side, the same way.
+    pub b: String,
+}
+
+impl GroupCut {
+    /// A side's selector as labels (`key=value` terms only: the other side's policy admits
+    /// every pod that lacks one of them, which a NetworkPolicy can say only of equality terms).
+    pub fn labels(selector: &str) -> Result<BTreeMap<String, String>, String> {
+        let mut labels = BTreeMap::new();
+        for term in selector.split(',').map(str::trim) {
+            let (k, v) = term.split_once("==").or_else(|| term.split_once('=')).filter(|(k, _)| !k.is_empty() && !k.ends_with('!')).ok_or_else(|| {
+                format!("app profile: [[partition.groups]] selector {selector:?}: {term:?} is not a key=value term (a group is a set of key=value labels, all of which must hold)")
+            })?;
+            labels.insert(k.trim().to_string(), v.trim().to_string());
+        }
+        Ok(labels)
+    }
 }
 
 impl AppProfile {
@@ -407,6 +439,12 @@ impl AppProfile {
             }
             if k.selector.trim().is_empty() {
                 return Err("app profile: [pod_kill_selected] needs a label selector".into());
+            }
+        }
+        for cut in p.partition.iter().flat_map(|p| &p.groups) {
+            let (a, b) = (GroupCut::labels(&cut.a)?, GroupCut::labels(&cut.b)?);
+            if a == b {
+                return Err(format!("app profile: [[partition.groups]] a and b are the same group ({:?}): nothing to cut apart", cut.a));
             }
         }
         for (section, r) in [("backup", &p.backup), ("restore", &p.restore)] {
@@ -456,6 +494,20 @@ mod tests {
 
     fn selection(count: Option<u32>, percent: Option<u32>) -> PodSelection {
         PodSelection { selector: "app=etcd".into(), count, percent }
+    }
+
+    #[test]
+    fn partition_groups_are_pairs_of_key_value_selectors() {
+        let base = "namespace = \"web\"\nstatefulset = \"web\"\n[partition]\ncommand = [\"true\"]\n";
+        let p = AppProfile::from_toml(&format!("{base}[[partition.groups]]\na = \"app=web,role=primary\"\nb = \"app=web, role==standby\"\n")).unwrap();
+        let cut = &p.partition.unwrap().groups[0];
+        assert_eq!(GroupCut::labels(&cut.b).unwrap(), BTreeMap::from([("app".to_string(), "web".to_string()), ("role".to_string(), "standby".to_string())]));
+        for bad in ["app!=web", "app in (web)", "", "app"] {
+            let err = AppProfile::from_toml(&format!("{base}[[partition.groups]]\na = {bad:?}\nb = \"x=y\"\n")).unwrap_err();
+            assert!(err.contains("is not a key=value term"), "{bad}: {err}");
+        }
+        let err = AppProfile::from_toml(&format!("{base}[[partition.groups]]\na = \"x=y\"\nb = \"x==y\"\n")).unwrap_err();
+        assert!(err.contains("the same group"), "{err}");
     }
 
     #[test]

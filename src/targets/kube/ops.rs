@@ -31,7 +31,7 @@ impl KubeTarget {
             }
         };
         match op {
-            Op::PodKill { .. } | Op::OperatorRestart | Op::PvcLoss { .. } | Op::Partition { .. } | Op::PartitionHeal { .. } | Op::PodKillSelected { .. } | Op::NodeDrain { .. } | Op::PodFailure { .. } => Err("an application op: it runs on --target app".into()),
+            Op::PodKill { .. } | Op::OperatorRestart | Op::PvcLoss { .. } | Op::Partition { .. } | Op::PartitionHeal { .. } | Op::PodKillSelected { .. } | Op::NodeDrain { .. } | Op::PodFailure { .. } | Op::PartitionGroups { .. } | Op::PartitionGroupsHeal { .. } => Err("an application op: it runs on --target app".into()),
             Op::Crash { .. } => one_at_a_time(),
             Op::SiteOutage { mode: OutageMode::PowerLoss, .. } => one_at_a_time(),
             Op::SiteOutage { mode: OutageMode::Isolate, .. } => Err("cutting a failure domain's network is provider-specific: set [hooks.site-outage] and [hooks.site-recover] in the kube profile".into()),

@@ -57,14 +57,8 @@ async fn reap_app(client: &kube::Client, ns: &str, run: &str, data: &std::collec
     delete_run_objects(&Api::<NetworkPolicy>::namespaced(client.clone(), ns), "NetworkPolicy", ns, run, &mut out.app).await?;
     delete_run_objects(&Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), ns), "Job", ns, run, &mut out.app).await?;
     // Pods a pod-failure left on the failure image: their own images back.
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
-    for p in pods.list(&ListParams::default()).await.map_err(|e| format!("listing pods in {ns}: {e}"))?.items {
-        if crate::targets::app::failed_by(&p) == Some(run) {
-            let name = p.metadata.name.clone().unwrap_or_default();
-            let patch = crate::targets::app::failure_patch(None, &crate::targets::app::recorded_images(&p), None);
-            pods.patch(&name, &PatchParams::default(), &Patch::Strategic(patch)).await.map_err(|e| format!("giving pod {ns}/{name} its images back: {e}"))?;
-            out.app.push(format!("gave pod {ns}/{name} its own images back"));
-        }
+    for name in crate::targets::app::restore_failed_pods(client, ns, run).await? {
+        out.app.push(format!("gave pod {ns}/{name} its own images back"));
     }
     // Nodes the run cordoned for a drain and left so (a listing refused to a namespaced
     // account: the run could not have cordoned one either).

@@ -227,7 +227,7 @@ impl Target for LocalTarget {
                 Op::Backup => self.backup(after).await,
                 Op::Restore { backup } => self.restore(backup).await,
                 Op::DiskReplace { member } => self.replace_member_data(member).await,
-                Op::PodKill { .. } | Op::OperatorRestart | Op::PvcLoss { .. } | Op::Partition { .. } | Op::PartitionHeal { .. } | Op::PodKillSelected { .. } | Op::NodeDrain { .. } | Op::PodFailure { .. } => Err(LocalError::Unsupported(format!("{op} is an application op (--target app)"))),
+                Op::PodKill { .. } | Op::OperatorRestart | Op::PvcLoss { .. } | Op::Partition { .. } | Op::PartitionHeal { .. } | Op::PodKillSelected { .. } | Op::NodeDrain { .. } | Op::PodFailure { .. } | Op::PartitionGroups { .. } | Op::PartitionGroupsHeal { .. } => Err(LocalError::Unsupported(format!("{op} is an application op (--target app)"))),
             }
         })
         .await
