@@ -6,7 +6,8 @@
 //! `app-durability` and `app-ready`, recorded and replayed; a drain a PodDisruptionBudget blocks
 //! fails naming it and lifts its cordon; a partition of a pod-network replica is made by the
 //! node's NetworkPolicy engine, verified and healed, two replicas are cut apart while the third
-//! still reaches both (`partition-groups`), while a partition on a network enforcing no policy
+//! still reaches both (`partition-groups`), while a partition whose probe never connects, or one
+//! on a network enforcing no policy
 //! (the engine stopped) or of a host-network pod is an environment error, not a silent pass, and
 //! leaves no policy behind.
 
@@ -291,6 +292,14 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let cut: serde_json::Value = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|v| v["kind"] == "app-partition-groups").unwrap_or_else(|| panic!("an app-partition-groups event: {events}"));
     assert_eq!((cut["detail"]["a-pods"].clone(), cut["detail"]["b-pods"].clone(), cut["detail"]["outside"].clone()), (serde_json::json!(["web-0"]), serde_json::json!(["web-1"]), serde_json::json!("web-2")), "{cut}");
     assert!(web_policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy left");
+
+    // A probe that never connects (a port nothing listens on) would pass every cut: the partition
+    // refuses it before making a policy, an environment error that says why.
+    std::fs::write(files.join("web-deaf.toml"), web::PROFILE.replace("{ip}:8080", "{ip}:9999")).unwrap();
+    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &files.join("web-deaf.toml").display().to_string(), "--profile", &p.display().to_string(), "--seed", &seed.to_string()], &files);
+    assert_eq!(code, 4, "an environment error: {out}\n{err}");
+    assert!(format!("{out}{err}").contains("the [partition] probe does not connect from web-") && format!("{out}{err}").contains("before any policy is made"), "{out}\n{err}");
+    assert!(web_policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy made");
 
     // A replica failing in place: the same pod not Ready on the pause image for 3 s, then Ready
     // again on its own image; every step checked (leaks: no pod left failed).

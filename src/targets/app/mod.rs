@@ -620,8 +620,8 @@ impl AppTarget {
         Ok(())
     }
 
-    /// The partition probe from another Ready replica to `m`'s pod: `Ok(true)` connected.
-    async fn probe_to(&self, m: MemberId) -> Result<bool, TargetError> {
+    /// Where the partition probe of `m` runs (another Ready replica) and `m`'s pod IP.
+    async fn probe_ends(&self, m: MemberId) -> Result<(String, String), TargetError> {
         let target = self.pod_name(m);
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
         let ip = bounded("get pod", pods.get(&target)).await.map_err(env)?.status.and_then(|s| s.pod_ip).ok_or_else(|| TargetError::Stack(format!("pod {target} has no IP")))?;
@@ -629,16 +629,49 @@ impl AppTarget {
         let Some(from) = ready_pod(&self.client, self.ns(), &selector, Some(&target)).await else {
             return Err(TargetError::Stack(format!("no other Ready replica to probe {target} from")));
         };
-        self.probe_between(&from.metadata.name.unwrap_or_default(), &ip).await
+        Ok((from.metadata.name.unwrap_or_default(), ip))
+    }
+
+    /// The partition probe from another Ready replica to `m`'s pod: `Ok(true)` connected.
+    async fn probe_to(&self, m: MemberId) -> Result<bool, TargetError> {
+        let (from, ip) = self.probe_ends(m).await?;
+        self.probe_between(&from, &ip).await
+    }
+
+    /// The partition probe exec'd in pod `from` towards `ip`.
+    async fn probe_exec(&self, from: &str, ip: &str) -> Result<super::exec::ExecOutput, TargetError> {
+        let Some(probe) = self.spec.app_profile.partition.clone() else { return Err(TargetError::Unsupported("the app profile has no [partition] probe".into())) };
+        let cmd = fill(&probe.command, &BTreeMap::from([("ip", ip.to_string())]));
+        let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        exec(&self.client, self.ns(), from, probe.container.as_deref(), &refs, Duration::from_secs(15)).await.map_err(env)
     }
 
     /// The partition probe exec'd in pod `from` towards `ip`: `Ok(true)` connected.
     async fn probe_between(&self, from: &str, ip: &str) -> Result<bool, TargetError> {
-        let Some(probe) = self.spec.app_profile.partition.clone() else { return Err(TargetError::Unsupported("the app profile has no [partition] probe".into())) };
-        let cmd = fill(&probe.command, &BTreeMap::from([("ip", ip.to_string())]));
-        let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
-        let out = exec(&self.client, self.ns(), from, probe.container.as_deref(), &refs, Duration::from_secs(15)).await.map_err(env)?;
-        Ok(out.code == 0)
+        Ok(self.probe_exec(from, ip).await?.code == 0)
+    }
+
+    /// Before a partition, with no policy of it in place: the probe must connect from `from` to
+    /// `to` (at `ip`), or its failing afterwards would show nothing — a probe that never
+    /// connects (a wrong port, a command the pod lacks) would pass every cut. Tried for up to
+    /// [`PARTITION_SETTLE`]; then an environment error naming the probe's answer.
+    async fn probe_baseline(&self, from: &str, to: &str, ip: &str) -> Result<(), TargetError> {
+        let deadline = Instant::now() + PARTITION_SETTLE;
+        loop {
+            let out = self.probe_exec(from, ip).await?;
+            if out.code == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let said: String = format!("{} {}", out.stderr.trim(), out.stdout.trim()).trim().chars().take(300).collect();
+                return Err(TargetError::Environment(format!(
+                    "the [partition] probe does not connect from {from} to {to} ({ip}) before any policy is made (exit {}{}): a probe that never connects cannot show a cut, so the partition would verify nothing; fix the probe (its command, its port, a container that has the command); no policy was created",
+                    out.code,
+                    if said.is_empty() { String::new() } else { format!(": {said}") }
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 
     async fn partition(&mut self, m: MemberId) -> Result<(), TargetError> {
@@ -656,6 +689,8 @@ impl AppTarget {
                 "{target} runs on the host's network (hostNetwork: true): a NetworkPolicy cannot cut it off on any network plugin, so partition cannot be done to this application; no policy was created"
             )));
         }
+        let (from, ip) = self.probe_ends(m).await?;
+        self.probe_baseline(&from, &target, &ip).await?;
         let policy: NetworkPolicy = serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "labels": {RUN_LABEL: self.run_id}},
             "spec": {"podSelector": {"matchLabels": {"statefulset.kubernetes.io/pod-name": target}}, "policyTypes": ["Ingress", "Egress"]},
@@ -778,6 +813,9 @@ impl AppTarget {
         let nss: Api<Namespace> = Api::all(self.client.clone());
         let named = bounded("namespace", nss.get(self.ns())).await.map_err(env)?.metadata.labels.is_some_and(|l| l.contains_key(NAMESPACE_NAME_LABEL));
         let other_namespaces = named.then(|| self.ns().to_string());
+        let (a_end, b_end) = (self.group_end(&cut.a).await?, self.group_end(&cut.b).await?);
+        self.probe_baseline(&a_end.0, &b_end.0, &b_end.1).await?;
+        self.probe_baseline(&b_end.0, &a_end.0, &a_end.1).await?;
         let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
         for (side, own, other) in [('a', &a, &b), ('b', &b, &a)] {
             let policy: NetworkPolicy = serde_json::from_value(group_policy(&group_policy_name(pick, side), &self.run_id, own, other, other_namespaces.as_deref())).map_err(env)?;
