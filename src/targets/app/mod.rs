@@ -10,7 +10,11 @@
 //! name, new UID, another volume, bound), `partition` (a NetworkPolicy cutting the replica off;
 //! the profile's probe from another replica must fail to connect, else the op is an
 //! environment error: a network that does not enforce NetworkPolicy cannot be partitioned this
-//! way, and a partition that cut nothing must not pass), `partition-heal`, `node-drain` (the
+//! way, and a partition that cut nothing must not pass; the probe must connect before the policy
+//! is made, or it could show nothing), `partition-heal`, `partition-groups` (two label groups of
+//! `[[partition.groups]]` cut apart by a NetworkPolicy on each side admitting everyone but the
+//! other side; verified both ways, and from a replica in neither group), `partition-groups-heal`,
+//! `node-drain` (the
 //! node of a replica cordoned, its pods evicted through the eviction API respecting
 //! PodDisruptionBudgets, verified drained, uncordoned; the node must have opted in),
 //! `pod-failure` (the replica's containers on the `[pod_failure]` image for its duration: the
