@@ -54,7 +54,16 @@ fn main() {
     let cfg = |i: usize| {
         let run_dir = root.path().join(format!("run{i}"));
         std::fs::create_dir_all(&run_dir).unwrap();
-        TestbedConfig { run_id: format!("sd-bench{i}"), run_dir, binaries: binaries.clone(), disks, bug: None, heartbeat_ms: 50, election_ms: 500, stack: shakedown::faults::Stack::Etcd }
+        TestbedConfig {
+            run_id: format!("sd-bench{i}"),
+            run_dir,
+            binaries: binaries.clone(),
+            disks,
+            bug: None,
+            heartbeat_ms: 50,
+            election_ms: 500,
+            stack: shakedown::faults::Stack::Etcd,
+        }
     };
     let model = profile.initial_model();
 
@@ -119,7 +128,8 @@ fn main() {
             // A 10,000-key store, written in transactions of 100.
             let mut c = etcd_client::Client::connect([target.testbed.endpoint_url()], None).await.unwrap();
             for batch in 0..100 {
-                let ops: Vec<etcd_client::TxnOp> = (0..100).map(|k| etcd_client::TxnOp::put(format!("/bench/{batch:03}/{k:03}"), vec![b'x'; 100], None)).collect();
+                let ops: Vec<etcd_client::TxnOp> =
+                    (0..100).map(|k| etcd_client::TxnOp::put(format!("/bench/{batch:03}/{k:03}"), vec![b'x'; 100], None)).collect();
                 c.txn(etcd_client::Txn::new().and_then(ops)).await.unwrap();
             }
             for _ in 0..runs {
@@ -141,11 +151,59 @@ fn main() {
     let disk_note = format!("{disks:?}").to_lowercase();
     let rows = [
         ("plan generation", format!("{:.0} ops/s", gen_rate), "≥ 100,000 ops/s"),
-        ("bring-up (3 members, healthy)", format!("median {:.0} ms (min {:.0}, max {:.0})", median(&mut up.clone()), pct(&mut up.clone(), 0.0), pct(&mut up.clone(), 1.0)), "≤ 2 s"),
-        ("teardown", format!("median {:.0} ms (min {:.0}, max {:.0})", median(&mut down.clone()), pct(&mut down.clone(), 0.0), pct(&mut down.clone(), 1.0)), "≤ 1 s"),
-        ("invariant checks (healthy)", format!("median {:.1} ms, p99 {:.1} ms", median(&mut checks.clone()), pct(&mut checks.clone(), 0.99)), "≤ 50 ms median"),
-        ("disk-detach → reattach, converged", if disk_cycles.is_empty() { "n/a (needs root)".into() } else { format!("median {:.0} ms (min {:.0}, max {:.0})", median(&mut disk_cycles.clone()), pct(&mut disk_cycles.clone(), 0.0), pct(&mut disk_cycles.clone(), 1.0)) }, "≤ 5 s median"),
-        ("backup + restore, 10,000 keys", if restore_cycles.is_empty() { "n/a (needs root)".into() } else { format!("median {:.0} ms (min {:.0}, max {:.0})", median(&mut restore_cycles.clone()), pct(&mut restore_cycles.clone(), 0.0), pct(&mut restore_cycles.clone(), 1.0)) }, "≤ 5 s median"),
+        (
+            "bring-up (3 members, healthy)",
+            format!(
+                "median {:.0} ms (min {:.0}, max {:.0})",
+                median(&mut up.clone()),
+                pct(&mut up.clone(), 0.0),
+                pct(&mut up.clone(), 1.0)
+            ),
+            "≤ 2 s",
+        ),
+        (
+            "teardown",
+            format!(
+                "median {:.0} ms (min {:.0}, max {:.0})",
+                median(&mut down.clone()),
+                pct(&mut down.clone(), 0.0),
+                pct(&mut down.clone(), 1.0)
+            ),
+            "≤ 1 s",
+        ),
+        (
+            "invariant checks (healthy)",
+            format!("median {:.1} ms, p99 {:.1} ms", median(&mut checks.clone()), pct(&mut checks.clone(), 0.99)),
+            "≤ 50 ms median",
+        ),
+        (
+            "disk-detach → reattach, converged",
+            if disk_cycles.is_empty() {
+                "n/a (needs root)".into()
+            } else {
+                format!(
+                    "median {:.0} ms (min {:.0}, max {:.0})",
+                    median(&mut disk_cycles.clone()),
+                    pct(&mut disk_cycles.clone(), 0.0),
+                    pct(&mut disk_cycles.clone(), 1.0)
+                )
+            },
+            "≤ 5 s median",
+        ),
+        (
+            "backup + restore, 10,000 keys",
+            if restore_cycles.is_empty() {
+                "n/a (needs root)".into()
+            } else {
+                format!(
+                    "median {:.0} ms (min {:.0}, max {:.0})",
+                    median(&mut restore_cycles.clone()),
+                    pct(&mut restore_cycles.clone(), 0.0),
+                    pct(&mut restore_cycles.clone(), 1.0)
+                )
+            },
+            "≤ 5 s median",
+        ),
     ];
     println!("shakedown core benchmark · {runs} stack runs · disks: {disk_note}");
     println!("{:<36} {:<44} {}", "measure", "result", "target");

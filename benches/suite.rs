@@ -36,11 +36,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use shakedown::binaries::{discover, BinaryOverrides};
+use shakedown::events::{Check, CheckVerdict, Event, Judged, Line, RunOutcome};
 use shakedown::faults::{generate, MemberId, Model, Op, OpKind, OutageMode, Plan, SiteId};
 use shakedown::invariants::{check_all, InvariantId};
 use shakedown::record::{Expect, Failure, FailureKind, SeedRecord, FORMAT};
 use shakedown::targets::local::{DiskMode, LocalTarget, PlantedBug, TestbedConfig};
-use shakedown::events::{Check, CheckVerdict, Event, Judged, Line, RunOutcome};
 use shakedown::targets::{Target, TargetSpec};
 
 const BIN: &str = env!("CARGO_BIN_EXE_shakedown");
@@ -81,7 +81,14 @@ fn run_jobs(jobs: &[Job], lanes: usize) -> Vec<i32> {
         while running.len() < lanes && next < jobs.len() {
             let j = &jobs[next];
             let log = std::fs::File::create(&j.log).unwrap();
-            let child = Command::new(BIN).args(&j.args).env("RUST_LOG", "warn").stdout(log.try_clone().unwrap()).stderr(log).stdin(Stdio::null()).spawn().expect("shakedown starts");
+            let child = Command::new(BIN)
+                .args(&j.args)
+                .env("RUST_LOG", "warn")
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("shakedown starts");
             running.push((next, child));
             next += 1;
         }
@@ -152,7 +159,9 @@ fn scripted_plan() -> Plan {
         }
         let op = match kind {
             // The recovery and restart ops go with the member or site the fault hit.
-            OpKind::Restart | OpKind::Resume | OpKind::DiskReattach | OpKind::DiskReplace => model.candidates(kind).into_iter().find(|o| o.member() == last_member),
+            OpKind::Restart | OpKind::Resume | OpKind::DiskReattach | OpKind::DiskReplace => {
+                model.candidates(kind).into_iter().find(|o| o.member() == last_member)
+            }
             OpKind::SiteOutage => Some(Op::SiteOutage { site: SiteId(1), mode: OutageMode::Isolate }),
             OpKind::SiteRecover => Some(Op::SiteRecover { site: SiteId(1) }),
             _ => model.candidates(kind).into_iter().next(),
@@ -177,7 +186,14 @@ fn record_for(plan: &Plan, bug: PlantedBug) -> String {
         duration_ms: None,
         expect: Expect::Fail,
         versions: Default::default(),
-        failure: Failure { kind: FailureKind::Violation, step: 0, op: "scripted scenario".into(), invariant: None, message: "baseline: any failure counts as detection".into(), at: "2026-11-30T00:00:00Z".into() },
+        failure: Failure {
+            kind: FailureKind::Violation,
+            step: 0,
+            op: "scripted scenario".into(),
+            invariant: None,
+            message: "baseline: any failure counts as detection".into(),
+            at: "2026-11-30T00:00:00Z".into(),
+        },
         profile,
         plan: plan.clone(),
         shrunk: None,
@@ -234,7 +250,9 @@ fn main() {
     let want = |s: &str| (args.is_empty() && s != "shrink30") || args.iter().any(|a| a == s);
     let seeds: u64 = std::env::var("SHAKEDOWN_BENCH_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
     let lanes: usize = std::env::var("SHAKEDOWN_BENCH_LANES").ok().and_then(|s| s.parse().ok()).unwrap_or(3).max(1);
-    let out = std::env::var("SHAKEDOWN_BENCH_OUT").map(PathBuf::from).unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench"));
+    let out = std::env::var("SHAKEDOWN_BENCH_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench"));
     let tmp = tempfile::Builder::new().prefix("shakedown-suite-").tempdir().unwrap();
     let root = tmp.path().to_path_buf();
     let mut r = Report::default();
@@ -242,9 +260,18 @@ fn main() {
     if let Some(why) = why {
         eprintln!("note: {why}: disk faults and site isolation are skipped, some bugs cannot be planted");
     }
-    let only: Option<Vec<String>> = std::env::var("SHAKEDOWN_BENCH_BUGS").ok().map(|s| s.split(',').map(|b| b.trim().to_string()).collect());
-    let bugs: Vec<PlantedBug> = PlantedBug::ALL.iter().copied().filter(|b| only.as_ref().is_none_or(|o| o.iter().any(|n| n == b.name()))).collect();
-    let runs_arg = |dir: &Path| vec!["--runs-dir".to_string(), dir.join("runs").display().to_string(), "--seeds-dir".into(), dir.join("seeds").display().to_string()];
+    let only: Option<Vec<String>> =
+        std::env::var("SHAKEDOWN_BENCH_BUGS").ok().map(|s| s.split(',').map(|b| b.trim().to_string()).collect());
+    let bugs: Vec<PlantedBug> =
+        PlantedBug::ALL.iter().copied().filter(|b| only.as_ref().is_none_or(|o| o.iter().any(|n| n == b.name()))).collect();
+    let runs_arg = |dir: &Path| {
+        vec![
+            "--runs-dir".to_string(),
+            dir.join("runs").display().to_string(),
+            "--seeds-dir".into(),
+            dir.join("seeds").display().to_string(),
+        ]
+    };
 
     // Plan generation and determinism.
     if want("framework") {
@@ -285,7 +312,15 @@ fn main() {
             for seed in 1..=seeds {
                 let dir = root.join("detect").join(bug.name()).join(seed.to_string());
                 std::fs::create_dir_all(&dir).unwrap();
-                let mut a = vec!["run".to_string(), "--seed".into(), seed.to_string(), "--steps".into(), DETECT_STEPS.to_string(), "--testbed-bug".into(), bug.name().into()];
+                let mut a = vec![
+                    "run".to_string(),
+                    "--seed".into(),
+                    seed.to_string(),
+                    "--steps".into(),
+                    DETECT_STEPS.to_string(),
+                    "--testbed-bug".into(),
+                    bug.name().into(),
+                ];
                 if bug.stack() == shakedown::faults::Stack::ControlPlane {
                     a.extend(["--profile".to_string(), "control-plane".into()]);
                 }
@@ -337,7 +372,10 @@ fn main() {
                 ),
                 "detected in the batch, median ≤ 60 s",
             );
-            per_bug.insert(bug.name().into(), json!({"detected": found, "seeds": seeds, "median_s": median(&secs), "median_steps": median(&steps), "runs": rows}));
+            per_bug.insert(
+                bug.name().into(),
+                json!({"detected": found, "seeds": seeds, "median_s": median(&secs), "median_steps": median(&steps), "runs": rows}),
+            );
         }
         r.json.insert("detect".into(), Value::Object(per_bug));
     }
@@ -362,12 +400,17 @@ fn main() {
             let dir = root.join("scripted").join(bug.name());
             let ttd = if *code == 1 || *code == 3 { only_run(&dir.join("runs")).as_deref().and_then(time_to_detect) } else { None };
             let ttd = ttd.filter(|t| t.2 == bug.caught_by().to_string());
-            scripted.insert(bug.name().into(), json!({"exit": code, "seconds": ttd.as_ref().map(|t| t.0), "step": ttd.as_ref().map(|t| t.1)}));
+            scripted
+                .insert(bug.name().into(), json!({"exit": code, "seconds": ttd.as_ref().map(|t| t.0), "step": ttd.as_ref().map(|t| t.1)}));
         }
-        r.json.insert("baseline_scripted".into(), json!({"plan": plan.ops.iter().map(|o| o.to_string()).collect::<Vec<_>>(), "bugs": scripted}));
+        r.json.insert(
+            "baseline_scripted".into(),
+            json!({"plan": plan.ops.iter().map(|o| o.to_string()).collect::<Vec<_>>(), "bugs": scripted}),
+        );
 
         // (b) random crashes, in-process.
-        let binaries = discover(&shakedown::profiles::load("default").unwrap().versions, &BinaryOverrides::default()).expect("binaries (run scripts/install-deps.sh)");
+        let binaries = discover(&shakedown::profiles::load("default").unwrap().versions, &BinaryOverrides::default())
+            .expect("binaries (run scripts/install-deps.sh)");
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let mut crashes = serde_json::Map::new();
         for bug in bugs.iter().copied() {
@@ -378,7 +421,16 @@ fn main() {
                     .map(|&seed| {
                         let run_dir = root.join("crashes").join(bug.name()).join(seed.to_string());
                         std::fs::create_dir_all(&run_dir).unwrap();
-                        let cfg = TestbedConfig { run_id: format!("sd-crash{seed}"), run_dir, binaries: binaries.clone(), disks, bug: Some(bug), heartbeat_ms: 50, election_ms: 500, stack: bug.stack() };
+                        let cfg = TestbedConfig {
+                            run_id: format!("sd-crash{seed}"),
+                            run_dir,
+                            binaries: binaries.clone(),
+                            disks,
+                            bug: Some(bug),
+                            heartbeat_ms: 50,
+                            election_ms: 500,
+                            stack: bug.stack(),
+                        };
                         random_crashes(cfg, seed)
                     })
                     .collect();
@@ -448,10 +500,21 @@ fn main() {
             let (runs, len, complete) = rec.shrunk.as_ref().map_or((0, from, false), |s| (s.runs, s.ops.len(), s.complete));
             runs_all.push(runs as f64);
             len_all.push(len as f64);
-            r.row(format!("shrink {bug}"), format!("{from} → {len} ops in {runs} runs{}", if complete { ", 1-minimal" } else { "" }), "≤ 4 ops, ≤ 40 runs");
-            shrunk.insert(bug.name().into(), json!({"from_steps": from, "plan_ops": rec.plan.ops.len(), "to_ops": len, "runs": runs, "complete": complete}));
+            r.row(
+                format!("shrink {bug}"),
+                format!("{from} → {len} ops in {runs} runs{}", if complete { ", 1-minimal" } else { "" }),
+                "≤ 4 ops, ≤ 40 runs",
+            );
+            shrunk.insert(
+                bug.name().into(),
+                json!({"from_steps": from, "plan_ops": rec.plan.ops.len(), "to_ops": len, "runs": runs, "complete": complete}),
+            );
         }
-        r.row("shrink, median over bugs", format!("{} ops in {} runs", f(median(&len_all), 0), f(median(&runs_all), 0)), "≤ 4 ops, ≤ 40 runs");
+        r.row(
+            "shrink, median over bugs",
+            format!("{} ops in {} runs", f(median(&len_all), 0), f(median(&runs_all), 0)),
+            "≤ 4 ops, ≤ 40 runs",
+        );
         r.json.insert("shrink".into(), Value::Object(shrunk));
     }
 
@@ -465,10 +528,22 @@ fn main() {
         let mut keys = Vec::new();
         for bug in cheap {
             let trigger_at = |plan: &Plan| plan.ops.iter().position(|o| bug.triggered_by(o));
-            let Some(seed) = (1..50_000u64).find(|&s| trigger_at(&generate(s, &p)).is_some_and(|i| (29..36).contains(&i))) else { continue };
+            let Some(seed) = (1..50_000u64).find(|&s| trigger_at(&generate(s, &p)).is_some_and(|i| (29..36).contains(&i))) else {
+                continue;
+            };
             let dir = root.join("shrink30").join(bug.name());
             std::fs::create_dir_all(&dir).unwrap();
-            let mut a = vec!["run".to_string(), "--seed".into(), seed.to_string(), "--steps".into(), "40".into(), "--profile".into(), "smoke".into(), "--testbed-bug".into(), bug.name().into()];
+            let mut a = vec![
+                "run".to_string(),
+                "--seed".into(),
+                seed.to_string(),
+                "--steps".into(),
+                "40".into(),
+                "--profile".into(),
+                "smoke".into(),
+                "--testbed-bug".into(),
+                bug.name().into(),
+            ];
             a.extend(runs_arg(&dir));
             jobs.push(Job { args: a, log: dir.join("log") });
             keys.push((bug, seed, dir));
@@ -477,7 +552,8 @@ fn main() {
         let mut shrink_jobs = Vec::new();
         let mut records = Vec::new();
         for (bug, seed, dir) in &keys {
-            let Some(rec) = std::fs::read_dir(dir.join("seeds")).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()).map(|e| e.path()) else {
+            let Some(rec) = std::fs::read_dir(dir.join("seeds")).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()).map(|e| e.path())
+            else {
                 eprintln!("shrink30: {bug} (seed {seed}) was not detected");
                 continue;
             };
@@ -494,9 +570,17 @@ fn main() {
             runs_all.push(s.runs as f64);
             len_all.push(s.ops.len() as f64);
             rows.push(json!({"bug": bug.name(), "seed": seed, "failing_step": rec.failure.step, "to_ops": s.ops.len(), "runs": s.runs, "complete": s.complete}));
-            r.row(format!("shrink a {}-step failure ({bug})", rec.failure.step), format!("→ {} ops in {} runs", s.ops.len(), s.runs), "≤ 4 ops, ≤ 40 runs");
+            r.row(
+                format!("shrink a {}-step failure ({bug})", rec.failure.step),
+                format!("→ {} ops in {} runs", s.ops.len(), s.runs),
+                "≤ 4 ops, ≤ 40 runs",
+            );
         }
-        r.row("shrink 30+ step failures, median", format!("{} ops in {} runs ({} failures)", f(median(&len_all), 0), f(median(&runs_all), 0), len_all.len()), "≤ 4 ops within ≤ 40 runs");
+        r.row(
+            "shrink 30+ step failures, median",
+            format!("{} ops in {} runs ({} failures)", f(median(&len_all), 0), f(median(&runs_all), 0), len_all.len()),
+            "≤ 4 ops within ≤ 40 runs",
+        );
         r.json.insert("shrink30".into(), json!(rows));
     }
 
@@ -507,7 +591,8 @@ fn main() {
         let mut a = vec!["soak".to_string(), "--for".into(), "30s".into(), "--profile".into(), "smoke".into(), "--seed".into(), "1".into()];
         a.extend(runs_arg(&dir));
         run_jobs(&[Job { args: a, log: dir.join("log") }], 1);
-        let soak = std::fs::read_dir(dir.join("runs")).ok().and_then(|d| d.flatten().map(|e| e.path()).find(|p| p.join("soak.jsonl").is_file()));
+        let soak =
+            std::fs::read_dir(dir.join("runs")).ok().and_then(|d| d.flatten().map(|e| e.path()).find(|p| p.join("soak.jsonl").is_file()));
         let rows: Vec<Value> = soak
             .map(|s| std::fs::read_to_string(s.join("soak.jsonl")).unwrap_or_default())
             .unwrap_or_default()
@@ -519,7 +604,12 @@ fn main() {
         if let (Some(first), Some(last), Some(a0), Some(a1)) = (rss.first(), rss.last(), anon.first(), anon.last()) {
             r.row(
                 "soak memory (30 s, smoke)",
-                format!("RSS {first:.1} → {last:.1} MiB ({:+.1}%), heap+stacks {a0:.1} → {a1:.1} MiB ({:+.1}%) after the first of {} seeds", (last / first - 1.0) * 100.0, (a1 / a0 - 1.0) * 100.0, rss.len()),
+                format!(
+                    "RSS {first:.1} → {last:.1} MiB ({:+.1}%), heap+stacks {a0:.1} → {a1:.1} MiB ({:+.1}%) after the first of {} seeds",
+                    (last / first - 1.0) * 100.0,
+                    (a1 / a0 - 1.0) * 100.0,
+                    rss.len()
+                ),
                 "≤ 10% growth",
             );
         }
@@ -543,14 +633,36 @@ fn main() {
         let mut line = |ts_ms: u64, event: Event| {
             let _ = writeln!(ev, "{}", serde_json::to_string(&Line { v: shakedown::events::SCHEMA, ts_ms, event }).unwrap());
         };
-        line(t0, Event::RunStart { run_id: "sd-report".into(), seed: 7, profile: p.name.clone(), weights: plan.weights.clone(), ops: 1000, target: TargetSpec::Local(Default::default()) });
+        line(
+            t0,
+            Event::RunStart {
+                run_id: "sd-report".into(),
+                seed: 7,
+                profile: p.name.clone(),
+                weights: plan.weights.clone(),
+                ops: 1000,
+                target: TargetSpec::Local(Default::default()),
+            },
+        );
         for (i, op) in plan.ops.iter().enumerate() {
             let t = t0 + 500 + i as u64 * 1500;
             line(t, Event::OpStart { step: i + 1, op: op.clone(), text: op.to_string(), family: op.kind() });
             line(t + 400, Event::OpEnd { step: i + 1, ms: 400, error: None });
             line(
                 t + 420,
-                Event::Check(Check { step: i + 1, verdict: CheckVerdict::Pass, attempts: Some(1), ms: Some(20), last_ms: Some(20), invariant: None, message: None, invariants: inv.clone(), serving_samples: None, workload: None, observation: None }),
+                Event::Check(Check {
+                    step: i + 1,
+                    verdict: CheckVerdict::Pass,
+                    attempts: Some(1),
+                    ms: Some(20),
+                    last_ms: Some(20),
+                    invariant: None,
+                    message: None,
+                    invariants: inv.clone(),
+                    serving_samples: None,
+                    workload: None,
+                    observation: None,
+                }),
             );
         }
         line(t0 + 1_500_600, Event::RunEnd { outcome: RunOutcome::Pass, ms: 1_500_600, failure: None });
@@ -608,11 +720,27 @@ fn main() {
                 }
             }
         }
-        r.row("bring-up (3 members healthy)", format!("median {} ms (min {}, max {}), {} runs", f(median(&up), 0), f(pct(&up, 0.0), 0), f(pct(&up, 1.0), 0), up.len()), "≤ 2 s");
-        r.row("teardown", format!("median {} ms (min {}, max {})", f(median(&down), 0), f(pct(&down, 0.0), 0), f(pct(&down, 1.0), 0)), "≤ 1 s");
-        r.row("invariant checks after a step", format!("p50 {} ms, p99 {} ms ({} checks)", f(median(&checks), 1), f(pct(&checks, 0.99), 1), checks.len()), "");
+        r.row(
+            "bring-up (3 members healthy)",
+            format!("median {} ms (min {}, max {}), {} runs", f(median(&up), 0), f(pct(&up, 0.0), 0), f(pct(&up, 1.0), 0), up.len()),
+            "≤ 2 s",
+        );
+        r.row(
+            "teardown",
+            format!("median {} ms (min {}, max {})", f(median(&down), 0), f(pct(&down, 0.0), 0), f(pct(&down, 1.0), 0)),
+            "≤ 1 s",
+        );
+        r.row(
+            "invariant checks after a step",
+            format!("p50 {} ms, p99 {} ms ({} checks)", f(median(&checks), 1), f(pct(&checks, 0.99), 1), checks.len()),
+            "",
+        );
         let ratio = overhead / step_ms.max(1.0);
-        r.row("framework overhead per step (waiting beyond convergence)", format!("{:.1}% of step time (median step {:.1}%)", ratio * 100.0, median(&per_step_ratio).unwrap_or(0.0) * 100.0), "≤ 5%");
+        r.row(
+            "framework overhead per step (waiting beyond convergence)",
+            format!("{:.1}% of step time (median step {:.1}%)", ratio * 100.0, median(&per_step_ratio).unwrap_or(0.0) * 100.0),
+            "≤ 5%",
+        );
         r.row("checking cost per step (the confirming observation)", format!("{:.1}% of step time", verify / step_ms.max(1.0) * 100.0), "");
         r.json.insert("checking_cost_ratio".into(), json!(verify / step_ms.max(1.0)));
         r.json.insert("bring_up_ms".into(), json!(up));

@@ -26,7 +26,11 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 
 fn main() {
     let window = Duration::from_secs(std::env::var("SHAKEDOWN_BENCH_WINDOW").ok().and_then(|s| s.parse().ok()).unwrap_or(20));
-    let clients: Vec<u32> = std::env::var("SHAKEDOWN_BENCH_CLIENTS").unwrap_or_else(|_| "8,16,32".into()).split(',').filter_map(|s| s.trim().parse().ok()).collect();
+    let clients: Vec<u32> = std::env::var("SHAKEDOWN_BENCH_CLIENTS")
+        .unwrap_or_else(|_| "8,16,32".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
     let base = shakedown::profiles::load("default").unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let binaries = discover(&base.versions, &BinaryOverrides::default()).expect("binaries (run scripts/install-deps.sh)");
@@ -42,13 +46,23 @@ fn main() {
         profile.workload.interval = Duration::ZERO;
         let run_dir = root.path().join(format!("run{i}"));
         std::fs::create_dir_all(&run_dir).unwrap();
-        let cfg = TestbedConfig { run_id: format!("sd-wbench{i}"), run_dir, binaries: binaries.clone(), disks, bug: None, heartbeat_ms: 100, election_ms: 1000, stack: shakedown::faults::Stack::Etcd };
+        let cfg = TestbedConfig {
+            run_id: format!("sd-wbench{i}"),
+            run_dir,
+            binaries: binaries.clone(),
+            disks,
+            bug: None,
+            heartbeat_ms: 100,
+            election_ms: 1000,
+            stack: shakedown::faults::Stack::Etcd,
+        };
         let model = profile.initial_model();
         let row = rt.block_on(async {
             let mut target = LocalTarget::start(cfg, &profile, &model, Duration::from_secs(30)).await.expect("bring-up");
             tokio::time::sleep(Duration::from_secs(3)).await;
             let stat = |t: &LocalTarget, k: &str| t.workload_stats()[k].as_u64().unwrap_or(0);
-            let (acked0, conflicts0, leases0, events0) = (stat(&target, "acked"), stat(&target, "conflicts"), stat(&target, "lease_puts"), stat(&target, "watch_events"));
+            let (acked0, conflicts0, leases0, events0) =
+                (stat(&target, "acked"), stat(&target, "conflicts"), stat(&target, "lease_puts"), stat(&target, "watch_events"));
             let t0 = Instant::now();
             let (mut checks, mut judged, mut failed) = (Vec::new(), Vec::new(), Vec::new());
             while t0.elapsed() < window {
@@ -100,5 +114,10 @@ fn main() {
     }
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&out).unwrap();
-    std::fs::write(out.join("workload.json"), serde_json::to_string_pretty(&serde_json::json!({ "window_s": window.as_secs(), "disks": format!("{disks:?}"), "rows": rows })).unwrap()).unwrap();
+    std::fs::write(
+        out.join("workload.json"),
+        serde_json::to_string_pretty(&serde_json::json!({ "window_s": window.as_secs(), "disks": format!("{disks:?}"), "rows": rows }))
+            .unwrap(),
+    )
+    .unwrap();
 }

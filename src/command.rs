@@ -57,12 +57,8 @@ pub fn run_bounded(program: &str, args: &[&str], bound: Duration) -> Result<Outp
 /// [`run_bounded`] for a prepared command (`what` names it in errors).
 pub fn run_bounded_cmd(mut cmd: Command, what: &str, bound: Duration) -> Result<Output, String> {
     let program = cmd.get_program().to_string_lossy().to_string();
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    let child =
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("cannot run {program}: {e}"))?;
     let pid = child.id();
     let (tx, rx) = mpsc::channel();
     // The waiting thread ends when the child does (killed below at the latest).
@@ -95,7 +91,8 @@ mod tests {
     }
 
     fn alive(pid: u32) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| !r.trim_start().starts_with('Z')))
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| !r.trim_start().starts_with('Z')))
     }
 
     #[tokio::test]

@@ -16,10 +16,14 @@ use crate::targets::{Target, TargetError};
 /// How a plan execution ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    Pass { steps: usize },
+    Pass {
+        steps: usize,
+    },
     Failed(Failure),
     /// Asked to stop (Ctrl-C): the run ended after `steps` completed steps, every one checked.
-    Stopped { steps: usize },
+    Stopped {
+        steps: usize,
+    },
 }
 
 /// How to execute a plan, beyond the plan itself.
@@ -135,7 +139,14 @@ pub struct Engine<'a> {
 }
 
 impl<'a> Engine<'a> {
-    pub fn new(target: &'a mut dyn Target, profile: &'a Profile, invariants: &'a [InvariantId], events: &'a mut EventLog, progress: &'a mut dyn Progress, options: &'a Options) -> Engine<'a> {
+    pub fn new(
+        target: &'a mut dyn Target,
+        profile: &'a Profile,
+        invariants: &'a [InvariantId],
+        events: &'a mut EventLog,
+        progress: &'a mut dyn Progress,
+        options: &'a Options,
+    ) -> Engine<'a> {
         Engine { target, profile, invariants, events, progress, options, model: profile.initial_model(), width: 1, total: 0 }
     }
 
@@ -172,7 +183,8 @@ impl<'a> Engine<'a> {
                 let down = unreachable_members(&self.model, &obs);
                 if !down.is_empty() {
                     let names: Vec<String> = down.iter().map(|m| m.to_string()).collect();
-                    failures.push((InvariantId::Quorum, Verdict::Fail(format!("member(s) {} not serving after healing", names.join(", ")))));
+                    failures
+                        .push((InvariantId::Quorum, Verdict::Fail(format!("member(s) {} not serving after healing", names.join(", ")))));
                 }
             }
             if failures.is_empty() {
@@ -183,7 +195,11 @@ impl<'a> Engine<'a> {
             if definite.is_some() || Instant::now() >= deadline {
                 let (invariant, verdict) = definite.unwrap_or(&failures[0]).clone();
                 let message = verdict.message().unwrap_or_default().to_string();
-                let message = if definite.is_none() && !limit.is_zero() { format!("{message} (still failing after {}s)", limit.as_secs_f32()) } else { message };
+                let message = if definite.is_none() && !limit.is_zero() {
+                    format!("{message} (still failing after {}s)", limit.as_secs_f32())
+                } else {
+                    message
+                };
                 // What else broke in the same check, so a consequence is reported with its cause
                 // (the write a diverged replica lost, with the hashes that show the divergence).
                 let also: Vec<String> = failures
@@ -252,7 +268,10 @@ impl<'a> Engine<'a> {
             // An op the target cannot run here is skipped and said so; later ops that depended on
             // it no longer satisfy their precondition and are skipped too. The rest still runs.
             if let Err(reason) = self.target.supports(op) {
-                self.say(&step, &format!("{:<32} skipped: unavailable on the {} target here: {reason}", op.to_string(), self.target.name()));
+                self.say(
+                    &step,
+                    &format!("{:<32} skipped: unavailable on the {} target here: {reason}", op.to_string(), self.target.name()),
+                );
                 self.events.emit(Event::OpSkipped { step, op: op.clone(), reason });
                 skipped += 1;
                 continue;
@@ -335,7 +354,11 @@ impl<'a> Engine<'a> {
                 Err(e) => return Err(e),
             }
         }
-        let heal_text = if heal.is_empty() { "heal (nothing to heal)".to_string() } else { format!("heal ({})", heal.iter().map(|o| o.to_string()).collect::<Vec<_>>().join(", ")) };
+        let heal_text = if heal.is_empty() {
+            "heal (nothing to heal)".to_string()
+        } else {
+            format!("heal ({})", heal.iter().map(|o| o.to_string()).collect::<Vec<_>>().join(", "))
+        };
         let checked = self.check_until(false, true, self.profile.timeouts.liveness).await;
         self.target.end_step().await;
         let ms = t_heal.elapsed().as_millis() as u64;
@@ -350,7 +373,10 @@ impl<'a> Engine<'a> {
             }
             Checked::Fail { invariant, message, .. } => {
                 self.events.emit(Event::Liveness(event));
-                let message = format!("after healing, the stack did not converge within {}s: {invariant}: {message}", self.profile.timeouts.liveness.as_secs());
+                let message = format!(
+                    "after healing, the stack did not converge within {}s: {invariant}: {message}",
+                    self.profile.timeouts.liveness.as_secs()
+                );
                 self.say(&"✗", &format!("{heal_text}: LIVENESS {message}"));
                 Ok(Outcome::Failed(failure(FailureKind::Liveness, step, &heal_text, Some(invariant), message)))
             }

@@ -113,10 +113,25 @@ pub enum RunOutcome {
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum Event {
     /// The plan is on disk; the target is about to start.
-    RunStart { run_id: String, seed: u64, profile: String, weights: Weights, ops: usize, target: TargetSpec },
+    RunStart {
+        run_id: String,
+        seed: u64,
+        profile: String,
+        weights: Weights,
+        ops: usize,
+        target: TargetSpec,
+    },
     /// The target is up (`detail`: the target's own fields, e.g. the endpoint or the bindings).
-    BringUp { ms: u64, detail: Value },
-    OpStart { step: usize, op: Op, text: String, family: OpKind },
+    BringUp {
+        ms: u64,
+        detail: Value,
+    },
+    OpStart {
+        step: usize,
+        op: Op,
+        text: String,
+        family: OpKind,
+    },
     /// The op returned; `error` when its own wait ran out.
     OpEnd {
         step: usize,
@@ -125,16 +140,31 @@ pub enum Event {
         error: Option<String>,
     },
     /// An op the target cannot run here (or that depended on one), with the reason.
-    OpSkipped { step: usize, op: Op, reason: String },
+    OpSkipped {
+        step: usize,
+        op: Op,
+        reason: String,
+    },
     Check(Check),
     /// A healing op after the last step.
-    Heal { op: Op, text: String },
+    Heal {
+        op: Op,
+        text: String,
+    },
     /// The liveness check after healing (or an op whose wait ran out: `step` set).
     Liveness(Check),
     /// A stop request ended the run before step `after_step + 1`.
-    Stopped { after_step: usize },
-    Forensics { dir: PathBuf, files: Vec<String> },
-    Teardown { ms: u64, workload: Value },
+    Stopped {
+        after_step: usize,
+    },
+    Forensics {
+        dir: PathBuf,
+        files: Vec<String>,
+    },
+    Teardown {
+        ms: u64,
+        workload: Value,
+    },
     RunEnd {
         outcome: RunOutcome,
         ms: u64,
@@ -142,7 +172,10 @@ pub enum Event {
         failure: Option<Failure>,
     },
     /// Something a target recorded (`kind`: `hook`, `kube-wait`, `kube-requests`, `kube-note`, …).
-    Target { kind: String, detail: Value },
+    Target {
+        kind: String,
+        detail: Value,
+    },
 }
 
 /// One line of `events.jsonl`.
@@ -208,10 +241,29 @@ mod tests {
     #[test]
     fn events_round_trip_and_torn_or_unknown_lines_are_skipped() {
         let events = vec![
-            Event::RunStart { run_id: "sd-1".into(), seed: u64::MAX, profile: "p".into(), weights: Default::default(), ops: 2, target: TargetSpec::Local(Default::default()) },
+            Event::RunStart {
+                run_id: "sd-1".into(),
+                seed: u64::MAX,
+                profile: "p".into(),
+                weights: Default::default(),
+                ops: 2,
+                target: TargetSpec::Local(Default::default()),
+            },
             Event::OpStart { step: 1, op: Op::Backup, text: "backup".into(), family: OpKind::Backup },
             Event::OpEnd { step: 1, ms: 3, error: None },
-            Event::Check(Check { step: 1, verdict: CheckVerdict::Pass, attempts: Some(1), ms: Some(2), last_ms: Some(2), invariant: None, message: None, invariants: vec![], serving_samples: Some(vec![(1, 3, 3)]), workload: None, observation: None }),
+            Event::Check(Check {
+                step: 1,
+                verdict: CheckVerdict::Pass,
+                attempts: Some(1),
+                ms: Some(2),
+                last_ms: Some(2),
+                invariant: None,
+                message: None,
+                invariants: vec![],
+                serving_samples: Some(vec![(1, 3, 3)]),
+                workload: None,
+                observation: None,
+            }),
             Event::Target { kind: "hook".into(), detail: serde_json::json!({"exit": 0}) },
             Event::RunEnd { outcome: RunOutcome::Pass, ms: 9, failure: None },
         ];

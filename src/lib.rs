@@ -7,15 +7,15 @@
 
 pub mod binaries;
 pub mod command;
+pub mod engine;
 pub mod events;
 pub mod exit;
+pub mod node;
 pub mod profiles;
 pub mod rate;
 pub mod record;
 pub mod reference;
 pub mod report;
-pub mod engine;
-pub mod node;
 pub mod targets;
 
 pub use shakedown_faults as faults;

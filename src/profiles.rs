@@ -24,8 +24,7 @@ pub fn load(name_or_path: &str) -> Result<Profile, Fatal> {
     let text = if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
         text.to_string()
     } else if name_or_path.ends_with(".toml") || Path::new(name_or_path).is_file() {
-        std::fs::read_to_string(name_or_path)
-            .map_err(|e| Fatal::usage(format!("cannot read profile file {name_or_path}: {e}")))?
+        std::fs::read_to_string(name_or_path).map_err(|e| Fatal::usage(format!("cannot read profile file {name_or_path}: {e}")))?
     } else {
         let known: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
         return Err(Fatal::usage(format!(

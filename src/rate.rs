@@ -75,7 +75,10 @@ mod tests {
                 assert!(lo <= p + 1e-12 && p <= hi + 1e-12, "{k}/{n}: {lo}–{hi}");
             }
         }
-        let w = |k, n| { let (lo, hi) = wilson(k, n); hi - lo };
+        let w = |k, n| {
+            let (lo, hi) = wilson(k, n);
+            hi - lo
+        };
         assert!(w(25, 100) < w(5, 20) && w(5, 20) < w(2, 8));
         assert_eq!(describe(2, 8), "2 of 8 (25%), 95% interval 7–59%");
         assert_eq!(describe(1, 1), "1 of 1 (100%), 95% interval 21–100%");

@@ -212,7 +212,8 @@ impl SeedRecord {
     /// not a valid seed record is an error naming it (nothing is replayed then).
     pub fn load_dir(dir: &Path) -> Result<Vec<(PathBuf, SeedRecord)>, Fatal> {
         let entries = std::fs::read_dir(dir).map_err(|e| Fatal::usage(format!("cannot read {}: {e}", dir.display())))?;
-        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "toml")).collect();
+        let mut paths: Vec<PathBuf> =
+            entries.flatten().map(|e| e.path()).filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "toml")).collect();
         paths.sort();
         if paths.is_empty() {
             return Err(Fatal::usage(format!("{} holds no seed records (*.toml)", dir.display())));
@@ -265,7 +266,8 @@ impl SeedRecord {
     }
 
     pub fn parse(text: &str) -> Result<SeedRecord, String> {
-        let value: toml::Table = text.parse().map_err(|e: toml::de::Error| format!("not a valid seed record (malformed or truncated TOML): {}", e.message()))?;
+        let value: toml::Table =
+            text.parse().map_err(|e: toml::de::Error| format!("not a valid seed record (malformed or truncated TOML): {}", e.message()))?;
         let record: SeedRecord = match value.get("format").and_then(|v| v.as_integer()) {
             None => return Err("not a shakedown seed record: no integer `format` key".into()),
             Some(1) => from_format_1(value)?,
@@ -356,7 +358,15 @@ mod tests {
             expect: Expect::Fail,
             versions: BTreeMap::new(),
             target: TargetSpec::Local(Default::default()),
-            failure: Failure { kind: FailureKind::Violation, step: 1, op: plan.ops[0].to_string(), invariant: Some(InvariantId::Durability), also: vec![], message: "m".into(), at: "2026-12-01T00:00:00Z".into() },
+            failure: Failure {
+                kind: FailureKind::Violation,
+                step: 1,
+                op: plan.ops[0].to_string(),
+                invariant: Some(InvariantId::Durability),
+                also: vec![],
+                message: "m".into(),
+                at: "2026-12-01T00:00:00Z".into(),
+            },
             profile,
             plan,
             shrunk: None,
@@ -384,10 +394,13 @@ mod tests {
         let today = record(1);
         assert_eq!(today.profile.workload.kind, shakedown_faults::WorkloadKind::Kube);
         assert_eq!(SeedRecord::parse(&today.to_toml()).unwrap().profile.workload.kind, shakedown_faults::WorkloadKind::Kube);
-        let bugs: Vec<_> = records.iter().filter_map(|(_, r)| match &r.target {
-            TargetSpec::Local(l) => l.testbed_bug,
-            _ => None,
-        }).collect();
+        let bugs: Vec<_> = records
+            .iter()
+            .filter_map(|(_, r)| match &r.target {
+                TargetSpec::Local(l) => l.testbed_bug,
+                _ => None,
+            })
+            .collect();
         assert_eq!(bugs.len(), 3, "three planted-bug records");
         let kube1 = "format = 1\nshakedown_version = \"0.1.0\"\nseed = 1\ntarget = \"kube\"\n";
         assert!(SeedRecord::parse(kube1).unwrap_err().contains("needs its [kube] table"));
@@ -396,7 +409,14 @@ mod tests {
     }
 
     fn reproduction(runs: u32, reproduced: u32, matched: Match, etcd: &str) -> Reproduction {
-        Reproduction { runs, reproduced, matched, plan: WhichPlan::Original, versions: BTreeMap::from([("etcd-3.5".to_string(), etcd.to_string())]), at: "2026-12-01T00:00:00Z".into() }
+        Reproduction {
+            runs,
+            reproduced,
+            matched,
+            plan: WhichPlan::Original,
+            versions: BTreeMap::from([("etcd-3.5".to_string(), etcd.to_string())]),
+            at: "2026-12-01T00:00:00Z".into(),
+        }
     }
 
     /// Issue 12: measured rates are a list of `[[reproduction]]` tables that round-trip; a

@@ -83,7 +83,8 @@ fn document(out: &mut String, root: &Value) {
             let _ = writeln!(out, "{}\n", paragraphs(d));
         }
         out.push_str("| field | type | default | description |\n|---|---|---|---|\n");
-        let required: Vec<&str> = schema.get("required").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        let required: Vec<&str> =
+            schema.get("required").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
         let mut below = Vec::new();
         for (name, prop) in schema.get("properties").and_then(Value::as_object).into_iter().flatten() {
             let path = format!("{}{name}", s.path);
@@ -165,7 +166,10 @@ fn type_of(defs: &Map<String, Value>, prop: &Value, path: &str, header: &Option<
             let items = s.get("items").map(|i| resolve(defs, i)).cloned().unwrap_or(Value::Null);
             if is_table(&items) {
                 let h = format!("[[{}]]", sub_header(name));
-                return (format!("array of tables `{h}`"), Some(Nested { header: h, path: format!("{path}[]."), schema: items, map: false }));
+                return (
+                    format!("array of tables `{h}`"),
+                    Some(Nested { header: h, path: format!("{path}[]."), schema: items, map: false }),
+                );
             }
             (format!("array of {}", scalar(&items)), None)
         }
@@ -181,7 +185,10 @@ fn type_of(defs: &Map<String, Value>, prop: &Value, path: &str, header: &Option<
             let quoted = if key.contains(' ') { format!("<{key}>") } else { format!("\"<{key}>\"") };
             if is_table(&value) {
                 let h = format!("[{}.{quoted}]", sub_header(name));
-                return (format!("tables `{h}`, by {key}"), Some(Nested { header: h, path: format!("{path}.<{key}>."), schema: value, map: true }));
+                return (
+                    format!("tables `{h}`, by {key}"),
+                    Some(Nested { header: h, path: format!("{path}.<{key}>."), schema: value, map: true }),
+                );
             }
             (format!("table: {key} → {}", scalar(&value)), None)
         }
@@ -291,7 +298,8 @@ mod tests {
         }
         let have = std::fs::read_to_string(&path).unwrap_or_default();
         if have != want {
-            let line = have.lines().zip(want.lines()).position(|(a, b)| a != b).unwrap_or_else(|| have.lines().count().min(want.lines().count()));
+            let line =
+                have.lines().zip(want.lines()).position(|(a, b)| a != b).unwrap_or_else(|| have.lines().count().min(want.lines().count()));
             panic!(
                 "{PATH} is not what the profile types generate (first difference at line {}). Regenerate it: `{REGENERATE}` (or `SHAKEDOWN_UPDATE_REFERENCE=1 cargo test --lib reference`), and commit it.",
                 line + 1
@@ -309,7 +317,14 @@ mod tests {
             let cells: Vec<&str> = row.trim_matches('|').split(" | ").collect();
             assert!(cells.iter().all(|c| !c.trim().is_empty()), "a field without a type, default or description: {row}");
         }
-        for field in ["`timeouts.converge` | duration | `\"10s\"`", "`workload.clients` | integer ≥ 0 | `4`", "`sites` | integer ≥ 0 | `3`", "`velero.ttl` | duration | `\"1day\"`", "`hooks.<op kind>.timeout` | duration | `\"2m\"`", "`steps` | integer ≥ 0 | **required**"] {
+        for field in [
+            "`timeouts.converge` | duration | `\"10s\"`",
+            "`workload.clients` | integer ≥ 0 | `4`",
+            "`sites` | integer ≥ 0 | `3`",
+            "`velero.ttl` | duration | `\"1day\"`",
+            "`hooks.<op kind>.timeout` | duration | `\"2m\"`",
+            "`steps` | integer ≥ 0 | **required**",
+        ] {
             assert!(text.contains(field), "{field} in\n{text}");
         }
     }

@@ -82,13 +82,18 @@ fn profile(name: &str, ops: &[&str], steps: usize) -> String {
 
 /// A seed whose plan holds every op of `wanted`.
 fn seed_with(profile: &Path, wanted: &[&str]) -> u64 {
-    seed_where(profile, |ops| wanted.iter().all(|w| ops.iter().any(|l| l.contains(w)))).unwrap_or_else(|| panic!("no seed below 500 plans all of {wanted:?}"))
+    seed_where(profile, |ops| wanted.iter().all(|w| ops.iter().any(|l| l.contains(w))))
+        .unwrap_or_else(|| panic!("no seed below 500 plans all of {wanted:?}"))
 }
 
 /// The first seed whose plan's ops (one line each, as `shakedown plan` prints them) pass `ok`.
 fn seed_where(profile: &Path, ok: impl Fn(&[String]) -> bool) -> Option<u64> {
     (1..500u64).find(|seed| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["plan", "--seed", &seed.to_string(), "--profile"]).arg(profile).output().unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
+            .args(["plan", "--seed", &seed.to_string(), "--profile"])
+            .arg(profile)
+            .output()
+            .unwrap();
         assert!(out.status.success(), "plan: {}", String::from_utf8_lossy(&out.stderr));
         let ops: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().skip(1).map(str::to_string).collect();
         ok(&ops)
@@ -101,14 +106,23 @@ fn passes_checked(args: &[&str], steps: usize, files: &Path, what: &str) {
     let (code, out, err) = shakedown(&[&["run", "--target", "app"], args].concat(), files);
     assert_eq!(code, 0, "{what}: {out}\n{err}");
     for step in 1..=steps {
-        assert!(err.lines().any(|l| l.contains(&format!("[{step}/{steps}]")) && l.contains("checks ok")), "{what}: step {step} checked: {err}");
+        assert!(
+            err.lines().any(|l| l.contains(&format!("[{step}/{steps}]")) && l.contains("checks ok")),
+            "{what}: step {step} checked: {err}"
+        );
     }
     eprintln!("{what}:\n{err}");
 }
 
 /// The newest run's events (`events.jsonl` of the last run directory under `files/runs`).
 fn last_run_events(files: &Path) -> String {
-    let run_dir = std::fs::read_dir(files.join("runs")).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok()).unwrap();
+    let run_dir = std::fs::read_dir(files.join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+        .unwrap();
     std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap()
 }
 
@@ -128,7 +142,8 @@ fn shakedown(args: &[&str], files: &Path) -> (i32, String, String) {
 async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_and_replayed() {
     let bins = NodeBinaries::find().unwrap_or_else(|e| panic!("the node's binaries: {e}"));
     let dir = tempfile::tempdir().unwrap();
-    let mut node = Node::up(&format!("sd-apptest{}", std::process::id()), dir.path(), &bins).await.unwrap_or_else(|e| panic!("node up: {e}"));
+    let mut node =
+        Node::up(&format!("sd-apptest{}", std::process::id()), dir.path(), &bins).await.unwrap_or_else(|e| panic!("node up: {e}"));
     let client = node.client().await.unwrap();
     deploy(&client, &dir.path().join("backups")).await;
     let mut operator = start_operator(client.clone(), None);
@@ -147,16 +162,33 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let ops = ["pod-kill", "pod-kill-selected", "operator-restart", "pvc-loss", "node-drain", "backup", "restore"];
     std::fs::write(&p, profile("app-faults", &ops, 8)).unwrap();
     let seed = seed_with(&p, &ops);
-    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()], &files);
+    let (code, out, err) = shakedown(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &app,
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            &seed.to_string(),
+        ],
+        &files,
+    );
     assert_eq!(code, 0, "{out}\n{err}");
     eprintln!("the seeded plan (seed {seed}):\n{err}");
     for step in 1..=8 {
         assert!(err.lines().any(|l| l.contains(&format!("[{step}/8]")) && l.contains("checks ok")), "step {step} checked: {err}");
     }
     // The selected kill took 2 of the 3 etcd pods (50 %, rounded up), named in the event log.
-    let run_dir = std::fs::read_dir(files.join("runs")).unwrap().flatten().map(|e| e.path()).find(|p| p.is_dir()).expect("the run's directory");
+    let run_dir =
+        std::fs::read_dir(files.join("runs")).unwrap().flatten().map(|e| e.path()).find(|p| p.is_dir()).expect("the run's directory");
     let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
-    let kills: Vec<serde_json::Value> = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-kill").collect();
+    let kills: Vec<serde_json::Value> =
+        events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-kill").collect();
     assert!(!kills.is_empty(), "an app-kill event: {events}");
     for k in &kills {
         let killed = k["detail"]["killed"].as_array().unwrap();
@@ -166,29 +198,40 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     }
     // The drain evicted the node's pods (the three replicas and the operator) and lifted its
     // cordon.
-    let drains: Vec<serde_json::Value> = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-drain").collect();
+    let drains: Vec<serde_json::Value> =
+        events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-drain").collect();
     assert!(!drains.is_empty(), "an app-drain event: {events}");
     for d in &drains {
         let evicted: Vec<&str> = d["detail"]["evictable"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
-        assert!(["app/etcd-0", "app/etcd-1", "app/etcd-2"].iter().all(|p| evicted.contains(p)) && evicted.iter().any(|p| p.starts_with("app/etcd-operator-")), "{d}");
+        assert!(
+            ["app/etcd-0", "app/etcd-1", "app/etcd-2"].iter().all(|p| evicted.contains(p))
+                && evicted.iter().any(|p| p.starts_with("app/etcd-operator-")),
+            "{d}"
+        );
         assert!(d["detail"]["error"].is_null(), "{d}");
     }
     // When each evicted pod went (a slow kubelet holds the whole drain: the event names it).
-    let gone: Vec<serde_json::Value> = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-drained").collect();
+    let gone: Vec<serde_json::Value> =
+        events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-drained").collect();
     assert_eq!(gone.len(), drains.len(), "{events}");
     for g in &gone {
         assert!(["app/etcd-0", "app/etcd-1", "app/etcd-2"].iter().all(|p| g["detail"]["gone-after-ms"][p].is_u64()), "{g}");
     }
     let nodes: Api<KubeNode> = Api::all(client.clone());
-    assert!(nodes.list(&ListParams::default()).await.unwrap().items.iter().all(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)), "no node left cordoned");
+    assert!(
+        nodes.list(&ListParams::default()).await.unwrap().items.iter().all(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)),
+        "no node left cordoned"
+    );
     // The backup and the restore were the operator's: done, named in the event log; the run's
     // objects removed at its end.
     for kind in ["app-backup", "app-restore"] {
-        let done: Vec<serde_json::Value> = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == kind).collect();
+        let done: Vec<serde_json::Value> =
+            events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == kind).collect();
         assert!(!done.is_empty() && done.iter().all(|e| e["detail"]["error"].is_null()), "{kind}: {events}");
     }
     for kind in ["EtcdBackup", "EtcdRestore"] {
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ApiResource::from_gvk(&GroupVersionKind::gvk(GROUP, "v1", kind)));
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), NS, &ApiResource::from_gvk(&GroupVersionKind::gvk(GROUP, "v1", kind)));
         assert!(api.list(&ListParams::default()).await.unwrap().items.is_empty(), "the run's {kind}s removed");
     }
     settled(&client, Duration::from_secs(120)).await;
@@ -200,13 +243,41 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     operator = start_operator(client.clone(), Some(OperatorBug::RestoreSkipsLastBackup));
     let p = files.join("restore.toml");
     std::fs::write(&p, profile("app-restore", &["backup", "pod-kill", "restore"], 4)).unwrap();
-    let seed = seed_where(&p, |ops| ops.len() == 4 && ops[0].contains("backup") && ops[1].contains("pod-kill(") && ops[2].contains("backup") && ops[3].contains("restore(b1)"))
-        .expect("a seed planning backup, pod-kill, backup, restore(b1)");
-    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()], &files);
+    let seed = seed_where(&p, |ops| {
+        ops.len() == 4
+            && ops[0].contains("backup")
+            && ops[1].contains("pod-kill(")
+            && ops[2].contains("backup")
+            && ops[3].contains("restore(b1)")
+    })
+    .expect("a seed planning backup, pod-kill, backup, restore(b1)");
+    let (code, out, err) = shakedown(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &app,
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            &seed.to_string(),
+        ],
+        &files,
+    );
     assert_eq!(code, 1, "caught: {out}\n{err}");
-    assert!(out.contains("app-durability") && out.contains("at step 4 (restore(b1))") && out.contains("acknowledged writes lost") && out.contains("b1 restored"), "by app-durability: {out}");
+    assert!(
+        out.contains("app-durability")
+            && out.contains("at step 4 (restore(b1))")
+            && out.contains("acknowledged writes lost")
+            && out.contains("b1 restored"),
+        "by app-durability: {out}"
+    );
     eprintln!("the planted restore bug, caught:\n{out}");
-    let record = out.lines().find_map(|l| l.strip_prefix("seed record: ")).unwrap_or_else(|| panic!("a seed record: {out}")).trim().to_string();
+    let record =
+        out.lines().find_map(|l| l.strip_prefix("seed record: ")).unwrap_or_else(|| panic!("a seed record: {out}")).trim().to_string();
     settled(&client, Duration::from_secs(120)).await;
     let (code, out, err) = shakedown(&["replay", &record, "--kubeconfig", &kubeconfig], &files);
     assert_eq!(code, 1, "replayed: {out}\n{err}");
@@ -216,7 +287,11 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     // A drain that a PodDisruptionBudget blocks (one replica may be down; on this single node the
     // evicted one cannot come back while the node is cordoned): the op fails after its bound,
     // naming the refusal, and the node is uncordoned.
-    let pdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ApiResource::from_gvk(&GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget")));
+    let pdbs: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NS,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget")),
+    );
     let pdb: DynamicObject = serde_json::from_value(serde_json::json!({"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "etcd"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "etcd"}}}})).unwrap();
     pdbs.create(&Default::default(), &pdb).await.unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -228,11 +303,29 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let p = files.join("drain.toml");
     std::fs::write(&p, profile("app-drain", &["node-drain"], 1)).unwrap();
     let quick = files.join("app-quick.toml").display().to_string();
-    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &quick, "--profile", &p.display().to_string(), "--seed", "1"], &files);
+    let (code, out, err) = shakedown(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &quick,
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            "1",
+        ],
+        &files,
+    );
     assert_eq!(code, 1, "a blocked drain fails: {out}\n{err}");
     assert!(out.contains("is blocked") && out.contains("disruption budget"), "{out}\n{err}");
     eprintln!("the blocked drain:\n{out}");
-    assert!(nodes.list(&ListParams::default()).await.unwrap().items.iter().all(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)), "the blocked drain's cordon lifted");
+    assert!(
+        nodes.list(&ListParams::default()).await.unwrap().items.iter().all(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)),
+        "the blocked drain's cordon lifted"
+    );
     pdbs.delete("etcd", &Default::default()).await.unwrap();
     settled(&client, Duration::from_secs(120)).await;
 
@@ -242,10 +335,26 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     operator = start_operator(client.clone(), Some(OperatorBug::PvcLossNeverRebuilt));
     let p = files.join("pvc.toml");
     std::fs::write(&p, profile("app-pvc", &["pvc-loss"], 1).replace("converge = \"60s\"", "converge = \"15s\"")).unwrap();
-    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", "1"], &files);
+    let (code, out, err) = shakedown(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &app,
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            "1",
+        ],
+        &files,
+    );
     assert_eq!(code, 1, "caught: {out}\n{err}");
     assert!(out.contains("app-ready"), "by app-ready: {out}");
-    let record = out.lines().find_map(|l| l.strip_prefix("seed record: ")).unwrap_or_else(|| panic!("a seed record: {out}")).trim().to_string();
+    let record =
+        out.lines().find_map(|l| l.strip_prefix("seed record: ")).unwrap_or_else(|| panic!("a seed record: {out}")).trim().to_string();
     // Fixed by hand (the operator without its bug), then the record replayed against the buggy one.
     operator.abort();
     operator = start_operator(client.clone(), None);
@@ -264,7 +373,22 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     // no policy.
     let p = files.join("partition.toml");
     std::fs::write(&p, profile("app-partition", &["partition", "partition-heal"], 1)).unwrap();
-    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", "1"], &files);
+    let (code, out, err) = shakedown(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &app,
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            "1",
+        ],
+        &files,
+    );
     assert_eq!(code, 4, "an environment error: {out}\n{err}");
     assert!(format!("{out}{err}").contains("runs on the host's network"), "{out}\n{err}");
     let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), NS);
@@ -277,39 +401,108 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     std::fs::write(files.join("web.toml"), web::PROFILE).unwrap();
     let web_app = files.join("web.toml").display().to_string();
     std::fs::write(&p, profile("web-partition", &["partition", "partition-heal"], 2).replace(", \"app-durability\"", "")).unwrap();
-    let seed = seed_where(&p, |ops| ops.len() == 2 && ops[0].contains("partition(") && ops[1].contains("partition-heal")).expect("a seed planning partition, partition-heal");
-    passes_checked(&["--kubeconfig", &kubeconfig, "--app-profile", &web_app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()], 2, &files, "a partition on the pod network, healed");
+    let seed = seed_where(&p, |ops| ops.len() == 2 && ops[0].contains("partition(") && ops[1].contains("partition-heal"))
+        .expect("a seed planning partition, partition-heal");
+    passes_checked(
+        &["--kubeconfig", &kubeconfig, "--app-profile", &web_app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()],
+        2,
+        &files,
+        "a partition on the pod network, healed",
+    );
     let web_policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), web::NS);
     assert!(web_policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy left");
 
     // Two groups cut apart, other traffic flowing on: web-0 and web-1 no longer reach each other
     // (verified both ways), web-2 (in neither) still reaches both; healed (both ways again).
     let pg = files.join("groups.toml");
-    std::fs::write(&pg, profile("web-groups", &["partition-groups", "partition-groups-heal"], 2).replace(", \"app-durability\"", "")).unwrap();
-    let groups_seed = seed_where(&pg, |ops| ops.len() == 2 && ops[0].contains("partition-groups(") && ops[1].contains("partition-groups-heal(")).expect("a seed planning partition-groups, partition-groups-heal");
-    passes_checked(&["--kubeconfig", &kubeconfig, "--app-profile", &web_app, "--profile", &pg.display().to_string(), "--seed", &groups_seed.to_string()], 2, &files, "two groups cut apart, healed");
+    std::fs::write(&pg, profile("web-groups", &["partition-groups", "partition-groups-heal"], 2).replace(", \"app-durability\"", ""))
+        .unwrap();
+    let groups_seed =
+        seed_where(&pg, |ops| ops.len() == 2 && ops[0].contains("partition-groups(") && ops[1].contains("partition-groups-heal("))
+            .expect("a seed planning partition-groups, partition-groups-heal");
+    passes_checked(
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &web_app,
+            "--profile",
+            &pg.display().to_string(),
+            "--seed",
+            &groups_seed.to_string(),
+        ],
+        2,
+        &files,
+        "two groups cut apart, healed",
+    );
     let events = last_run_events(&files);
-    let cut: serde_json::Value = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|v| v["kind"] == "app-partition-groups").unwrap_or_else(|| panic!("an app-partition-groups event: {events}"));
-    assert_eq!((cut["detail"]["a-pods"].clone(), cut["detail"]["b-pods"].clone(), cut["detail"]["outside"].clone()), (serde_json::json!(["web-0"]), serde_json::json!(["web-1"]), serde_json::json!("web-2")), "{cut}");
+    let cut: serde_json::Value = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["kind"] == "app-partition-groups")
+        .unwrap_or_else(|| panic!("an app-partition-groups event: {events}"));
+    assert_eq!(
+        (cut["detail"]["a-pods"].clone(), cut["detail"]["b-pods"].clone(), cut["detail"]["outside"].clone()),
+        (serde_json::json!(["web-0"]), serde_json::json!(["web-1"]), serde_json::json!("web-2")),
+        "{cut}"
+    );
     assert!(web_policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy left");
 
     // A probe that never connects (a port nothing listens on) would pass every cut: the partition
     // refuses it before making a policy, an environment error that says why.
     std::fs::write(files.join("web-deaf.toml"), web::PROFILE.replace("{ip}:8080", "{ip}:9999")).unwrap();
-    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &files.join("web-deaf.toml").display().to_string(), "--profile", &p.display().to_string(), "--seed", &seed.to_string()], &files);
+    let (code, out, err) = shakedown(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &files.join("web-deaf.toml").display().to_string(),
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            &seed.to_string(),
+        ],
+        &files,
+    );
     assert_eq!(code, 4, "an environment error: {out}\n{err}");
-    assert!(format!("{out}{err}").contains("the [partition] probe does not connect from web-") && format!("{out}{err}").contains("before any policy is made"), "{out}\n{err}");
+    assert!(
+        format!("{out}{err}").contains("the [partition] probe does not connect from web-")
+            && format!("{out}{err}").contains("before any policy is made"),
+        "{out}\n{err}"
+    );
     assert!(web_policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy made");
 
     // A replica failing in place: the same pod not Ready on the pause image for 3 s, then Ready
     // again on its own image; every step checked (leaks: no pod left failed).
     let pf = files.join("pod-failure.toml");
     std::fs::write(&pf, profile("web-pod-failure", &["pod-failure"], 2).replace(", \"app-durability\"", "")).unwrap();
-    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &web_app, "--profile", &pf.display().to_string(), "--seed", "1"], &files);
+    let (code, out, err) = shakedown(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &web_app,
+            "--profile",
+            &pf.display().to_string(),
+            "--seed",
+            "1",
+        ],
+        &files,
+    );
     assert_eq!(code, 0, "failed and recovered: {out}\n{err}");
     eprintln!("two pod failures:\n{err}");
     let events = last_run_events(&files);
-    let failures: Vec<serde_json::Value> = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-pod-failure").collect();
+    let failures: Vec<serde_json::Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["kind"] == "app-pod-failure")
+        .collect();
     assert_eq!(failures.len(), 2, "{events}");
     for f in &failures {
         assert_eq!(f["detail"]["same-pod"], true, "failed in place: {f}");
@@ -320,14 +513,36 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     std::fs::write(files.join("web-long.toml"), web::PROFILE.replace("duration = \"3s\"", "duration = \"300s\"")).unwrap();
     std::fs::write(&pf, profile("web-pod-failure", &["pod-failure"], 1).replace(", \"app-durability\"", "")).unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
-        .args(["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &files.join("web-long.toml").display().to_string(), "--profile", &pf.display().to_string(), "--seed", "1", "--runs-dir"])
+        .args([
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &files.join("web-long.toml").display().to_string(),
+            "--profile",
+            &pf.display().to_string(),
+            "--seed",
+            "1",
+            "--runs-dir",
+        ])
         .arg(files.join("runs"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let web_pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), web::NS);
-    let failed = || async { web_pods.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|p| shakedown::targets::app::failed_by(p).is_some()).collect::<Vec<_>>() };
+    let failed = || async {
+        web_pods
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|p| shakedown::targets::app::failed_by(p).is_some())
+            .collect::<Vec<_>>()
+    };
     // Killed once the failure took effect (the pod not Ready).
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while !failed().await.iter().any(|p| !shakedown::targets::app::data::is_ready(p)) {
@@ -339,13 +554,26 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let left = failed().await;
     assert_eq!(left.len(), 1, "the killed run left its failed pod");
     assert_eq!(shakedown::targets::app::own_images(&left[0])["web"], "shakedown.local/pause:3.4");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--kube", "--kubeconfig", &kubeconfig]).output().unwrap();
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--kube", "--kubeconfig", &kubeconfig]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success() && text.contains("its own images back"), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(failed().await.is_empty(), "reap put the images back");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let running_own = |p: &k8s_openapi::api::core::v1::Pod| p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).is_some_and(|c| c.iter().all(|c| c.ready && c.image.contains("busybox")));
-    while !web_pods.list(&ListParams::default()).await.unwrap().items.iter().all(|p| shakedown::targets::app::data::is_ready(p) && running_own(p)) {
+    let running_own = |p: &k8s_openapi::api::core::v1::Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|c| c.iter().all(|c| c.ready && c.image.contains("busybox")))
+    };
+    while !web_pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .all(|p| shakedown::targets::app::data::is_ready(p) && running_own(p))
+    {
         assert!(std::time::Instant::now() < deadline, "the web pods Ready on their own image after reap");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -354,22 +582,70 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     // network plugin has none): the policy cut nothing, so the partition does not count — an
     // environment error that says so, and the policy removed.
     node.stop_policy_engine().unwrap();
-    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &web_app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()], &files);
+    let (code, out, err) = shakedown(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &web_app,
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            &seed.to_string(),
+        ],
+        &files,
+    );
     assert_eq!(code, 4, "an environment error: {out}\n{err}");
     assert!(format!("{out}{err}").contains("does not enforce NetworkPolicy"), "{out}\n{err}");
     assert!(web_policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy left");
-    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &web_app, "--profile", &pg.display().to_string(), "--seed", &groups_seed.to_string()], &files);
+    let (code, out, err) = shakedown(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &web_app,
+            "--profile",
+            &pg.display().to_string(),
+            "--seed",
+            &groups_seed.to_string(),
+        ],
+        &files,
+    );
     assert_eq!(code, 4, "an environment error: {out}\n{err}");
-    assert!(format!("{out}{err}").contains("does not enforce NetworkPolicy") && format!("{out}{err}").contains("still connects from statefulset.kubernetes.io/pod-name=web-0 to"), "{out}\n{err}");
+    assert!(
+        format!("{out}{err}").contains("does not enforce NetworkPolicy")
+            && format!("{out}{err}").contains("still connects from statefulset.kubernetes.io/pod-name=web-0 to"),
+        "{out}\n{err}"
+    );
     assert!(web_policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy left");
 
     // A run killed (-9) while the operator is scaled to zero, after a backup: `reap --kube`
     // scales it back, deletes the run's backup object and removes the run's ConfigMap.
     let p = files.join("operator.toml");
     std::fs::write(&p, profile("app-operator", &["operator-restart", "backup"], 2)).unwrap();
-    let seed = seed_where(&p, |ops| ops.len() == 2 && ops[0].contains("backup") && ops[1].contains("operator-restart")).expect("a seed planning backup, operator-restart");
+    let seed = seed_where(&p, |ops| ops.len() == 2 && ops[0].contains("backup") && ops[1].contains("operator-restart"))
+        .expect("a seed planning backup, operator-restart");
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
-        .args(["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", &seed.to_string(), "--runs-dir"])
+        .args([
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &app,
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            &seed.to_string(),
+            "--runs-dir",
+        ])
         .arg(files.join("runs"))
         .stdout(std::fs::File::create(files.join("killed.out")).unwrap())
         .stderr(std::fs::File::create(files.join("killed.err")).unwrap())
@@ -388,12 +664,14 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--kube", "--kubeconfig", &kubeconfig]).output().unwrap();
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--kube", "--kubeconfig", &kubeconfig]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("scaled the operator app/etcd-operator back to 1") && text.contains("reaped 1 kube run(s)"), "{text}");
     assert!(text.contains(&format!("deleted {GROUP}/v1/EtcdBackup {NS}/shakedown-")), "the killed run's backup object: {text}");
-    let backups: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ApiResource::from_gvk(&GroupVersionKind::gvk(GROUP, "v1", "EtcdBackup")));
+    let backups: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), NS, &ApiResource::from_gvk(&GroupVersionKind::gvk(GROUP, "v1", "EtcdBackup")));
     assert!(backups.list(&ListParams::default()).await.unwrap().items.is_empty(), "no backup object left");
     assert_eq!(deps.get("etcd-operator").await.unwrap().spec.and_then(|s| s.replicas), Some(1));
     settled(&client, Duration::from_secs(120)).await;
@@ -402,13 +680,28 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let p = files.join("drain-killed.toml");
     std::fs::write(&p, profile("app-drain-killed", &["node-drain"], 1)).unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
-        .args(["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile", &p.display().to_string(), "--seed", "1", "--runs-dir"])
+        .args([
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &app,
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            "1",
+            "--runs-dir",
+        ])
         .arg(files.join("runs"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let cordoned = || async { nodes.list(&ListParams::default()).await.unwrap().items.iter().any(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)) };
+    let cordoned = || async {
+        nodes.list(&ListParams::default()).await.unwrap().items.iter().any(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+    };
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while !cordoned().await {
         assert!(std::time::Instant::now() < deadline, "the run never cordoned the node");
@@ -417,7 +710,8 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(cordoned().await, "the killed run left its cordon");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--kube", "--kubeconfig", &kubeconfig]).output().unwrap();
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--kube", "--kubeconfig", &kubeconfig]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success() && text.contains("uncordoned node sd-apptest"), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(!cordoned().await, "reap lifted the cordon");
@@ -434,11 +728,31 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let kv_app = files.join("kv.toml").display().to_string();
     let p = files.join("failover.toml");
     std::fs::write(&p, profile("kv-failover", &["pod-kill-selected"], 2)).unwrap();
-    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &kv_app, "--profile", &p.display().to_string(), "--seed", "1"], &files);
+    let (code, out, err) = shakedown(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &kv_app,
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            "1",
+        ],
+        &files,
+    );
     assert_eq!(code, 0, "two failovers by the operator pass: {out}\n{err}");
     eprintln!("two failovers:\n{err}");
     let events = last_run_events(&files);
-    let killed: Vec<String> = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-kill").map(|k| k["detail"]["killed"][0].as_str().unwrap_or_default().to_string()).collect();
+    let killed: Vec<String> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["kind"] == "app-kill")
+        .map(|k| k["detail"]["killed"][0].as_str().unwrap_or_default().to_string())
+        .collect();
     assert_eq!(killed, ["kv-0", "kv-2"], "the primary each time (kv-2 promoted after kv-0, then kv-0 back): {events}");
 
     // The primary failing in place (pod-failure: the same pod, not Ready for 10 s, then back on
@@ -447,7 +761,22 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let p = files.join("kv-failure.toml");
     std::fs::write(&p, profile("kv-failure", &["pod-failure"], 1)).unwrap();
     let seed = seed_where(&p, |ops| ops.len() == 1 && ops[0].contains("pod-failure(m0)")).expect("a seed failing kv-0");
-    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &kv_app, "--profile", &p.display().to_string(), "--seed", &seed.to_string()], &files);
+    let (code, out, err) = shakedown(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &kv_app,
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            &seed.to_string(),
+        ],
+        &files,
+    );
     assert_eq!(code, 0, "a failover on a primary failing in place: {out}\n{err}");
     eprintln!("the primary failing in place:\n{err}");
 
@@ -459,11 +788,30 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     kv::settled(&client, Duration::from_secs(60)).await;
     let p = files.join("stale.toml");
     std::fs::write(&p, profile("kv-stale", &["pod-kill-selected"], 1)).unwrap();
-    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &kv_app, "--profile", &p.display().to_string(), "--seed", "1"], &files);
+    let (code, out, err) = shakedown(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &kv_app,
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            "1",
+        ],
+        &files,
+    );
     assert_eq!(code, 1, "caught: {out}\n{err}");
-    assert!(out.contains("app-durability") && out.contains("at step 1 (pod-kill-selected") && out.contains("acknowledged writes lost"), "by app-durability: {out}");
+    assert!(
+        out.contains("app-durability") && out.contains("at step 1 (pod-kill-selected") && out.contains("acknowledged writes lost"),
+        "by app-durability: {out}"
+    );
     eprintln!("the planted failover bug, caught:\n{out}");
-    let record = out.lines().find_map(|l| l.strip_prefix("seed record: ")).unwrap_or_else(|| panic!("a seed record: {out}")).trim().to_string();
+    let record =
+        out.lines().find_map(|l| l.strip_prefix("seed record: ")).unwrap_or_else(|| panic!("a seed record: {out}")).trim().to_string();
     kv_operator.abort();
     kv::reset(&client, &kv_cluster).await;
     kv_operator = kv::start_operator(client.clone(), kv_cluster.clone(), true);
@@ -479,33 +827,88 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
             "\n[[probes]]\nname = \"the checker Job\"\n[probes.job.template.spec]\nrestartPolicy = \"Never\"\ncontainers = [{{ name = \"check\", image = \"{BUSYBOX_IMAGE}\", imagePullPolicy = \"Never\", command = [\"sh\", \"-c\", \"{cmd}\"], env = [{{ name = \"NODE_IP\", valueFrom = {{ fieldRef = {{ fieldPath = \"status.hostIP\" }} }} }}] }}]\n"
         )
     };
-    std::fs::write(files.join("job.toml"), format!("{APP_PROFILE}{}", checker("wget -q -O - http://$NODE_IP:32379/health | grep true"))).unwrap();
+    std::fs::write(files.join("job.toml"), format!("{APP_PROFILE}{}", checker("wget -q -O - http://$NODE_IP:32379/health | grep true")))
+        .unwrap();
     let p = files.join("probe.toml");
     std::fs::write(&p, profile("app-probe", &["operator-restart"], 1)).unwrap();
-    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &files.join("job.toml").display().to_string(), "--profile", &p.display().to_string(), "--seed", "1"], &files);
+    let (code, out, err) = shakedown(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &files.join("job.toml").display().to_string(),
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            "1",
+        ],
+        &files,
+    );
     assert_eq!(code, 0, "{out}\n{err}");
     let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), NS);
     assert!(jobs.list(&ListParams::default()).await.unwrap().items.is_empty(), "no checker Job left");
 
     // Probes that fail say why: the service proxy's answer, the object's field, the Job's log.
-    let failing = APP_PROFILE.replace("path = \"/health\"", "path = \"/no-such-path\"").replace("equals = \"True\" }", "equals = \"False\" }");
+    let failing =
+        APP_PROFILE.replace("path = \"/health\"", "path = \"/no-such-path\"").replace("equals = \"True\" }", "equals = \"False\" }");
     std::fs::write(files.join("failing.toml"), format!("{failing}{}", checker("echo the checker says no; exit 3"))).unwrap();
     std::fs::write(&p, profile("app-probe", &["operator-restart"], 1).replace("converge = \"60s\"", "converge = \"3s\"")).unwrap();
-    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &files.join("failing.toml").display().to_string(), "--profile", &p.display().to_string(), "--seed", "1"], &files);
+    let (code, out, err) = shakedown(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &files.join("failing.toml").display().to_string(),
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            "1",
+        ],
+        &files,
+    );
     assert_eq!(code, 1, "{out}\n{err}");
     assert!(out.contains("probe the client Service answers: GET /api/v1/namespaces/app/services/etcd:client/proxy/no-such-path"), "{out}");
     assert!(out.contains("probe the operator is available: Deployment app/etcd-operator: status.conditions[Available].status = \"True\" (wanted \"False\")"), "{out}");
-    assert!(out.contains("probe the checker Job: Job shakedown-") && out.contains("failed: ") && out.contains("the checker says no"), "{out}");
+    assert!(
+        out.contains("probe the checker Job: Job shakedown-") && out.contains("failed: ") && out.contains("the checker says no"),
+        "{out}"
+    );
     assert!(jobs.list(&ListParams::default()).await.unwrap().items.is_empty(), "no checker Job left");
 
     // A write command that never succeeds: the run does not start (exit 4), saying what it answered.
-    let broken = APP_PROFILE.replace("op_timeout = \"180s\"", "op_timeout = \"3s\"").replace("--command-timeout=5s put {key} {value}", "--command-timeout=5s put {key} {value} --no-such-flag");
+    let broken = APP_PROFILE
+        .replace("op_timeout = \"180s\"", "op_timeout = \"3s\"")
+        .replace("--command-timeout=5s put {key} {value}", "--command-timeout=5s put {key} {value} --no-such-flag");
     std::fs::write(files.join("broken.toml"), broken).unwrap();
     let p = files.join("one.toml");
     std::fs::write(&p, profile("app-one", &["pod-kill"], 1)).unwrap();
-    let (code, out, err) = shakedown(&["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &files.join("broken.toml").display().to_string(), "--profile", &p.display().to_string(), "--seed", "1"], &files);
+    let (code, out, err) = shakedown(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &files.join("broken.toml").display().to_string(),
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            "1",
+        ],
+        &files,
+    );
     assert_eq!(code, 4, "{out}\n{err}");
-    assert!(err.contains("write command was not acknowledged once within 3s") && err.contains("no-such-flag"), "says what the write answered: {out}\n{err}");
+    assert!(
+        err.contains("write command was not acknowledged once within 3s") && err.contains("no-such-flag"),
+        "says what the write answered: {out}\n{err}"
+    );
 
     operator.abort();
     let left = node.teardown();

@@ -109,7 +109,8 @@ fn text(out: &Output) -> String {
 
 /// A Python module's command line (`python3 -m MODULE`), after checking that the module is there.
 fn python_module(module: &str, version: &str) -> Command {
-    let out = output("python3", Command::new("python3").args(["-c", &format!("import importlib.metadata as m; print(m.version('{version}'))")]));
+    let out =
+        output("python3", Command::new("python3").args(["-c", &format!("import importlib.metadata as m; print(m.version('{version}'))")]));
     assert!(out.status.success(), "{version} (PyPI) is not installed: {INSTALL}\n{}", text(&out));
     let mut cmd = Command::new("python3");
     cmd.args(["-m", module]);
@@ -155,7 +156,10 @@ fn actionlint(files: &[&Path]) -> Output {
 /// The component's two parts as JSON files, interpolated with `inputs`; Err with the reasons.
 fn interpolate(component: &Path, inputs: &str, dir: &Path) -> Result<(PathBuf, PathBuf), String> {
     let (header, jobs) = (dir.join("header.json"), dir.join("jobs.json"));
-    let out = output("python3 with PyYAML", Command::new("python3").args(["-c", INTERPOLATE_PY]).arg(component).arg(inputs).arg(&header).arg(&jobs));
+    let out = output(
+        "python3 with PyYAML",
+        Command::new("python3").args(["-c", INTERPOLATE_PY]).arg(component).arg(inputs).arg(&header).arg(&jobs),
+    );
     if out.status.success() {
         Ok((header, jobs))
     } else {
@@ -222,27 +226,44 @@ fn the_validators_catch_planted_faults() {
     // An input that is not declared: actionlint reports it.
     let undeclared = plant("undeclared.yml", "inputs.job == 'nightly'", "inputs.jobs == 'nightly'", &workflow);
     let out = actionlint(&[&undeclared]);
-    assert!(!out.status.success() && text(&out).contains(r#"property "jobs" is not defined"#), "actionlint missed an undeclared input:\n{}", text(&out));
+    assert!(
+        !out.status.success() && text(&out).contains(r#"property "jobs" is not defined"#),
+        "actionlint missed an undeclared input:\n{}",
+        text(&out)
+    );
 
     // A misspelled key: the GitHub workflow schema rejects it.
     let misspelled = plant("misspelled.yml", "    timeout-minutes: 5\n", "    timeout-minute: 5\n", &workflow);
     let out = output("check-jsonschema", check_jsonschema().args(["--builtin-schema", "vendor.github-workflows"]).arg(&misspelled));
-    assert!(!out.status.success() && text(&out).contains("Schema validation errors"), "the GitHub workflow schema took `timeout-minute`:\n{}", text(&out));
+    assert!(
+        !out.status.success() && text(&out).contains("Schema validation errors"),
+        "the GitHub workflow schema took `timeout-minute`:\n{}",
+        text(&out)
+    );
 
     // GitLab: an input type that does not exist (header), and a `when:` GitLab does not know (jobs).
     let component = std::fs::read_to_string(root().join(COMPONENT)).unwrap();
     let bad_type = plant("bad-type.yml", "      type: boolean\n", "      type: bool\n", &component);
-    let bad_when = plant("bad-when.yml", "      options: [manual, on_success]\n", "      options: [manual, on_success, sometimes]\n", &component);
+    let bad_when =
+        plant("bad-when.yml", "      options: [manual, on_success]\n", "      options: [manual, on_success, sometimes]\n", &component);
     let inputs = r#"{"shakedown_repository": "u", "shakedown_version": "v"}"#;
     let err = interpolate(&bad_type, inputs, &dir).unwrap_err();
     assert!(err.contains("is not of type bool"), "{err}");
     let header = dir.join("bad-type-header.yml");
     std::fs::write(&header, std::fs::read_to_string(&bad_type).unwrap().split("\n---\n").next().unwrap()).unwrap();
     let out = gitlab_schema(&header);
-    assert!(!out.status.success() && text(&out).contains("'bool' is not one of"), "the GitLab CI schema took an input of type `bool`:\n{}", text(&out));
+    assert!(
+        !out.status.success() && text(&out).contains("'bool' is not one of"),
+        "the GitLab CI schema took an input of type `bool`:\n{}",
+        text(&out)
+    );
     let (_, jobs) = interpolate(&bad_when, &inputs.replace('}', r#", "replay_when": "sometimes"}"#), &scratch("planted-when")).unwrap();
     let out = gitlab_schema(&jobs);
-    assert!(!out.status.success() && text(&out).contains("Schema validation errors"), "the GitLab CI schema took `when: sometimes`:\n{}", text(&out));
+    assert!(
+        !out.status.success() && text(&out).contains("Schema validation errors"),
+        "the GitLab CI schema took `when: sometimes`:\n{}",
+        text(&out)
+    );
 
     // The interpolation refuses what GitLab would refuse: an undeclared input, a missing value.
     let undeclared = plant("undeclared-input.yml", "$[[ inputs.soak_for ]]", "$[[ inputs.soak_fro ]]", &component);

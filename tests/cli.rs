@@ -180,10 +180,14 @@ fn missing_etcd_binary_is_an_environment_error_naming_the_fix() {
 #[test]
 fn missing_kube_apiserver_for_the_control_plane_stack_is_an_environment_error_naming_the_fix() {
     let d = dirs();
-    let out = run(&["run", "--profile", "control-plane", "--seed", "1", "--steps", "2", "--kube-apiserver", "/nonexistent/kube-apiserver"], &d);
+    let out =
+        run(&["run", "--profile", "control-plane", "--seed", "1", "--steps", "2", "--kube-apiserver", "/nonexistent/kube-apiserver"], &d);
     assert_eq!(out.status.code(), Some(4));
     let err = text(&out.stderr);
-    assert!(err.contains("/nonexistent/kube-apiserver is not a kube-apiserver binary (cannot run") && err.contains("--kube-apiserver PATH"), "{err}");
+    assert!(
+        err.contains("/nonexistent/kube-apiserver is not a kube-apiserver binary (cannot run") && err.contains("--kube-apiserver PATH"),
+        "{err}"
+    );
     assert!(!d.runs.exists(), "nothing is created when the environment cannot run the stack");
 }
 
@@ -198,7 +202,14 @@ fn unknown_planted_bug_is_a_usage_error() {
 fn help_documents_the_exit_codes() {
     let out = bin().arg("--help").output().unwrap();
     let s = text(&out.stdout);
-    for line in ["0    every invariant held", "1    an invariant was violated", "2    usage error", "3    liveness failure", "4    environment", "130  interrupted"] {
+    for line in [
+        "0    every invariant held",
+        "1    an invariant was violated",
+        "2    usage error",
+        "3    liveness failure",
+        "4    environment",
+        "130  interrupted",
+    ] {
         assert!(s.contains(line), "missing {line:?} in\n{s}");
     }
 }
@@ -243,7 +254,11 @@ fn a_shrink_budget_too_small_for_one_candidate_is_refused_and_the_record_is_unto
     std::fs::write(&f, &record).unwrap();
     let out = run(&["shrink", f.to_str().unwrap(), "--budget", "30s"], &d);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("--budget 30s is too small to run a single candidate: the recorded run took 1m"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--budget 30s is too small to run a single candidate: the recorded run took 1m"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_eq!(std::fs::read_to_string(&f).unwrap(), record, "the record is untouched");
     assert!(!d.runs.exists(), "nothing ran");
 }
@@ -285,10 +300,18 @@ fn options_of_another_target_are_refused() {
     let d = dirs();
     let out = run(&["soak", "--for", "1m", "--cluster", "ns/c"], &d);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("--cluster (or SHAKEDOWN_CLUSTER) is for the kube target; --target local does not take it"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--cluster (or SHAKEDOWN_CLUSTER) is for the kube target; --target local does not take it"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = run(&["run", "--target", "kube", "--cluster", "ns/c", "--testbed-bug", "ack-before-write", "--disks", "plain"], &d);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("--testbed-bug, --disks are for the local target; --target kube does not take them"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--testbed-bug, --disks are for the local target; --target kube does not take them"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = run(&["run", "--target", "kube"], &d);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("--target kube needs --cluster NAMESPACE/NAME"), "{}", text(&out.stderr));
@@ -340,7 +363,17 @@ fn bad_partitions_are_usage_errors() {
 fn help_names_the_environment_variables() {
     let out = bin().args(["run", "--help"]).output().unwrap();
     let h = text(&out.stdout);
-    for v in ["SHAKEDOWN_TARGET", "SHAKEDOWN_CLUSTER", "SHAKEDOWN_KUBE_PROFILE", "SHAKEDOWN_PROFILE", "SHAKEDOWN_CONTEXT", "SHAKEDOWN_PARTITION", "SHAKEDOWN_JUNIT", "SHAKEDOWN_SEEDS_DIR", "SHAKEDOWN_RUNS_DIR"] {
+    for v in [
+        "SHAKEDOWN_TARGET",
+        "SHAKEDOWN_CLUSTER",
+        "SHAKEDOWN_KUBE_PROFILE",
+        "SHAKEDOWN_PROFILE",
+        "SHAKEDOWN_CONTEXT",
+        "SHAKEDOWN_PARTITION",
+        "SHAKEDOWN_JUNIT",
+        "SHAKEDOWN_SEEDS_DIR",
+        "SHAKEDOWN_RUNS_DIR",
+    ] {
         assert!(h.contains(&format!("[env: {v}=")), "run --help lacks {v}:\n{h}");
     }
     let out = bin().args(["soak", "--help"]).output().unwrap();
@@ -363,7 +396,9 @@ fn shrink_needs_more_than_confirm_is_a_usage_error() {
     assert!(text(&out.stderr).contains("--needs 3 is more than --confirm 2"), "{}", text(&out.stderr));
     let out = run(&["shrink", f.to_str().unwrap(), "--needs", "2"], &d);
     assert_eq!(out.status.code(), Some(2), "--confirm defaults to 1");
-    for args in [&["shrink", "x.toml", "--needs", "0"][..], &["shrink", "x.toml", "--match", "sometimes"], &["replay", "x.toml", "--match", "any"]] {
+    for args in
+        [&["shrink", "x.toml", "--needs", "0"][..], &["shrink", "x.toml", "--match", "sometimes"], &["replay", "x.toml", "--match", "any"]]
+    {
         assert_eq!(bin().args(args).output().unwrap().status.code(), Some(2), "{args:?}");
     }
     assert_eq!(std::fs::read_to_string(&f).unwrap(), good_record(), "the record is untouched");
@@ -414,7 +449,8 @@ fn records_with_and_without_reproduction_rates_load() {
     let err = text(&out.stderr);
     assert!(err.contains("c-notes.toml: not a shakedown seed record") && !err.contains("a-old") && !err.contains("b-rated"), "{err}");
     std::fs::remove_file(d.seeds.join("c-notes.toml")).unwrap();
-    std::fs::write(d.seeds.join("b-rated.toml"), with_rates(&good_record()).replace("matched = \"invariant\"", "matched = \"sometimes\"")).unwrap();
+    std::fs::write(d.seeds.join("b-rated.toml"), with_rates(&good_record()).replace("matched = \"invariant\"", "matched = \"sometimes\""))
+        .unwrap();
     let out = run(&["replay", d.seeds.to_str().unwrap()], &d);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("b-rated.toml: not a valid seed record"), "{}", text(&out.stderr));

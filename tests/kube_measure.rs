@@ -31,10 +31,27 @@ async fn measure_requests_while_waiting_and_notice_latency() {
     let profile = Profile::from_toml("name = \"m\"\nsteps = 2\nversions = [\"3.4\", \"3.5\"]").unwrap();
     let kube_profile = KubeProfile::from_toml("[versions.\"3.5\"]\nkubernetes = \"v1.30.0\"\n[timeouts]\nrollout = \"120s\"").unwrap();
     let model = profile.initial_model();
-    let cfg = KubeConfig { kubeconfig: Some(env.kubeconfig.clone()), context: None, namespace: "m".into(), name: "c".into(), dry_run: false, profile: kube_profile, run_id: "sd-measure".into(), run_dir: None };
+    let cfg = KubeConfig {
+        kubeconfig: Some(env.kubeconfig.clone()),
+        context: None,
+        namespace: "m".into(),
+        name: "c".into(),
+        dry_run: false,
+        profile: kube_profile,
+        run_id: "sd-measure".into(),
+        run_dir: None,
+    };
     let mut target = KubeTarget::connect(cfg, &profile, &model).await.expect("connect");
     // Wait until the stand-in brought up 3 healthy Machines.
-    assert!(target.wait_machines(Duration::from_secs(60), |ms| ms.iter().filter(|m| m.data.pointer("/status/conditions/0/status") == Some(&json!("True"))).count() == 3).await);
+    assert!(
+        target
+            .wait_machines(Duration::from_secs(60), |ms| ms
+                .iter()
+                .filter(|m| m.data.pointer("/status/conditions/0/status") == Some(&json!("True")))
+                .count()
+                == 3)
+            .await
+    );
     let mut model: Model = model;
     println!("\n== non-watch API requests while waiting on a rollout (per step, by kind)");
     for op in [Op::RollingReplace, Op::RollingUpgrade { to: Version::new(3, 5) }, Op::RollingReplace] {
@@ -48,7 +65,12 @@ async fn measure_requests_while_waiting_and_notice_latency() {
                 println!("{:<26} wait {:>6}ms  non-watch requests while waiting: {}", op.to_string(), v["ms"], v["non_watch_requests"]);
             }
             if kind == "kube-requests" {
-                println!("{:<26} step {:>6}ms  non-watch requests in the whole step (writes included): {}", op.to_string(), t0.elapsed().as_millis(), v["non_watch_requests"]);
+                println!(
+                    "{:<26} step {:>6}ms  non-watch requests in the whole step (writes included): {}",
+                    op.to_string(),
+                    t0.elapsed().as_millis(),
+                    v["non_watch_requests"]
+                );
             }
         }
         target.end_step().await;
@@ -66,7 +88,9 @@ async fn measure_requests_while_waiting_and_notice_latency() {
         machines.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await.unwrap();
         let t_accepted = Instant::now();
         let seen = target
-            .wait_machines(Duration::from_secs(5), |ms| ms.iter().any(|m| m.data.pointer("/status/addresses/0/address").and_then(Value::as_str) == Some(marker.as_str())))
+            .wait_machines(Duration::from_secs(5), |ms| {
+                ms.iter().any(|m| m.data.pointer("/status/addresses/0/address").and_then(Value::as_str) == Some(marker.as_str()))
+            })
             .await;
         assert!(seen, "change {i} not noticed within 5s");
         // From the request's answer (the apiserver accepted it) to the cache having it; a
@@ -78,7 +102,13 @@ async fn measure_requests_while_waiting_and_notice_latency() {
     }
     for (what, v) in [("after the apiserver's answer", &mut lat), ("after the request was sent", &mut from_send)] {
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        println!("{} changes, noticed {what}: median {:.1}ms, p90 {:.1}ms, max {:.1}ms", v.len(), v[v.len() / 2], v[v.len() * 9 / 10], v[v.len() - 1]);
+        println!(
+            "{} changes, noticed {what}: median {:.1}ms, p90 {:.1}ms, max {:.1}ms",
+            v.len(),
+            v[v.len() / 2],
+            v[v.len() * 9 / 10],
+            v[v.len() - 1]
+        );
     }
     target.teardown().await;
 }

@@ -95,7 +95,12 @@ async fn settled(client: &Client, ns: &str, name: &str) {
         if ok {
             return;
         }
-        assert!(Instant::now() < deadline, "stand-in did not settle {ns}/{name} within 60s: {:?}; {}", rollout(&kcp).complete(), standin::diagnostics(ns, name));
+        assert!(
+            Instant::now() < deadline,
+            "stand-in did not settle {ns}/{name} within 60s: {:?}; {}",
+            rollout(&kcp).complete(),
+            standin::diagnostics(ns, name)
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -130,7 +135,10 @@ async fn seed_with(files: &Files, wanted: &[&str]) -> u64 {
 /// `first`, when given), without an isolation.
 fn seed_in(profile: &str, wanted: &[&str], first: Option<&str>) -> u64 {
     for seed in 1..400u64 {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["plan", "--seed", &seed.to_string(), "--profile", profile]).output().unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
+            .args(["plan", "--seed", &seed.to_string(), "--profile", profile])
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         let ops: Vec<&str> = text.lines().skip(1).collect();
         let first_ok = match first {
@@ -161,7 +169,22 @@ async fn seeded_plan_passes_then_a_planted_failure_is_recorded_and_replayed() {
     let kc = env.kubeconfig.to_string_lossy().to_string();
     let runs = files.p("runs");
     let seeds = files.p("seeds");
-    let base = ["--target", "kube", "--kubeconfig", &kc, "--cluster", "chaos/c", "--profile", &files.p("profile.toml"), "--kube-profile", &files.p("kube.toml"), "--runs-dir", &runs, "--seeds-dir", &seeds];
+    let base = [
+        "--target",
+        "kube",
+        "--kubeconfig",
+        &kc,
+        "--cluster",
+        "chaos/c",
+        "--profile",
+        &files.p("profile.toml"),
+        "--kube-profile",
+        &files.p("kube.toml"),
+        "--runs-dir",
+        &runs,
+        "--seeds-dir",
+        &seeds,
+    ];
     let seed_s = seed.to_string();
     let mut args = vec!["run", "--seed", &seed_s];
     args.extend_from_slice(&base);
@@ -199,7 +222,10 @@ async fn seeded_plan_passes_then_a_planted_failure_is_recorded_and_replayed() {
     args.extend_from_slice(&base_bug);
     let (code, out, _) = shakedown(&args).await;
     assert_eq!(code, 1, "a violation");
-    assert!(out.contains("FAIL: seed") && (out.contains("invariant membership violated") || out.contains("invariant leaks violated")), "{out}");
+    assert!(
+        out.contains("FAIL: seed") && (out.contains("invariant membership violated") || out.contains("invariant leaks violated")),
+        "{out}"
+    );
     let record = out.lines().find_map(|l| l.strip_prefix("seed record: ")).expect("a seed record path").to_string();
     let text = std::fs::read_to_string(&record).unwrap();
     assert!(text.contains("[target]\nkind = \"kube\"") && text.contains("cluster = \"bug/c\""), "{text}");
@@ -208,7 +234,8 @@ async fn seeded_plan_passes_then_a_planted_failure_is_recorded_and_replayed() {
     cluster(&client, "bug2", "c", 3, &["fd-a", "fd-b", "fd-c"], true, "v1.29.0").await;
     let _buggy2 = standin::start(client.clone(), "bug2", "c", Duration::from_millis(300), Some(Bug::LeaveOldMachine));
     settled(&client, "bug2", "c").await;
-    let (code, out, _) = shakedown(&["replay", &record, "--kubeconfig", &kc, "--cluster", "bug2/c", "--runs-dir", &runs, "--seeds-dir", &seeds]).await;
+    let (code, out, _) =
+        shakedown(&["replay", &record, "--kubeconfig", &kc, "--cluster", "bug2/c", "--runs-dir", &runs, "--seeds-dir", &seeds]).await;
     assert_eq!(code, 1, "the replay fails the same way");
     assert!(out.contains("reproduced 1 of 1"), "{out}");
     assert!(run_configmaps(&client).await.is_empty(), "teardown after failures removed the run's ConfigMaps");
@@ -229,7 +256,8 @@ async fn refusal_dry_run_reap_and_bad_input() {
     let kc = env.kubeconfig.to_string_lossy().to_string();
     let (runs, seeds) = (files.p("runs"), files.p("seeds"));
     let run = |cluster: &'static str, extra: Vec<String>| {
-        let mut a: Vec<String> = ["run", "--seed", "7", "--target", "kube", "--cluster", cluster, "--profile"].iter().map(|s| s.to_string()).collect();
+        let mut a: Vec<String> =
+            ["run", "--seed", "7", "--target", "kube", "--cluster", cluster, "--profile"].iter().map(|s| s.to_string()).collect();
         a.push(files.p("profile.toml"));
         a.extend(["--kube-profile".into(), files.p("kube.toml"), "--runs-dir".into(), runs.clone(), "--seeds-dir".into(), seeds.clone()]);
         a.extend(extra);
@@ -284,10 +312,19 @@ async fn refusal_dry_run_reap_and_bad_input() {
     let cm = serde_json::from_value(json!({"metadata": {"name": "shakedown-sd-dead", "labels": {RUN_LABEL: "sd-dead"}}, "data": {"pid": "999999999", "host": "elsewhere"}})).unwrap();
     cms.create(&PostParams::default(), &cm).await.unwrap();
     let kcps: Api<DynamicObject> = Api::namespaced_with(client.clone(), "chaos", &capi("KubeadmControlPlane", CapiVersion::V1Beta2));
-    kcps.patch("c-cp", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {CAPI_PAUSED: "", PAUSED_BY: "sd-dead"}}}))).await.unwrap();
+    kcps.patch(
+        "c-cp",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {CAPI_PAUSED: "", PAUSED_BY: "sd-dead"}}})),
+    )
+    .await
+    .unwrap();
     let (code, out, _) = shakedown(&["reap", "--kube", "--kubeconfig", &kc]).await;
     assert_eq!(code, 0);
-    assert!(out.contains("deleted run ConfigMap chaos/shakedown-sd-dead") && out.contains("resumed KubeadmControlPlane chaos/c-cp"), "{out}");
+    assert!(
+        out.contains("deleted run ConfigMap chaos/shakedown-sd-dead") && out.contains("resumed KubeadmControlPlane chaos/c-cp"),
+        "{out}"
+    );
     assert!(run_configmaps(&client).await.is_empty());
     assert!(!kcp_annotations(&client, "chaos", "c").await.contains_key(CAPI_PAUSED));
 }
@@ -353,15 +390,25 @@ async fn conditions_in_both_api_versions_and_ci_manifests_on_the_apiserver() {
     assert!(!kz.contains("my-cluster") && !kz.contains("capi-clusters"), "every value of kustomization.yaml was set:\n{kz}");
     std::fs::write(k8s.path().join("kustomization.yaml"), kz).unwrap();
     let names = std::fs::read_to_string(src.join("role-names.patch")).unwrap();
-    let names = names.replace("[my-cluster-control-plane]", "[c-cp]").replace("[my-cluster-kubeconfig]", "[c-kubeconfig]").replace("[my-cluster]", "[c]");
-    assert!(!names.lines().filter(|l| !l.starts_with('#')).any(|l| l.contains("my-cluster")), "every name of role-names.patch was set:\n{names}");
+    let names = names
+        .replace("[my-cluster-control-plane]", "[c-cp]")
+        .replace("[my-cluster-kubeconfig]", "[c-kubeconfig]")
+        .replace("[my-cluster]", "[c]");
+    assert!(
+        !names.lines().filter(|l| !l.starts_with('#')).any(|l| l.contains("my-cluster")),
+        "every name of role-names.patch was set:\n{names}"
+    );
     std::fs::write(k8s.path().join("role-names.patch"), names).unwrap();
     // The kube profile of the ConfigMap: the tests' one, its condition check by name (what the
     // Role's resourceNames cover, as in ci/k8s/kube-profile.toml).
     let kp = kube_profile(&env).replace("selector = \"cluster.x-k8s.io/cluster-name\"", "name = \"c-cp\"");
     std::fs::write(k8s.path().join("kube-profile.toml"), &kp).unwrap();
     std::fs::write(k8s.path().join("profile.toml"), PROFILE).unwrap();
-    let rendered = std::process::Command::new("kubectl").arg("kustomize").arg(k8s.path()).output().unwrap_or_else(|e| panic!("kubectl (for its kustomize) is needed to render ci/k8s: {e}"));
+    let rendered = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(k8s.path())
+        .output()
+        .unwrap_or_else(|e| panic!("kubectl (for its kustomize) is needed to render ci/k8s: {e}"));
     assert!(rendered.status.success(), "kubectl kustomize ci/k8s: {}", String::from_utf8_lossy(&rendered.stderr));
     let velero = std::fs::read_to_string(src.join("velero-rbac.yaml")).unwrap().replace("namespace: capi-clusters", "namespace: chaos");
     let mut created = vec![];
@@ -377,13 +424,17 @@ async fn conditions_in_both_api_versions_and_ci_manifests_on_the_apiserver() {
             let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(g, ver, &kind));
             let obj: DynamicObject = serde_json::from_value(v.clone()).unwrap();
             let ns = v["metadata"]["namespace"].as_str().expect("every object of ci/k8s is namespaced").to_string();
-            let back = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &ar).create(&PostParams::default(), &obj).await.unwrap_or_else(|e| panic!("{kind}: {e}"));
+            let back = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &ar)
+                .create(&PostParams::default(), &obj)
+                .await
+                .unwrap_or_else(|e| panic!("{kind}: {e}"));
             let back = serde_json::to_value(back).unwrap();
             match kind.as_str() {
                 "CronJob" => pods.push(("CronJob", back["spec"]["jobTemplate"]["spec"]["template"].clone())),
                 "Job" => pods.push(("Job", back["spec"]["template"].clone())),
                 "ConfigMap" => {
-                    let data = back["data"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string())).collect();
+                    let data =
+                        back["data"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string())).collect();
                     cms.insert(back["metadata"]["name"].as_str().unwrap().to_string(), data);
                 }
                 _ => {}
@@ -395,8 +446,17 @@ async fn conditions_in_both_api_versions_and_ci_manifests_on_the_apiserver() {
     assert_eq!(
         created,
         [
-            "ConfigMap chaos/shakedown-target", "CronJob chaos/shakedown-nightly", "Job chaos/shakedown-seeds", "PersistentVolumeClaim chaos/shakedown-nightly", "PersistentVolumeClaim chaos/shakedown-seeds",
-            "Role chaos/shakedown-cluster", "Role chaos/shakedown-run", "Role velero/shakedown-velero", "RoleBinding chaos/shakedown-cluster", "RoleBinding chaos/shakedown-run", "RoleBinding velero/shakedown-velero",
+            "ConfigMap chaos/shakedown-target",
+            "CronJob chaos/shakedown-nightly",
+            "Job chaos/shakedown-seeds",
+            "PersistentVolumeClaim chaos/shakedown-nightly",
+            "PersistentVolumeClaim chaos/shakedown-seeds",
+            "Role chaos/shakedown-cluster",
+            "Role chaos/shakedown-run",
+            "Role velero/shakedown-velero",
+            "RoleBinding chaos/shakedown-cluster",
+            "RoleBinding chaos/shakedown-run",
+            "RoleBinding velero/shakedown-velero",
             "ServiceAccount chaos/shakedown",
         ]
     );
@@ -415,7 +475,9 @@ async fn conditions_in_both_api_versions_and_ci_manifests_on_the_apiserver() {
     env.workload_secret(&client, "chaos", "c").await;
     let _standin = standin::start(client.clone(), "chaos", "c", Duration::from_millis(200), None);
     settled(&client, "chaos", "c").await;
-    let sa = tokio::time::timeout(Duration::from_secs(30), sa_token(&client, "chaos", "shakedown")).await.expect("a ServiceAccount token within 30s");
+    let sa = tokio::time::timeout(Duration::from_secs(30), sa_token(&client, "chaos", "shakedown"))
+        .await
+        .expect("a ServiceAccount token within 30s");
     let want = seed_with(&files, &["rolling-replace", "crash"]).await;
     let sandbox = PodSandbox::new(&env, &sa, &cms["shakedown-target"]);
     for (kind, template) in &pods {
@@ -428,7 +490,12 @@ async fn conditions_in_both_api_versions_and_ci_manifests_on_the_apiserver() {
         // Shortened to test length: the soak's 8 h to 1 s (its first seed starts, stops after a
         // step, tears down), the Job's 4 seeds to 1, its base seed to one whose plan in partition
         // want % 8 is the seed `want` (a rolling replace and a crash: patches and deletes).
-        for w in argv.windows(2).enumerate().filter_map(|(i, w)| (["--for", "--count", "--seed"].contains(&w[0].as_str())).then_some(i + 1)).collect::<Vec<_>>() {
+        for w in argv
+            .windows(2)
+            .enumerate()
+            .filter_map(|(i, w)| (["--for", "--count", "--seed"].contains(&w[0].as_str())).then_some(i + 1))
+            .collect::<Vec<_>>()
+        {
             argv[w] = match argv[w - 1].as_str() {
                 "--for" => "1s".into(),
                 "--count" => "1".into(),
@@ -464,12 +531,21 @@ async fn sa_token(client: &Client, ns: &str, name: &str) -> String {
 /// A container's command line and environment as the kubelet makes them: configMapKeyRef and
 /// fieldRef (metadata.namespace) resolved, `$(VAR)` expanded in env values, command and args
 /// with the variables defined before (and `extra`, the ones Kubernetes adds).
-fn pod_command(c: &Value, ns: &str, cms: &BTreeMap<String, BTreeMap<String, String>>, extra: &[(&str, &str)]) -> (Vec<String>, Vec<(String, String)>) {
+fn pod_command(
+    c: &Value,
+    ns: &str,
+    cms: &BTreeMap<String, BTreeMap<String, String>>,
+    extra: &[(&str, &str)],
+) -> (Vec<String>, Vec<(String, String)>) {
     let mut env: Vec<(String, String)> = extra.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let expand = |s: &str, env: &[(String, String)]| env.iter().fold(s.to_string(), |acc, (k, v)| acc.replace(&format!("$({k})"), v));
     for e in c["env"].as_array().into_iter().flatten() {
         let name = e["name"].as_str().unwrap().to_string();
-        let value = match (e["value"].as_str(), e.pointer("/valueFrom/configMapKeyRef"), e.pointer("/valueFrom/fieldRef/fieldPath").and_then(Value::as_str)) {
+        let value = match (
+            e["value"].as_str(),
+            e.pointer("/valueFrom/configMapKeyRef"),
+            e.pointer("/valueFrom/fieldRef/fieldPath").and_then(Value::as_str),
+        ) {
             (Some(v), _, _) => expand(v, &env),
             (None, Some(r), _) => cms[r["name"].as_str().unwrap()][r["key"].as_str().unwrap()].clone(),
             (None, None, Some("metadata.namespace")) => ns.to_string(),
@@ -477,7 +553,13 @@ fn pod_command(c: &Value, ns: &str, cms: &BTreeMap<String, BTreeMap<String, Stri
         };
         env.push((name, value));
     }
-    let argv = c["command"].as_array().into_iter().flatten().chain(c["args"].as_array().into_iter().flatten()).map(|a| expand(a.as_str().unwrap(), &env)).collect();
+    let argv = c["command"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(c["args"].as_array().into_iter().flatten())
+        .map(|a| expand(a.as_str().unwrap(), &env))
+        .collect();
     (argv, env)
 }
 
@@ -539,14 +621,25 @@ impl PodSandbox {
         let mut cmd = tokio::process::Command::new("unshare");
         cmd.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c", &script, "sh", env!("CARGO_BIN_EXE_shakedown")]);
         cmd.args(argv[1..].iter().map(|a| self.map(a)));
-        cmd.env_clear().env("PATH", "/usr/bin:/bin").env("RUST_LOG", "warn").env("KUBERNETES_SERVICE_HOST", "127.0.0.1").env("KUBERNETES_SERVICE_PORT", &port);
+        cmd.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("RUST_LOG", "warn")
+            .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+            .env("KUBERNETES_SERVICE_PORT", &port);
         for (k, v) in penv {
             cmd.env(k, self.map(v));
         }
         cmd.current_dir("/").kill_on_drop(true);
-        let out = tokio::time::timeout(Duration::from_secs(300), cmd.output()).await.expect("the pod's command finished within 300s").expect("unshare runs");
+        let out = tokio::time::timeout(Duration::from_secs(300), cmd.output())
+            .await
+            .expect("the pod's command finished within 300s")
+            .expect("unshare runs");
         let (o, e) = (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string());
-        eprintln!("$ (pod, uid 65532) {}\n--- env {penv:?}\n--- exit {:?}\n--- stdout\n{o}--- stderr\n{e}", argv.join(" "), out.status.code());
+        eprintln!(
+            "$ (pod, uid 65532) {}\n--- env {penv:?}\n--- exit {:?}\n--- stdout\n{o}--- stderr\n{e}",
+            argv.join(" "),
+            out.status.code()
+        );
         (out.status.code().unwrap_or(-1), o, e)
     }
 }
@@ -613,7 +706,9 @@ async fn attached(client: &Client, pv: &str) -> (String, String) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let found = api.list(&ListParams::default()).await.unwrap().items.into_iter().find(|va| {
-            va.spec.source.persistent_volume_name.as_deref() == Some(pv) && va.status.as_ref().is_some_and(|s| s.attached) && va.metadata.deletion_timestamp.is_none()
+            va.spec.source.persistent_volume_name.as_deref() == Some(pv)
+                && va.status.as_ref().is_some_and(|s| s.attached)
+                && va.metadata.deletion_timestamp.is_none()
         });
         if let Some(va) = found {
             return (va.metadata.name.unwrap(), va.metadata.uid.unwrap());
@@ -675,10 +770,28 @@ async fn workload_cluster_leaks_disks_and_velero() {
     let (runs, seeds) = (files.p("runs"), files.p("seeds"));
     let (profile, kube_profile) = (files.p("storage.toml"), files.p("kube-storage.toml"));
     let run = |extra: &[&str]| {
-        let mut a: Vec<String> = ["run", "--seed", &seed, "--target", "kube", "--kubeconfig", &kc, "--cluster", "chaos/c", "--profile", &profile, "--kube-profile", &kube_profile, "--runs-dir", &runs, "--seeds-dir", &seeds]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let mut a: Vec<String> = [
+            "run",
+            "--seed",
+            &seed,
+            "--target",
+            "kube",
+            "--kubeconfig",
+            &kc,
+            "--cluster",
+            "chaos/c",
+            "--profile",
+            &profile,
+            "--kube-profile",
+            &kube_profile,
+            "--runs-dir",
+            &runs,
+            "--seeds-dir",
+            &seeds,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         a.extend(extra.iter().map(|s| s.to_string()));
         a
     };
@@ -692,26 +805,41 @@ async fn workload_cluster_leaks_disks_and_velero() {
     assert_eq!(code, 0);
     assert!(out.contains("note: workload cluster not observed (no Secret chaos/c-kubeconfig"), "{out}");
     assert!(out.contains("skipped: unavailable on the kube target here: disk ops need [hooks.disk-detach] and [hooks.disk-reattach], or a [disk] volume in the workload cluster"), "{out}");
-    assert!(out.contains("skipped: unavailable on the kube target here: backup and restore need Velero") && out.contains("Velero's CRDs (backups.velero.io, restores.velero.io) are not installed"), "{out}");
+    assert!(
+        out.contains("skipped: unavailable on the kube target here: backup and restore need Velero")
+            && out.contains("Velero's CRDs (backups.velero.io, restores.velero.io) are not installed"),
+        "{out}"
+    );
 
     // 2. With the Secret, the workload cluster is in the inventory: a Node without a Machine, a
     // Released PersistentVolume and a VolumeAttachment of a gone Node are leaks.
     env.workload_secret(&client, "chaos", "c").await;
     let nodes: Api<k8s_openapi::api::core::v1::Node> = api_of(&client);
-    nodes.create(&PostParams::default(), &serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ghost-node"}})).unwrap()).await.unwrap();
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ghost-node"}})).unwrap(),
+        )
+        .await
+        .unwrap();
     pvs.create(&PostParams::default(), &pv("released-pv")).await.unwrap();
     pvs.patch_status("released-pv", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Released"}}))).await.unwrap();
     let vas: Api<k8s_openapi::api::storage::v1::VolumeAttachment> = api_of(&client);
-    let orphan = serde_json::from_value(json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment", "metadata": {"name": "orphan-va"},
+    let orphan =
+        serde_json::from_value(json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment", "metadata": {"name": "orphan-va"},
         "spec": {"attacher": "standin.csi.example", "nodeName": "gone-node", "source": {"persistentVolumeName": "released-pv"}}}))
-    .unwrap();
+        .unwrap();
     vas.create(&PostParams::default(), &orphan).await.unwrap();
     let (code, out, err) = call(run(&[])).await;
     assert_eq!(code, 1, "workload leaks are a violation");
     assert!(out.contains("invariant leaks violated"), "{out}");
     let text = format!("{out}{err}");
     // (Only ghost-node: the worker's and the control plane's Nodes have their Machines.)
-    for leak in ["Node(s) without a Machine: ghost-node; ", "PersistentVolume(s) Released or Failed: released-pv (Released)", "VolumeAttachment(s) whose Node is gone: orphan-va (node gone-node)"] {
+    for leak in [
+        "Node(s) without a Machine: ghost-node; ",
+        "PersistentVolume(s) Released or Failed: released-pv (Released)",
+        "VolumeAttachment(s) whose Node is gone: orphan-va (node gone-node)",
+    ] {
         assert!(text.contains(leak), "{leak} not reported: {text}");
     }
     nodes.delete("ghost-node", &Default::default()).await.unwrap();
@@ -732,9 +860,18 @@ async fn workload_cluster_leaks_disks_and_velero() {
     let (_, uid_after) = attached(&client, "probe-pv").await;
     assert_ne!(uid_before, uid_after, "the VolumeAttachment was deleted and a new one attached");
     assert!(attacher.writes.load(std::sync::atomic::Ordering::Relaxed) >= 4, "the attacher stand-in recreated the attachment");
-    let run_dir = std::fs::read_dir(&runs).unwrap().flatten().map(|e| e.path()).max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap()).unwrap();
+    let run_dir = std::fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
+        .unwrap();
     let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
-    assert!(events.contains("PersistentVolume probe-pv attached again") && events.contains("VolumeAttachment(s) of PersistentVolume probe-pv deleted"), "{events}");
+    assert!(
+        events.contains("PersistentVolume probe-pv attached again")
+            && events.contains("VolumeAttachment(s) of PersistentVolume probe-pv deleted"),
+        "{events}"
+    );
     assert!(events.contains("Velero Backup velero/shakedown-") && events.contains("Velero Restore velero/shakedown-"), "{events}");
     {
         let seen = seen.lock().unwrap();
@@ -811,7 +948,28 @@ async fn interrupted_runs_and_a_lost_apiserver_clean_up() {
     let kc = env.kubeconfig.to_string_lossy().to_string();
     let (runs, seeds, profile) = (files.p("runs"), files.p("seeds"), files.p("profile.toml"));
     let args = |seed: &str, kube: &str| -> Vec<String> {
-        ["run", "--seed", seed, "--target", "kube", "--kubeconfig", &kc, "--cluster", "chaos/c", "--profile", &profile, "--kube-profile", kube, "--runs-dir", &runs, "--seeds-dir", &seeds].iter().map(|s| s.to_string()).collect()
+        [
+            "run",
+            "--seed",
+            seed,
+            "--target",
+            "kube",
+            "--kubeconfig",
+            &kc,
+            "--cluster",
+            "chaos/c",
+            "--profile",
+            &profile,
+            "--kube-profile",
+            kube,
+            "--runs-dir",
+            &runs,
+            "--seeds-dir",
+            &seeds,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
     };
     let spawn = |a: Vec<String>| {
         let refs: Vec<&str> = a.iter().map(String::as_str).collect();
@@ -869,7 +1027,10 @@ async fn interrupted_runs_and_a_lost_apiserver_clean_up() {
     let (code, _, err) = shakedown_wait(child, Duration::from_secs(60)).await;
     assert_eq!(code, 130);
     assert!(t0.elapsed() < Duration::from_secs(20), "a second Ctrl-C stops at once: {:?}", t0.elapsed());
-    assert!(err.contains("stopping now") && !err.lines().any(|l| l.contains("crash(") && l.contains("checks ok")), "stopped inside the crash step: {err}");
+    assert!(
+        err.contains("stopping now") && !err.lines().any(|l| l.contains("crash(") && l.contains("checks ok")),
+        "stopped inside the crash step: {err}"
+    );
     assert!(run_configmaps(&client).await.is_empty(), "the run's ConfigMap was removed");
     assert!(!kcp_annotations(&client, "chaos", "c").await.contains_key(CAPI_PAUSED), "KubeadmControlPlane resumed");
     hold_all(false).await;
@@ -932,7 +1093,22 @@ async fn shrink_and_soak_run_on_the_kube_target() {
     let (runs, seeds) = (files.p("runs"), files.p("seeds"));
     let kp = kube_pause.to_string_lossy().to_string();
     let seed_s = seed.to_string();
-    let target = ["--target", "kube", "--kubeconfig", &kc, "--cluster", "chaos/c", "--profile", &profile_s, "--kube-profile", &kp, "--runs-dir", &runs, "--seeds-dir", &seeds];
+    let target = [
+        "--target",
+        "kube",
+        "--kubeconfig",
+        &kc,
+        "--cluster",
+        "chaos/c",
+        "--profile",
+        &profile_s,
+        "--kube-profile",
+        &kp,
+        "--runs-dir",
+        &runs,
+        "--seeds-dir",
+        &seeds,
+    ];
     let mut args = vec!["run", "--seed", &seed_s];
     args.extend_from_slice(&target);
     let (code, out, _) = shakedown(&args).await;
@@ -941,19 +1117,30 @@ async fn shrink_and_soak_run_on_the_kube_target() {
     let record = out.lines().find_map(|l| l.strip_prefix("seed record: ")).expect("a seed record").to_string();
 
     // Shrink: candidates against the same Cluster.
-    let (code, out, err) = shakedown(&["shrink", &record, "--kubeconfig", &kc, "--max-runs", "12", "--runs-dir", &runs, "--seeds-dir", &seeds]).await;
+    let (code, out, err) =
+        shakedown(&["shrink", &record, "--kubeconfig", &kc, "--max-runs", "12", "--runs-dir", &runs, "--seeds-dir", &seeds]).await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("Cluster chaos/c") && out.contains("→ 1 ops"), "{out}");
     let shrunk = shakedown::record::SeedRecord::load(std::path::Path::new(&record)).unwrap().shrunk.expect("a shrunk plan");
     assert_eq!(shrunk.ops.len(), 1);
     assert_eq!(shrunk.ops[0].kind(), shakedown::faults::OpKind::Pause);
     // Every candidate ran on the kube target.
-    let group = std::fs::read_dir(&runs).unwrap().flatten().map(|e| e.path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with("shrink-")).expect("the shrink's directory");
-    let candidates: Vec<_> = std::fs::read_dir(&group).unwrap().flatten().map(|e| e.path()).filter(|p| p.join("events.jsonl").is_file()).collect();
+    let group = std::fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("shrink-"))
+        .expect("the shrink's directory");
+    let candidates: Vec<_> =
+        std::fs::read_dir(&group).unwrap().flatten().map(|e| e.path()).filter(|p| p.join("events.jsonl").is_file()).collect();
     assert!(!candidates.is_empty());
     for c in &candidates {
         let start = shakedown::events::read(&c.join("events.jsonl")).unwrap().into_iter().next().expect("run-start").event;
-        assert!(matches!(start, shakedown::events::Event::RunStart { target: shakedown::targets::TargetSpec::Kube(_), .. }), "{}: {start:?}", c.display());
+        assert!(
+            matches!(start, shakedown::events::Event::RunStart { target: shakedown::targets::TargetSpec::Kube(_), .. }),
+            "{}: {start:?}",
+            c.display()
+        );
     }
     // The shrunk record replays on the kube target.
     let (code, out, _) = shakedown(&["replay", &record, "--kubeconfig", &kc, "--runs-dir", &runs, "--seeds-dir", &seeds]).await;
@@ -966,7 +1153,12 @@ async fn shrink_and_soak_run_on_the_kube_target() {
     let (code, out, err) = shakedown(&args).await;
     assert_eq!(code, 1, "{out}{err}");
     assert!(err.contains("Cluster chaos/c") && out.contains("--max-failures reached"), "{out}{err}");
-    let soak = std::fs::read_dir(&runs).unwrap().flatten().map(|e| e.path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with("soak-")).expect("the soak's directory");
+    let soak = std::fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("soak-"))
+        .expect("the soak's directory");
     let junit = std::fs::read_to_string(soak.join("junit.xml")).unwrap();
     assert!(junit.contains("classname=\"shakedown.kube-pause.kube\""), "{junit}");
     assert!(run_configmaps(&client).await.is_empty(), "every run removed its ConfigMap");
@@ -988,14 +1180,27 @@ async fn cluster_api_v1beta1_by_discovery_and_https_probes_with_a_ca_file() {
     let v1 = |kind: &str| capi(kind, CapiVersion::V1Beta1);
     let create = |kind: &'static str, body: Value| {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "old", &v1(kind));
-        async move { api.create(&PostParams::default(), &serde_json::from_value(body).unwrap()).await.unwrap_or_else(|e| panic!("creating {kind}: {e}")) }
+        async move {
+            api.create(&PostParams::default(), &serde_json::from_value(body).unwrap())
+                .await
+                .unwrap_or_else(|e| panic!("creating {kind}: {e}"))
+        }
     };
-    assert!(Api::<DynamicObject>::namespaced_with(client.clone(), "old", &capi("Cluster", CapiVersion::V1Beta2)).list(&ListParams::default()).await.is_err(), "v1beta2 is not served");
+    assert!(
+        Api::<DynamicObject>::namespaced_with(client.clone(), "old", &capi("Cluster", CapiVersion::V1Beta2))
+            .list(&ListParams::default())
+            .await
+            .is_err(),
+        "v1beta2 is not served"
+    );
     create("Cluster", json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": "c", "annotations": {"shakedown.dev/allow-chaos": "true"}},
         "spec": {"controlPlaneRef": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "KubeadmControlPlane", "name": "c-cp"},
                  "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DevCluster", "name": "c"}}})).await;
     let fds = json!({"fd-a": {"controlPlane": true}, "fd-b": {"controlPlane": true}, "fd-c": {"controlPlane": true}});
-    Api::<DynamicObject>::namespaced_with(client.clone(), "old", &v1("Cluster")).patch_status("c", &PatchParams::default(), &Patch::Merge(json!({"status": {"failureDomains": fds}}))).await.unwrap();
+    Api::<DynamicObject>::namespaced_with(client.clone(), "old", &v1("Cluster"))
+        .patch_status("c", &PatchParams::default(), &Patch::Merge(json!({"status": {"failureDomains": fds}})))
+        .await
+        .unwrap();
     create("KubeadmControlPlane", json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "KubeadmControlPlane", "metadata": {"name": "c-cp", "labels": {"cluster.x-k8s.io/cluster-name": "c"}},
         "spec": {"replicas": 3, "version": "v1.29.0",
                  "machineTemplate": {"infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DevMachineTemplate", "name": "c-cp-v1.29.0"}},
@@ -1005,8 +1210,12 @@ async fn cluster_api_v1beta1_by_discovery_and_https_probes_with_a_ca_file() {
             "spec": {"clusterName": "c", "version": "v1.29.0", "failureDomain": fd, "bootstrap": {"dataSecretName": "x"},
                      "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DevMachine", "name": format!("c-cp-{i}")}}})).await;
         let mut s = m.clone();
-        s.data["status"] = json!({"conditions": [{"type": "EtcdMemberHealthy", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
-        Api::<DynamicObject>::namespaced_with(client.clone(), "old", &v1("Machine")).replace_status(&format!("c-cp-{i}"), &PostParams::default(), &s).await.unwrap();
+        s.data["status"] =
+            json!({"conditions": [{"type": "EtcdMemberHealthy", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+        Api::<DynamicObject>::namespaced_with(client.clone(), "old", &v1("Machine"))
+            .replace_status(&format!("c-cp-{i}"), &PostParams::default(), &s)
+            .await
+            .unwrap();
     }
     let files = Files::new(&env);
     let ca = env.dir.path().join("certs/apiserver.crt");
@@ -1018,10 +1227,29 @@ async fn cluster_api_v1beta1_by_discovery_and_https_probes_with_a_ca_file() {
     let seed = seed_with(&files, &["rolling-replace", "rolling-upgrade"]).await.to_string();
     let kc = env.kubeconfig.to_string_lossy().to_string();
     let args = |kube: &str| -> Vec<String> {
-        ["run", "--seed", &seed, "--target", "kube", "--kubeconfig", &kc, "--cluster", "old/c", "--profile", &files.p("profile.toml"), "--kube-profile", kube, "--dry-run", "--runs-dir", &files.p("runs"), "--seeds-dir", &files.p("seeds")]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
+        [
+            "run",
+            "--seed",
+            &seed,
+            "--target",
+            "kube",
+            "--kubeconfig",
+            &kc,
+            "--cluster",
+            "old/c",
+            "--profile",
+            &files.p("profile.toml"),
+            "--kube-profile",
+            kube,
+            "--dry-run",
+            "--runs-dir",
+            &files.p("runs"),
+            "--seeds-dir",
+            &files.p("seeds"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
     };
     let a = args(&files.p("kube.toml"));
     let (code, out, err) = shakedown(&a.iter().map(String::as_str).collect::<Vec<_>>()).await;
@@ -1036,7 +1264,8 @@ async fn cluster_api_v1beta1_by_discovery_and_https_probes_with_a_ca_file() {
 
     // The probe's CA file: read before anything is asked of the cluster; a missing one is the
     // profile's error (exit 2).
-    std::fs::write(files.p("bad-ca.toml"), format!("[[probes]]\nurl = \"{}/readyz\"\nca_file = \"/nonexistent/ca.pem\"\n", env.server)).unwrap();
+    std::fs::write(files.p("bad-ca.toml"), format!("[[probes]]\nurl = \"{}/readyz\"\nca_file = \"/nonexistent/ca.pem\"\n", env.server))
+        .unwrap();
     let a = args(&files.p("bad-ca.toml"));
     let (code, _, err) = shakedown(&a.iter().map(String::as_str).collect::<Vec<_>>()).await;
     assert_eq!(code, 2, "{err}");
@@ -1047,11 +1276,17 @@ async fn cluster_api_v1beta1_by_discovery_and_https_probes_with_a_ca_file() {
     let readyz = format!("{}/readyz", env.server);
     let t = Duration::from_secs(5);
     HttpProber::new(Some(&ca), false).unwrap().get(&readyz, t).await.expect("verified against the CA file");
-    let refused = HttpProber::new(None, false).unwrap().get(&readyz, t).await.expect_err("a self-signed certificate is not trusted by the system's roots");
+    let refused = HttpProber::new(None, false)
+        .unwrap()
+        .get(&readyz, t)
+        .await
+        .expect_err("a self-signed certificate is not trusted by the system's roots");
     assert!(refused.to_lowercase().contains("certificate"), "{refused}");
     HttpProber::new(None, true).unwrap().get(&readyz, t).await.expect("insecure accepts it");
     std::fs::write(files.p("empty.pem"), "not a certificate\n").unwrap();
-    let e = HttpProber::new(Some(std::path::Path::new(&files.p("empty.pem"))), false).err().expect("a CA file without certificates is an error");
+    let e = HttpProber::new(Some(std::path::Path::new(&files.p("empty.pem"))), false)
+        .err()
+        .expect("a CA file without certificates is an error");
     assert!(e.contains("holds no PEM certificate"), "{e}");
 }
 
@@ -1068,7 +1303,10 @@ async fn api_workload_in_the_workload_cluster_is_checked_and_cleaned_up() {
     let env = KubeEnv::start(&bin).await;
     let client = env.client().await;
     let files = Files::new(&env);
-    let api_profile = format!("{}[velero]\ntimeout = \"30s\"\n[api]\n[api.load]\nclients = 2\nobjects = 8\nwatches = 2\ninterval = \"10ms\"\n", kube_profile(&env));
+    let api_profile = format!(
+        "{}[velero]\ntimeout = \"30s\"\n[api]\n[api.load]\nclients = 2\nobjects = 8\nwatches = 2\ninterval = \"10ms\"\n",
+        kube_profile(&env)
+    );
     std::fs::write(files.p("kube-api.toml"), api_profile).unwrap();
     // The test profile with Velero's backup and restore on, and room for them.
     let plan_profile = PROFILE.replace("steps = 6", "steps = 9").replace("backup = 0", "backup = 2").replace("restore = 0", "restore = 3");
@@ -1086,14 +1324,41 @@ async fn api_workload_in_the_workload_cluster_is_checked_and_cleaned_up() {
     let kc = env.kubeconfig.to_string_lossy().to_string();
     // Rollouts, a failure domain's power loss and a Velero restore, each under API traffic.
     let seed = seed_in(&profile, &["restart(", "rolling-", "power-loss", "restore("], None).to_string();
-    let args: Vec<String> = ["run", "--seed", &seed, "--target", "kube", "--kubeconfig", &kc, "--cluster", "chaos/c", "--profile", &profile, "--kube-profile", &kube, "--runs-dir", &runs, "--seeds-dir", &seeds]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let args: Vec<String> = [
+        "run",
+        "--seed",
+        &seed,
+        "--target",
+        "kube",
+        "--kubeconfig",
+        &kc,
+        "--cluster",
+        "chaos/c",
+        "--profile",
+        &profile,
+        "--kube-profile",
+        &kube,
+        "--runs-dir",
+        &runs,
+        "--seeds-dir",
+        &seeds,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     // A namespace the kube profile names must exist: bad input, said before anything is written.
     std::fs::write(files.p("kube-api-nons.toml"), format!("{}[api]\nnamespace = \"nope\"\n", kube_profile(&env))).unwrap();
-    let nons: Vec<&str> = refs.iter().map(|a| if *a == kube.as_str() { files.dir.path().join("kube-api-nons.toml").to_str().unwrap().to_string().leak() as &str } else { a }).collect();
+    let nons: Vec<&str> =
+        refs.iter()
+            .map(|a| {
+                if *a == kube.as_str() {
+                    files.dir.path().join("kube-api-nons.toml").to_str().unwrap().to_string().leak() as &str
+                } else {
+                    a
+                }
+            })
+            .collect();
     let (code, _, err) = shakedown(&nons).await;
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("kube profile [api]: namespace nope does not exist in the workload cluster"), "{err}");
@@ -1102,11 +1367,18 @@ async fn api_workload_in_the_workload_cluster_is_checked_and_cleaned_up() {
     assert_eq!(code, 0, "{err}");
     assert!(!err.contains("api-durability ("), "the API invariants are checked: {err}");
     let run_dir = std::path::PathBuf::from(out.lines().find_map(|l| l.strip_prefix("run directory: ")).unwrap());
-    let events: Vec<Value> = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<Value> =
+        std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let checks: Vec<&Value> = events.iter().filter(|e| e["event"] == "check").collect();
     assert!(checks.len() > 3);
     for c in &checks {
-        let passed: Vec<&str> = c["invariants"].as_array().unwrap().iter().filter(|i| i["verdict"] == "pass").map(|i| i["invariant"].as_str().unwrap()).collect();
+        let passed: Vec<&str> = c["invariants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["verdict"] == "pass")
+            .map(|i| i["invariant"].as_str().unwrap())
+            .collect();
         for a in ["api-reachability", "api-durability", "api-watch"] {
             assert!(passed.contains(&a), "step {}: {passed:?}", c["step"]);
         }
@@ -1118,7 +1390,14 @@ async fn api_workload_in_the_workload_cluster_is_checked_and_cleaned_up() {
     assert_eq!(end["workload"]["reads_since_connect"], json!({}), "{end}");
     let run_namespaces = |client: Client| async move {
         let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
-        api.list(&ListParams::default().labels(RUN_LABEL)).await.unwrap().items.into_iter().filter(|n| n.metadata.deletion_timestamp.is_none()).filter_map(|n| n.metadata.name).collect::<Vec<_>>()
+        api.list(&ListParams::default().labels(RUN_LABEL))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|n| n.metadata.deletion_timestamp.is_none())
+            .filter_map(|n| n.metadata.name)
+            .collect::<Vec<_>>()
     };
     // (Deleted: terminating. The test apiserver runs no namespace controller to finish it.)
     assert!(run_namespaces(client.clone()).await.is_empty(), "the run's namespace was deleted");

@@ -28,9 +28,7 @@ fn seed_where(steps: impl Fn(&[Op]) -> Option<usize>) -> (u64, usize) {
 /// [`seed_where`] for the plans of a shipped profile.
 fn seed_in(profile: &str, steps: impl Fn(&[Op]) -> Option<usize>) -> (u64, usize) {
     let profile = shakedown::profiles::load(profile).unwrap();
-    (1..5000u64)
-        .find_map(|seed| steps(&generate(seed, &profile).ops[..10]).map(|n| (seed, n)))
-        .expect("some seed has it early")
+    (1..5000u64).find_map(|seed| steps(&generate(seed, &profile).ops[..10]).map(|n| (seed, n))).expect("some seed has it early")
 }
 
 fn seed_with(kind: OpKind) -> (u64, usize) {
@@ -62,7 +60,16 @@ fn seed_for(bug: PlantedBug) -> (u64, usize) {
             ops.iter().enumerate().find_map(|(j, op)| {
                 let Op::Restore { backup } = op else { return None };
                 let next = ops.get(j + 1)?;
-                let restarts = matches!(next.kind(), OpKind::RollingUpgrade | OpKind::RollingReplace | OpKind::Restore | OpKind::Crash | OpKind::SiteOutage | OpKind::DiskReattach | OpKind::Restart);
+                let restarts = matches!(
+                    next.kind(),
+                    OpKind::RollingUpgrade
+                        | OpKind::RollingReplace
+                        | OpKind::Restore
+                        | OpKind::Crash
+                        | OpKind::SiteOutage
+                        | OpKind::DiskReattach
+                        | OpKind::Restart
+                );
                 (*backups.get(backup.0 as usize)? + 2 <= j && !restarts).then_some(j + 2)
             })
         }),
@@ -155,7 +162,11 @@ fn planted_bug_is_caught_recorded_and_replayed(bug: PlantedBug) {
     assert_eq!(records.len(), 1, "one seed record");
     let record = SeedRecord::load(&records[0]).unwrap();
     let caught_by = record.failure.invariant.expect("a violation names its invariant");
-    assert!(caught_by == bug.caught_by() || Some(caught_by) == bug.also_caught_by(), "{bug} caught by the wrong invariant: {:?}", record.failure);
+    assert!(
+        caught_by == bug.caught_by() || Some(caught_by) == bug.also_caught_by(),
+        "{bug} caught by the wrong invariant: {:?}",
+        record.failure
+    );
     assert_eq!(record.target, shakedown::targets::TargetSpec::Local(shakedown::targets::local::LocalSpec { testbed_bug: Some(bug) }));
     assert_eq!(record.seed, seed);
     assert!(record.versions.contains_key("etcd-3.4") && record.versions.contains_key("haproxy"));
@@ -167,7 +178,8 @@ fn planted_bug_is_caught_recorded_and_replayed(bug: PlantedBug) {
     assert!(html.contains("FAIL") && html.contains("<svg") && html.contains(caught_by.to_string().as_str()));
     let junit = std::fs::read_to_string(run_dir.join("junit.xml")).unwrap();
     assert!(junit.contains(&format!("replay: shakedown replay {}\"", records[0].display())), "{junit}");
-    let observation: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run_dir.join("forensics/observation.json")).unwrap()).unwrap();
+    let observation: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("forensics/observation.json")).unwrap()).unwrap();
     assert!(observation["members"].as_array().is_some_and(|m| !m.is_empty()) && observation["inventory"].is_object(), "{observation}");
     assert!(std::fs::read_to_string(run_dir.join("forensics/haproxy.log.tail")).is_ok());
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
@@ -176,7 +188,10 @@ fn planted_bug_is_caught_recorded_and_replayed(bug: PlantedBug) {
     let matching = if attempts > 1 && bug != PlantedBug::UpgradeNoWait { "invariant" } else { "step" };
     // A timing-bound bug may show only after healing in a replay: still its invariant.
     let caught = format!("{}: ", caught_by.name());
-    let reproduced = |stdout: &str| stdout.contains(": reproduced: invariant") || (attempts > 1 && stdout.lines().any(|l| l.contains("failed differently: liveness failure") && l.contains(&caught)));
+    let reproduced = |stdout: &str| {
+        stdout.contains(": reproduced: invariant")
+            || (attempts > 1 && stdout.lines().any(|l| l.contains("failed differently: liveness failure") && l.contains(&caught)))
+    };
     // One replay at a time, up to `attempts`, until one reproduces: what counts for a
     // timing-bound bug is that one does (`--times N` would run all N to measure a rate).
     let (mut out, mut tries) = (None, 0);
@@ -288,8 +303,13 @@ fn control_plane_stack_checks_the_api_after_every_step_and_leaves_nothing() {
     // On a failure, the end of each machine's logs from the run's forensics: the test's directory
     // is gone afterwards, and an apiserver that stopped answering says why only there.
     let tails = || -> String {
-        let Some(dir) = std::fs::read_dir(&d.runs).ok().and_then(|mut r| r.next()).and_then(|e| e.ok()).map(|e| e.path().join("forensics")) else { return String::new() };
-        let mut files: Vec<_> = std::fs::read_dir(&dir).map(|r| r.flatten().map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with(".log.tail")).collect()).unwrap_or_default();
+        let Some(dir) = std::fs::read_dir(&d.runs).ok().and_then(|mut r| r.next()).and_then(|e| e.ok()).map(|e| e.path().join("forensics"))
+        else {
+            return String::new();
+        };
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .map(|r| r.flatten().map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with(".log.tail")).collect())
+            .unwrap_or_default();
         files.sort();
         files.iter().map(|f| format!("--- {}\n{}", f.display(), std::fs::read_to_string(f).unwrap_or_default())).collect()
     };
@@ -303,7 +323,13 @@ fn control_plane_stack_checks_the_api_after_every_step_and_leaves_nothing() {
     let checks: Vec<&serde_json::Value> = ev.iter().filter(|e| e["event"] == "check").collect();
     assert_eq!(checks.len(), steps + 1, "a check after bring-up and after every step");
     for c in &checks {
-        let names: Vec<&str> = c["invariants"].as_array().unwrap().iter().filter(|i| i["verdict"] == "pass").map(|i| i["invariant"].as_str().unwrap()).collect();
+        let names: Vec<&str> = c["invariants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["verdict"] == "pass")
+            .map(|i| i["invariant"].as_str().unwrap())
+            .collect();
         assert!(api.iter().all(|a| names.contains(a)), "step {}: {names:?}", c["step"]);
     }
     let end = ev.iter().find(|e| e["event"] == "teardown").unwrap();
@@ -345,7 +371,8 @@ fn an_apiserver_that_exits_is_restarted_as_kubelet_would() {
             let failures = check_all(&[InvariantId::ApiReachability], &model, &obs);
             if !failures.is_empty() {
                 let f = format!("{failures:?}");
-                down_seen |= f.contains(&format!("{m0}-apiserver")) && f.contains("its process exited") && f.contains("back-off restarts it");
+                down_seen |=
+                    f.contains(&format!("{m0}-apiserver")) && f.contains("its process exited") && f.contains("back-off restarts it");
             } else if target.testbed.members[&m0].apiserver_pid().is_some_and(|p| p != pid) {
                 break t0.elapsed();
             }
@@ -356,7 +383,10 @@ fn an_apiserver_that_exits_is_restarted_as_kubelet_would() {
         assert!(down_seen, "api-reachability named the machine, and why, while its apiserver was down");
         assert!(back >= Duration::from_secs(10), "kubelet's back-off is 10 s, back after {back:?}");
         let notes = notes.join("\n");
-        assert!(notes.contains("kube-apiserver exited") && notes.contains("restarts it in 10 s") && notes.contains("kube-apiserver restarted"), "{notes}");
+        assert!(
+            notes.contains("kube-apiserver exited") && notes.contains("restarts it in 10 s") && notes.contains("kube-apiserver restarted"),
+            "{notes}"
+        );
     });
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 }
@@ -489,7 +519,8 @@ fn a_plan_with_every_op_passes_with_every_invariant_checked_after_every_step() {
             seen == all
         })
     };
-    let (steps, seed) = (1..20_000u64).filter_map(|s| covering(s).map(|i| (i + 1, s))).min().expect("a seed whose first 40 ops use every kind");
+    let (steps, seed) =
+        (1..20_000u64).filter_map(|s| covering(s).map(|i| (i + 1, s))).min().expect("a seed whose first 40 ops use every kind");
     let d = dirs();
     let out = run(&["run", "--seed", &seed.to_string(), "--steps", &steps.to_string()], &d);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -500,10 +531,12 @@ fn a_plan_with_every_op_passes_with_every_invariant_checked_after_every_step() {
     profile.steps = steps;
     assert_eq!(plan, generate(seed, &profile));
     let ev = events(&run_dir);
-    let kinds: std::collections::BTreeSet<String> = ev.iter().filter(|e| e["event"] == "op-start").filter_map(|e| e["family"].as_str().map(str::to_string)).collect();
+    let kinds: std::collections::BTreeSet<String> =
+        ev.iter().filter(|e| e["event"] == "op-start").filter_map(|e| e["family"].as_str().map(str::to_string)).collect();
     assert_eq!(kinds, all.iter().map(|k| k.to_string()).collect(), "every kind ran");
     // Every step 0..=steps has a passing check; the run ends with a passing liveness check.
-    let checked: Vec<u64> = ev.iter().filter(|e| e["event"] == "check" && e["verdict"] == "pass").map(|e| e["step"].as_u64().unwrap()).collect();
+    let checked: Vec<u64> =
+        ev.iter().filter(|e| e["event"] == "check" && e["verdict"] == "pass").map(|e| e["step"].as_u64().unwrap()).collect();
     assert_eq!(checked, (0..=steps as u64).collect::<Vec<_>>(), "a passing check after bring-up and after each of the {steps} ops");
     assert!(ev.iter().any(|e| e["event"] == "liveness" && e["verdict"] == "pass"));
     assert!(ev.iter().all(|e| e["event"] != "op-skipped"), "nothing skipped as root");
@@ -511,7 +544,8 @@ fn a_plan_with_every_op_passes_with_every_invariant_checked_after_every_step() {
     let end = ev.iter().find(|e| e["event"] == "teardown").unwrap();
     assert!(end["workload"]["acked"].as_u64().unwrap() > 100, "{end}");
     // The rolling upgrade really ran etcd 3.5 on the data 3.4 wrote.
-    let logs = std::fs::read_dir(run_dir.join("logs")).unwrap().flatten().map(|e| std::fs::read_to_string(e.path()).unwrap()).collect::<String>();
+    let logs =
+        std::fs::read_dir(run_dir.join("logs")).unwrap().flatten().map(|e| std::fs::read_to_string(e.path()).unwrap()).collect::<String>();
     assert!(logs.contains("\"etcd-version\":\"3.4.") && logs.contains("\"etcd-version\":\"3.5."));
     assert!(seed_records(&d.seeds).is_empty());
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
@@ -520,13 +554,26 @@ fn a_plan_with_every_op_passes_with_every_invariant_checked_after_every_step() {
 
 /// What a test that drives `LocalTarget` directly needs: the testbed config of run `run_id` (loop
 /// disks, the profile's etcd binaries), its run directory, and a runtime shaped like the binary's.
-fn library_run(d: &common::Dirs, run_id: &str, profile: &shakedown::faults::Profile) -> (shakedown::targets::local::TestbedConfig, std::path::PathBuf, tokio::runtime::Runtime) {
+fn library_run(
+    d: &common::Dirs,
+    run_id: &str,
+    profile: &shakedown::faults::Profile,
+) -> (shakedown::targets::local::TestbedConfig, std::path::PathBuf, tokio::runtime::Runtime) {
     let binaries = shakedown::binaries::discover(&profile.versions, &Default::default()).unwrap();
     let run_dir = d.runs.join(run_id);
     std::fs::create_dir_all(&run_dir).unwrap();
     let run_dir = run_dir.canonicalize().unwrap();
     let disks = shakedown::targets::local::DiskMode::Loop;
-    let cfg = shakedown::targets::local::TestbedConfig { run_id: run_id.into(), run_dir: run_dir.clone(), binaries, disks, bug: None, heartbeat_ms: 50, election_ms: 500, stack: shakedown::faults::Stack::Etcd };
+    let cfg = shakedown::targets::local::TestbedConfig {
+        run_id: run_id.into(),
+        run_dir: run_dir.clone(),
+        binaries,
+        disks,
+        bug: None,
+        heartbeat_ms: 50,
+        election_ms: 500,
+        stack: shakedown::faults::Stack::Etcd,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     (cfg, run_dir, rt)
 }
@@ -568,7 +615,10 @@ fn restore_refuses_a_damaged_backup_and_leaves_the_cluster_untouched() {
             target.end_step().await;
             let msg = err.to_string();
             assert!(matches!(err, TargetError::Stack(_)), "{msg}");
-            assert!(msg.contains("restore refused, the cluster was left untouched") && (msg.contains("truncated") || msg.contains("corrupt")), "{msg}");
+            assert!(
+                msg.contains("restore refused, the cluster was left untouched") && (msg.contains("truncated") || msg.contains("corrupt")),
+                "{msg}"
+            );
             // The cluster is as it was: every invariant holds against the model before the restore,
             // within a convergence wait as the engine's (seen once in a full run: every read
             // through HAProxy got a broken pipe for a moment while each member answered directly;
@@ -645,7 +695,12 @@ fn a_backup_right_after_the_leaders_disk_detach_comes_from_a_healthy_member() {
 fn kill_9_at_several_points_then_reap_leaves_nothing() {
     let _l = lock();
     // A plan with an isolation early, so the run has an nftables table to leave behind.
-    let (seed, _) = seed_where(|ops| ops.iter().position(|op| matches!(op, Op::SiteOutage { mode: shakedown::faults::OutageMode::Isolate, .. })).filter(|&i| i < 4).map(|i| i + 1));
+    let (seed, _) = seed_where(|ops| {
+        ops.iter()
+            .position(|op| matches!(op, Op::SiteOutage { mode: shakedown::faults::OutageMode::Isolate, .. }))
+            .filter(|&i| i < 4)
+            .map(|i| i + 1)
+    });
     for point in ["stack up", "[ 1/", "site-outage(site"] {
         let d = dirs();
         let mut child = start_run_until(&d, &["--seed", &seed.to_string(), "--steps", "30"], point);
@@ -749,7 +804,15 @@ fn corpus_replay_checks_each_records_expectation() {
         started: "2026-11-30T00:00:00Z".into(),
         expect,
         versions: Default::default(),
-        failure: Failure { kind: FailureKind::Violation, step: 0, op: "bring-up".into(), invariant: Some(shakedown::invariants::InvariantId::Durability), also: vec![], message: "x".into(), at: "2026-11-30T00:00:01Z".into() },
+        failure: Failure {
+            kind: FailureKind::Violation,
+            step: 0,
+            op: "bring-up".into(),
+            invariant: Some(shakedown::invariants::InvariantId::Durability),
+            also: vec![],
+            message: "x".into(),
+            at: "2026-11-30T00:00:01Z".into(),
+        },
         profile: profile.clone(),
         plan: plan.clone(),
         duration_ms: None,
@@ -782,7 +845,20 @@ fn a_seed_above_i64_max_runs_records_and_replays() {
     let d = dirs();
     let seed = u64::MAX;
     let seed_s = seed.to_string();
-    let out = run(&["run", "--seed", &seed_s, "--steps", "2", "--profile", &quick_profile(&d, PlantedBug::AckBeforeWrite), "--testbed-bug", "ack-before-write"], &d);
+    let out = run(
+        &[
+            "run",
+            "--seed",
+            &seed_s,
+            "--steps",
+            "2",
+            "--profile",
+            &quick_profile(&d, PlantedBug::AckBeforeWrite),
+            "--testbed-bug",
+            "ack-before-write",
+        ],
+        &d,
+    );
     assert_eq!(out.status.code(), Some(1), "caught as a violation: {}", text(&out.stderr));
     assert!(text(&out.stdout).contains(&format!("FAIL: seed {seed_s}")));
     let run_dir = only_run_dir(&d.runs);
@@ -869,7 +945,10 @@ async fn store_diff(a: &str, b: &str) -> String {
     };
     let only_a: Vec<&String> = sa.keys().filter(|k| !sb.contains_key(*k)).collect();
     let only_b: Vec<&String> = sb.keys().filter(|k| !sa.contains_key(*k)).collect();
-    let differ: Vec<String> = sa.iter().filter_map(|(k, va)| sb.get(k).filter(|vb| *vb != va).map(|vb| format!("{k}: (mod rev, version) {va:?} vs {vb:?}"))).collect();
+    let differ: Vec<String> = sa
+        .iter()
+        .filter_map(|(k, va)| sb.get(k).filter(|vb| *vb != va).map(|vb| format!("{k}: (mod rev, version) {va:?} vs {vb:?}")))
+        .collect();
     format!(
         "store diff {a} vs {b}: {} keys vs {}; only on the first {}: {:?}; only on the second {}: {:?}; differing {}: {:?}",
         sa.len(),
@@ -885,7 +964,10 @@ async fn store_diff(a: &str, b: &str) -> String {
 
 /// Every invariant holds within 10 s (as the engine's convergence wait); returns each member's
 /// revision once they do, for the report of how far a member trails.
-async fn converged(target: &mut shakedown::targets::local::LocalTarget, model: &shakedown::faults::Model) -> Result<Vec<(String, i64)>, String> {
+async fn converged(
+    target: &mut shakedown::targets::local::LocalTarget,
+    model: &shakedown::faults::Model,
+) -> Result<Vec<(String, i64)>, String> {
     use shakedown::invariants::{check_all, InvariantId};
     use shakedown::targets::Target;
     let mut failures = vec![];
@@ -922,7 +1004,13 @@ impl DiskCycle {
 
 /// With `corrupt_wal`, m's WAL is damaged while its disk is detached (as a broken disk would),
 /// so that etcd refuses to start on it.
-fn disk_cycle(d: &common::Dirs, run_id: &str, version: shakedown::faults::Version, back: fn(shakedown::faults::MemberId) -> Op, corrupt_wal: bool) -> DiskCycle {
+fn disk_cycle(
+    d: &common::Dirs,
+    run_id: &str,
+    version: shakedown::faults::Version,
+    back: fn(shakedown::faults::MemberId) -> Op,
+    corrupt_wal: bool,
+) -> DiskCycle {
     use shakedown::faults::MemberId;
     use shakedown::targets::local::{etcd, LocalTarget};
     use shakedown::targets::Target;
@@ -962,7 +1050,8 @@ fn disk_cycle(d: &common::Dirs, run_id: &str, version: shakedown::faults::Versio
             Err(e) => Err(format!("{e}\n{}", store_diff(&url, &other).await)),
             ok => ok,
         };
-        let notes = target.take_events().into_iter().map(|e| serde_json::to_string(&e).unwrap()).filter(|e| e.contains("local-note")).collect();
+        let notes =
+            target.take_events().into_iter().map(|e| serde_json::to_string(&e).unwrap()).filter(|e| e.contains("local-note")).collect();
         target.teardown().await;
         DiskCycle { id_before, id_after, want, served, notes, revisions, run_dir }
     })
@@ -977,7 +1066,13 @@ fn disk_reattach_restarts_the_member_on_its_own_data() {
     let profile = shakedown::profiles::load("default").unwrap();
     for version in profile.versions.clone() {
         let d = dirs();
-        let c = disk_cycle(&d, &format!("sd-reattach-{}", version.to_string().replace('.', "")), version, |member| Op::DiskReattach { member }, false);
+        let c = disk_cycle(
+            &d,
+            &format!("sd-reattach-{}", version.to_string().replace('.', "")),
+            version,
+            |member| Op::DiskReattach { member },
+            false,
+        );
         let revisions = c.revisions.as_ref().unwrap_or_else(|e| panic!("etcd {version}: {e}"));
         eprintln!("etcd {version}: member revisions once converged after the reattach: {revisions:?}");
         assert_eq!(c.id_after, c.id_before, "etcd {version}: the reattached member is the same etcd member, not a re-added one");

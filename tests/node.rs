@@ -26,18 +26,7 @@ fn binaries() -> NodeBinaries {
 }
 
 fn sysctls() -> BTreeMap<String, String> {
-    SYSCTLS
-        .iter()
-        .map(|s| {
-            (
-                s.to_string(),
-                std::fs::read_to_string(format!("/proc/sys/{s}"))
-                    .unwrap()
-                    .trim()
-                    .to_string(),
-            )
-        })
-        .collect()
+    SYSCTLS.iter().map(|s| (s.to_string(), std::fs::read_to_string(format!("/proc/sys/{s}")).unwrap().trim().to_string())).collect()
 }
 
 fn obj<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
@@ -60,52 +49,24 @@ where
 }
 
 fn ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 async fn ready_pods(client: &Client, ns: &str, selector: &str, n: usize) -> Vec<Pod> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    until(
-        &format!("{n} Ready pods {selector}"),
-        Duration::from_secs(90),
-        || {
-            let pods = pods.clone();
-            async move {
-                let l = pods
-                    .list(&ListParams::default().labels(selector))
-                    .await
-                    .ok()?;
-                let r: Vec<Pod> = l
-                    .items
-                    .into_iter()
-                    .filter(|p| ready(p) && p.metadata.deletion_timestamp.is_none())
-                    .collect();
-                (r.len() == n).then_some(r)
-            }
-        },
-    )
+    until(&format!("{n} Ready pods {selector}"), Duration::from_secs(90), || {
+        let pods = pods.clone();
+        async move {
+            let l = pods.list(&ListParams::default().labels(selector)).await.ok()?;
+            let r: Vec<Pod> = l.items.into_iter().filter(|p| ready(p) && p.metadata.deletion_timestamp.is_none()).collect();
+            (r.len() == n).then_some(r)
+        }
+    })
     .await
 }
 
-async fn sh(
-    client: &Client,
-    ns: &str,
-    pod: &str,
-    cmd: &str,
-) -> shakedown::targets::exec::ExecOutput {
-    exec(
-        client,
-        ns,
-        pod,
-        None,
-        &["sh", "-c", cmd],
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap()
+async fn sh(client: &Client, ns: &str, pod: &str, cmd: &str) -> shakedown::targets::exec::ExecOutput {
+    exec(client, ns, pod, None, &["sh", "-c", cmd], Duration::from_secs(30)).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,48 +74,22 @@ async fn a_node_runs_real_pods_and_leaves_nothing_behind() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let bins = binaries();
     let before = sysctls();
-    let host_paths_before: Vec<bool> = shakedown::node::layout::HOST_PATHS
-        .iter()
-        .map(|p| std::path::Path::new(p).exists())
-        .collect();
+    let host_paths_before: Vec<bool> = shakedown::node::layout::HOST_PATHS.iter().map(|p| std::path::Path::new(p).exists()).collect();
     let dir = tempfile::tempdir().unwrap();
     let run_id = format!("sd-nodetest{}", std::process::id());
-    let mut node = Node::up(&run_id, dir.path(), &bins)
-        .await
-        .unwrap_or_else(|e| panic!("node up: {e}"));
+    let mut node = Node::up(&run_id, dir.path(), &bins).await.unwrap_or_else(|e| panic!("node up: {e}"));
     let memory = node.memory();
     println!("node Ready in {} ms; memory {:?}", node.ready_ms, memory);
-    for component in [
-        "etcd",
-        "kube-apiserver",
-        "kube-controller-manager",
-        "kube-scheduler",
-        "containerd",
-        "kubelet",
-    ] {
-        assert!(
-            memory.contains_key(component),
-            "{component} runs: {memory:?}"
-        );
+    for component in ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet"] {
+        assert!(memory.contains_key(component), "{component} runs: {memory:?}");
     }
     let client = node.client().await.unwrap();
     let ns = "app";
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &obj(json!({"metadata": {"name": ns}})),
-        )
-        .await
-        .unwrap();
-    until(
-        "the default ServiceAccount",
-        Duration::from_secs(30),
-        || {
-            let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-                Api::namespaced(client.clone(), ns);
-            async move { sa.get_opt("default").await.ok().flatten() }
-        },
-    )
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &obj(json!({"metadata": {"name": ns}}))).await.unwrap();
+    until("the default ServiceAccount", Duration::from_secs(30), || {
+        let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), ns);
+        async move { sa.get_opt("default").await.ok().flatten() }
+    })
     .await;
 
     // A Deployment of two busybox web servers and a StatefulSet whose replica keeps a file on
@@ -167,10 +102,7 @@ async fn a_node_runs_real_pods_and_leaves_nothing_behind() {
                 "command": ["sh", "-c", "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"], "ports": [{"name": "http", "containerPort": 8080}],
                 "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}}}
     });
-    Api::<Deployment>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &obj(web))
-        .await
-        .unwrap();
+    Api::<Deployment>::namespaced(client.clone(), ns).create(&PostParams::default(), &obj(web)).await.unwrap();
     let db = json!({
         "metadata": {"name": "db"},
         "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}}, "template": {
@@ -179,93 +111,37 @@ async fn a_node_runs_real_pods_and_leaves_nothing_behind() {
                 "command": ["sh", "-c", "exec sleep 100000"], "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}},
             "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Mi"}}}}]}
     });
-    Api::<StatefulSet>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &obj(db))
-        .await
-        .unwrap();
+    Api::<StatefulSet>::namespaced(client.clone(), ns).create(&PostParams::default(), &obj(db)).await.unwrap();
     let webs = ready_pods(&client, ns, "app=web", 2).await;
     let dbs = ready_pods(&client, ns, "app=db", 1).await;
-    let claim: PersistentVolumeClaim = Api::namespaced(client.clone(), ns)
-        .get("data-db-0")
-        .await
-        .unwrap();
-    assert_eq!(
-        claim.status.and_then(|s| s.phase).as_deref(),
-        Some("Bound"),
-        "the claim bound through the hostPath provisioner"
-    );
+    let claim: PersistentVolumeClaim = Api::namespaced(client.clone(), ns).get("data-db-0").await.unwrap();
+    assert_eq!(claim.status.and_then(|s| s.phase).as_deref(), Some("Bound"), "the claim bound through the hostPath provisioner");
 
     // exec, and pod-to-pod traffic on the node's bridge.
     let web0 = webs[0].metadata.name.clone().unwrap();
-    let web1_ip = webs[1]
-        .status
-        .as_ref()
-        .and_then(|s| s.pod_ip.clone())
-        .unwrap();
-    let out = sh(
-        &client,
-        ns,
-        &web0,
-        &format!("timeout 5 wget -q -O- http://{web1_ip}:8080/"),
-    )
-    .await;
-    assert_eq!(
-        (out.code, out.stdout.trim()),
-        (0, webs[1].metadata.name.as_deref().unwrap()),
-        "{out:?}"
-    );
+    let web1_ip = webs[1].status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
+    let out = sh(&client, ns, &web0, &format!("timeout 5 wget -q -O- http://{web1_ip}:8080/")).await;
+    assert_eq!((out.code, out.stdout.trim()), (0, webs[1].metadata.name.as_deref().unwrap()), "{out:?}");
     let failed = sh(&client, ns, &web0, "exit 3").await;
     assert_eq!(failed.code, 3, "an exec's exit code comes back: {failed:?}");
     // Nothing in a pod reaches off the machine: only the node's /24 is routed.
     let routes = sh(&client, ns, &web0, "ip route").await.stdout;
-    assert!(
-        !routes.contains("default"),
-        "pods have no default route: {routes}"
-    );
+    assert!(!routes.contains("default"), "pods have no default route: {routes}");
 
     // A replica killed with grace 0 comes back as a new pod (new UID) with its claim's data.
     let db0 = dbs[0].metadata.name.clone().unwrap();
-    assert_eq!(
-        sh(
-            &client,
-            ns,
-            &db0,
-            "echo kept > /data/f && sync && cat /data/f"
-        )
-        .await
-        .stdout
-        .trim(),
-        "kept"
-    );
+    assert_eq!(sh(&client, ns, &db0, "echo kept > /data/f && sync && cat /data/f").await.stdout.trim(), "kept");
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    pods.delete(
-        &db0,
-        &DeleteParams {
-            grace_period_seconds: Some(0),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    pods.delete(&db0, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
     let old_uid = dbs[0].metadata.uid.clone();
     let back = until("db-0 recreated", Duration::from_secs(60), || {
         let pods = pods.clone();
         let old_uid = old_uid.clone();
-        async move {
-            pods.get_opt("db-0")
-                .await
-                .ok()
-                .flatten()
-                .filter(|p| p.metadata.uid != old_uid && ready(p))
-        }
+        async move { pods.get_opt("db-0").await.ok().flatten().filter(|p| p.metadata.uid != old_uid && ready(p)) }
     })
     .await;
     assert_ne!(back.metadata.uid, old_uid);
-    assert_eq!(
-        sh(&client, ns, "db-0", "cat /data/f").await.stdout.trim(),
-        "kept",
-        "the claim's data survived the pod"
-    );
+    assert_eq!(sh(&client, ns, "db-0", "cat /data/f").await.stdout.trim(), "kept", "the claim's data survived the pod");
 
     // The node enforces NetworkPolicy (its policy engine: the bridge plugin has none). An
     // ingress deny-all on the web pods cuts web0 → web1; a rule allowing the web pods on the
@@ -287,7 +163,8 @@ async fn a_node_runs_real_pods_and_leaves_nothing_behind() {
         let policies = policies.clone();
         async move { policies.create(&PostParams::default(), &obj(v)).await.unwrap() }
     };
-    create(json!({"metadata": {"name": "deny-web"}, "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"]}})).await;
+    create(json!({"metadata": {"name": "deny-web"}, "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"]}}))
+        .await;
     connects(false, "an ingress deny-all cuts web0 -> web1").await;
     create(json!({"metadata": {"name": "other-port"}, "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "web"}}}], "ports": [{"port": 9090}]}]}})).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -300,20 +177,13 @@ async fn a_node_runs_real_pods_and_leaves_nothing_behind() {
     connects(true, "with no policy, traffic flows").await;
 
     // Nothing tried to leave the machine (kubelet's metadata lookup is off; the guard counts).
-    assert_eq!(
-        cleanup::guard_drops(&node.layout),
-        0,
-        "packets dropped by the off-machine guard"
-    );
+    assert_eq!(cleanup::guard_drops(&node.layout), 0, "packets dropped by the off-machine guard");
     let t0 = Instant::now();
     let left = node.teardown();
     println!("teardown in {} ms", t0.elapsed().as_millis());
     assert!(left.is_empty(), "left behind: {left}");
     assert_eq!(sysctls(), before, "the sysctls kubelet set are restored");
-    let host_paths_after: Vec<bool> = shakedown::node::layout::HOST_PATHS
-        .iter()
-        .map(|p| std::path::Path::new(p).exists())
-        .collect();
+    let host_paths_after: Vec<bool> = shakedown::node::layout::HOST_PATHS.iter().map(|p| std::path::Path::new(p).exists()).collect();
     assert_eq!(
         host_paths_after,
         host_paths_before,
@@ -330,37 +200,18 @@ fn node_up_status_down_from_the_command_line() {
     binaries();
     let runs = tempfile::tempdir().unwrap();
     let sd = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_shakedown"))
-            .args(args)
-            .arg("--runs-dir")
-            .arg(runs.path())
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).to_string(),
-            String::from_utf8_lossy(&out.stderr).to_string(),
-        )
+        let out = Command::new(env!("CARGO_BIN_EXE_shakedown")).args(args).arg("--runs-dir").arg(runs.path()).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string())
     };
     let (code, out, err) = sd(&["node", "up"]);
     let reap_on_failure = scopeguard(runs.path());
     assert_eq!(code, Some(0), "{out}\n{err}");
-    assert!(
-        out.contains("Ready in") && out.contains("kubeconfig"),
-        "{out}"
-    );
+    assert!(out.contains("Ready in") && out.contains("kubeconfig"), "{out}");
     let (code, out, err) = sd(&["node", "up"]);
-    assert_eq!(
-        code,
-        Some(2),
-        "a second node up in the same runs dir is refused: {out}{err}"
-    );
+    assert_eq!(code, Some(2), "a second node up in the same runs dir is refused: {out}{err}");
     let (code, out, err) = sd(&["node", "status"]);
     assert_eq!(code, Some(0), "{out}\n{err}");
-    assert!(
-        out.contains(" Ready ·") && out.contains("guard dropped 0 packets"),
-        "{out}"
-    );
+    assert!(out.contains(" Ready ·") && out.contains("guard dropped 0 packets"), "{out}");
     // The policy engine runs (it applies its first, empty, ruleset once its watches synced).
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -401,10 +252,7 @@ fn scopeguard(runs: &std::path::Path) -> impl Drop + '_ {
     struct Down<'a>(&'a std::path::Path);
     impl Drop for Down<'_> {
         fn drop(&mut self) {
-            let _ = Command::new(env!("CARGO_BIN_EXE_shakedown"))
-                .args(["node", "down", "--runs-dir"])
-                .arg(self.0)
-                .output();
+            let _ = Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["node", "down", "--runs-dir"]).arg(self.0).output();
         }
     }
     Down(runs)

@@ -144,7 +144,12 @@ fn a_planted_bug_failure_shrinks_to_a_handful_of_steps_and_the_shrunk_record_rep
 }
 
 fn soak_dir(runs: &Path) -> PathBuf {
-    std::fs::read_dir(runs).unwrap().flatten().map(|e| e.path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with("soak-")).expect("a soak directory")
+    std::fs::read_dir(runs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("soak-"))
+        .expect("a soak directory")
 }
 
 #[test]
@@ -152,7 +157,8 @@ fn soak_records_every_failure_and_writes_summary_junit_and_html() {
     let _l = lock();
     let d = dirs();
     // ack-before-write loses acknowledged writes: every seed fails, at the bring-up check.
-    let out = run(&["soak", "--for", "2m", "--profile", "smoke", "--seed", "40", "--max-failures", "2", "--testbed-bug", "ack-before-write"], &d);
+    let out =
+        run(&["soak", "--for", "2m", "--profile", "smoke", "--seed", "40", "--max-failures", "2", "--testbed-bug", "ack-before-write"], &d);
     assert_eq!(out.status.code(), Some(1), "violations exit 1");
     let stdout = text(&out.stdout);
     assert!(stdout.contains("soak summary") && stdout.contains("--max-failures reached"), "{stdout}");
@@ -250,8 +256,16 @@ fn replay_writes_the_rate_into_the_record_and_a_timing_bound_record_stops_at_the
     assert_eq!(after.reproduction.len(), 1, "{:?}", after.reproduction);
     let m = &after.reproduction[0];
     assert_eq!((m.runs, m.reproduced, m.matched, m.plan), (2, 2, Match::Step, WhichPlan::Shrunk));
-    assert!(m.versions.contains_key("etcd-3.5") && m.versions.contains_key("etcd-3.4"), "the versions the replays ran with: {:?}", m.versions);
-    assert_eq!((&after.plan, &after.failure, &after.shrunk, after.matching), (&before.plan, &before.failure, &before.shrunk, None), "the rest is kept");
+    assert!(
+        m.versions.contains_key("etcd-3.5") && m.versions.contains_key("etcd-3.4"),
+        "the versions the replays ran with: {:?}",
+        m.versions
+    );
+    assert_eq!(
+        (&after.plan, &after.failure, &after.shrunk, after.matching),
+        (&before.plan, &before.failure, &before.shrunk, None),
+        "the rest is kept"
+    );
     assert!(std::fs::read_to_string(&file).unwrap().contains("[[reproduction]]"));
 
     // A second measurement is appended; counted at any step, it sets the record's match.

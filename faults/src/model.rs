@@ -203,7 +203,18 @@ impl Model {
                 (id, Member { id, site: SiteId((i % sites as u32) as u8), version, state: MemberState::Running, disk: DiskState::Attached })
             })
             .collect::<BTreeMap<_, _>>();
-        Model { sites, next_member: members.len() as u32, members, max_down, versions, outages: BTreeMap::new(), backups: vec![], restores: vec![], partitioned: Default::default(), groups_partitioned: None }
+        Model {
+            sites,
+            next_member: members.len() as u32,
+            members,
+            max_down,
+            versions,
+            outages: BTreeMap::new(),
+            backups: vec![],
+            restores: vec![],
+            partitioned: Default::default(),
+            groups_partitioned: None,
+        }
     }
 
     pub fn size(&self) -> usize {
@@ -288,10 +299,7 @@ impl Model {
             _ => 0,
         };
         let mut after = self.clone();
-        after.apply(op).is_ok()
-            && self.quorum_expected()
-            && after.quorum_expected()
-            && self.up() >= self.quorum() + transient
+        after.apply(op).is_ok() && self.quorum_expected() && after.quorum_expected() && self.up() >= self.quorum() + transient
     }
 
     /// Checks `op`'s precondition, then applies its expected effect.
@@ -336,7 +344,12 @@ impl Model {
                 let id = BackupId(self.backups.len() as u32);
                 self.backups.push(id);
             }
-            Op::PodKill { .. } | Op::OperatorRestart | Op::PvcLoss { .. } | Op::PodKillSelected { .. } | Op::NodeDrain { .. } | Op::PodFailure { .. } => {}
+            Op::PodKill { .. }
+            | Op::OperatorRestart
+            | Op::PvcLoss { .. }
+            | Op::PodKillSelected { .. }
+            | Op::NodeDrain { .. }
+            | Op::PodFailure { .. } => {}
             Op::Partition { member } => {
                 self.partitioned.insert(member);
             }

@@ -412,7 +412,11 @@ impl Model {
                 }
                 // Every member of the site must be up (a fault on top of a fault is not a site outage).
                 if let Some(m) = self.site_members(site).find(|m| !self.is_up(m)) {
-                    return Err(PreconditionError::WrongState { member: m.id, actual: m.state, needed: "up (a site outage takes up members down)" });
+                    return Err(PreconditionError::WrongState {
+                        member: m.id,
+                        actual: m.state,
+                        needed: "up (a site outage takes up members down)",
+                    });
                 }
                 more_down(self.site_members(site).count())
             }
@@ -425,7 +429,9 @@ impl Model {
                 // A majority of lost disks is a disaster recovery (restore), not a reattach.
                 let detached = self.members.values().filter(|m| m.disk == DiskState::Detached).count() + 1;
                 if self.size() - detached < self.quorum() {
-                    return Err(PreconditionError::NeedsQuorum("a majority of members would have lost their disk: only a restore brings that back"));
+                    return Err(PreconditionError::NeedsQuorum(
+                        "a majority of members would have lost their disk: only a restore brings that back",
+                    ));
                 }
                 more_down(1)
             }
@@ -441,7 +447,9 @@ impl Model {
                 // (and a reattached one whose data is unusable) is removed and added again, a
                 // reconfiguration. Both need the others to have quorum.
                 if !self.quorum_expected() {
-                    return Err(PreconditionError::NeedsQuorum("bringing a member back on its disk needs quorum among the others (to catch up from, or to re-add it)"));
+                    return Err(PreconditionError::NeedsQuorum(
+                        "bringing a member back on its disk needs quorum among the others (to catch up from, or to re-add it)",
+                    ));
                 }
                 Ok(())
             }
@@ -510,27 +518,25 @@ impl Model {
         }
         match self.members.values().find(|m| !self.is_up(m)) {
             Some(m) if m.disk == DiskState::Detached => Err(PreconditionError::DiskState { member: m.id, detached: true }),
-            Some(m) => Err(PreconditionError::WrongState { member: m.id, actual: m.state, needed: "running (this op needs every member up)" }),
+            Some(m) => {
+                Err(PreconditionError::WrongState { member: m.id, actual: m.state, needed: "running (this op needs every member up)" })
+            }
             None => Ok(()),
         }
     }
 
     /// Every op whose precondition holds now, grouped by kind in [`OpKind::ALL`] order.
     pub fn candidates(&self, kind: OpKind) -> Vec<Op> {
-        let per_member = |make: fn(MemberId) -> Op| -> Vec<Op> {
-            self.members.keys().map(|&m| make(m)).filter(|op| self.check(op).is_ok()).collect()
-        };
+        let per_member =
+            |make: fn(MemberId) -> Op| -> Vec<Op> { self.members.keys().map(|&m| make(m)).filter(|op| self.check(op).is_ok()).collect() };
         match kind {
             OpKind::Crash => per_member(|member| Op::Crash { member }),
             OpKind::Restart => per_member(|member| Op::Restart { member }),
             OpKind::Pause => per_member(|member| Op::Pause { member }),
             OpKind::Resume => per_member(|member| Op::Resume { member }),
-            OpKind::RollingUpgrade => self
-                .versions
-                .iter()
-                .map(|&to| Op::RollingUpgrade { to })
-                .filter(|op| self.check(op).is_ok())
-                .collect(),
+            OpKind::RollingUpgrade => {
+                self.versions.iter().map(|&to| Op::RollingUpgrade { to }).filter(|op| self.check(op).is_ok()).collect()
+            }
             OpKind::RollingReplace => vec![Op::RollingReplace].into_iter().filter(|op| self.check(op).is_ok()).collect(),
             OpKind::SiteOutage => (0..self.sites)
                 .flat_map(|s| [OutageMode::Isolate, OutageMode::PowerLoss].map(|mode| Op::SiteOutage { site: SiteId(s), mode }))
@@ -549,8 +555,12 @@ impl Model {
             OpKind::PartitionHeal => per_member(|member| Op::PartitionHeal { member }),
             OpKind::NodeDrain => per_member(|member| Op::NodeDrain { member }),
             OpKind::PodFailure => per_member(|member| Op::PodFailure { member }),
-            OpKind::PodKillSelected => (0..SELECTED_PICKS).map(|pick| Op::PodKillSelected { pick }).filter(|op| self.check(op).is_ok()).collect(),
-            OpKind::PartitionGroups => (0..SELECTED_PICKS).map(|pick| Op::PartitionGroups { pick }).filter(|op| self.check(op).is_ok()).collect(),
+            OpKind::PodKillSelected => {
+                (0..SELECTED_PICKS).map(|pick| Op::PodKillSelected { pick }).filter(|op| self.check(op).is_ok()).collect()
+            }
+            OpKind::PartitionGroups => {
+                (0..SELECTED_PICKS).map(|pick| Op::PartitionGroups { pick }).filter(|op| self.check(op).is_ok()).collect()
+            }
             OpKind::PartitionGroupsHeal => self.groups_partitioned.map(|pick| Op::PartitionGroupsHeal { pick }).into_iter().collect(),
         }
     }

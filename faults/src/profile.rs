@@ -360,7 +360,12 @@ impl Profile {
                 self.members - (self.members / 2 + 1)
             ));
         }
-        for (name, d) in [("converge", self.timeouts.converge), ("probe", self.timeouts.probe), ("liveness", self.timeouts.liveness), ("op", self.timeouts.op)] {
+        for (name, d) in [
+            ("converge", self.timeouts.converge),
+            ("probe", self.timeouts.probe),
+            ("liveness", self.timeouts.liveness),
+            ("op", self.timeouts.op),
+        ] {
             if d.is_zero() {
                 return bad(format!("timeouts.{name} must be more than zero"));
             }
@@ -387,7 +392,10 @@ impl Profile {
                 return bad("workload.mix gives every request weight 0: nothing would run".into());
             }
             if m.lease > 0 && w.lease_ttl < Duration::from_secs(2) {
-                return bad(format!("workload.lease_ttl = {} is below 2s: etcd raises short TTLs, and the lease check needs the TTL it asked for", humantime::format_duration(w.lease_ttl)));
+                return bad(format!(
+                    "workload.lease_ttl = {} is below 2s: etcd raises short TTLs, and the lease check needs the TTL it asked for",
+                    humantime::format_duration(w.lease_ttl)
+                ));
             }
         }
         Ok(())

@@ -4,7 +4,9 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 use shakedown_faults::generate::{generate_from, MAX_DRAWN_REPLACE_WEIGHT, MAX_DRAWN_WEIGHT};
-use shakedown_faults::{generate, BackupId, DiskState, MemberId, MemberState, Model, Op, OpKind, OutageMode, Profile, SiteId, Stack, Version, MAX_BACKUPS};
+use shakedown_faults::{
+    generate, BackupId, DiskState, MemberId, MemberState, Model, Op, OpKind, OutageMode, Profile, SiteId, Stack, Version, MAX_BACKUPS,
+};
 
 const SHIPPED: &[&str] = &[
     include_str!("../../ci/profiles/default.toml"),
@@ -76,14 +78,16 @@ fn every_kind_appears_across_seeds_of_the_default_profile() {
 }
 
 fn arb_profile() -> impl Strategy<Value = Profile> {
-    (1usize..80, 1u8..4, prop_oneof![Just(3u32), Just(5u32), Just(1u32)], proptest::option::of(0usize..3)).prop_map(|(steps, sites, members, max_down)| {
-        let mut p = profile(0);
-        p.steps = steps;
-        p.sites = sites;
-        p.members = members;
-        p.max_down = max_down.map(|d| d.min(members as usize));
-        p
-    })
+    (1usize..80, 1u8..4, prop_oneof![Just(3u32), Just(5u32), Just(1u32)], proptest::option::of(0usize..3)).prop_map(
+        |(steps, sites, members, max_down)| {
+            let mut p = profile(0);
+            p.steps = steps;
+            p.sites = sites;
+            p.members = members;
+            p.max_down = max_down.map(|d| d.min(members as usize));
+            p
+        },
+    )
 }
 
 proptest! {
@@ -350,7 +354,8 @@ fn tiers_place_every_op_kind_deliberately() {
 
 #[test]
 fn a_weight_for_an_op_the_tier_does_not_list_is_refused() {
-    let err = Profile::from_toml("name = \"x\"\nsteps = 3\nversions = [\"3.4\"]\nops = [\"crash\", \"restart\"]\n[weights]\nbackup = 2\n").unwrap_err();
+    let err = Profile::from_toml("name = \"x\"\nsteps = 3\nversions = [\"3.4\"]\nops = [\"crash\", \"restart\"]\n[weights]\nbackup = 2\n")
+        .unwrap_err();
     assert!(err.to_string().contains("weights.backup is set but backup is not in ops"), "{err}");
 }
 
@@ -368,7 +373,10 @@ fn an_app_profile_draws_only_application_ops() {
         for op in &plan.ops {
             kinds.insert(op.kind());
             m.apply(op).unwrap();
-            assert!(m.partitioned.len() + usize::from(m.groups_partitioned.is_some()) <= 1, "one partition at a time, of a replica or between groups");
+            assert!(
+                m.partitioned.len() + usize::from(m.groups_partitioned.is_some()) <= 1,
+                "one partition at a time, of a replica or between groups"
+            );
         }
         let heal = m.heal_ops();
         assert_eq!(heal.len(), m.partitioned.len() + usize::from(m.groups_partitioned.is_some()));
@@ -390,7 +398,10 @@ fn a_group_partition_is_one_partition_at_a_time() {
     use shakedown_faults::PreconditionError;
     let mut m = Model::new(1, 3, vec![Version::new(3, 5)], 1);
     m.apply(&Op::PartitionGroups { pick: 2 }).unwrap();
-    assert_eq!(m.check(&Op::Partition { member: MemberId(0) }), Err(PreconditionError::PartitionInPlace("partition-groups(pick 2)".into())));
+    assert_eq!(
+        m.check(&Op::Partition { member: MemberId(0) }),
+        Err(PreconditionError::PartitionInPlace("partition-groups(pick 2)".into()))
+    );
     assert!(m.check(&Op::PodKill { member: MemberId(0) }).is_err() && m.check(&Op::PartitionGroups { pick: 3 }).is_err());
     assert_eq!(m.check(&Op::PartitionGroupsHeal { pick: 1 }), Err(PreconditionError::GroupsNotPartitioned(1)));
     assert_eq!(m.heal_ops(), vec![Op::PartitionGroupsHeal { pick: 2 }]);

@@ -14,7 +14,12 @@ pub(crate) fn app_ready(model: &Model, obs: &Observation) -> Verdict {
     let Some(app) = &obs.app else { return Verdict::Pass };
     let cut = model.partitioned.len() as i32 + if model.groups_partitioned.is_some() { app.in_cut_groups } else { 0 };
     let excused = |name: &str| if name.starts_with("statefulset/") { cut } else { 0 };
-    let mut parts: Vec<String> = app.workloads.iter().filter(|w| w.ready < w.desired - excused(&w.name)).map(|w| format!("{}: {}/{} Ready", w.name, w.ready, w.desired)).collect();
+    let mut parts: Vec<String> = app
+        .workloads
+        .iter()
+        .filter(|w| w.ready < w.desired - excused(&w.name))
+        .map(|w| format!("{}: {}/{} Ready", w.name, w.ready, w.desired))
+        .collect();
     parts.extend(app.probes.iter().filter_map(|(name, why)| why.as_ref().map(|w| format!("probe {name}: {w}"))));
     match parts.is_empty() {
         true => Verdict::Pass,
@@ -51,7 +56,8 @@ pub(crate) fn app_durability(obs: &Observation) -> Verdict {
         }
     }
     let written: std::collections::BTreeSet<&str> = data.acked.iter().map(|(k, _)| k.as_str()).collect();
-    let unexplained: Vec<&str> = read.keys().filter(|k| !written.contains(k.as_str()) && !data.unknown.contains(*k)).map(String::as_str).collect();
+    let unexplained: Vec<&str> =
+        read.keys().filter(|k| !written.contains(k.as_str()) && !data.unknown.contains(*k)).map(String::as_str).collect();
     if lost.is_empty() && changed.is_empty() && unexplained.is_empty() && resurrected.is_empty() {
         return Verdict::Pass;
     }
@@ -64,7 +70,11 @@ pub(crate) fn app_durability(obs: &Observation) -> Verdict {
         parts.push(format!("{} changed ({})", changed.len(), changed.iter().take(3).cloned().collect::<Vec<_>>().join("; ")));
     }
     if !resurrected.is_empty() {
-        parts.push(format!("{} written after the restored backup are still there ({}): the restore did not restore", resurrected.len(), first(&resurrected)));
+        parts.push(format!(
+            "{} written after the restored backup are still there ({}): the restore did not restore",
+            resurrected.len(),
+            first(&resurrected)
+        ));
     }
     if !unexplained.is_empty() {
         parts.push(format!("{} keys read that were never written ({})", unexplained.len(), first(&unexplained)));

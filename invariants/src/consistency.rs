@@ -21,7 +21,11 @@ pub(crate) fn consistency(obs: &Observation) -> Verdict {
     let reachable: Vec<&MemberStatus> = obs.members.iter().filter(|m| m.reachable && m.revision > 0 && m.applied_index > 0).collect();
     for m in &reachable {
         let Some(after) = m.revision_after else { continue };
-        if let Some(n) = reachable.iter().filter(|n| n.name != m.name && n.applied_index <= m.applied_index && n.revision > after + 1).max_by_key(|n| n.revision) {
+        if let Some(n) = reachable
+            .iter()
+            .filter(|n| n.name != m.name && n.applied_index <= m.applied_index && n.revision > after + 1)
+            .max_by_key(|n| n.revision)
+        {
             return Verdict::Definite(format!(
                 "{} applied the log up to raft index {} but its store is at revision {after}, behind {} at revision {} with raft index {}: {}'s store did not apply what its raft index says ({})",
                 m.name,
@@ -53,7 +57,10 @@ pub(crate) fn consistency(obs: &Observation) -> Verdict {
             // consequence.
             let same_index = hashed.windows(2).all(|w| w[0].raft_index == w[1].raft_index);
             let tail = if same_index { "; same raft index on every member: a replica diverged from the replicated log" } else { "" };
-            return Verdict::Definite(format!("members disagree on the KV hash at revision {rev}: {} ({}{tail})", detail.join("; "), states(&hashed)) + &known_defect(&hashed));
+            return Verdict::Definite(
+                format!("members disagree on the KV hash at revision {rev}: {} ({}{tail})", detail.join("; "), states(&hashed))
+                    + &known_defect(&hashed),
+            );
         }
     }
     Verdict::Pass
@@ -79,7 +86,9 @@ fn known_defect(ms: &[&MemberStatus]) -> String {
 
 /// "m1 runs etcd 3.5.1, …" for the members of `ms` on a release with the defect; empty if none.
 fn on_affected_release<'a>(ms: impl Iterator<Item = &'a MemberStatus>) -> String {
-    ms.filter_map(|m| m.version.as_deref().filter(|v| CONSISTENT_INDEX_DEFECT.contains(v)).map(|v| format!("{} runs etcd {v}", m.name))).collect::<Vec<_>>().join(", ")
+    ms.filter_map(|m| m.version.as_deref().filter(|v| CONSISTENT_INDEX_DEFECT.contains(v)).map(|v| format!("{} runs etcd {v}", m.name)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// For other invariants' verdicts (a lost write): the members of `obs` on an affected release,
@@ -95,5 +104,8 @@ pub(crate) fn possible_defect(obs: &Observation) -> String {
 }
 
 fn states(ms: &[&MemberStatus]) -> String {
-    ms.iter().map(|m| format!("{} at revision {}, raft index {} (applied {})", m.name, m.revision, m.raft_index, m.applied_index)).collect::<Vec<_>>().join(", ")
+    ms.iter()
+        .map(|m| format!("{} at revision {}, raft index {} (applied {})", m.name, m.revision, m.raft_index, m.applied_index))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

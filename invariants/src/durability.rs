@@ -90,7 +90,10 @@ fn history(model: &Model, d: &Durability) -> Verdict {
     }
     let mut parts = Vec::new();
     if !d.list_anomalies.is_empty() {
-        parts.push(format!("a paginated read at a pinned revision was inconsistent: {}", sample(&d.list_anomalies.iter().map(String::as_str).collect::<Vec<_>>())));
+        parts.push(format!(
+            "a paginated read at a pinned revision was inconsistent: {}",
+            sample(&d.list_anomalies.iter().map(String::as_str).collect::<Vec<_>>())
+        ));
     }
     if let Some(err) = &d.read_error {
         if parts.is_empty() {
@@ -176,7 +179,13 @@ fn history(model: &Model, d: &Durability) -> Verdict {
     }
     let s = |v: &[String]| sample(&v.iter().map(String::as_str).collect::<Vec<_>>());
     if !lost.is_empty() {
-        parts.push(format!("{} of {} acknowledged writes lost ({}; the first is ack #{first_lost}{})", lost.len(), d.acked.len(), s(&lost), context(&d.marks)));
+        parts.push(format!(
+            "{} of {} acknowledged writes lost ({}; the first is ack #{first_lost}{})",
+            lost.len(),
+            d.acked.len(),
+            s(&lost),
+            context(&d.marks)
+        ));
     }
     if !wrong.is_empty() {
         parts.push(format!("{} read back with a value no acknowledged or in-doubt write explains ({})", wrong.len(), s(&wrong)));
@@ -185,7 +194,11 @@ fn history(model: &Model, d: &Durability) -> Verdict {
         parts.push(format!("{} deleted (acknowledged) but present again ({})", deleted_back.len(), s(&deleted_back)));
     }
     if !resurrected.is_empty() {
-        parts.push(format!("{} written after the restored backup are still there ({}): the restore did not restore", resurrected.len(), s(&resurrected)));
+        parts.push(format!(
+            "{} written after the restored backup are still there ({}): the restore did not restore",
+            resurrected.len(),
+            s(&resurrected)
+        ));
     }
     if parts.is_empty() {
         return Verdict::Pass;

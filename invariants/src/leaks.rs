@@ -28,7 +28,9 @@ fn app_leaks(model: &Model, inv: &crate::observation::AppInventory) -> Verdict {
         problems.push(format!("the partition NetworkPolicy of {m} is missing"));
     }
     match (model.groups_partitioned, inv.groups_partitioned) {
-        (Some(m), Some(i)) if m != i => problems.push(format!("the NetworkPolicies of partition-groups(pick {i}) are there, not those of pick {m}")),
+        (Some(m), Some(i)) if m != i => {
+            problems.push(format!("the NetworkPolicies of partition-groups(pick {i}) are there, not those of pick {m}"))
+        }
         (None, Some(i)) => problems.push(format!("the NetworkPolicies of partition-groups(pick {i}) are still there")),
         (Some(m), None) => problems.push(format!("the NetworkPolicies of partition-groups(pick {m}) are missing")),
         _ => {}
@@ -65,7 +67,9 @@ fn local_leaks(model: &Model, inv: &LocalInventory) -> Verdict {
             problems.push(format!("{what} missing: {}", missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
         }
     };
-    let names = |f: &dyn Fn(&shakedown_faults::Member) -> bool| model.members.values().filter(|m| f(m)).map(|m| m.id.to_string()).collect::<Vec<_>>();
+    let names = |f: &dyn Fn(&shakedown_faults::Member) -> bool| {
+        model.members.values().filter(|m| f(m)).map(|m| m.id.to_string()).collect::<Vec<_>>()
+    };
     // A member whose process is missing is the `members` invariant's finding, not a leak.
     compare("etcd processes", &inv.processes, vec![], names(&|m| model.has_process(m) != Answers::No));
     // A machine's apiserver lives and dies with its member (a crash, a power loss take both).
@@ -100,7 +104,12 @@ fn kube_leaks(model: &Model, inv: &KubeInventory) -> Verdict {
         problems.push(format!("control-plane Machine(s) standing for no member of the model left behind: {}", stray.join(", ")));
     }
     let bound: BTreeSet<MemberId> = inv.machines.values().flatten().copied().collect();
-    let missing: Vec<String> = model.members.values().filter(|m| model.has_process(m) == Answers::Yes && !bound.contains(&m.id)).map(|m| m.id.to_string()).collect();
+    let missing: Vec<String> = model
+        .members
+        .values()
+        .filter(|m| model.has_process(m) == Answers::Yes && !bound.contains(&m.id))
+        .map(|m| m.id.to_string())
+        .collect();
     if !missing.is_empty() {
         problems.push(format!("no Machine for member(s) {}", missing.join(", ")));
     }

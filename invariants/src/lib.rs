@@ -20,7 +20,11 @@ use serde::{Deserialize, Serialize};
 use shakedown_faults::{MemberId, Model};
 
 pub use durability::{expect_write, Expect};
-pub use observation::{AppData, AppInventory, AppObservation, AppWorkload, ApiObservation, ApiServerReady, Ack, Acked, Chunked, ChunkedLog, Durability, LeaseRecord, Leases, Revoke, Unknown, WatchEvent, WatchSession, Inventory, KubeInventory, Leader, LocalInventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample};
+pub use observation::{
+    Ack, Acked, ApiObservation, ApiServerReady, AppData, AppInventory, AppObservation, AppWorkload, Chunked, ChunkedLog, Durability,
+    Inventory, KubeInventory, Leader, LeaseRecord, Leases, ListedMember, LocalInventory, Marks, MemberStatus, Observation, Probe, Revoke,
+    ServingSample, Unknown, WatchEvent, WatchSession,
+};
 
 /// The shortest quorum loss during a step that counts as a violation (milliseconds).
 pub const MIN_LOSS_WINDOW_MS: u64 = 25;
@@ -158,13 +162,7 @@ pub(crate) fn names(ids: &[String]) -> String {
     }
 }
 
-
 /// Members of the model the observation says are not serving: for progress lines and forensics.
 pub fn unreachable_members(model: &Model, obs: &Observation) -> Vec<MemberId> {
-    model
-        .members
-        .keys()
-        .filter(|id| !obs.members.iter().any(|m| m.member == Some(**id) && m.reachable))
-        .copied()
-        .collect()
+    model.members.keys().filter(|id| !obs.members.iter().any(|m| m.member == Some(**id) && m.reachable)).copied().collect()
 }

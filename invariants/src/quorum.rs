@@ -38,16 +38,28 @@ pub(crate) fn quorum(model: &Model, obs: &Observation) -> Verdict {
         }
     }
     let reachable: Vec<&MemberStatus> = obs.members.iter().filter(|m| m.reachable).collect();
-    let leaders: BTreeSet<u64> = reachable.iter().filter_map(|m| match m.leader {
-        Some(Leader::Id(id)) => Some(id),
-        _ => None,
-    }).collect();
+    let leaders: BTreeSet<u64> = reachable
+        .iter()
+        .filter_map(|m| match m.leader {
+            Some(Leader::Id(id)) => Some(id),
+            _ => None,
+        })
+        .collect();
     if leaders.len() > 1 {
-        let who: Vec<String> = reachable.iter().map(|m| format!("{} sees {}", m.name, match m.leader {
-            Some(Leader::Id(l)) => format!("{l:x}"),
-            Some(Leader::Unnamed) => "a leader".into(),
-            None => "none".into(),
-        })).collect();
+        let who: Vec<String> = reachable
+            .iter()
+            .map(|m| {
+                format!(
+                    "{} sees {}",
+                    m.name,
+                    match m.leader {
+                        Some(Leader::Id(l)) => format!("{l:x}"),
+                        Some(Leader::Unnamed) => "a leader".into(),
+                        None => "none".into(),
+                    }
+                )
+            })
+            .collect();
         return Verdict::Fail(format!("{} different leaders among reachable members: {}", leaders.len(), who.join(", ")));
     }
     if !model.quorum_expected() {

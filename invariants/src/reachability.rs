@@ -16,7 +16,8 @@ pub(crate) fn reachability(model: &Model, obs: &Observation) -> Verdict {
     if failed.is_empty() {
         return Verdict::Pass;
     }
-    let detail: Vec<String> = failed.iter().map(|p| format!("{} after {}ms", p.error.as_deref().unwrap_or_default(), p.latency_ms)).collect();
+    let detail: Vec<String> =
+        failed.iter().map(|p| format!("{} after {}ms", p.error.as_deref().unwrap_or_default(), p.latency_ms)).collect();
     Verdict::Fail(format!(
         "{} of {} linearizable reads through the endpoint failed although the model says the service is up: {}",
         failed.len(),
@@ -36,8 +37,15 @@ pub(crate) fn api_reachability(model: &Model, obs: &Observation) -> Verdict {
         let Some(m) = a.member.and_then(|id| model.members.get(&id)) else { continue };
         let detail = a.detail.as_deref().unwrap_or("no detail");
         match model.answers(m) {
-            Answers::No if a.answered => parts.push(format!("{} answered /readyz ({}) although its machine {} is down in the model", a.name, if a.ready { "ready" } else { detail }, m.id)),
-            Answers::Yes if model.service_expected_up() && !a.ready => parts.push(format!("{} is not ready although its machine {} is up and etcd has quorum: {detail}", a.name, m.id)),
+            Answers::No if a.answered => parts.push(format!(
+                "{} answered /readyz ({}) although its machine {} is down in the model",
+                a.name,
+                if a.ready { "ready" } else { detail },
+                m.id
+            )),
+            Answers::Yes if model.service_expected_up() && !a.ready => {
+                parts.push(format!("{} is not ready although its machine {} is up and etcd has quorum: {detail}", a.name, m.id))
+            }
             _ => {}
         }
     }
@@ -46,7 +54,8 @@ pub(crate) fn api_reachability(model: &Model, obs: &Observation) -> Verdict {
         if api.endpoint.is_empty() {
             parts.push("no request through the API load balancer ran".into());
         } else if !failed.is_empty() {
-            let detail: Vec<String> = failed.iter().map(|p| format!("{} after {}ms", p.error.as_deref().unwrap_or_default(), p.latency_ms)).collect();
+            let detail: Vec<String> =
+                failed.iter().map(|p| format!("{} after {}ms", p.error.as_deref().unwrap_or_default(), p.latency_ms)).collect();
             parts.push(format!(
                 "{} of {} requests through the API load balancer failed although the model says the control plane is up: {}",
                 failed.len(),

@@ -49,7 +49,10 @@ fn session(s: &WatchSession, durability: Option<&Durability>) -> Option<String> 
     let mut value_of: HashMap<&str, Option<&str>> = HashMap::new();
     for (i, e) in s.events.iter().enumerate() {
         if e.revision <= last {
-            return Some(format!("delivered revision {} ({}) after revision {last}: out of order or twice (event #{i} of the session, {} resumptions)", e.revision, e.key, s.resumptions));
+            return Some(format!(
+                "delivered revision {} ({}) after revision {last}: out of order or twice (event #{i} of the session, {} resumptions)",
+                e.revision, e.key, s.resumptions
+            ));
         }
         // One key per revision in the workload's object range: every write is a one-key txn.
         last = e.revision;
@@ -76,7 +79,11 @@ fn session(s: &WatchSession, durability: Option<&Durability>) -> Option<String> 
     let floor = s.compacted_below.unwrap_or(i64::MIN).max(s.start_revision);
     let mut missing = Vec::new();
     for (i, a) in d.acked.iter().enumerate() {
-        if a.start < since.max(s.start_ack) || a.revision < floor || a.revision > last || expect_write(i, a.start, &d.marks) != Expect::Present {
+        if a.start < since.max(s.start_ack)
+            || a.revision < floor
+            || a.revision > last
+            || expect_write(i, a.start, &d.marks) != Expect::Present
+        {
             continue;
         }
         match events.binary_search_by_key(&a.revision, |e| e.revision).ok().map(|j| events[j]) {

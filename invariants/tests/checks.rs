@@ -4,7 +4,9 @@ use std::collections::{BTreeSet, HashMap};
 
 use shakedown_faults::{BackupId, MemberId, Model, Op, OutageMode, SiteId, Version};
 use shakedown_invariants::{
-    check_all, expect_write, ApiObservation, ApiServerReady, Ack, Durability, Expect, LeaseRecord, Leases, Revoke, Unknown, WatchEvent, WatchSession, Inventory, InvariantId, Leader, LocalInventory, ListedMember, Marks, MemberStatus, Observation, Probe, ServingSample, Verdict,
+    check_all, expect_write, Ack, ApiObservation, ApiServerReady, Durability, Expect, InvariantId, Inventory, Leader, LeaseRecord, Leases,
+    ListedMember, LocalInventory, Marks, MemberStatus, Observation, Probe, Revoke, ServingSample, Unknown, Verdict, WatchEvent,
+    WatchSession,
 };
 
 fn model() -> Model {
@@ -190,7 +192,10 @@ fn consistency_fails_when_hashes_differ_at_the_same_revision() {
     o.members[1].hash = Some((10, 0x1234));
     o.members[1].raft_index = 21;
     let v = verdict(InvariantId::Consistency, &model(), &o);
-    assert!(matches!(&v, Verdict::Definite(m) if m.contains("revision 10") && m.contains("00001234 on m1")), "every member applied revision 10: nothing can converge: {v:?}");
+    assert!(
+        matches!(&v, Verdict::Definite(m) if m.contains("revision 10") && m.contains("00001234 on m1")),
+        "every member applied revision 10: nothing can converge: {v:?}"
+    );
     // Different revisions are not compared.
     o.members[1].hash = Some((11, 0x1234));
     assert!(verdict(InvariantId::Consistency, &model(), &o).is_pass());
@@ -204,7 +209,8 @@ fn consistency_fails_when_hashes_differ_at_the_same_revision() {
 fn consistency_names_a_replica_that_diverged_from_the_log() {
     let mut o = healthy();
     for m in &mut o.members {
-        (m.revision, m.revision_after, m.raft_index, m.applied_index, m.hash) = (36561, Some(36561), 36622, 36622, Some((36560, 0xbba9_2c70)));
+        (m.revision, m.revision_after, m.raft_index, m.applied_index, m.hash) =
+            (36561, Some(36561), 36622, 36622, Some((36560, 0xbba9_2c70)));
     }
     (o.members[2].revision, o.members[2].revision_after, o.members[2].hash) = (36560, Some(36560), Some((36560, 0xd149_2f3d)));
     let v = verdict(InvariantId::Consistency, &model(), &o);
@@ -216,7 +222,10 @@ fn consistency_names_a_replica_that_diverged_from_the_log() {
     // On an affected release the verdict names the known defect and the member running it.
     o.members[2].version = Some("3.5.1".into());
     let v = verdict(InvariantId::Consistency, &model(), &o);
-    assert!(matches!(&v, Verdict::Definite(m) if m.contains("Known etcd defect: m2 runs etcd 3.5.1") && m.contains("etcd-io/etcd#13766")), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Definite(m) if m.contains("Known etcd defect: m2 runs etcd 3.5.1") && m.contains("etcd-io/etcd#13766")),
+        "{v:?}"
+    );
     o.members[2].version = Some("3.5.16".into());
     assert!(matches!(verdict(InvariantId::Consistency, &model(), &o), Verdict::Definite(m) if !m.contains("13766")), "3.5.16 has the fix");
     // Members at different raft indexes disagreeing is reported without that conclusion.
@@ -240,12 +249,17 @@ fn consistency_flags_a_store_behind_its_applied_index_without_a_lag_tolerance() 
     (o.members[2].applied_index, o.members[2].revision_after) = (4995, Some(3000));
     let v = verdict(InvariantId::Consistency, &model(), &o);
     let Verdict::Definite(m) = &v else { panic!("a store that skipped applied entries cannot catch up: {v:?}") };
-    assert!(m.contains("m2 applied the log up to raft index 4995 but its store is at revision 3000") && m.contains("m0 at revision 4000"), "{m}");
+    assert!(
+        m.contains("m2 applied the log up to raft index 4995 but its store is at revision 3000") && m.contains("m0 at revision 4000"),
+        "{m}"
+    );
     assert!(!m.contains("13766"), "{m}");
     // The disk-reattach of docs/findings.md (finding 1, seen again): on etcd 3.5.1 the verdict
     // names the known defect.
     o.members[2].version = Some("3.5.1".into());
-    assert!(matches!(verdict(InvariantId::Consistency, &model(), &o), Verdict::Definite(m) if m.contains("m2 runs etcd 3.5.1") && m.contains("etcd-io/etcd#13766")));
+    assert!(
+        matches!(verdict(InvariantId::Consistency, &model(), &o), Verdict::Definite(m) if m.contains("m2 runs etcd 3.5.1") && m.contains("etcd-io/etcd#13766"))
+    );
     o.members[2].version = Some("3.4.23".into());
     // At the same applied index one revision apart is fine (the first answer may include the
     // entry being applied); two apart is not: one entry adds at most one revision (a restore
@@ -253,7 +267,9 @@ fn consistency_flags_a_store_behind_its_applied_index_without_a_lag_tolerance() 
     (o.members[2].applied_index, o.members[2].revision, o.members[2].revision_after) = (5000, 3999, Some(3999));
     assert!(verdict(InvariantId::Consistency, &model(), &o).is_pass());
     (o.members[2].revision, o.members[2].revision_after) = (3998, Some(3998));
-    assert!(matches!(verdict(InvariantId::Consistency, &model(), &o), Verdict::Definite(m) if m.contains("m2 applied the log up to raft index 5000 but its store is at revision 3998, behind m0 at revision 4000")));
+    assert!(
+        matches!(verdict(InvariantId::Consistency, &model(), &o), Verdict::Definite(m) if m.contains("m2 applied the log up to raft index 5000 but its store is at revision 3998, behind m0 at revision 4000"))
+    );
 }
 
 #[test]
@@ -271,15 +287,24 @@ fn durability_lost_or_changed_acknowledged_writes_are_definite() {
     let mut o = healthy();
     o.durability.as_mut().unwrap().read.clear();
     let v = verdict(InvariantId::Durability, &model(), &o);
-    assert!(matches!(&v, Verdict::Definite(m) if m.contains("1 of 1 acknowledged writes lost (k1; the first is ack #0)") && !m.contains("13766")), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Definite(m) if m.contains("1 of 1 acknowledged writes lost (k1; the first is ack #0)") && !m.contains("13766")),
+        "{v:?}"
+    );
     // On etcd 3.5.0–3.5.2 the verdict points at the known defect as a possible cause.
     o.members[1].version = Some("3.5.1".into());
     let v = verdict(InvariantId::Durability, &model(), &o);
-    assert!(matches!(&v, Verdict::Definite(m) if m.contains("possibly the known etcd defect: m1 runs etcd 3.5.1") && m.contains("etcd-io/etcd#13766")), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Definite(m) if m.contains("possibly the known etcd defect: m1 runs etcd 3.5.1") && m.contains("etcd-io/etcd#13766")),
+        "{v:?}"
+    );
     let mut o = healthy();
     o.durability.as_mut().unwrap().read.insert("k1".into(), "other".into());
     let v = verdict(InvariantId::Durability, &model(), &o);
-    assert!(matches!(&v, Verdict::Definite(m) if m.contains("1 read back with a value no acknowledged or in-doubt write explains (k1)")), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Definite(m) if m.contains("1 read back with a value no acknowledged or in-doubt write explains (k1)")),
+        "{v:?}"
+    );
     // A failed read is not a loss, and may converge.
     let mut o = healthy();
     let d = o.durability.as_mut().unwrap();
@@ -423,7 +448,12 @@ fn durability_after_a_restore_flags_lost_and_resurrected_writes() {
     d.read.remove("k0");
     let v = verdict(InvariantId::Durability, &model(), &o);
     let msg = v.message().unwrap_or_default();
-    assert!(msg.contains("1 of 6 acknowledged writes lost (k0; the first is ack #0; b0 taken during acks #2..#2, b0 restored during acks #4..#4)") && msg.contains("the restore did not restore"), "{msg}");
+    assert!(
+        msg.contains(
+            "1 of 6 acknowledged writes lost (k0; the first is ack #0; b0 taken during acks #2..#2, b0 restored during acks #4..#4)"
+        ) && msg.contains("the restore did not restore"),
+        "{msg}"
+    );
 }
 
 /// The acknowledged history is kept in shared chunks: a snapshot iterates the same writes, in
@@ -466,13 +496,24 @@ fn durability_judges_each_key_by_its_last_acknowledged_write_in_revision_order()
     let d = o.durability.as_mut().unwrap();
     // k1: v1@5, then v2@8 acknowledged before v1's ack was recorded (two clients); k2 created
     // and deleted; k3 updated at revision 12, after the read at 10.
-    d.acked = vec![ack("k1", Some("v2"), 8, 0), ack("k1", Some("v1"), 5, 0), ack("k2", Some("x"), 6, 1), ack("k2", None, 7, 2), ack("k3", Some("a"), 4, 0), ack("k3", Some("b"), 12, 4)].into();
+    d.acked = vec![
+        ack("k1", Some("v2"), 8, 0),
+        ack("k1", Some("v1"), 5, 0),
+        ack("k2", Some("x"), 6, 1),
+        ack("k2", None, 7, 2),
+        ack("k3", Some("a"), 4, 0),
+        ack("k3", Some("b"), 12, 4),
+    ]
+    .into();
     d.read = HashMap::from([("k1".into(), "v2".into()), ("k3".into(), "a".into())]);
     assert_eq!(verdict(InvariantId::Durability, &model(), &o), Verdict::Pass);
     let d = o.durability.as_mut().unwrap();
     d.read.insert("k1".into(), "v1".into());
     let v = verdict(InvariantId::Durability, &model(), &o);
-    assert!(matches!(&v, Verdict::Definite(m) if m.contains("1 read back with a value no acknowledged or in-doubt write explains (k1)")), "a lost update: {v:?}");
+    assert!(
+        matches!(&v, Verdict::Definite(m) if m.contains("1 read back with a value no acknowledged or in-doubt write explains (k1)")),
+        "a lost update: {v:?}"
+    );
     let d = o.durability.as_mut().unwrap();
     d.read.insert("k1".into(), "v2".into());
     d.read.insert("k2".into(), "x".into());
@@ -502,7 +543,10 @@ fn durability_reports_inconsistent_paginated_reads() {
     let mut o = healthy();
     o.durability.as_mut().unwrap().list_anomalies = vec!["list at revision 7: key k1 has mod revision 9".into()];
     let v = verdict(InvariantId::Durability, &model(), &o);
-    assert!(matches!(&v, Verdict::Definite(m) if m.contains("paginated read at a pinned revision was inconsistent: list at revision 7")), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Definite(m) if m.contains("paginated read at a pinned revision was inconsistent: list at revision 7")),
+        "{v:?}"
+    );
 }
 
 fn session(events: Vec<WatchEvent>) -> WatchSession {
@@ -518,8 +562,20 @@ fn event(revision: i64, key: &str, value: Option<&str>, prev: Option<&str>) -> W
 #[test]
 fn watch_catches_gaps_reordering_and_wrong_prev_kv() {
     let mut o = healthy();
-    o.durability.as_mut().unwrap().acked = vec![ack("a", Some("1"), 5, 0), ack("b", Some("x"), 6, 0), ack("a", Some("2"), 7, 1), ack("a", None, 8, 2), ack("c", Some("z"), 9, 3)].into();
-    let good = vec![event(5, "a", Some("1"), None), event(6, "b", Some("x"), None), event(7, "a", Some("2"), Some("1")), event(8, "a", None, Some("2"))];
+    o.durability.as_mut().unwrap().acked = vec![
+        ack("a", Some("1"), 5, 0),
+        ack("b", Some("x"), 6, 0),
+        ack("a", Some("2"), 7, 1),
+        ack("a", None, 8, 2),
+        ack("c", Some("z"), 9, 3),
+    ]
+    .into();
+    let good = vec![
+        event(5, "a", Some("1"), None),
+        event(6, "b", Some("x"), None),
+        event(7, "a", Some("2"), Some("1")),
+        event(8, "a", None, Some("2")),
+    ];
     o.watches = vec![session(good.clone())];
     assert_eq!(verdict(InvariantId::Watch, &model(), &o), Verdict::Pass, "revision 9 is beyond what the stream delivered: not yet due");
     // A gap: revision 6 skipped, 7 delivered.
@@ -527,7 +583,10 @@ fn watch_catches_gaps_reordering_and_wrong_prev_kv() {
     gap.remove(1);
     o.watches = vec![session(gap)];
     let v = verdict(InvariantId::Watch, &model(), &o);
-    assert!(matches!(&v, Verdict::Definite(m) if m.contains("w0: 1 acknowledged write(s) never delivered though the stream went past them to revision 8: revision 6 (b)")), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Definite(m) if m.contains("w0: 1 acknowledged write(s) never delivered though the stream went past them to revision 8: revision 6 (b)")),
+        "{v:?}"
+    );
     // Declared compaction covers it.
     o.watches[0].compacted_below = Some(7);
     assert_eq!(verdict(InvariantId::Watch, &model(), &o), Verdict::Pass);
@@ -535,17 +594,23 @@ fn watch_catches_gaps_reordering_and_wrong_prev_kv() {
     let mut twice = good.clone();
     twice.insert(2, event(6, "b", Some("x"), None));
     o.watches = vec![session(twice)];
-    assert!(matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m) if m.contains("delivered revision 6 (b) after revision 6")));
+    assert!(
+        matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m) if m.contains("delivered revision 6 (b) after revision 6"))
+    );
     // prev_kv that contradicts the stream.
     let mut prev = good.clone();
     prev[2].prev = Some("0".into());
     o.watches = vec![session(prev)];
-    assert!(matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m) if m.contains("came with prev_kv \"0\" but the stream's previous event for the key says \"1\"")));
+    assert!(
+        matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m) if m.contains("came with prev_kv \"0\" but the stream's previous event for the key says \"1\""))
+    );
     // The wrong value at a revision.
     let mut wrong = good;
     wrong[1].value = Some("y".into());
     o.watches = vec![session(wrong)];
-    assert!(matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m) if m.contains("revision 6 delivered as b = \"y\" but the write acknowledged at it was b = \"x\"")));
+    assert!(
+        matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m) if m.contains("revision 6 delivered as b = \"y\" but the write acknowledged at it was b = \"x\""))
+    );
 }
 
 fn lease(id: i64, keys: &[&str], revoke: Revoke) -> LeaseRecord {
@@ -569,18 +634,24 @@ fn leases_catch_keys_outliving_their_lease_and_leases_gone_early() {
     assert_eq!(verdict(InvariantId::Leases, &model(), &o), Verdict::Pass);
     // A revoked lease's key still there.
     o.leases.as_mut().unwrap().read.insert("l/2/0".into(), 2);
-    assert!(matches!(verdict(InvariantId::Leases, &model(), &o), Verdict::Definite(m) if m.contains("lease 2 is gone (revoked) but 1 of its keys are still there (l/2/0)")));
+    assert!(
+        matches!(verdict(InvariantId::Leases, &model(), &o), Verdict::Definite(m) if m.contains("lease 2 is gone (revoked) but 1 of its keys are still there (l/2/0)"))
+    );
     // A key written without its lease.
     let mut l = alive.clone();
     l.read.insert("l/1/1".into(), 0);
     o.leases = Some(l);
-    assert!(matches!(verdict(InvariantId::Leases, &model(), &o), Verdict::Definite(m) if m.contains("1 acknowledged key(s) of live lease 1 missing or attached elsewhere (l/1/1")));
+    assert!(
+        matches!(verdict(InvariantId::Leases, &model(), &o), Verdict::Definite(m) if m.contains("1 acknowledged key(s) of live lease 1 missing or attached elsewhere (l/1/1"))
+    );
     // Gone 1 s into a 3 s TTL without a revoke.
     let mut l = alive.clone();
     l.alive.clear();
     l.read.clear();
     o.leases = Some(l.clone());
-    assert!(matches!(verdict(InvariantId::Leases, &model(), &o), Verdict::Definite(m) if m.contains("lease 1 (TTL 3000 ms, granted 1000 ms before the read) is gone before its TTL ran out")));
+    assert!(
+        matches!(verdict(InvariantId::Leases, &model(), &o), Verdict::Definite(m) if m.contains("lease 1 (TTL 3000 ms, granted 1000 ms before the read) is gone before its TTL ran out"))
+    );
     // Unless a revoke was sent before the read returned.
     l.revoking.insert(1);
     o.leases = Some(l.clone());
@@ -593,7 +664,13 @@ fn leases_catch_keys_outliving_their_lease_and_leases_gone_early() {
 }
 
 fn apiserver(i: u32, answered: bool, ready: bool) -> ApiServerReady {
-    ApiServerReady { name: format!("m{i}-apiserver"), member: Some(MemberId(i)), answered, ready, detail: (!ready).then(|| "[-]etcd failed".to_string()) }
+    ApiServerReady {
+        name: format!("m{i}-apiserver"),
+        member: Some(MemberId(i)),
+        answered,
+        ready,
+        detail: (!ready).then(|| "[-]etcd failed".to_string()),
+    }
 }
 
 fn with_api() -> Observation {
@@ -622,17 +699,26 @@ fn api_reachability_names_the_load_balancer_and_each_apiserver() {
     let mut o = with_api();
     o.api.as_mut().unwrap().endpoint[2].error = Some("GET /api/v1/namespaces/r/configmaps: connection reset".into());
     let v = verdict(InvariantId::ApiReachability, &model(), &o);
-    assert!(matches!(&v, Verdict::Fail(m) if m.contains("1 of 6 requests through the API load balancer failed") && m.contains("connection reset")), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Fail(m) if m.contains("1 of 6 requests through the API load balancer failed") && m.contains("connection reset")),
+        "{v:?}"
+    );
     let mut o = with_api();
     o.api.as_mut().unwrap().apiservers[1] = apiserver(1, true, false);
     let v = verdict(InvariantId::ApiReachability, &model(), &o);
-    assert!(matches!(&v, Verdict::Fail(m) if m.contains("m1-apiserver is not ready although its machine m1 is up and etcd has quorum: [-]etcd failed")), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Fail(m) if m.contains("m1-apiserver is not ready although its machine m1 is up and etcd has quorum: [-]etcd failed")),
+        "{v:?}"
+    );
     // Machine m1 crashed: its apiserver must be gone with it.
     let mut crashed = model();
     crashed.apply(&Op::Crash { member: MemberId(1) }).unwrap();
     let o = with_api();
     let v = verdict(InvariantId::ApiReachability, &crashed, &o);
-    assert!(matches!(&v, Verdict::Fail(m) if m.contains("m1-apiserver answered /readyz (ready) although its machine m1 is down in the model")), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Fail(m) if m.contains("m1-apiserver answered /readyz (ready) although its machine m1 is down in the model")),
+        "{v:?}"
+    );
     let mut o = with_api();
     o.api.as_mut().unwrap().apiservers[1] = apiserver(1, false, false);
     assert_eq!(verdict(InvariantId::ApiReachability, &crashed, &o), Verdict::Pass);
@@ -674,7 +760,10 @@ fn api_durability_orders_deletes_without_a_revision_by_acknowledgement() {
     d.acked = vec![ack("o2", Some("x"), 6, 0), ack("o2", Some("y"), 9, 1)].into();
     d.read = HashMap::from([("o2".into(), "x".into())]);
     let v = verdict(InvariantId::ApiDurability, &model(), &o);
-    assert!(matches!(&v, Verdict::Definite(m) if m.contains("1 read back with a value no acknowledged or in-doubt write explains (o2)")), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Definite(m) if m.contains("1 read back with a value no acknowledged or in-doubt write explains (o2)")),
+        "{v:?}"
+    );
     // The etcd durability check does not look at the API's history.
     assert_eq!(verdict(InvariantId::Durability, &model(), &o), Verdict::Pass);
 }
@@ -691,10 +780,14 @@ fn api_watch_judges_gaps_without_previous_values() {
     let api = o.api.as_mut().unwrap();
     api.watches = vec![s(vec![event(5, "a", Some("1"), None), event(7, "a", Some("2"), None)])];
     let v = verdict(InvariantId::ApiWatch, &model(), &o);
-    assert!(matches!(&v, Verdict::Definite(m) if m.contains("w0: 1 acknowledged write(s) never delivered though the stream went past them to revision 7: revision 6 (b)")), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Definite(m) if m.contains("w0: 1 acknowledged write(s) never delivered though the stream went past them to revision 7: revision 6 (b)")),
+        "{v:?}"
+    );
     // Without prev_unknown the missing previous values would read as a contradiction.
     o.api.as_mut().unwrap().watches[0].prev_unknown = false;
-    o.api.as_mut().unwrap().watches[0].events = vec![event(5, "a", Some("1"), None), event(6, "b", Some("x"), None), event(7, "a", Some("2"), None)].into();
+    o.api.as_mut().unwrap().watches[0].events =
+        vec![event(5, "a", Some("1"), None), event(6, "b", Some("x"), None), event(7, "a", Some("2"), None)].into();
     assert!(!verdict(InvariantId::ApiWatch, &model(), &o).is_pass());
 }
 
@@ -719,10 +812,13 @@ fn app_model() -> Model {
 }
 
 fn app_obs() -> Observation {
-    use shakedown_invariants::{AppData, AppObservation, AppWorkload, AppInventory};
+    use shakedown_invariants::{AppData, AppInventory, AppObservation, AppWorkload};
     Observation {
         app: Some(AppObservation {
-            workloads: vec![AppWorkload { name: "statefulset/etcd".into(), desired: 3, ready: 3 }, AppWorkload { name: "deployment/op".into(), desired: 1, ready: 1 }],
+            workloads: vec![
+                AppWorkload { name: "statefulset/etcd".into(), desired: 3, ready: 3 },
+                AppWorkload { name: "deployment/op".into(), desired: 1, ready: 1 },
+            ],
             probes: vec![("health".into(), None)],
             in_cut_groups: 0,
             data: Some(AppData {
@@ -757,7 +853,10 @@ fn app_ready_wants_every_replica_ready_and_every_probe_passing() {
     assert_eq!(verdict(InvariantId::AppReady, &groups, &o), Verdict::Pass, "the replicas of both groups may be unready");
     assert!(matches!(verdict(InvariantId::AppReady, &m, &o), Verdict::Fail(msg) if msg.contains("statefulset/etcd: 1/3 Ready")));
     o.app.as_mut().unwrap().in_cut_groups = 1;
-    assert!(matches!(verdict(InvariantId::AppReady, &groups, &o), Verdict::Fail(msg) if msg.contains("statefulset/etcd: 1/3 Ready")), "one more unready than the groups hold");
+    assert!(
+        matches!(verdict(InvariantId::AppReady, &groups, &o), Verdict::Fail(msg) if msg.contains("statefulset/etcd: 1/3 Ready")),
+        "one more unready than the groups hold"
+    );
     o.app.as_mut().unwrap().in_cut_groups = 0;
     o.app.as_mut().unwrap().workloads[0].ready = 3;
     o.app.as_mut().unwrap().probes[0].1 = Some("exit 1".into());
@@ -781,7 +880,10 @@ fn app_durability_judges_acknowledged_writes_against_the_read() {
     data.read.as_mut().unwrap().insert("k2".into(), "stale".into());
     data.read.as_mut().unwrap().insert("k9".into(), "x".into());
     let v = verdict(InvariantId::AppDurability, &m, &o);
-    assert!(matches!(&v, Verdict::Definite(msg) if msg.contains("1 of 2 acknowledged writes lost (first: k1)") && msg.contains("k2 = \"stale\", acknowledged \"v2\"") && msg.contains("never written (k9)")), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Definite(msg) if msg.contains("1 of 2 acknowledged writes lost (first: k1)") && msg.contains("k2 = \"stale\", acknowledged \"v2\"") && msg.contains("never written (k9)")),
+        "{v:?}"
+    );
     o.app.as_mut().unwrap().data.as_mut().unwrap().read = Err("no Ready pod".into());
     assert!(matches!(verdict(InvariantId::AppDurability, &m, &o), Verdict::Fail(msg) if msg.contains("no Ready pod")));
 }
@@ -810,11 +912,17 @@ fn app_durability_follows_backups_and_restores() {
     // The operator restored b0 instead of b1: k3 is lost.
     read(&mut o, &["k1", "k2", "k6"]);
     let v = verdict(InvariantId::AppDurability, &m, &o);
-    assert!(matches!(&v, Verdict::Definite(msg) if msg.contains("1 of 4 acknowledged writes lost (first: k3)") && msg.contains("b1 restored during acks #5..#5")), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Definite(msg) if msg.contains("1 of 4 acknowledged writes lost (first: k3)") && msg.contains("b1 restored during acks #5..#5")),
+        "{v:?}"
+    );
     // Nothing restored: k4 and k5 are still there.
     read(&mut o, &["k1", "k2", "k3", "k4", "k5", "k6"]);
     let v = verdict(InvariantId::AppDurability, &m, &o);
-    assert!(matches!(&v, Verdict::Definite(msg) if msg.contains("2 written after the restored backup are still there (k4, k5): the restore did not restore")), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Definite(msg) if msg.contains("2 written after the restored backup are still there (k4, k5): the restore did not restore")),
+        "{v:?}"
+    );
 }
 
 /// leaks on the application target: a partition's policy exactly while the model has it, no
@@ -841,7 +949,9 @@ fn app_leaks_follow_the_model_partitions_and_the_operator_scale() {
     inv(&mut o).operator_scaled_down = None;
     assert_eq!(verdict(InvariantId::Leaks, &cut, &o), Verdict::Pass);
     inv(&mut o).cordoned.push("node-1".into());
-    assert!(matches!(verdict(InvariantId::Leaks, &cut, &o), Verdict::Fail(msg) if msg.contains("nodes the run cordoned are still cordoned: node-1")));
+    assert!(
+        matches!(verdict(InvariantId::Leaks, &cut, &o), Verdict::Fail(msg) if msg.contains("nodes the run cordoned are still cordoned: node-1"))
+    );
     // A group partition's policies: there exactly while the model has that pick in place.
     let mut o = app_obs();
     inv(&mut o).groups_partitioned = Some(3);

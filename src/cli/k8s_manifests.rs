@@ -22,7 +22,12 @@ fn dir() -> PathBuf {
 
 /// Every document of every manifest in ci/k8s (not the kustomization itself).
 fn manifests() -> Vec<(String, Value)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir()).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "yaml") && !p.ends_with("kustomization.yaml")).collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml") && !p.ends_with("kustomization.yaml"))
+        .collect();
     files.sort();
     let mut out = Vec::new();
     for f in files {
@@ -116,7 +121,8 @@ pub(crate) fn restricted_violations(pod: &Value, annotations: &Value) -> Vec<Str
     }
     for (k, val) in annotations.as_object().into_iter().flatten() {
         let val = val.as_str().unwrap_or_default();
-        if k.starts_with("container.apparmor.security.beta.kubernetes.io/") && !(val == "runtime/default" || val.starts_with("localhost/")) {
+        if k.starts_with("container.apparmor.security.beta.kubernetes.io/") && !(val == "runtime/default" || val.starts_with("localhost/"))
+        {
             v.push(format!("AppArmor: annotation {k}={val}"));
         }
     }
@@ -161,7 +167,21 @@ pub(crate) fn restricted_violations(pod: &Value, annotations: &Value) -> Vec<Str
     if containers.is_empty() {
         v.push("no containers".into());
     }
-    const BASELINE_CAPS: [&str; 13] = ["AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"];
+    const BASELINE_CAPS: [&str; 13] = [
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    ];
     for (name, c) in &containers {
         let sc = &c["securityContext"];
         if t(sc.get("privileged")) {
@@ -198,7 +218,14 @@ pub(crate) fn restricted_violations(pod: &Value, annotations: &Value) -> Vec<Str
             Some(other) => v.push(format!("seccomp: {name} seccompProfile {other}")),
             None => v.push(format!("seccomp: neither the pod nor {name} sets seccompProfile RuntimeDefault or Localhost")),
         }
-        let caps = |k: &str| -> Vec<String> { sc.pointer(&format!("/capabilities/{k}")).and_then(Value::as_array).into_iter().flatten().filter_map(|x| x.as_str().map(str::to_string)).collect() };
+        let caps = |k: &str| -> Vec<String> {
+            sc.pointer(&format!("/capabilities/{k}"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        };
         if !caps("drop").iter().any(|d| d == "ALL") {
             v.push(format!("capabilities: {name} does not drop ALL"));
         }
@@ -215,7 +242,12 @@ pub(crate) fn restricted_violations(pod: &Value, annotations: &Value) -> Vec<Str
 /// A container's command line and environment as the kubelet gives them: configMapKeyRef and
 /// fieldRef resolved, `$(VAR)` expanded in values, command and args (only variables defined
 /// earlier in env, or by `extra` — JOB_COMPLETION_INDEX in an Indexed Job's pods).
-fn resolve(c: &Value, namespace: &str, maps: &BTreeMap<String, BTreeMap<String, String>>, extra: &[(&str, &str)]) -> (Vec<String>, Vec<(String, String)>) {
+fn resolve(
+    c: &Value,
+    namespace: &str,
+    maps: &BTreeMap<String, BTreeMap<String, String>>,
+    extra: &[(&str, &str)],
+) -> (Vec<String>, Vec<(String, String)>) {
     let mut env: Vec<(String, String)> = extra.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let expand = |s: &str, env: &[(String, String)]| {
         let mut out = s.to_string();
@@ -230,7 +262,10 @@ fn resolve(c: &Value, namespace: &str, maps: &BTreeMap<String, BTreeMap<String, 
             expand(v, &env)
         } else if let Some(r) = e.pointer("/valueFrom/configMapKeyRef") {
             let (m, k) = (r["name"].as_str().unwrap(), r["key"].as_str().unwrap());
-            maps.get(m).and_then(|m| m.get(k)).unwrap_or_else(|| panic!("env {name}: ConfigMap {m} has no key {k} in kustomization.yaml")).clone()
+            maps.get(m)
+                .and_then(|m| m.get(k))
+                .unwrap_or_else(|| panic!("env {name}: ConfigMap {m} has no key {k} in kustomization.yaml"))
+                .clone()
         } else if e.pointer("/valueFrom/fieldRef/fieldPath").and_then(Value::as_str) == Some("metadata.namespace") {
             namespace.to_string()
         } else {
@@ -238,7 +273,13 @@ fn resolve(c: &Value, namespace: &str, maps: &BTreeMap<String, BTreeMap<String, 
         };
         env.push((name, value));
     }
-    let argv: Vec<String> = c["command"].as_array().into_iter().flatten().chain(c["args"].as_array().into_iter().flatten()).map(|a| expand(a.as_str().unwrap(), &env)).collect();
+    let argv: Vec<String> = c["command"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(c["args"].as_array().into_iter().flatten())
+        .map(|a| expand(a.as_str().unwrap(), &env))
+        .collect();
     (argv, env)
 }
 
@@ -253,11 +294,25 @@ fn every_pod_template_in_ci_k8s_meets_the_restricted_pod_security_standard() {
         // Beyond the standard: seed records must survive the pod, the grace period must cover
         // the teardown (60 s) after the step a SIGTERM lets finish (the kube profile's rollout
         // bound, 600 s), and the binary runs as PID 1's only process (no shell in between).
-        let vols: Vec<&str> = pod["volumes"].as_array().unwrap().iter().filter(|v| v.get("persistentVolumeClaim").is_some()).filter_map(|v| v["name"].as_str()).collect();
+        let vols: Vec<&str> = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|v| v.get("persistentVolumeClaim").is_some())
+            .filter_map(|v| v["name"].as_str())
+            .collect();
         let c = &pod["containers"][0];
-        let data = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == "/var/lib/shakedown").unwrap_or_else(|| panic!("{what}: nothing at /var/lib/shakedown"));
+        let data = c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["mountPath"] == "/var/lib/shakedown")
+            .unwrap_or_else(|| panic!("{what}: nothing at /var/lib/shakedown"));
         assert!(vols.contains(&data["name"].as_str().unwrap()), "{what}: /var/lib/shakedown is not a PersistentVolumeClaim");
-        assert!(pod["securityContext"]["fsGroup"].as_i64().is_some_and(|g| g != 0), "{what}: fsGroup lets the non-root uid write the claim");
+        assert!(
+            pod["securityContext"]["fsGroup"].as_i64().is_some_and(|g| g != 0),
+            "{what}: fsGroup lets the non-root uid write the claim"
+        );
         assert!(pod["terminationGracePeriodSeconds"].as_i64().unwrap_or(30) > 600 + 60, "{what}: terminationGracePeriodSeconds");
         assert_eq!(c["command"], serde_json::json!(["/usr/local/bin/shakedown"]), "{what}: the container runs the binary itself");
     }
@@ -265,7 +320,17 @@ fn every_pod_template_in_ci_k8s_meets_the_restricted_pod_security_standard() {
     let bad = serde_json::json!({"hostNetwork": true, "volumes": [{"name": "h", "hostPath": {"path": "/"}}],
         "containers": [{"name": "c", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}, "ports": [{"hostPort": 80}]}]});
     let v = restricted_violations(&bad, &serde_json::json!({"container.apparmor.security.beta.kubernetes.io/c": "unconfined"}));
-    for needle in ["hostNetwork", "hostPath", "allowPrivilegeEscalation", "runAsNonRoot", "seccomp", "drop ALL", "adds SYS_ADMIN", "hostPort", "AppArmor"] {
+    for needle in [
+        "hostNetwork",
+        "hostPath",
+        "allowPrivilegeEscalation",
+        "runAsNonRoot",
+        "seccomp",
+        "drop ALL",
+        "adds SYS_ADMIN",
+        "hostPort",
+        "AppArmor",
+    ] {
         assert!(v.iter().any(|x| x.contains(needle)), "{needle} not reported: {v:?}");
     }
     let root = serde_json::json!({"securityContext": {"runAsNonRoot": true, "runAsUser": 0, "seccompProfile": {"type": "RuntimeDefault"}},

@@ -12,12 +12,8 @@ use super::NodeAction;
 
 fn current_node(runs_dir: &Path) -> Result<PathBuf, Fatal> {
     let ptr = runs_dir.join("current-node");
-    let dir = std::fs::read_to_string(&ptr).map_err(|_| {
-        Fatal::usage(format!(
-            "no node is up (no {}): start one with `shakedown node up`",
-            ptr.display()
-        ))
-    })?;
+    let dir = std::fs::read_to_string(&ptr)
+        .map_err(|_| Fatal::usage(format!("no node is up (no {}): start one with `shakedown node up`", ptr.display())))?;
     Ok(PathBuf::from(dir.trim()))
 }
 
@@ -36,32 +32,43 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
         NodeAction::Up { runs_dir } => {
             if let Ok(dir) = current_node(&runs_dir) {
                 if dir.join("node/node.json").exists() {
-                    return Err(Fatal::usage(format!(
-                        "a node is already up in {}: `shakedown node down` first",
-                        dir.display()
-                    )));
+                    return Err(Fatal::usage(format!("a node is already up in {}: `shakedown node down` first", dir.display())));
                 }
             }
             let bins = NodeBinaries::find()?;
             let run_id = new_run_id();
             let run_dir = create_run_dir(&runs_dir, &run_id)?;
-            let node = Node::up(&run_id, &run_dir, &bins)
-                .await
-                .map_err(|e| Fatal::environment(format!("cannot bring the node up: {e}")))?;
-            std::fs::write(
-                runs_dir.join("current-node"),
-                run_dir.to_string_lossy().as_bytes(),
-            )
-            .map_err(|e| Fatal::environment(e.to_string()))?;
+            let node =
+                Node::up(&run_id, &run_dir, &bins).await.map_err(|e| Fatal::environment(format!("cannot bring the node up: {e}")))?;
+            std::fs::write(runs_dir.join("current-node"), run_dir.to_string_lossy().as_bytes())
+                .map_err(|e| Fatal::environment(e.to_string()))?;
             let mem = node.memory();
             let text = [
-                format!("node {} Ready in {:.1}s (Kubernetes {}) in {}", node.layout.node_name, node.ready_ms as f64 / 1000.0, bins.version, run_dir.display()),
+                format!(
+                    "node {} Ready in {:.1}s (Kubernetes {}) in {}",
+                    node.layout.node_name,
+                    node.ready_ms as f64 / 1000.0,
+                    bins.version,
+                    run_dir.display()
+                ),
                 format!("kubeconfig  {}", node.kubeconfig.display()),
                 format!("apiserver   {}", node.layout.server()),
                 format!("pod network {}/24 on bridge {}", node.layout.net.subnet(), node.layout.bridge),
-                format!("policies    NetworkPolicy enforced by the node's engine (shakedown node policy-agent; log {})", node.layout.logs().join("policy-agent.log").display()),
-                format!("memory      {} ({})", mib(mem.values().sum()), mem.iter().map(|(k, v)| format!("{k} {}", mib(*v))).collect::<Vec<_>>().join(", ")),
-                format!("images      {}, {}, {} (imagePullPolicy: Never)", shakedown::node::config::PAUSE_IMAGE, shakedown::node::config::BUSYBOX_IMAGE, shakedown::node::config::ETCD_IMAGE),
+                format!(
+                    "policies    NetworkPolicy enforced by the node's engine (shakedown node policy-agent; log {})",
+                    node.layout.logs().join("policy-agent.log").display()
+                ),
+                format!(
+                    "memory      {} ({})",
+                    mib(mem.values().sum()),
+                    mem.iter().map(|(k, v)| format!("{k} {}", mib(*v))).collect::<Vec<_>>().join(", ")
+                ),
+                format!(
+                    "images      {}, {}, {} (imagePullPolicy: Never)",
+                    shakedown::node::config::PAUSE_IMAGE,
+                    shakedown::node::config::BUSYBOX_IMAGE,
+                    shakedown::node::config::ETCD_IMAGE
+                ),
                 format!("try: kubectl --kubeconfig {} get nodes", node.kubeconfig.display()),
             ];
             // Left running before anything is printed: a closed stdout must not take it down.
@@ -73,41 +80,20 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
         }
         NodeAction::Status { runs_dir } => {
             let layout = current_layout(&runs_dir)?;
-            let client = shakedown::node::admin_client(&layout.admin_kubeconfig())
-                .await
-                .map_err(Fatal::environment)?;
+            let client = shakedown::node::admin_client(&layout.admin_kubeconfig()).await.map_err(Fatal::environment)?;
             let nodes: Api<KNode> = Api::all(client.clone());
-            let ready = match tokio::time::timeout(
-                std::time::Duration::from_secs(10),
-                nodes.get(&layout.node_name),
-            )
-            .await
-            {
+            let ready = match tokio::time::timeout(std::time::Duration::from_secs(10), nodes.get(&layout.node_name)).await {
                 Ok(Ok(n)) => n
                     .status
                     .and_then(|s| s.conditions)
                     .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
                     .map(|c| c.status == "True")
                     .unwrap_or(false),
-                Ok(Err(e)) => {
-                    return Err(Fatal::environment(format!(
-                        "the node's apiserver {}: {e}",
-                        layout.server()
-                    )))
-                }
-                Err(_) => {
-                    return Err(Fatal::environment(format!(
-                        "the node's apiserver {} did not answer within 10s",
-                        layout.server()
-                    )))
-                }
+                Ok(Err(e)) => return Err(Fatal::environment(format!("the node's apiserver {}: {e}", layout.server()))),
+                Err(_) => return Err(Fatal::environment(format!("the node's apiserver {} did not answer within 10s", layout.server()))),
             };
             let pods: Api<Pod> = Api::all(client);
-            let pods = pods
-                .list(&Default::default())
-                .await
-                .map(|l| l.items.len())
-                .unwrap_or(0);
+            let pods = pods.list(&Default::default()).await.map(|l| l.items.len()).unwrap_or(0);
             let mem = cleanup::memory(&layout);
             println!(
                 "node {} {} · {pods} pods · memory {} · guard dropped {} packets",
@@ -130,17 +116,10 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
             let left = cleanup::sweep(&layout);
             let _ = std::fs::remove_file(runs_dir.join("current-node"));
             if left.is_empty() {
-                println!(
-                    "node {} down in {:.1}s: nothing left behind",
-                    layout.node_name,
-                    t0.elapsed().as_secs_f64()
-                );
+                println!("node {} down in {:.1}s: nothing left behind", layout.node_name, t0.elapsed().as_secs_f64());
                 Ok(Exit::Pass)
             } else {
-                Err(Fatal::environment(format!(
-                    "node {} down, but left behind: {left}",
-                    layout.node_name
-                )))
+                Err(Fatal::environment(format!("node {} down, but left behind: {left}", layout.node_name)))
             }
         }
     }

@@ -59,7 +59,14 @@ pub async fn replay(file: &Path, args: &ReplayArgs, x: &Exec<'_>) -> Result<Exit
 /// so what changed in it while the replays ran (another measurement, a shrink) is kept.
 fn write_rate(file: &Path, t: &Tally, original: bool) -> Result<(), Fatal> {
     let mut record = SeedRecord::load(file)?;
-    let entry = Reproduction { runs: t.runs, reproduced: t.reproduced, matched: t.matching, plan: record.which_plan(original), versions: t.versions.clone(), at: now_rfc3339() };
+    let entry = Reproduction {
+        runs: t.runs,
+        reproduced: t.reproduced,
+        matched: t.matching,
+        plan: record.which_plan(original),
+        versions: t.versions.clone(),
+        at: now_rfc3339(),
+    };
     record.reproduction.push(entry);
     // A rate counted at any step means something only when the corpus counts the same way.
     let noted_match = t.matching == Match::Invariant && record.matching.is_none();
@@ -85,7 +92,14 @@ fn write_rate(file: &Path, t: &Tally, original: bool) -> Result<(), Fatal> {
 }
 
 /// Replays `record` up to `runs.max` times. The tally is `None` when interrupted.
-async fn replay_record(file: &Path, record: &SeedRecord, runs: &Runs, original: bool, matching: Match, x: &Exec<'_>) -> Result<(Exit, Option<Tally>), Fatal> {
+async fn replay_record(
+    file: &Path,
+    record: &SeedRecord,
+    runs: &Runs,
+    original: bool,
+    matching: Match,
+    x: &Exec<'_>,
+) -> Result<(Exit, Option<Tally>), Fatal> {
     let spec = TargetSpec::from_options(record.target.kind(), &x.opts.target, Some(&record.target))?;
     let (plan, expected) = record.to_replay(original);
     let which = match (&record.shrunk, original) {
@@ -175,7 +189,13 @@ pub async fn replay_corpus(dir: &Path, args: &ReplayArgs, x: &Exec<'_>) -> Resul
             mismatched.push(path.display().to_string());
         }
     }
-    println!("corpus {}: {} records, {} as expected, {} mismatched", dir.display(), records.len(), records.len() - mismatched.len(), mismatched.len());
+    println!(
+        "corpus {}: {} records, {} as expected, {} mismatched",
+        dir.display(),
+        records.len(),
+        records.len() - mismatched.len(),
+        mismatched.len()
+    );
     for m in &mismatched {
         println!("mismatch: {m}");
     }

@@ -174,7 +174,8 @@ pub fn create_run_dir(runs_dir: &Path, run_id: &str) -> Result<PathBuf, Fatal> {
     let dir = runs_dir.join(run_id);
     std::fs::create_dir_all(&dir).map_err(|e| Fatal::environment(format!("cannot create run directory {}: {e}", dir.display())))?;
     let dir = dir.canonicalize().map_err(|e| Fatal::environment(format!("cannot resolve {}: {e}", dir.display())))?;
-    let owner = json!({"run_id": run_id, "pid": std::process::id(), "started": now_rfc3339(), "shakedown_version": env!("CARGO_PKG_VERSION")});
+    let owner =
+        json!({"run_id": run_id, "pid": std::process::id(), "started": now_rfc3339(), "shakedown_version": env!("CARGO_PKG_VERSION")});
     std::fs::write(dir.join("run.json"), owner.to_string()).map_err(|e| Fatal::environment(format!("cannot write run.json: {e}")))?;
     Ok(dir)
 }
@@ -197,9 +198,24 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
         .map_err(|e| Fatal::environment(format!("cannot write the plan into {}: {e}", run_dir.display())))?;
     let started = now_rfc3339();
     let t0 = std::time::Instant::now();
-    x.say(&format!("seed {} · profile {} · {} ops · run {run_id} · {}\nweights {}\nrun directory {}", plan.seed, profile.name, plan.ops.len(), spec.describe(), weights_text(plan), run_dir.display()));
+    x.say(&format!(
+        "seed {} · profile {} · {} ops · run {run_id} · {}\nweights {}\nrun directory {}",
+        plan.seed,
+        profile.name,
+        plan.ops.len(),
+        spec.describe(),
+        weights_text(plan),
+        run_dir.display()
+    ));
     let mut events = EventLog::create(&run_dir.join("events.jsonl"));
-    events.emit(Event::RunStart { run_id: run_id.clone(), seed: plan.seed, profile: profile.name.clone(), weights: plan.weights.clone(), ops: plan.ops.len(), target: spec.clone() });
+    events.emit(Event::RunStart {
+        run_id: run_id.clone(),
+        seed: plan.seed,
+        profile: profile.name.clone(),
+        weights: plan.weights.clone(),
+        ops: plan.ops.len(),
+        target: spec.clone(),
+    });
     let model = profile.initial_model();
     let mut result = RunResult {
         outcome: Err(Interrupted),

@@ -4,10 +4,10 @@
 use std::path::Path;
 use std::time::Duration;
 
+use shakedown::engine::Outcome;
 use shakedown::exit::{Exit, Fatal};
 use shakedown::faults::{Op, Plan, Shrinker};
 use shakedown::record::{now_rfc3339, Failure, FailureKind, Match, SeedRecord, Shrunk};
-use shakedown::engine::Outcome;
 use shakedown::targets::TargetSpec;
 use tokio::time::Instant;
 
@@ -58,7 +58,6 @@ impl Confirm {
         self.hits < needs && self.runs < confirm && self.hits + (confirm - self.runs) >= needs
     }
 }
-
 
 /// What a budget must at least allow when the record does not say how long its run took:
 /// bring-up, one check, teardown.
@@ -156,18 +155,18 @@ pub async fn shrink(file: &Path, limits: Limits, opts: &RunOpts, json_logs: bool
             }
         }
         let fails = tally.hits >= limits.needs;
-        let of_runs = if limits.confirm > 1 { format!(" ({} of {} runs reproduced, needs {})", tally.hits, tally.runs, limits.needs) } else { String::new() };
+        let of_runs = if limits.confirm > 1 {
+            format!(" ({} of {} runs reproduced, needs {})", tally.hits, tally.runs, limits.needs)
+        } else {
+            String::new()
+        };
         let verdict = match &reproduced {
             Some(f) if fails => format!("reproduced at step {}{of_runs}", f.step),
             Some(_) => format!("{}; not enough{of_runs}", notes.join("; ")),
             None => notes.join("; "),
         };
         let reproduced = reproduced.filter(|_| fails);
-        println!(
-            "run {runs:>3} · {:>6.1}s · {:>3} ops → {verdict}",
-            t0.elapsed().as_secs_f64(),
-            candidate.len(),
-        );
+        println!("run {runs:>3} · {:>6.1}s · {:>3} ops → {verdict}", t0.elapsed().as_secs_f64(), candidate.len(),);
         shrinker.report(&candidate, reproduced.as_ref().map(|f| f.step));
         if let Some(f) = reproduced {
             reproductions += 1;
@@ -183,12 +182,7 @@ pub async fn shrink(file: &Path, limits: Limits, opts: &RunOpts, json_logs: bool
         Stop::Budget => format!("stopped: the --budget of {} is spent", humantime::format_duration(limits.budget)),
         Stop::Interrupted => "interrupted".to_string(),
     };
-    println!(
-        "shrunk {} → {} ops in {runs} runs ({:.0}s); {why}",
-        record.plan.ops.len(),
-        best.len(),
-        t0.elapsed().as_secs_f64()
-    );
+    println!("shrunk {} → {} ops in {runs} runs ({:.0}s); {why}", record.plan.ops.len(), best.len(), t0.elapsed().as_secs_f64());
     if reproductions == 0 && runs > 0 {
         println!(
             "no candidate reproduced the failure; if it does not reproduce every time, try --confirm 3 (see `shakedown replay {} --times 5`){}",
@@ -199,7 +193,16 @@ pub async fn shrink(file: &Path, limits: Limits, opts: &RunOpts, json_logs: bool
     // Worth writing: a shorter plan, or the proof that the plan is 1-minimal.
     if best.len() < start.ops.len() || complete {
         let previous_runs = record.shrunk.as_ref().map_or(0, |s| s.runs);
-        record.shrunk = Some(Shrunk { runs: previous_runs + runs, complete, at: now_rfc3339(), failure: best_failure, ops: best.clone(), confirm: Some(limits.confirm), needs: Some(limits.needs), matched: Some(limits.matching) });
+        record.shrunk = Some(Shrunk {
+            runs: previous_runs + runs,
+            complete,
+            at: now_rfc3339(),
+            failure: best_failure,
+            ops: best.clone(),
+            confirm: Some(limits.confirm),
+            needs: Some(limits.needs),
+            matched: Some(limits.matching),
+        });
         // Atomic replace: an interrupted write leaves the original record as it was.
         record.rewrite(file).map_err(|e| Fatal::environment(format!("cannot rewrite {}: {e}", file.display())))?;
         println!("written into {} (the original plan stays; `--original` replays it)", file.display());
@@ -213,8 +216,8 @@ pub async fn shrink(file: &Path, limits: Limits, opts: &RunOpts, json_logs: bool
 
 #[cfg(test)]
 mod tests {
-    use shakedown::invariants::InvariantId;
     use shakedown::faults::MemberId;
+    use shakedown::invariants::InvariantId;
 
     use super::*;
 
@@ -248,7 +251,15 @@ mod tests {
     #[test]
     fn the_same_way_by_invariant_or_by_step() {
         let recorded = vec![Op::Crash { member: MemberId(0) }, Op::Backup, Op::Restart { member: MemberId(0) }];
-        let at = |step: usize| Failure { kind: FailureKind::Violation, step, op: String::new(), invariant: Some(InvariantId::Durability), also: vec![], message: String::new(), at: String::new() };
+        let at = |step: usize| Failure {
+            kind: FailureKind::Violation,
+            step,
+            op: String::new(),
+            invariant: Some(InvariantId::Durability),
+            also: vec![],
+            message: String::new(),
+            at: String::new(),
+        };
         let target = at(3);
         // The candidate without the backup: the restart is its step 2.
         let candidate = vec![recorded[0].clone(), recorded[2].clone()];

@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
+use shakedown::engine::Outcome;
 use shakedown::exit::{Exit, Fatal};
 use shakedown::faults::{generate, OpKind, Profile};
 use shakedown::record::FailureKind;
 use shakedown::report::{self, html::SoakSummary, Case};
-use shakedown::engine::Outcome;
 use shakedown::targets::TargetSpec;
 use tokio::time::Instant;
 
@@ -103,8 +103,19 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
         Some(b) => b.println(line),
         None => progress_line(json_logs, line),
     };
-    let x = Exec { opts, json_logs, interrupt: &stop, runs_dir: &dir, record: true, verbose: false, bar: bar.clone(), skip_liveness: false, replaying: None };
-    let mut log = std::fs::File::create(dir.join("soak.jsonl")).map_err(|e| Fatal::environment(format!("cannot write {}/soak.jsonl: {e}", dir.display())))?;
+    let x = Exec {
+        opts,
+        json_logs,
+        interrupt: &stop,
+        runs_dir: &dir,
+        record: true,
+        verbose: false,
+        bar: bar.clone(),
+        skip_liveness: false,
+        replaying: None,
+    };
+    let mut log = std::fs::File::create(dir.join("soak.jsonl"))
+        .map_err(|e| Fatal::environment(format!("cannot write {}/soak.jsonl: {e}", dir.display())))?;
     let mut tally = Tally::default();
     let mut cases: Vec<Case> = Vec::new();
     tally.rss_kib.push((0.0, rss_kib()));
@@ -217,7 +228,14 @@ fn summary_rows(args: &SoakArgs, t: &Tally, why: &str, elapsed: Duration, dir: &
                 n => {
                     let p = args.partition;
                     let step = if p.is_whole() { String::new() } else { format!(" every {} (partition {p})", p.of) };
-                    format!("{n}: {} … {}{step} ({} passed, {} failed, {} cut short)", p.seed(args.first_seed, 0), p.seed(args.first_seed, n - 1), t.passed, t.failed, t.cut)
+                    format!(
+                        "{n}: {} … {}{step} ({} passed, {} failed, {} cut short)",
+                        p.seed(args.first_seed, 0),
+                        p.seed(args.first_seed, n - 1),
+                        t.passed,
+                        t.failed,
+                        t.cut
+                    )
                 }
             },
         ),
@@ -236,7 +254,17 @@ fn summary_rows(args: &SoakArgs, t: &Tally, why: &str, elapsed: Duration, dir: &
     let max = t.rss_kib.iter().map(|r| r.1).max().unwrap_or(0);
     let mib = |k: u64| k as f64 / 1024.0;
     let (a0, a1) = (t.anon_kib.first().copied().unwrap_or(0), t.anon_kib.last().copied().unwrap_or(0));
-    rows.push(("memory (RSS)".into(), format!("{:.1} MiB at start → {:.1} MiB at end (max {:.1} MiB); heap and stacks {:.1} → {:.1} MiB", mib(first), mib(last), mib(max), mib(a0), mib(a1))));
+    rows.push((
+        "memory (RSS)".into(),
+        format!(
+            "{:.1} MiB at start → {:.1} MiB at end (max {:.1} MiB); heap and stacks {:.1} → {:.1} MiB",
+            mib(first),
+            mib(last),
+            mib(max),
+            mib(a0),
+            mib(a1)
+        ),
+    ));
     rows
 }
 

@@ -11,7 +11,8 @@ use super::TestbedAction;
 
 fn current_testbed(runs_dir: &Path) -> Result<PathBuf, Fatal> {
     let ptr = runs_dir.join("current-testbed");
-    let dir = std::fs::read_to_string(&ptr).map_err(|_| Fatal::usage(format!("no testbed is up (no {}): start one with `shakedown testbed up`", ptr.display())))?;
+    let dir = std::fs::read_to_string(&ptr)
+        .map_err(|_| Fatal::usage(format!("no testbed is up (no {}): start one with `shakedown testbed up`", ptr.display())))?;
     Ok(PathBuf::from(dir.trim()))
 }
 
@@ -29,12 +30,22 @@ pub async fn testbed(action: TestbedAction) -> Result<Exit, Fatal> {
             let run_id = new_run_id();
             let run_dir = create_run_dir(&opts.runs_dir, &run_id)?;
             let cfg = TestbedConfig::new(&run_id, &run_dir, binaries, disks, opts.target.local.testbed_bug);
-            let tb = Testbed::up(cfg, &profile.initial_model(), BRING_UP_BOUND).await.map_err(|e| Fatal::environment(format!("cannot bring the local stack up: {e}")))?;
-            std::fs::write(opts.runs_dir.join("current-testbed"), run_dir.to_string_lossy().as_bytes()).map_err(|e| Fatal::environment(e.to_string()))?;
+            let tb = Testbed::up(cfg, &profile.initial_model(), BRING_UP_BOUND)
+                .await
+                .map_err(|e| Fatal::environment(format!("cannot bring the local stack up: {e}")))?;
+            std::fs::write(opts.runs_dir.join("current-testbed"), run_dir.to_string_lossy().as_bytes())
+                .map_err(|e| Fatal::environment(e.to_string()))?;
             println!("testbed {run_id} up in {}", run_dir.display());
             println!("endpoint  {}", tb.endpoint_url());
             for m in tb.members.values() {
-                println!("{:<9} {} (site {}, etcd {}, data {})", m.name(), m.client_url(), m.site.0, m.version, m.disk.data_dir().display());
+                println!(
+                    "{:<9} {} (site {}, etcd {}, data {})",
+                    m.name(),
+                    m.client_url(),
+                    m.site.0,
+                    m.version,
+                    m.disk.data_dir().display()
+                );
             }
             println!("try: ETCDCTL_API=3 etcdctl --endpoints {} endpoint status", tb.endpoint_url());
             tb.detach();
@@ -46,12 +57,18 @@ pub async fn testbed(action: TestbedAction) -> Result<Exit, Fatal> {
             let _ = std::fs::remove_dir_all(dir.join("disks"));
             let _ = std::fs::remove_dir_all(dir.join("members"));
             let _ = std::fs::remove_file(runs_dir.join("current-testbed"));
-            println!("testbed down: {} processes, {} mounts, {} loop devices removed", swept.processes.len(), swept.mounts.len(), swept.loops.len());
+            println!(
+                "testbed down: {} processes, {} mounts, {} loop devices removed",
+                swept.processes.len(),
+                swept.mounts.len(),
+                swept.loops.len()
+            );
             Ok(Exit::Pass)
         }
         TestbedAction::Status { runs_dir } => {
             let dir = current_testbed(&runs_dir)?;
-            let cfg = std::fs::read_to_string(dir.join("haproxy.cfg")).map_err(|e| Fatal::usage(format!("testbed in {} has no haproxy.cfg: {e}", dir.display())))?;
+            let cfg = std::fs::read_to_string(dir.join("haproxy.cfg"))
+                .map_err(|e| Fatal::usage(format!("testbed in {} has no haproxy.cfg: {e}", dir.display())))?;
             let mut all_ok = true;
             for line in cfg.lines().map(str::trim) {
                 let parts: Vec<&str> = line.split_whitespace().collect();
@@ -62,7 +79,12 @@ pub async fn testbed(action: TestbedAction) -> Result<Exit, Fatal> {
                 };
                 let url = format!("http://{addr}");
                 match shakedown::targets::local::etcd::status(&url, shakedown::targets::local::REQUEST_BOUND * 2).await {
-                    Ok(s) => println!("{name:<9} {url:<28} ok   etcd {} leader {:x} revision {}", s.version(), s.leader(), s.header().map(|h| h.revision()).unwrap_or(0)),
+                    Ok(s) => println!(
+                        "{name:<9} {url:<28} ok   etcd {} leader {:x} revision {}",
+                        s.version(),
+                        s.leader(),
+                        s.header().map(|h| h.revision()).unwrap_or(0)
+                    ),
                     Err(e) => {
                         all_ok = false;
                         println!("{name:<9} {url:<28} DOWN {e}");
@@ -82,7 +104,12 @@ pub fn reap_runs(runs_dir: &Path) -> Result<(usize, usize), Fatal> {
     let n = reap_under(runs_dir, 2)?;
     let strays = shakedown::node::cleanup::reap_strays();
     for (l, left) in &strays {
-        println!("{}: node {} of a killed run removed{}", l.dir.display(), l.node_name, if left.is_empty() { String::new() } else { format!(" (left: {left})") });
+        println!(
+            "{}: node {} of a killed run removed{}",
+            l.dir.display(),
+            l.node_name,
+            if left.is_empty() { String::new() } else { format!(" (left: {left})") }
+        );
     }
     Ok((n, strays.len()))
 }
@@ -90,7 +117,8 @@ pub fn reap_runs(runs_dir: &Path) -> Result<(usize, usize), Fatal> {
 fn reap_under(runs_dir: &Path, depth: u32) -> Result<usize, Fatal> {
     let Ok(entries) = std::fs::read_dir(runs_dir) else { return Ok(0) };
     // The node `shakedown node up` left running on purpose: `node down` takes it down.
-    let current_node = std::fs::read_to_string(runs_dir.join("current-node")).ok().and_then(|d| PathBuf::from(d.trim()).canonicalize().ok());
+    let current_node =
+        std::fs::read_to_string(runs_dir.join("current-node")).ok().and_then(|d| PathBuf::from(d.trim()).canonicalize().ok());
     let mut n = 0;
     for e in entries.filter_map(|e| e.ok()) {
         let dir = e.path();
@@ -117,7 +145,12 @@ fn reap_under(runs_dir: &Path, depth: u32) -> Result<usize, Fatal> {
         if let Some(layout) = shakedown::node::layout::Layout::load(&dir.join("node")) {
             if layout.dir.join("kubelet").exists() || !shakedown::node::cleanup::leftovers(&layout).is_empty() {
                 let left = shakedown::node::cleanup::sweep(&layout);
-                println!("{}: node {} removed{}", dir.display(), layout.node_name, if left.is_empty() { String::new() } else { format!(" (left: {left})") });
+                println!(
+                    "{}: node {} removed{}",
+                    dir.display(),
+                    layout.node_name,
+                    if left.is_empty() { String::new() } else { format!(" (left: {left})") }
+                );
                 n += 1;
             }
         }
@@ -126,7 +159,13 @@ fn reap_under(runs_dir: &Path, depth: u32) -> Result<usize, Fatal> {
         let _ = std::fs::remove_dir_all(dir.join("disks"));
         let _ = std::fs::remove_dir_all(dir.join("members"));
         if !swept.is_empty() || had_disks {
-            println!("{}: {} processes, {} mounts, {} loop devices", dir.display(), swept.processes.len(), swept.mounts.len(), swept.loops.len());
+            println!(
+                "{}: {} processes, {} mounts, {} loop devices",
+                dir.display(),
+                swept.processes.len(),
+                swept.mounts.len(),
+                swept.loops.len()
+            );
             n += 1;
         }
     }

@@ -111,10 +111,7 @@ fn cgroup_dirs(l: &Layout) -> Vec<PathBuf> {
 /// Every process of the node: by the node directory on its command line (the components, the
 /// holder, containerd's shims) and by the node's cgroup (the pods' processes).
 pub fn processes(l: &Layout) -> Vec<(i32, String)> {
-    let mut pids: BTreeSet<i32> = crate::targets::local::reap::processes_of(&l.dir)
-        .into_iter()
-        .map(|(p, _)| p)
-        .collect();
+    let mut pids: BTreeSet<i32> = crate::targets::local::reap::processes_of(&l.dir).into_iter().map(|(p, _)| p).collect();
     for d in cgroup_dirs(l) {
         if let Ok(procs) = std::fs::read_to_string(d.join("cgroup.procs")) {
             pids.extend(procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()));
@@ -124,13 +121,7 @@ pub fn processes(l: &Layout) -> Vec<(i32, String)> {
         .filter(|p| *p != std::process::id() as i32)
         .filter_map(|pid| {
             let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            Some((
-                pid,
-                String::from_utf8_lossy(&raw)
-                    .replace('\0', " ")
-                    .trim()
-                    .to_string(),
-            ))
+            Some((pid, String::from_utf8_lossy(&raw).replace('\0', " ").trim().to_string()))
         })
         .collect()
 }
@@ -144,11 +135,7 @@ fn kill_all(procs: &[(i32, String)]) {
 
 /// The links attached to the node's bridge (the pods' host-side veths).
 fn bridge_ports(bridge: &str) -> Vec<String> {
-    let Ok(out) = run_bounded(
-        "ip",
-        &["-o", "link", "show", "master", bridge],
-        COMMAND_BOUND,
-    ) else {
+    let Ok(out) = run_bounded("ip", &["-o", "link", "show", "master", bridge], COMMAND_BOUND) else {
         return vec![];
     };
     String::from_utf8_lossy(&out.stdout)
@@ -218,7 +205,8 @@ pub fn reap_strays() -> Vec<(Layout, Leftovers)> {
         // Only what a node itself holds counts: sysctls that differ from a node's record, or a
         // host directory, say as much about the machine since as about this node.
         let left = leftovers(&l);
-        let holds = !left.processes.is_empty() || !left.cgroups.is_empty() || !left.links.is_empty() || left.nft_table || !left.mounts.is_empty();
+        let holds =
+            !left.processes.is_empty() || !left.cgroups.is_empty() || !left.links.is_empty() || left.nft_table || !left.mounts.is_empty();
         if l.dir.join(DETACHED).exists() || !holds {
             continue;
         }
@@ -236,12 +224,7 @@ pub fn sweep(l: &Layout) -> Leftovers {
     let deadline = Instant::now() + TEARDOWN_BOUND;
     // kubelet first (it would restart what the next kill ends), then everything else, repeated
     // until nothing is left: a shim may start a process between two reads.
-    kill_all(
-        &processes(l)
-            .into_iter()
-            .filter(|(_, c)| c.contains("kubelet"))
-            .collect::<Vec<_>>(),
-    );
+    kill_all(&processes(l).into_iter().filter(|(_, c)| c.contains("kubelet")).collect::<Vec<_>>());
     loop {
         let procs = processes(l);
         if procs.is_empty() || Instant::now() > deadline {
@@ -279,15 +262,8 @@ pub fn sweep(l: &Layout) -> Leftovers {
         }
         std::thread::sleep(POLL);
     }
-    let _ = run_bounded(
-        "nft",
-        &["delete", "table", "inet", &l.nft_table],
-        COMMAND_BOUND,
-    );
-    let record: HostRecord = std::fs::read_to_string(l.host_record())
-        .ok()
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or_default();
+    let _ = run_bounded("nft", &["delete", "table", "inet", &l.nft_table], COMMAND_BOUND);
+    let record: HostRecord = std::fs::read_to_string(l.host_record()).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
     for (k, v) in &record.sysctls {
         let _ = std::fs::write(Path::new("/proc/sys").join(k), v);
     }
@@ -307,10 +283,7 @@ pub fn sweep(l: &Layout) -> Leftovers {
 
 /// What of the node is on the machine now.
 pub fn leftovers(l: &Layout) -> Leftovers {
-    let record: HostRecord = std::fs::read_to_string(l.host_record())
-        .ok()
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or_default();
+    let record: HostRecord = std::fs::read_to_string(l.host_record()).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
     let marker = l.dir.to_string_lossy().to_string();
     let mounts = std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap_or_default()
@@ -318,41 +291,21 @@ pub fn leftovers(l: &Layout) -> Leftovers {
         .filter(|m| m.contains(&marker))
         .map(str::to_string)
         .collect();
-    let links = std::iter::once(l.bridge.clone())
-        .filter(|b| link_exists(b))
-        .collect();
+    let links = std::iter::once(l.bridge.clone()).filter(|b| link_exists(b)).collect();
     let sysctls = record
         .sysctls
         .iter()
         .filter_map(|(k, v)| {
-            let now = std::fs::read_to_string(Path::new("/proc/sys").join(k))
-                .ok()?
-                .trim()
-                .to_string();
+            let now = std::fs::read_to_string(Path::new("/proc/sys").join(k)).ok()?.trim().to_string();
             (&now != v).then(|| format!("{k}={now} (was {v})"))
         })
         .collect();
-    let host_dirs = if other_nodes_up(l) {
-        vec![]
-    } else {
-        record
-            .created
-            .iter()
-            .filter(|p| p.exists())
-            .cloned()
-            .collect()
-    };
+    let host_dirs = if other_nodes_up(l) { vec![] } else { record.created.iter().filter(|p| p.exists()).cloned().collect() };
     Leftovers {
         processes: processes(l),
         cgroups: cgroup_dirs(l),
         links,
-        nft_table: run_bounded(
-            "nft",
-            &["list", "table", "inet", &l.nft_table],
-            COMMAND_BOUND,
-        )
-        .map(|o| o.status.success())
-        .unwrap_or(false),
+        nft_table: run_bounded("nft", &["list", "table", "inet", &l.nft_table], COMMAND_BOUND).map(|o| o.status.success()).unwrap_or(false),
         mounts,
         sysctls,
         host_dirs,
@@ -372,11 +325,7 @@ pub async fn guard(l: &Layout) -> Result<(), String> {
     std::fs::write(&file, &rules).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
     let out = run("nft", &["-f", &file.display().to_string()], COMMAND_BOUND).await?;
     if !out.status.success() {
-        return Err(format!(
-            "nft -f {}: {}",
-            file.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        return Err(format!("nft -f {}: {}", file.display(), String::from_utf8_lossy(&out.stderr).trim()));
     }
     Ok(())
 }
@@ -401,10 +350,7 @@ pub fn guard_drops(l: &Layout) -> u64 {
 /// `pods`).
 pub fn memory(l: &Layout) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    let by_cmdline: BTreeSet<i32> = crate::targets::local::reap::processes_of(&l.dir)
-        .into_iter()
-        .map(|(p, _)| p)
-        .collect();
+    let by_cmdline: BTreeSet<i32> = crate::targets::local::reap::processes_of(&l.dir).into_iter().map(|(p, _)| p).collect();
     for (pid, cmd) in processes(l) {
         let rss = std::fs::read_to_string(format!("/proc/{pid}/statm"))
             .ok()
@@ -413,10 +359,7 @@ pub fn memory(l: &Layout) -> BTreeMap<String, u64> {
             * 4096;
         let name = if by_cmdline.contains(&pid) {
             let bin = cmd.split_whitespace().next().unwrap_or("?");
-            Path::new(bin)
-                .file_name()
-                .map(|n| n.to_string_lossy().to_string())
-                .unwrap_or_else(|| bin.to_string())
+            Path::new(bin).file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| bin.to_string())
         } else {
             "pods".to_string()
         };

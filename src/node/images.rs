@@ -22,19 +22,10 @@ struct Image {
 
 fn images(b: &NodeBinaries) -> Result<Vec<Image>, String> {
     let applets = busybox_applets(&b.busybox)?;
-    let links: Vec<(String, String)> = applets
-        .iter()
-        .filter(|a| a.as_str() != "bin/busybox")
-        .map(|a| (a.clone(), "/bin/busybox".to_string()))
-        .collect();
+    let links: Vec<(String, String)> =
+        applets.iter().filter(|a| a.as_str() != "bin/busybox").map(|a| (a.clone(), "/bin/busybox".to_string())).collect();
     Ok(vec![
-        Image {
-            tag: PAUSE_IMAGE,
-            files: vec![(b.pause.clone(), "pause")],
-            links: vec![],
-            entrypoint: vec!["/pause"],
-            cmd: vec![],
-        },
+        Image { tag: PAUSE_IMAGE, files: vec![(b.pause.clone(), "pause")], links: vec![], entrypoint: vec!["/pause"], cmd: vec![] },
         Image {
             tag: BUSYBOX_IMAGE,
             files: vec![(b.busybox.clone(), "bin/busybox")],
@@ -58,52 +49,27 @@ fn images(b: &NodeBinaries) -> Result<Vec<Image>, String> {
 
 /// The applets of busybox (`bin/sh`, `usr/bin/wget`, …), from `busybox --list-full`.
 fn busybox_applets(busybox: &Path) -> Result<Vec<String>, String> {
-    let out =
-        crate::command::run_bounded(&busybox.to_string_lossy(), &["--list-full"], COMMAND_BOUND)?;
+    let out = crate::command::run_bounded(&busybox.to_string_lossy(), &["--list-full"], COMMAND_BOUND)?;
     if !out.status.success() {
-        return Err(format!(
-            "{} --list-full failed: is it busybox-static?",
-            busybox.display()
-        ));
+        return Err(format!("{} --list-full failed: is it busybox-static?", busybox.display()));
     }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect())
+    Ok(String::from_utf8_lossy(&out.stdout).lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
 }
 
 /// Builds every image under `dir` and imports it into the containerd at `socket`.
-pub async fn build_and_import(
-    b: &NodeBinaries,
-    dir: &Path,
-    socket: &Path,
-) -> Result<Vec<String>, String> {
+pub async fn build_and_import(b: &NodeBinaries, dir: &Path, socket: &Path) -> Result<Vec<String>, String> {
     let mut tags = vec![];
     for image in images(b)? {
         let tarball = build(&image, dir).await?;
         let sock = socket.display().to_string();
         let out = run(
             &b.ctr.to_string_lossy(),
-            &[
-                "--address",
-                &sock,
-                "--namespace",
-                "k8s.io",
-                "images",
-                "import",
-                &tarball.display().to_string(),
-            ],
+            &["--address", &sock, "--namespace", "k8s.io", "images", "import", &tarball.display().to_string()],
             COMMAND_BOUND,
         )
         .await?;
         if !out.status.success() {
-            return Err(format!(
-                "ctr images import {}: {}",
-                image.tag,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(format!("ctr images import {}: {}", image.tag, String::from_utf8_lossy(&out.stderr).trim()));
         }
         tags.push(image.tag.to_string());
     }
@@ -111,17 +77,11 @@ pub async fn build_and_import(
 }
 
 async fn build(image: &Image, dir: &Path) -> Result<PathBuf, String> {
-    let name = image
-        .tag
-        .rsplit('/')
-        .next()
-        .unwrap_or(image.tag)
-        .replace(':', "-");
+    let name = image.tag.rsplit('/').next().unwrap_or(image.tag).replace(':', "-");
     let work = dir.join(&name);
     let rootfs = work.join("rootfs");
     let _ = std::fs::remove_dir_all(&work);
-    let io =
-        |e: std::io::Error, what: &Path| format!("image {}: {}: {e}", image.tag, what.display());
+    let io = |e: std::io::Error, what: &Path| format!("image {}: {}: {e}", image.tag, what.display());
     std::fs::create_dir_all(&rootfs).map_err(|e| io(e, &rootfs))?;
     for (src, dest) in &image.files {
         let to = rootfs.join(dest);
@@ -142,17 +102,8 @@ async fn build(image: &Image, dir: &Path) -> Result<PathBuf, String> {
     }
     std::fs::create_dir_all(rootfs.join("tmp")).map_err(|e| io(e, &rootfs))?;
     let layer = work.join("layer.tar");
-    tar(&[
-        "--numeric-owner",
-        "--owner=0",
-        "--group=0",
-        "-C",
-        &rootfs.display().to_string(),
-        "-cf",
-        &layer.display().to_string(),
-        ".",
-    ])
-    .await?;
+    tar(&["--numeric-owner", "--owner=0", "--group=0", "-C", &rootfs.display().to_string(), "-cf", &layer.display().to_string(), "."])
+        .await?;
     let digest = {
         let bytes = std::fs::read(&layer).map_err(|e| io(e, &layer))?;
         format!("sha256:{:x}", Sha256::digest(&bytes))
@@ -167,16 +118,7 @@ async fn build(image: &Image, dir: &Path) -> Result<PathBuf, String> {
     let manifest = serde_json::json!([{"Config": "config.json", "RepoTags": [image.tag], "Layers": ["layer.tar"]}]);
     std::fs::write(work.join("manifest.json"), manifest.to_string()).map_err(|e| io(e, &work))?;
     let tarball = work.join("image.tar");
-    tar(&[
-        "-C",
-        &work.display().to_string(),
-        "-cf",
-        &tarball.display().to_string(),
-        "layer.tar",
-        "config.json",
-        "manifest.json",
-    ])
-    .await?;
+    tar(&["-C", &work.display().to_string(), "-cf", &tarball.display().to_string(), "layer.tar", "config.json", "manifest.json"]).await?;
     let _ = std::fs::remove_dir_all(&rootfs);
     let _ = std::fs::remove_file(&layer);
     Ok(tarball)
@@ -187,10 +129,6 @@ async fn tar(args: &[&str]) -> Result<(), String> {
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "tar {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        Err(format!("tar {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
     }
 }

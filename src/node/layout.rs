@@ -10,21 +10,11 @@ use super::config::NodeNet;
 /// configuration says. Inside the node's mount namespace each is a bind mount of a directory of
 /// the node's own: the host's directories are never written. (A missing one is created as an
 /// empty mount point, and removed at teardown.)
-pub const HOST_PATHS: &[&str] = &[
-    "/run/containerd",
-    "/var/lib/cni",
-    "/var/log/pods",
-    "/var/log/containers",
-    "/var/lib/kubelet",
-    "/tmp/hostpath_pv",
-];
+pub const HOST_PATHS: &[&str] =
+    &["/run/containerd", "/var/lib/cni", "/var/log/pods", "/var/log/containers", "/var/lib/kubelet", "/tmp/hostpath_pv"];
 
 /// Host sysctls kubelet sets at start (`setupKernelTunables`): recorded before, restored after.
-pub const SYSCTLS: &[&str] = &[
-    "vm/overcommit_memory",
-    "kernel/panic",
-    "kernel/panic_on_oops",
-];
+pub const SYSCTLS: &[&str] = &["vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"];
 
 #[derive(Debug, Clone)]
 pub struct Layout {
@@ -61,9 +51,7 @@ impl Layout {
 
     /// The layout of an existing node directory (for `node down`, `reap`): from its `node.json`.
     pub fn load(node_dir: &Path) -> Option<Layout> {
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(node_dir.join("node.json")).ok()?)
-                .ok()?;
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(node_dir.join("node.json")).ok()?).ok()?;
         Layout::from_json(node_dir, &v)
     }
 
@@ -77,9 +65,7 @@ impl Layout {
             bridge: s("bridge")?,
             cgroup_root: s("cgroup_root")?,
             nft_table: s("nft_table")?,
-            net: NodeNet {
-                slot: v.get("slot")?.as_u64()? as u8,
-            },
+            net: NodeNet { slot: v.get("slot")?.as_u64()? as u8 },
             cni_bin: PathBuf::from(s("cni_bin")?),
         })
     }
@@ -119,9 +105,7 @@ impl Layout {
     }
     /// The directory bound over `host` inside the node's mount namespace.
     pub fn host_path_dir(&self, host: &str) -> PathBuf {
-        self.dir
-            .join("host")
-            .join(host.trim_start_matches('/').replace('/', "_"))
+        self.dir.join("host").join(host.trim_start_matches('/').replace('/', "_"))
     }
     /// The record of what bring-up changed on the host (sysctls, created mount points).
     pub fn host_record(&self) -> PathBuf {
@@ -129,18 +113,7 @@ impl Layout {
     }
     /// The directories a teardown deletes (the node's data; its logs and configuration stay).
     pub fn data_dirs(&self) -> Vec<PathBuf> {
-        [
-            "containerd",
-            "kubelet",
-            "etcd",
-            "host",
-            "cni/ipam",
-            "flex",
-            "images",
-        ]
-        .iter()
-        .map(|d| self.dir.join(d))
-        .collect()
+        ["containerd", "kubelet", "etcd", "host", "cni/ipam", "flex", "images"].iter().map(|d| self.dir.join(d)).collect()
     }
     pub fn server(&self) -> String {
         format!("https://{}:6443", self.net.node_ip())
@@ -154,17 +127,11 @@ impl Layout {
 /// later run whose pid began with the same digit): its first four characters and eight hex digits
 /// of an FNV-1a hash of the whole id.
 pub fn short_id(run_id: &str) -> String {
-    let alnum: String = run_id
-        .trim_start_matches("sd-")
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .collect();
+    let alnum: String = run_id.trim_start_matches("sd-").chars().filter(|c| c.is_ascii_alphanumeric()).collect();
     if alnum.len() <= 12 && !alnum.is_empty() {
         return alnum;
     }
-    let hash = run_id
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+    let hash = run_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
     format!("{}{:08x}", &alnum[..alnum.len().min(4)], (hash ^ (hash >> 32)) as u32)
 }
 

@@ -50,9 +50,7 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// Where the build script caches the Kubernetes binaries.
 pub fn kube_cache() -> PathBuf {
-    std::env::var_os("SHAKEDOWN_KUBE_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/shakedown/kube"))
+    std::env::var_os("SHAKEDOWN_KUBE_CACHE").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/cache/shakedown/kube"))
 }
 
 /// The binaries a node runs, found before anything is created.
@@ -79,18 +77,9 @@ pub struct NodeBinaries {
 
 fn on_path(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-        })
+        .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.is_file()))
         .unwrap_or(None)
-        .or_else(|| {
-            ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
-                .iter()
-                .map(|d| Path::new(d).join(name))
-                .find(|p| p.is_file())
-        })
+        .or_else(|| ["/usr/sbin", "/sbin", "/usr/bin", "/bin"].iter().map(|d| Path::new(d).join(name)).find(|p| p.is_file()))
 }
 
 impl NodeBinaries {
@@ -109,7 +98,11 @@ impl NodeBinaries {
             }
         };
         let pkg = |name: &str, package: &str| -> Result<PathBuf, Fatal> {
-            on_path(name).ok_or_else(|| Fatal::environment(format!("{name} not found: install it with 'apt-get install {package}' (./scripts/install-deps.sh does)")))
+            on_path(name).ok_or_else(|| {
+                Fatal::environment(format!(
+                    "{name} not found: install it with 'apt-get install {package}' (./scripts/install-deps.sh does)"
+                ))
+            })
         };
         for (tool, package) in [
             ("unshare", "util-linux"),
@@ -147,19 +140,10 @@ impl NodeBinaries {
             }
         }
         let kube_apiserver = built("kube-apiserver")?;
-        let version = run_bounded(
-            &kube_apiserver.to_string_lossy(),
-            &["--version"],
-            crate::command::VERSION_BOUND,
-        )
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .split_whitespace()
-                .find(|w| w.starts_with('v'))
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| "unknown".into());
+        let version = run_bounded(&kube_apiserver.to_string_lossy(), &["--version"], crate::command::VERSION_BOUND)
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().find(|w| w.starts_with('v')).map(str::to_string))
+            .unwrap_or_else(|| "unknown".into());
         Ok(NodeBinaries {
             etcd: bins.etcd[&V34].path.clone(),
             kube_apiserver,
@@ -201,14 +185,8 @@ fn shakedown_binary() -> Result<PathBuf, Fatal> {
 /// Whether an ELF64 executable has no program interpreter (PT_INTERP): a static binary, which
 /// runs in an image that holds nothing else.
 fn is_static_elf(b: &[u8]) -> bool {
-    let u16_at = |o: usize| {
-        b.get(o..o + 2)
-            .map(|s| u16::from_le_bytes([s[0], s[1]]) as usize)
-    };
-    let u64_at = |o: usize| {
-        b.get(o..o + 8)
-            .map(|s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])) as usize)
-    };
+    let u16_at = |o: usize| b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]) as usize);
+    let u64_at = |o: usize| b.get(o..o + 8).map(|s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])) as usize);
     if !b.starts_with(b"\x7fELF") || b.get(4) != Some(&2) {
         return false;
     }
@@ -281,29 +259,20 @@ impl Node {
             l.dir.join("etcd"),
             l.dir.join("images"),
         ] {
-            std::fs::create_dir_all(&d)
-                .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+            std::fs::create_dir_all(&d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
         }
         write(&l.dir.join("node.json"), &l.to_json().to_string())?;
         // What bring-up changes on the host, recorded before it changes it.
         let record = HostRecord::take()?;
-        write(
-            &l.host_record(),
-            &serde_json::to_string(&record).unwrap_or_default(),
-        )?;
+        write(&l.host_record(), &serde_json::to_string(&record).unwrap_or_default())?;
         cleanup::guard(&l).await?;
         let ip = l.net.node_ip();
         sh("ip", &["link", "add", &l.bridge, "type", "bridge"]).await?;
-        sh(
-            "ip",
-            &["addr", "add", &format!("{ip}/24"), "dev", &l.bridge],
-        )
-        .await?;
+        sh("ip", &["addr", "add", &format!("{ip}/24"), "dev", &l.bridge]).await?;
         sh("ip", &["link", "set", &l.bridge, "up"]).await?;
         for c in cleanup::hierarchies() {
             let dir = c.join(&l.cgroup_root);
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("cannot create the cgroup {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create the cgroup {}: {e}", dir.display()))?;
             if c.ends_with("cpuset") {
                 for f in ["cpuset.cpus", "cpuset.mems"] {
                     let v = std::fs::read_to_string(c.join(f)).unwrap_or_default();
@@ -314,40 +283,17 @@ impl Node {
         // The mount namespace: a holder process whose command line names the node directory;
         // every component runs inside its namespace (nsenter), its mounts vanish with it.
         let keep = l.dir.join("holder");
-        write(
-            &keep,
-            "the node's mount namespace lives as long as the process tailing this file\n",
-        )?;
-        let holder = spawn(
-            &l,
-            "holder",
-            Command::new("unshare")
-                .args(["-m", "--propagation", "shared", "--", "tail", "-f"])
-                .arg(&keep),
-            None,
-        )?;
+        write(&keep, "the node's mount namespace lives as long as the process tailing this file\n")?;
+        let holder =
+            spawn(&l, "holder", Command::new("unshare").args(["-m", "--propagation", "shared", "--", "tail", "-f"]).arg(&keep), None)?;
         // nsenter must find the holder in its own namespace: right after the spawn it may not
         // have called unshare(2) yet, and a bind mount made then would land in the host's.
         wait_own_namespace(holder).await?;
         for host in HOST_PATHS {
             let own = l.host_path_dir(host);
-            std::fs::create_dir_all(&own)
-                .map_err(|e| format!("cannot create {}: {e}", own.display()))?;
+            std::fs::create_dir_all(&own).map_err(|e| format!("cannot create {}: {e}", own.display()))?;
             let own = own.display().to_string();
-            sh(
-                "nsenter",
-                &[
-                    "-t",
-                    &holder.to_string(),
-                    "-m",
-                    "--",
-                    "mount",
-                    "--bind",
-                    &own,
-                    host,
-                ],
-            )
-            .await?;
+            sh("nsenter", &["-t", &holder.to_string(), "-m", "--", "mount", "--bind", &own, host]).await?;
         }
         // Pods' DNS: their own loopback, where nothing answers (an empty file would make
         // containerd copy the host's resolv.conf, whose server is off this machine).
@@ -380,21 +326,11 @@ impl Node {
             "",
         ]);
         spawn(&l, "etcd", &mut c, None)?;
-        wait_tcp(&format!("{ip}:2379"), CONTROL_PLANE_BOUND)
-            .await
-            .map_err(|e| format!("etcd: {e}"))?;
+        wait_tcp(&format!("{ip}:2379"), CONTROL_PLANE_BOUND).await.map_err(|e| format!("etcd: {e}"))?;
 
         let tokens = [
-            (
-                "kubelet",
-                format!("system:node:{}", l.node_name),
-                "system:nodes",
-            ),
-            (
-                "controller-manager",
-                "system:kube-controller-manager".to_string(),
-                "",
-            ),
+            ("kubelet", format!("system:node:{}", l.node_name), "system:nodes"),
+            ("controller-manager", "system:kube-controller-manager".to_string(), ""),
             ("scheduler", "system:kube-scheduler".to_string(), ""),
         ];
         let mut token_of = BTreeMap::new();
@@ -402,9 +338,7 @@ impl Node {
             let token = pki.add_token(user, group).map_err(|e| e.to_string())?;
             token_of.insert(*who, (user.clone(), token));
         }
-        let (cert, key) = pki
-            .serving_cert("apiserver", ip, ip)
-            .map_err(|e| e.to_string())?;
+        let (cert, key) = pki.serving_cert("apiserver", ip, ip).map_err(|e| e.to_string())?;
         let mut flags = pki.flags("apiserver", ip, &etcd_url, &cert, &key);
         for f in flags.iter_mut() {
             if f.starts_with("--authorization-mode=") {
@@ -422,10 +356,7 @@ impl Node {
         spawn(&l, "kube-apiserver", &mut c, None)?;
         let ca = pki.ca_file().display().to_string();
         let server = l.server();
-        write(
-            &l.admin_kubeconfig(),
-            &config::kubeconfig(&server, &ca, "shakedown-admin", &pki.token),
-        )?;
+        write(&l.admin_kubeconfig(), &config::kubeconfig(&server, &ca, "shakedown-admin", &pki.token))?;
         let mut kubeconfigs = BTreeMap::new();
         for (who, (user, token)) in &token_of {
             let path = l.dir.join(format!("{who}.kubeconfig"));
@@ -475,16 +406,10 @@ impl Node {
 
         // The node: containerd (its images imported), then kubelet.
         write(&l.dir.join("containerd.toml"), &config::containerd(&l))?;
-        write(
-            &l.cni_conf_dir().join("10-shakedown.conflist"),
-            &config::cni(&l),
-        )?;
+        write(&l.cni_conf_dir().join("10-shakedown.conflist"), &config::cni(&l))?;
         let mut c = Command::new("nsenter");
         ns(&mut c);
-        c.arg(&bins.containerd).args([
-            "--config",
-            &l.dir.join("containerd.toml").display().to_string(),
-        ]);
+        c.arg(&bins.containerd).args(["--config", &l.dir.join("containerd.toml").display().to_string()]);
         spawn(&l, "containerd", &mut c, None)?;
         wait_socket(&l.containerd_socket(), CONTROL_PLANE_BOUND).await?;
         images::build_and_import(bins, &l.dir.join("images"), &l.containerd_socket()).await?;
@@ -507,18 +432,8 @@ impl Node {
         ]);
         // kubelet 1.20's ECR credential provider asks the cloud metadata address at start
         // unless this is set (all traffic stays on this machine; the nftables guard backs it).
-        spawn(
-            &l,
-            "kubelet",
-            &mut c,
-            Some(("AWS_EC2_METADATA_DISABLED", "true")),
-        )?;
-        wait_ready(
-            &client,
-            &l.node_name,
-            NODE_READY_BOUND.saturating_sub(t0.elapsed()),
-        )
-        .await?;
+        spawn(&l, "kubelet", &mut c, Some(("AWS_EC2_METADATA_DISABLED", "true")))?;
+        wait_ready(&client, &l.node_name, NODE_READY_BOUND.saturating_sub(t0.elapsed())).await?;
         self.ready_ms = t0.elapsed().as_millis();
         storage_class(&client).await?;
         Ok(())
@@ -534,7 +449,10 @@ impl Node {
             // An `nft -f …/policy.nft` it had started finishes on its own: wait for it (and the
             // agent) to be gone before emptying the chains, or it could refill them.
             let deadline = Instant::now() + TEARDOWN_BOUND;
-            while crate::targets::local::reap::processes_of(&self.layout.dir).iter().any(|(_, cmd)| cmd.contains("policy-agent") || cmd.contains("policy.nft")) {
+            while crate::targets::local::reap::processes_of(&self.layout.dir)
+                .iter()
+                .any(|(_, cmd)| cmd.contains("policy-agent") || cmd.contains("policy.nft"))
+            {
                 if Instant::now() > deadline {
                     return Err(format!("the policy engine (pid {pid}) is still running {}s after SIGKILL", TEARDOWN_BOUND.as_secs()));
                 }
@@ -607,8 +525,7 @@ impl HostRecord {
     fn take() -> Result<HostRecord, String> {
         let mut r = HostRecord::default();
         for s in SYSCTLS {
-            let v = std::fs::read_to_string(Path::new("/proc/sys").join(s))
-                .map_err(|e| format!("cannot read sysctl {s}: {e}"))?;
+            let v = std::fs::read_to_string(Path::new("/proc/sys").join(s)).map_err(|e| format!("cannot read sysctl {s}: {e}"))?;
             r.sysctls.insert(s.to_string(), v.trim().to_string());
         }
         // Set for the NetworkPolicy engine when br_netfilter is there (it is optional).
@@ -626,8 +543,7 @@ impl HostRecord {
                     None => break,
                 }
             }
-            std::fs::create_dir_all(host)
-                .map_err(|e| format!("cannot create the mount point {host}: {e}"))?;
+            std::fs::create_dir_all(host).map_err(|e| format!("cannot create the mount point {host}: {e}"))?;
             r.created.extend(missing);
         }
         Ok(r)
@@ -657,12 +573,7 @@ fn take_slot() -> Result<(u8, File), String> {
         .unwrap_or_default();
     for slot in 1..=250u8 {
         let path = dir.join(format!("slot-{slot}.lock"));
-        let Ok(file) = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-        else {
+        let Ok(file) = OpenOptions::new().create(true).truncate(false).write(true).open(&path) else {
             continue;
         };
         // SAFETY: flock on a file descriptor we own; released when the file closes or we die.
@@ -683,25 +594,15 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
 
 /// Starts a component in the background with its output in `logs/<name>.log`, in a process
 /// group of its own (so a Ctrl-C to the terminal does not reach it). Returns its pid.
-fn spawn(
-    l: &Layout,
-    name: &str,
-    cmd: &mut Command,
-    env: Option<(&str, &str)>,
-) -> Result<u32, String> {
+fn spawn(l: &Layout, name: &str, cmd: &mut Command, env: Option<(&str, &str)>) -> Result<u32, String> {
     let log = l.logs().join(format!("{name}.log"));
     let out = File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
     if let Some((k, v)) = env {
         cmd.env(k, v);
     }
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("cannot start {name}: {e}"))?;
+    let child =
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err).process_group(0).spawn().map_err(|e| format!("cannot start {name}: {e}"))?;
     let pid = child.id();
     // Reaped by a thread of its own: the component is not our child to wait on in any other place.
     std::thread::spawn(move || {
@@ -716,11 +617,7 @@ async fn sh(program: &str, args: &[&str]) -> Result<(), String> {
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "{program} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        Err(format!("{program} {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
     }
 }
 
@@ -744,17 +641,11 @@ async fn wait_own_namespace(pid: u32) -> Result<(), String> {
 async fn wait_tcp(addr: &str, bound: Duration) -> Result<(), String> {
     let deadline = Instant::now() + bound;
     loop {
-        if tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr))
-            .await
-            .is_ok_and(|r| r.is_ok())
-        {
+        if tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr)).await.is_ok_and(|r| r.is_ok()) {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(format!(
-                "{addr} did not accept connections within {}s",
-                bound.as_secs()
-            ));
+            return Err(format!("{addr} did not accept connections within {}s", bound.as_secs()));
         }
         tokio::time::sleep(POLL).await;
     }
@@ -764,11 +655,7 @@ async fn wait_socket(path: &Path, bound: Duration) -> Result<(), String> {
     let deadline = Instant::now() + bound;
     while tokio::net::UnixStream::connect(path).await.is_err() {
         if Instant::now() > deadline {
-            return Err(format!(
-                "containerd did not listen on {} within {}s",
-                path.display(),
-                bound.as_secs()
-            ));
+            return Err(format!("containerd did not listen on {} within {}s", path.display(), bound.as_secs()));
         }
         tokio::time::sleep(POLL).await;
     }
@@ -776,8 +663,7 @@ async fn wait_socket(path: &Path, bound: Duration) -> Result<(), String> {
 }
 
 pub async fn admin_client(kubeconfig: &Path) -> Result<Client, String> {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig)
-        .map_err(|e| format!("cannot read {}: {e}", kubeconfig.display()))?;
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| format!("cannot read {}: {e}", kubeconfig.display()))?;
     let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .map_err(|e| format!("kubeconfig {}: {e}", kubeconfig.display()))?;
@@ -788,9 +674,7 @@ async fn wait_apiserver(client: &Client, bound: Duration) -> Result<(), String> 
     let deadline = Instant::now() + bound;
     let mut last;
     loop {
-        let req = http::Request::get("/readyz")
-            .body(Vec::new())
-            .map_err(|e| e.to_string())?;
+        let req = http::Request::get("/readyz").body(Vec::new()).map_err(|e| e.to_string())?;
         match tokio::time::timeout(Duration::from_secs(5), client.request_text(req)).await {
             Ok(Ok(t)) if t.trim() == "ok" => return Ok(()),
             Ok(Ok(t)) => last = t,
@@ -798,10 +682,7 @@ async fn wait_apiserver(client: &Client, bound: Duration) -> Result<(), String> 
             Err(_) => last = "no answer within 5s".into(),
         }
         if Instant::now() > deadline {
-            return Err(format!(
-                "kube-apiserver not ready within {}s: {last}",
-                bound.as_secs()
-            ));
+            return Err(format!("kube-apiserver not ready within {}s: {last}", bound.as_secs()));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -813,11 +694,7 @@ async fn wait_ready(client: &Client, name: &str, bound: Duration) -> Result<(), 
     let mut last = "not registered".to_string();
     loop {
         if let Ok(Some(n)) = nodes.get_opt(name).await {
-            let ready = n
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|c| c.iter().find(|c| c.type_ == "Ready").cloned());
+            let ready = n.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|c| c.iter().find(|c| c.type_ == "Ready").cloned());
             match ready {
                 Some(c) if c.status == "True" => return Ok(()),
                 Some(c) => last = format!("Ready={} ({})", c.status, c.message.unwrap_or_default()),
@@ -825,10 +702,7 @@ async fn wait_ready(client: &Client, name: &str, bound: Duration) -> Result<(), 
             }
         }
         if Instant::now() > deadline {
-            return Err(format!(
-                "node {name} not Ready within {}s: {last}",
-                bound.as_secs()
-            ));
+            return Err(format!("node {name} not Ready within {}s: {last}", bound.as_secs()));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -845,8 +719,6 @@ async fn storage_class(client: &Client) -> Result<(), String> {
     }))
     .map_err(|e| e.to_string())?;
     let api: Api<StorageClass> = Api::all(client.clone());
-    api.create(&Default::default(), &sc)
-        .await
-        .map_err(|e| format!("cannot create the StorageClass: {e}"))?;
+    api.create(&Default::default(), &sc).await.map_err(|e| format!("cannot create the StorageClass: {e}"))?;
     Ok(())
 }

@@ -142,7 +142,12 @@ fn types(p: &NetworkPolicy) -> (bool, bool) {
 }
 
 /// The pods a peer names, seen from a policy of namespace `ns`.
-fn peer_pods<'a>(peer: &NetworkPolicyPeer, ns: &str, pods: &'a [PodInfo], namespaces: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<&'a PodInfo> {
+fn peer_pods<'a>(
+    peer: &NetworkPolicyPeer,
+    ns: &str,
+    pods: &'a [PodInfo],
+    namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Vec<&'a PodInfo> {
     let empty = BTreeMap::new();
     pods.iter()
         .filter(|p| match &peer.namespace_selector {
@@ -180,7 +185,15 @@ fn ipv4_in(ip: Ipv4Addr, cidr: &str) -> bool {
 
 /// The rules of one direction's peers and ports for the isolated pod `pod`. Named ports are
 /// resolved on the pod that listens: `pod` itself for ingress, each destination pod for egress.
-fn allows(peers: Option<&Vec<NetworkPolicyPeer>>, ports: Option<&Vec<NetworkPolicyPort>>, ingress: bool, pod: &PodInfo, policy_ns: &str, pods: &[PodInfo], namespaces: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<Allow> {
+fn allows(
+    peers: Option<&Vec<NetworkPolicyPeer>>,
+    ports: Option<&Vec<NetworkPolicyPort>>,
+    ingress: bool,
+    pod: &PodInfo,
+    policy_ns: &str,
+    pods: &[PodInfo],
+    namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Vec<Allow> {
     let ports: Vec<NetworkPolicyPort> = ports.cloned().unwrap_or_default();
     let named = ports.iter().any(|p| matches!(p.port, Some(IntOrString::String(_))));
     let peers: Vec<Peer> = match peers {
@@ -191,7 +204,9 @@ fn allows(peers: Option<&Vec<NetworkPolicyPeer>>, ports: Option<&Vec<NetworkPoli
             .map(|peer| match &peer.ip_block {
                 // The node's pods have IPv4 addresses only: an IPv6 block matches none of their traffic.
                 Some(b) if b.cidr.contains(':') => Peer::Ips(BTreeSet::new()),
-                Some(b) => Peer::Cidr { cidr: b.cidr.clone(), except: b.except.iter().flatten().filter(|e| !e.contains(':')).cloned().collect() },
+                Some(b) => {
+                    Peer::Cidr { cidr: b.cidr.clone(), except: b.except.iter().flatten().filter(|e| !e.contains(':')).cloned().collect() }
+                }
                 None => Peer::Ips(peer_pods(peer, policy_ns, pods, namespaces).iter().map(|p| p.ip).collect()),
             })
             .collect(),
@@ -223,7 +238,8 @@ fn allows(peers: Option<&Vec<NetworkPolicyPeer>>, ports: Option<&Vec<NetworkPoli
         }
         // Numbered ports still apply to destinations that are not pods.
         if !matches!(peer, Peer::Ips(_)) {
-            let numbered: Vec<_> = ports.iter().filter(|p| !matches!(p.port, Some(IntOrString::String(_)))).filter_map(|p| port_of(p, None)).collect();
+            let numbered: Vec<_> =
+                ports.iter().filter(|p| !matches!(p.port, Some(IntOrString::String(_)))).filter_map(|p| port_of(p, None)).collect();
             if !numbered.is_empty() {
                 out.push(Allow { peer, ports: Some(numbered) });
             }
@@ -346,7 +362,9 @@ pub fn describe(l: &Layout) -> String {
 pub async fn agent(node_dir: &Path) -> Result<(), String> {
     let l = Layout::load(node_dir).ok_or_else(|| format!("{} holds no node (no node.json)", node_dir.display()))?;
     if !std::fs::read_to_string(Path::new("/proc/sys").join(BRIDGE_NF)).is_ok_and(|v| v.trim() == "1") {
-        return Err(format!("/proc/sys/{BRIDGE_NF} is not 1: bridged pod traffic does not reach nftables, so NetworkPolicy cannot be enforced"));
+        return Err(format!(
+            "/proc/sys/{BRIDGE_NF} is not 1: bridged pod traffic does not reach nftables, so NetworkPolicy cannot be enforced"
+        ));
     }
     let client = super::admin_client(&l.admin_kubeconfig()).await?;
     let (tx, mut rx) = tokio::sync::watch::channel(0u64);
@@ -364,8 +382,10 @@ pub async fn agent(node_dir: &Path) -> Result<(), String> {
         if !(pods.synced() && policies.synced() && namespaces.synced()) {
             continue;
         }
-        let typed = |w: &Watched| -> Vec<serde_json::Value> { w.objects().iter().filter_map(|o| serde_json::to_value(o.as_ref()).ok()).collect() };
-        let pod_infos: Vec<PodInfo> = typed(&pods).into_iter().filter_map(|v| serde_json::from_value::<Pod>(v).ok()).filter_map(|p| PodInfo::of(&p)).collect();
+        let typed =
+            |w: &Watched| -> Vec<serde_json::Value> { w.objects().iter().filter_map(|o| serde_json::to_value(o.as_ref()).ok()).collect() };
+        let pod_infos: Vec<PodInfo> =
+            typed(&pods).into_iter().filter_map(|v| serde_json::from_value::<Pod>(v).ok()).filter_map(|p| PodInfo::of(&p)).collect();
         let pols: Vec<NetworkPolicy> = typed(&policies).into_iter().filter_map(|v| serde_json::from_value(v).ok()).collect();
         let nss: BTreeMap<String, BTreeMap<String, String>> = typed(&namespaces)
             .into_iter()
@@ -381,7 +401,11 @@ pub async fn agent(node_dir: &Path) -> Result<(), String> {
         let out = run("nft", &["-f", &file.display().to_string()], COMMAND_BOUND).await?;
         let status = if out.status.success() {
             tracing::info!(policies = pols.len(), ingress_isolated = rs.ingress.len(), egress_isolated = rs.egress.len(), "applied");
-            let s = Status { policies: pols.len(), isolated: rs.ingress.iter().chain(&rs.egress).map(|i| i.pod.clone()).collect::<BTreeSet<_>>().len(), error: None };
+            let s = Status {
+                policies: pols.len(),
+                isolated: rs.ingress.iter().chain(&rs.egress).map(|i| i.pod.clone()).collect::<BTreeSet<_>>().len(),
+                error: None,
+            };
             applied = Some(rs);
             s
         } else {
@@ -419,22 +443,39 @@ mod tests {
 
     #[test]
     fn selectors_follow_the_apis_rules() {
-        let labels: BTreeMap<String, String> = [("app", "web"), ("tier", "a")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let labels: BTreeMap<String, String> =
+            [("app", "web"), ("tier", "a")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let sel = |v: serde_json::Value| -> LabelSelector { serde_json::from_value(v).unwrap() };
         assert!(selects(&sel(json!({})), &labels), "empty selects all");
         assert!(selects(&sel(json!({"matchLabels": {"app": "web"}})), &labels));
         assert!(!selects(&sel(json!({"matchLabels": {"app": "db"}})), &labels));
         assert!(selects(&sel(json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]})), &labels));
         assert!(!selects(&sel(json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["a"]}]})), &labels));
-        assert!(selects(&sel(json!({"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]})), &labels), "NotIn holds for a missing key");
+        assert!(
+            selects(&sel(json!({"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]})), &labels),
+            "NotIn holds for a missing key"
+        );
         assert!(selects(&sel(json!({"matchExpressions": [{"key": "zone", "operator": "DoesNotExist"}]})), &labels));
-        assert!(!selects(&sel(json!({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]})), &labels), "both parts must hold");
+        assert!(
+            !selects(
+                &sel(json!({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]})),
+                &labels
+            ),
+            "both parts must hold"
+        );
     }
 
     #[test]
     fn a_deny_all_policy_isolates_only_its_pods_in_the_directions_it_names() {
-        let pods = [pod("a", "web-0", "10.0.0.10", &[("app", "web")]), pod("a", "web-1", "10.0.0.11", &[("app", "web")]), pod("b", "web-0", "10.0.0.12", &[("app", "web")])];
-        let cut = policy("a", json!({"podSelector": {"matchLabels": {"statefulset.kubernetes.io/pod-name": "web-0"}}, "policyTypes": ["Ingress", "Egress"]}));
+        let pods = [
+            pod("a", "web-0", "10.0.0.10", &[("app", "web")]),
+            pod("a", "web-1", "10.0.0.11", &[("app", "web")]),
+            pod("b", "web-0", "10.0.0.12", &[("app", "web")]),
+        ];
+        let cut = policy(
+            "a",
+            json!({"podSelector": {"matchLabels": {"statefulset.kubernetes.io/pod-name": "web-0"}}, "policyTypes": ["Ingress", "Egress"]}),
+        );
         let mut p0 = pods[0].clone();
         p0.labels.insert("statefulset.kubernetes.io/pod-name".into(), "web-0".into());
         let mut pods = pods.to_vec();
@@ -455,7 +496,11 @@ mod tests {
 
     #[test]
     fn peers_ports_and_named_ports_resolve_as_the_api_says() {
-        let pods = [pod("a", "web-0", "10.0.0.10", &[("app", "web")]), pod("a", "cli-0", "10.0.0.11", &[("role", "client")]), pod("b", "cli-1", "10.0.0.12", &[("role", "client")])];
+        let pods = [
+            pod("a", "web-0", "10.0.0.10", &[("app", "web")]),
+            pod("a", "cli-0", "10.0.0.11", &[("role", "client")]),
+            pod("b", "cli-1", "10.0.0.12", &[("role", "client")]),
+        ];
         let nss = BTreeMap::from([("b".to_string(), BTreeMap::from([("team".to_string(), "x".to_string())]))]);
         let p = policy(
             "a",
@@ -470,26 +515,49 @@ mod tests {
         let rs = compute(&pods, &nss, &[p]);
         assert_eq!(rs.ingress.len(), 1);
         let a = &rs.ingress[0].allows;
-        assert_eq!(a[0], Allow { peer: ips(&["10.0.0.11"]), ports: Some(vec![("TCP".into(), Some((8080, 8080)))]) }, "a podSelector alone: the policy's namespace; the name resolved on the listening pod");
+        assert_eq!(
+            a[0],
+            Allow { peer: ips(&["10.0.0.11"]), ports: Some(vec![("TCP".into(), Some((8080, 8080)))]) },
+            "a podSelector alone: the policy's namespace; the name resolved on the listening pod"
+        );
         assert_eq!(a[1], Allow { peer: ips(&["10.0.0.12"]), ports: Some(vec![("UDP".into(), Some((9000, 9010)))]) });
         assert_eq!(a[2], Allow { peer: Peer::Cidr { cidr: "10.0.0.0/24".into(), except: vec!["10.0.0.11/32".into()] }, ports: None });
         assert_eq!(a[3], Allow { peer: ips(&[]), ports: None }, "a selector of no pod allows nothing");
-        assert_eq!(a[4], Allow { peer: ips(&[]), ports: None }, "an IPv6 block allows no IPv4 traffic (and renders no rule nft would refuse)");
+        assert_eq!(
+            a[4],
+            Allow { peer: ips(&[]), ports: None },
+            "an IPv6 block allows no IPv4 traffic (and renders no rule nft would refuse)"
+        );
         let script = render("t", &rs);
         assert!(script.contains("add rule inet t netpol-ingress ct original ip daddr 10.0.0.10 ct original ip saddr { 10.0.0.11 } meta l4proto tcp ct original proto-dst { 8080 } return"), "{script}");
         assert!(script.contains("meta l4proto udp ct original proto-dst { 9000-9010 } return"), "{script}");
         assert!(script.contains("ct original ip saddr 10.0.0.0/24 ct original ip saddr != { 10.0.0.11/32 } return"), "{script}");
         assert!(!script.contains("{  }"), "an empty peer set renders no rule: {script}");
-        assert!(script.trim_end().ends_with("add rule inet t netpol-ingress ct original ip daddr 10.0.0.10 counter drop comment \"a/web-0\""), "{script}");
+        assert!(
+            script.trim_end().ends_with("add rule inet t netpol-ingress ct original ip daddr 10.0.0.10 counter drop comment \"a/web-0\""),
+            "{script}"
+        );
 
         // Egress to a named port: resolved on each destination pod.
         let mut db = pod("a", "db-0", "10.0.0.20", &[("app", "db")]);
         db.ports = BTreeMap::from([("http".to_string(), ("TCP".to_string(), 5432))]);
         let pods = [pods[0].clone(), db];
-        let p = policy("a", json!({"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Egress"], "egress": [{"ports": [{"port": "http"}, {"port": 53, "protocol": "UDP"}]}]}));
+        let p = policy(
+            "a",
+            json!({"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Egress"], "egress": [{"ports": [{"port": "http"}, {"port": 53, "protocol": "UDP"}]}]}),
+        );
         let rs = compute(&pods, &BTreeMap::new(), &[p]);
         let a = &rs.egress[0].allows;
-        assert!(a.contains(&Allow { peer: ips(&["10.0.0.20"]), ports: Some(vec![("TCP".into(), Some((5432, 5432))), ("UDP".into(), Some((53, 53)))]) }), "{a:?}");
-        assert!(a.contains(&Allow { peer: Peer::Any, ports: Some(vec![("UDP".into(), Some((53, 53)))]) }), "numbered ports still reach non-pods: {a:?}");
+        assert!(
+            a.contains(&Allow {
+                peer: ips(&["10.0.0.20"]),
+                ports: Some(vec![("TCP".into(), Some((5432, 5432))), ("UDP".into(), Some((53, 53)))])
+            }),
+            "{a:?}"
+        );
+        assert!(
+            a.contains(&Allow { peer: Peer::Any, ports: Some(vec![("UDP".into(), Some((53, 53)))]) }),
+            "numbered ports still reach non-pods: {a:?}"
+        );
     }
 }

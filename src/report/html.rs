@@ -111,7 +111,10 @@ fn read_run(dir: &Path) -> Result<RunData, String> {
             Event::Heal { op, .. } => d.heals.push((ts, op)),
             Event::Liveness(c) => {
                 if c.verdict == CheckVerdict::Fail {
-                    d.failure = Some((format!("liveness{}", c.invariant.map(|i| format!(" ({i})")).unwrap_or_default()), c.message.clone().unwrap_or_default()));
+                    d.failure = Some((
+                        format!("liveness{}", c.invariant.map(|i| format!(" ({i})")).unwrap_or_default()),
+                        c.message.clone().unwrap_or_default(),
+                    ));
                 }
                 d.liveness = Some(c);
             }
@@ -177,7 +180,8 @@ fn fault_windows(d: &RunData) -> Vec<(u64, u64, String)> {
 
 /// What the model has down, or `None` when everything is up.
 fn degraded(m: &Model) -> Option<String> {
-    let mut parts: Vec<String> = m.members.values().filter(|x| !m.is_up(x)).map(|x| format!("{} {:?}/{:?}", x.id, x.state, x.disk).to_lowercase()).collect();
+    let mut parts: Vec<String> =
+        m.members.values().filter(|x| !m.is_up(x)).map(|x| format!("{} {:?}/{:?}", x.id, x.state, x.disk).to_lowercase()).collect();
     parts.extend(m.outages.iter().map(|(s, mode)| format!("site {} {mode:?}", s.0).to_lowercase()));
     (!parts.is_empty()).then(|| parts.join(", "))
 }
@@ -201,7 +205,10 @@ fn plot(d: &RunData, writes: &[Write], api: &[Write]) -> String {
     let (lo, hi) = (0.1f64.log10(), max_ms.log10());
     let y = |ms: f64| LAT_TOP + LAT_H - ((ms.max(0.1).log10() - lo) / (hi - lo)) * LAT_H;
     let mut s = String::new();
-    let _ = write!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} 380" width="100%" role="img" aria-label="workload latency and availability over time">"#);
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} 380" width="100%" role="img" aria-label="workload latency and availability over time">"#
+    );
     s.push_str(r#"<style>text{font:11px sans-serif;fill:#333} .ax{stroke:#999;stroke-width:1} .grid{stroke:#eee} </style>"#);
     // Fault windows, shaded on both panels.
     for (a, b, what) in fault_windows(d) {
@@ -221,23 +228,59 @@ fn plot(d: &RunData, writes: &[Write], api: &[Write]) -> String {
     while decade <= max_ms * 1.0001 {
         let yy = y(decade);
         let label = if decade < 1.0 { format!("{decade}") } else { format!("{}", decade as u64) };
-        let _ = write!(s, r#"<line class="grid" x1="{LEFT}" x2="{:.1}" y1="{yy:.1}" y2="{yy:.1}"/><text x="{:.1}" y="{:.1}" text-anchor="end">{label}</text>"#, W - RIGHT, LEFT - 4.0, yy + 4.0);
+        let _ = write!(
+            s,
+            r#"<line class="grid" x1="{LEFT}" x2="{:.1}" y1="{yy:.1}" y2="{yy:.1}"/><text x="{:.1}" y="{:.1}" text-anchor="end">{label}</text>"#,
+            W - RIGHT,
+            LEFT - 4.0,
+            yy + 4.0
+        );
         decade *= 10.0;
     }
-    let _ = write!(s, r#"<text x="12" y="{:.1}" transform="rotate(-90 12 {:.1})" text-anchor="middle">write latency (ms, log)</text>"#, LAT_TOP + LAT_H / 2.0, LAT_TOP + LAT_H / 2.0);
-    let _ = write!(s, r#"<text x="12" y="{:.1}" transform="rotate(-90 12 {:.1})" text-anchor="middle">ok %</text>"#, AV_TOP + AV_H / 2.0, AV_TOP + AV_H / 2.0);
+    let _ = write!(
+        s,
+        r#"<text x="12" y="{:.1}" transform="rotate(-90 12 {:.1})" text-anchor="middle">write latency (ms, log)</text>"#,
+        LAT_TOP + LAT_H / 2.0,
+        LAT_TOP + LAT_H / 2.0
+    );
+    let _ = write!(
+        s,
+        r#"<text x="12" y="{:.1}" transform="rotate(-90 12 {:.1})" text-anchor="middle">ok %</text>"#,
+        AV_TOP + AV_H / 2.0,
+        AV_TOP + AV_H / 2.0
+    );
     let ticks = 10;
     for i in 0..=ticks {
         let t = t0 + (span as u64 * i / ticks);
-        let _ = write!(s, r#"<line class="ax" x1="{0:.1}" x2="{0:.1}" y1="{1:.1}" y2="{2:.1}"/><text x="{0:.1}" y="{3:.1}" text-anchor="middle">{4}s</text>"#, x(t), AV_TOP + AV_H, AV_TOP + AV_H + 4.0, AV_TOP + AV_H + 16.0, seconds((t - t0) as f64 / 1000.0, span));
+        let _ = write!(
+            s,
+            r#"<line class="ax" x1="{0:.1}" x2="{0:.1}" y1="{1:.1}" y2="{2:.1}"/><text x="{0:.1}" y="{3:.1}" text-anchor="middle">{4}s</text>"#,
+            x(t),
+            AV_TOP + AV_H,
+            AV_TOP + AV_H + 4.0,
+            AV_TOP + AV_H + 16.0,
+            seconds((t - t0) as f64 / 1000.0, span)
+        );
     }
-    let _ = write!(s, r#"<line class="ax" x1="{LEFT}" x2="{LEFT}" y1="{LAT_TOP}" y2="{:.1}"/><line class="ax" x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}"/>"#, AV_TOP + AV_H, W - RIGHT, AV_TOP + AV_H, AV_TOP + AV_H);
+    let _ = write!(
+        s,
+        r#"<line class="ax" x1="{LEFT}" x2="{LEFT}" y1="{LAT_TOP}" y2="{:.1}"/><line class="ax" x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}"/>"#,
+        AV_TOP + AV_H,
+        W - RIGHT,
+        AV_TOP + AV_H,
+        AV_TOP + AV_H
+    );
     // Op starts: a tick with the step number.
     for (n, st) in d.steps.iter().filter(|(n, s)| **n > 0 && s.start > 0) {
         let xx = x(st.start);
         let failed = st.check.as_ref().is_some_and(|c| c.verdict == CheckVerdict::Fail) || st.op_error.is_some();
         let colour = if failed { "#c00" } else { "#555" };
-        let _ = write!(s, r#"<line x1="{xx:.1}" x2="{xx:.1}" y1="{LAT_TOP}" y2="{:.1}" stroke="{colour}" stroke-dasharray="2,3" stroke-width="0.6"><title>step {n}: {}</title></line>"#, LAT_TOP + 6.0, esc(&st.text));
+        let _ = write!(
+            s,
+            r#"<line x1="{xx:.1}" x2="{xx:.1}" y1="{LAT_TOP}" y2="{:.1}" stroke="{colour}" stroke-dasharray="2,3" stroke-width="0.6"><title>step {n}: {}</title></line>"#,
+            LAT_TOP + 6.0,
+            esc(&st.text)
+        );
     }
     // Latency per bin: the median (dot) and the maximum (bar) of acknowledged writes; failed
     // writes as red marks at the top. Availability: share of writes acknowledged per bin.
@@ -261,10 +304,21 @@ fn plot(d: &RunData, writes: &[Write], api: &[Write]) -> String {
             lat.sort_unstable();
             let med = lat[lat.len() / 2] as f64 / 1000.0;
             let max = *lat.last().unwrap_or(&0) as f64 / 1000.0;
-            let _ = write!(s, r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{:.1}" y2="{:.1}" stroke="#7aa6d8" stroke-width="1"/><circle cx="{xx:.1}" cy="{:.1}" r="1.3" fill="#1f5fa8"/>"##, y(med), y(max), y(med));
+            let _ = write!(
+                s,
+                r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{:.1}" y2="{:.1}" stroke="#7aa6d8" stroke-width="1"/><circle cx="{xx:.1}" cy="{:.1}" r="1.3" fill="#1f5fa8"/>"##,
+                y(med),
+                y(max),
+                y(med)
+            );
         }
         if *ok < *all {
-            let _ = write!(s, r##"<rect x="{:.1}" y="{LAT_TOP}" width="2" height="4" fill="#c00"><title>{} failed writes</title></rect>"##, xx - 1.0, *all - *ok);
+            let _ = write!(
+                s,
+                r##"<rect x="{:.1}" y="{LAT_TOP}" width="2" height="4" fill="#c00"><title>{} failed writes</title></rect>"##,
+                xx - 1.0,
+                *all - *ok
+            );
         }
     }
     // Availability: the etcd workload's share of acknowledged writes per bin (green), and the API
@@ -288,7 +342,14 @@ fn plot(d: &RunData, writes: &[Write], api: &[Write]) -> String {
             W - RIGHT - 76.0
         );
     }
-    let _ = write!(s, r#"<text x="{:.1}" y="{:.1}">100</text><text x="{:.1}" y="{:.1}">0</text>"#, LEFT - 22.0, AV_TOP + 4.0, LEFT - 12.0, AV_TOP + AV_H);
+    let _ = write!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}">100</text><text x="{:.1}" y="{:.1}">0</text>"#,
+        LEFT - 22.0,
+        AV_TOP + 4.0,
+        LEFT - 12.0,
+        AV_TOP + AV_H
+    );
     s.push_str("</svg>");
     s
 }
@@ -331,7 +392,11 @@ fn seconds(s: f64, span_ms: f64) -> String {
 
 fn render(d: &RunData, writes: &[Write], api: &[Write]) -> String {
     let mut h = String::with_capacity(64 * 1024 + d.steps.len() * 600);
-    let title = format!("shakedown · seed {} · {}", d.seed.map(|s| s.to_string()).unwrap_or("?".into()), d.profile.as_ref().map_or("", |p| p.name.as_str()));
+    let title = format!(
+        "shakedown · seed {} · {}",
+        d.seed.map(|s| s.to_string()).unwrap_or("?".into()),
+        d.profile.as_ref().map_or("", |p| p.name.as_str())
+    );
     let (verdict, class) = match (&d.failure, d.outcome) {
         (Some(_), _) => ("FAIL", "fail"),
         (None, Some(RunOutcome::Pass)) => ("PASS", "pass"),
@@ -399,10 +464,17 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
         let check = st.check.as_ref();
         let failed = check.is_some_and(|c| c.verdict == CheckVerdict::Fail) || st.op_error.is_some();
         let chips: String = check
-            .map(|c| c.invariants.iter().map(|j| format!(r#"<span class="inv {0}" title="{1}: {0} ({2}µs)"></span>"#, j.verdict, j.invariant, j.us)).collect())
+            .map(|c| {
+                c.invariants
+                    .iter()
+                    .map(|j| format!(r#"<span class="inv {0}" title="{1}: {0} ({2}µs)"></span>"#, j.verdict, j.invariant, j.us))
+                    .collect()
+            })
             .unwrap_or_default();
         let verdict = match (check, &st.op_error) {
-            (Some(c), _) if c.verdict == CheckVerdict::Fail => format!("{}: {}", c.invariant.map(|i| i.to_string()).unwrap_or_default(), c.message.as_deref().unwrap_or("")),
+            (Some(c), _) if c.verdict == CheckVerdict::Fail => {
+                format!("{}: {}", c.invariant.map(|i| i.to_string()).unwrap_or_default(), c.message.as_deref().unwrap_or(""))
+            }
             (_, Some(e)) => format!("op failed: {e}"),
             (Some(c), _) => format!("ok ({} attempts)", c.attempts.unwrap_or(1)),
             (None, None) => String::new(),
@@ -419,12 +491,25 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
         );
     }
     for (n, op, why) in &d.skipped {
-        let _ = write!(h, r#"<tr class="muted"><td class="n">{n}</td><td></td><td>{}</td><td></td><td></td><td></td><td>skipped: {}</td></tr>"#, esc(op), esc(why));
+        let _ = write!(
+            h,
+            r#"<tr class="muted"><td class="n">{n}</td><td></td><td>{}</td><td></td><td></td><td></td><td>skipped: {}</td></tr>"#,
+            esc(op),
+            esc(why)
+        );
     }
     if let Some(l) = &d.liveness {
         let heal: Vec<String> = d.heals.iter().map(|(_, o)| o.to_string()).collect();
-        let (what, v) = if l.verdict == CheckVerdict::Pass { (format!("converged in {}ms", l.ms.unwrap_or(0)), "pass") } else { (esc(l.message.as_deref().unwrap_or("")), "fail") };
-        let _ = write!(h, r#"<tr><td class="n">✓</td><td></td><td>heal: {}</td><td></td><td></td><td></td><td>liveness {v}: {what}</td></tr>"#, esc(&heal.join(", ")));
+        let (what, v) = if l.verdict == CheckVerdict::Pass {
+            (format!("converged in {}ms", l.ms.unwrap_or(0)), "pass")
+        } else {
+            (esc(l.message.as_deref().unwrap_or("")), "fail")
+        };
+        let _ = write!(
+            h,
+            r#"<tr><td class="n">✓</td><td></td><td>heal: {}</td><td></td><td></td><td></td><td>liveness {v}: {what}</td></tr>"#,
+            esc(&heal.join(", "))
+        );
     }
     h.push_str("</table>");
     if let Some(p) = &d.plan {
@@ -474,7 +559,8 @@ table{{border-collapse:collapse;font-size:13px}} td,th{{border-bottom:1px solid 
     if s.rss_kib.len() > 1 {
         let t_max = s.rss_kib.last().map_or(1.0, |r| r.0).max(1.0);
         let k_max = s.rss_kib.iter().map(|r| r.1).max().unwrap_or(1).max(1) as f64;
-        let pts: Vec<String> = s.rss_kib.iter().map(|(t, k)| format!("{:.1},{:.1}", 40.0 + t / t_max * 540.0, 90.0 - *k as f64 / k_max * 80.0)).collect();
+        let pts: Vec<String> =
+            s.rss_kib.iter().map(|(t, k)| format!("{:.1},{:.1}", 40.0 + t / t_max * 540.0, 90.0 - *k as f64 / k_max * 80.0)).collect();
         let _ = write!(
             h,
             r##"<h2>Memory</h2><svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 600 110" width="600"><polyline points="{}" fill="none" stroke="#1f5fa8"/><line x1="40" x2="580" y1="90" y2="90" stroke="#999"/><text x="0" y="14" font-size="10">{:.1} MiB</text><text x="0" y="94" font-size="10">0</text><text x="560" y="105" font-size="10">{:.0}s</text></svg>"##,
@@ -487,7 +573,9 @@ table{{border-collapse:collapse;font-size:13px}} td,th{{border-bottom:1px solid 
     for c in &s.cases {
         let (cls, verdict) = match &c.outcome {
             CaseOutcome::Pass => ("pass", "pass".to_string()),
-            CaseOutcome::Fail { message, replay, .. } => ("fail", format!("{message}{}", replay.as_ref().map(|r| format!(" · {r}")).unwrap_or_default())),
+            CaseOutcome::Fail { message, replay, .. } => {
+                ("fail", format!("{message}{}", replay.as_ref().map(|r| format!(" · {r}")).unwrap_or_default()))
+            }
             CaseOutcome::Skipped(why) => ("skip", why.clone()),
         };
         let rel = c.run_dir.strip_prefix(&s.base).unwrap_or(&c.run_dir).join("report.html");
@@ -545,7 +633,10 @@ mod tests {
         std::fs::write(dir.path().join("api-workload.csv"), "unix_ms,latency_us,ok\n1,900,1\n2,3000000,0\n3,800,1\n").unwrap();
         let with = run_report(dir.path()).unwrap();
         assert!(with.contains("Kubernetes API workload: 3 requests, 2 answered, 1 failed"), "{with}");
-        assert!(with.split("<polyline").skip(1).any(|p| p.split('>').next().is_some_and(|tag| tag.contains("#7b3fa0"))), "the API line: {with}");
+        assert!(
+            with.split("<polyline").skip(1).any(|p| p.split('>').next().is_some_and(|tag| tag.contains("#7b3fa0"))),
+            "the API line: {with}"
+        );
         assert!(with.contains(">API requests<"), "{with}");
     }
 }

@@ -84,7 +84,14 @@ mod tests {
     #[test]
     fn junit_counts_cases_and_ends_a_failure_with_the_replay_command() {
         let cases = vec![
-            Case { name: "seed 1".into(), classname: "shakedown.smoke.local".into(), seconds: 3.5, steps: 10, run_dir: "/r/1".into(), outcome: CaseOutcome::Pass },
+            Case {
+                name: "seed 1".into(),
+                classname: "shakedown.smoke.local".into(),
+                seconds: 3.5,
+                steps: 10,
+                run_dir: "/r/1".into(),
+                outcome: CaseOutcome::Pass,
+            },
             Case {
                 name: "seed 2".into(),
                 classname: "shakedown.smoke.local".into(),
@@ -98,7 +105,14 @@ mod tests {
                     replay: Some("shakedown replay seeds/seed-2.toml".into()),
                 },
             },
-            Case { name: "seed 3".into(), classname: "shakedown.smoke.local".into(), seconds: 1.0, steps: 10, run_dir: "/r/3".into(), outcome: CaseOutcome::Skipped("time was up".into()) },
+            Case {
+                name: "seed 3".into(),
+                classname: "shakedown.smoke.local".into(),
+                seconds: 1.0,
+                steps: 10,
+                run_dir: "/r/3".into(),
+                outcome: CaseOutcome::Skipped("time was up".into()),
+            },
         ];
         let xml = junit("shakedown smoke", &cases);
         let suite = xml.lines().find(|l| l.contains("<testsuite ")).unwrap();

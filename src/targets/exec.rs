@@ -30,34 +30,20 @@ pub async fn exec(
     bound: Duration,
 ) -> Result<ExecOutput, String> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let mut params = AttachParams::default()
-        .stdin(false)
-        .stdout(true)
-        .stderr(true);
+    let mut params = AttachParams::default().stdin(false).stdout(true).stderr(true);
     if let Some(c) = container {
         params = params.container(c);
     }
     let what = format!("exec in {namespace}/{pod}: {}", command.join(" "));
     let run = async {
-        let mut attached = pods
-            .exec(
-                pod,
-                command.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-                &params,
-            )
-            .await
-            .map_err(|e| format!("{what}: {e}"))?;
+        let mut attached =
+            pods.exec(pod, command.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &params).await.map_err(|e| format!("{what}: {e}"))?;
         let (mut out, mut err) = (String::new(), String::new());
-        let mut so = attached
-            .stdout()
-            .ok_or_else(|| format!("{what}: no stdout stream"))?;
-        let mut se = attached
-            .stderr()
-            .ok_or_else(|| format!("{what}: no stderr stream"))?;
+        let mut so = attached.stdout().ok_or_else(|| format!("{what}: no stdout stream"))?;
+        let mut se = attached.stderr().ok_or_else(|| format!("{what}: no stderr stream"))?;
         let status = attached.take_status();
         let (r1, r2) = tokio::join!(so.read_to_string(&mut out), se.read_to_string(&mut err));
-        r1.and(r2)
-            .map_err(|e| format!("{what}: reading its output: {e}"))?;
+        r1.and(r2).map_err(|e| format!("{what}: reading its output: {e}"))?;
         let status = match status {
             Some(s) => s.await,
             None => None,
@@ -68,22 +54,13 @@ pub async fn exec(
             Some(s) => s
                 .details
                 .and_then(|d| d.causes)
-                .and_then(|c| {
-                    c.into_iter()
-                        .find(|c| c.reason.as_deref() == Some("ExitCode"))
-                })
+                .and_then(|c| c.into_iter().find(|c| c.reason.as_deref() == Some("ExitCode")))
                 .and_then(|c| c.message)
                 .and_then(|m| m.parse().ok())
                 .unwrap_or(1),
             None => 0,
         };
-        Ok(ExecOutput {
-            code,
-            stdout: out,
-            stderr: err,
-        })
+        Ok(ExecOutput { code, stdout: out, stderr: err })
     };
-    tokio::time::timeout(bound, run)
-        .await
-        .map_err(|_| format!("{what}: no end within {}s", bound.as_secs()))?
+    tokio::time::timeout(bound, run).await.map_err(|_| format!("{what}: no end within {}s", bound.as_secs()))?
 }

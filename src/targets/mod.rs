@@ -171,7 +171,9 @@ impl TargetSpec {
     pub fn replay_flags(&self, options: &TargetOptions) -> String {
         match self {
             TargetSpec::Local(_) => String::new(),
-            TargetSpec::Kube(_) | TargetSpec::App(_) => options.kube.kubeconfig.as_ref().map(|k| format!(" --kubeconfig {}", k.display())).unwrap_or_default(),
+            TargetSpec::Kube(_) | TargetSpec::App(_) => {
+                options.kube.kubeconfig.as_ref().map(|k| format!(" --kubeconfig {}", k.display())).unwrap_or_default()
+            }
         }
     }
 }

@@ -174,7 +174,6 @@ impl Recorder {
     }
 }
 
-
 impl Recorder {
     /// Every acknowledged write so far, in order, and the writes whose outcome is unknown
     /// (failed without an answer, or still in flight) — one consistent snapshot.

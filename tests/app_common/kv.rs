@@ -257,7 +257,8 @@ pub fn start_operator(client: Client, cluster: PathBuf, bug: bool) -> tokio::tas
                 (_, None) => {}
                 _ => {
                     // Lost: promote.
-                    let candidate = if bug { (0..3).filter(|i| *i != p).find(|i| ready(*i).is_some()) } else { s.filter(|s| ready(*s).is_some()) };
+                    let candidate =
+                        if bug { (0..3).filter(|i| *i != p).find(|i| ready(*i).is_some()) } else { s.filter(|s| ready(*s).is_some()) };
                     let Some(new) = candidate else { continue };
                     eprintln!("kv operator: kv-{p} lost; promoting kv-{new}");
                     write_roles(&cluster, new, None);
@@ -278,7 +279,8 @@ pub fn start_operator(client: Client, cluster: PathBuf, bug: bool) -> tokio::tas
                 let want = if ordinal(pod) == Some(p) { "primary" } else { "standby" };
                 if role(pod) != Some(want) {
                     let patch = json!({"metadata": {"labels": {"role": want}}});
-                    let _ = pods.patch(pod.metadata.name.as_deref().unwrap_or_default(), &PatchParams::default(), &Patch::Merge(patch)).await;
+                    let _ =
+                        pods.patch(pod.metadata.name.as_deref().unwrap_or_default(), &PatchParams::default(), &Patch::Merge(patch)).await;
                 }
             }
         }

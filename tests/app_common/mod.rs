@@ -92,10 +92,13 @@ async fn install_crds(client: &Client) {
         .unwrap();
         api.create(&PostParams::default(), &crd).await.unwrap_or_else(|e| panic!("CRD {plural}: {e}"));
         let established = kube::runtime::wait::conditions::is_crd_established();
-        tokio::time::timeout(Duration::from_secs(30), kube::runtime::wait::await_condition(api.clone(), &format!("{plural}.{GROUP}"), established))
-            .await
-            .unwrap_or_else(|_| panic!("CRD {plural} not established within 30s"))
-            .unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            kube::runtime::wait::await_condition(api.clone(), &format!("{plural}.{GROUP}"), established),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("CRD {plural} not established within 30s"))
+        .unwrap();
         // Discovery of a new group can lag behind Established by a moment.
         let probe: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &cr(kind));
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -158,7 +161,8 @@ pub async fn deploy(client: &Client, backups: &std::path::Path) {
 
 /// Namespace `ns`, opted in to chaos.
 pub async fn create_namespace(client: &Client, ns: &str) {
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": ns, "annotations": {"shakedown.dev/allow-chaos": "true"}}})).unwrap();
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": ns, "annotations": {"shakedown.dev/allow-chaos": "true"}}})).unwrap();
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
 }
 
@@ -206,7 +210,8 @@ pub async fn diagnose(client: &Client) -> String {
     for p in pods.list(&ListParams::default().labels("app=etcd")).await.map(|l| l.items).unwrap_or_default() {
         let name = p.metadata.name.clone().unwrap_or_default();
         let phase = p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
-        let restarts = p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|c| c.first().map(|c| c.restart_count)).unwrap_or(0);
+        let restarts =
+            p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|c| c.first().map(|c| c.restart_count)).unwrap_or(0);
         let logs = pods.logs(&name, &LogParams { tail_lines: Some(6), ..Default::default() }).await.unwrap_or_default();
         out.push_str(&format!("--- {name} {phase} ready={} restarts={restarts}\n{logs}\n", shakedown::targets::app::data::is_ready(&p)));
         if let Some(ml) = sh(client, &name, "cat /tmp/ml; ls /tmp").await {
@@ -251,8 +256,14 @@ pub fn start_operator(client: Client, bug: Option<OperatorBug>) -> tokio::task::
                 continue;
             }
             let Ok(list) = pods.list(&ListParams::default().labels("app=etcd")).await else { continue };
-            let running: Vec<String> = list.items.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).filter_map(|p| p.metadata.name.clone()).collect();
-            let ready: Vec<String> = list.items.iter().filter(|p| shakedown::targets::app::data::is_ready(p)).filter_map(|p| p.metadata.name.clone()).collect();
+            let running: Vec<String> = list
+                .items
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            let ready: Vec<String> =
+                list.items.iter().filter(|p| shakedown::targets::app::data::is_ready(p)).filter_map(|p| p.metadata.name.clone()).collect();
             for pod in &running {
                 if sh(&client, pod, "test -f /tmp/waiting-for-join").await.is_none() {
                     continue;
@@ -318,7 +329,15 @@ async fn scale_to(client: &Client, replicas: i32, bound: Duration) -> Result<(),
         if Instant::now() > deadline {
             let pods: Vec<String> = list
                 .iter()
-                .map(|p| format!("{} {} ready={}{}", p.metadata.name.clone().unwrap_or_default(), p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default(), shakedown::targets::app::data::is_ready(p), if p.metadata.deletion_timestamp.is_some() { " terminating" } else { "" }))
+                .map(|p| {
+                    format!(
+                        "{} {} ready={}{}",
+                        p.metadata.name.clone().unwrap_or_default(),
+                        p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default(),
+                        shakedown::targets::app::data::is_ready(p),
+                        if p.metadata.deletion_timestamp.is_some() { " terminating" } else { "" }
+                    )
+                })
                 .collect();
             return Err(format!("the StatefulSet not at {replicas} Ready replicas within {bound:?}: {}", pods.join(", ")));
         }
@@ -351,7 +370,9 @@ async fn restores(client: &Client, bug: Option<OperatorBug>) {
         };
         set_status(&api, &name, json!({"phase": "Running", "from": file})).await;
         let result = async {
-            let pod = shakedown::targets::app::data::ready_pod(client, NS, "app=etcd", None).await.ok_or("no Ready replica to write the restore marker in")?;
+            let pod = shakedown::targets::app::data::ready_pod(client, NS, "app=etcd", None)
+                .await
+                .ok_or("no Ready replica to write the restore marker in")?;
             let pod = pod.metadata.name.unwrap_or_default();
             sh(client, &pod, &format!("echo '{file} {token}' > /backups/restore")).await.ok_or("writing the restore marker failed")?;
             // 120 s: kubelet 1.20 may remove a pod whose container already exited ~40 s (seen
@@ -359,8 +380,11 @@ async fn restores(client: &Client, bug: Option<OperatorBug>) {
             // (kubernetes/kubernetes#106712).
             scale_to(client, 0, Duration::from_secs(120)).await?;
             scale_to(client, 3, Duration::from_secs(120)).await?;
-            let pod = shakedown::targets::app::data::ready_pod(client, NS, "app=etcd", None).await.ok_or("no Ready replica after the restore")?;
-            sh(client, &pod.metadata.name.unwrap_or_default(), "rm -f /backups/restore").await.ok_or("removing the restore marker failed")?;
+            let pod =
+                shakedown::targets::app::data::ready_pod(client, NS, "app=etcd", None).await.ok_or("no Ready replica after the restore")?;
+            sh(client, &pod.metadata.name.unwrap_or_default(), "rm -f /backups/restore")
+                .await
+                .ok_or("removing the restore marker failed")?;
             Ok::<(), String>(())
         }
         .await;

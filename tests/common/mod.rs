@@ -11,14 +11,7 @@ pub fn bin() -> Command {
 }
 
 pub fn run(args: &[&str], dirs: &Dirs) -> Output {
-    let out = bin()
-        .args(args)
-        .arg("--runs-dir")
-        .arg(&dirs.runs)
-        .arg("--seeds-dir")
-        .arg(&dirs.seeds)
-        .output()
-        .expect("shakedown runs");
+    let out = bin().args(args).arg("--runs-dir").arg(&dirs.runs).arg("--seeds-dir").arg(&dirs.seeds).output().expect("shakedown runs");
     eprintln!("$ shakedown {}\n--- stdout\n{}--- stderr\n{}", args.join(" "), text(&out.stdout), text(&out.stderr));
     out
 }
@@ -65,7 +58,11 @@ pub fn leftovers(root: &Path) -> Vec<String> {
     }
     // nftables tables of runs under `root` (named after the run directory).
     if let Ok(runs) = std::fs::read_dir(root) {
-        let tables = std::process::Command::new("nft").args(["list", "tables"]).output().map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
+        let tables = std::process::Command::new("nft")
+            .args(["list", "tables"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default();
         for run in runs.flatten() {
             let table = format!("shakedown_{}", run.file_name().to_string_lossy().replace(['-', '.'], "_"));
             if tables.contains(&table) {

@@ -22,7 +22,9 @@ use shakedown::targets::kube::client::{capi, CapiVersion};
 /// Where the kube-apiserver binary is: `SHAKEDOWN_KUBE_APISERVER`, else the cache of
 /// scripts/build-kube-apiserver.sh.
 pub fn apiserver_binary() -> Option<PathBuf> {
-    let p = std::env::var_os("SHAKEDOWN_KUBE_APISERVER").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/cache/shakedown/kube/kube-apiserver"));
+    let p = std::env::var_os("SHAKEDOWN_KUBE_APISERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/shakedown/kube/kube-apiserver"));
     p.is_file().then_some(p)
 }
 
@@ -101,7 +103,15 @@ impl KubeEnv {
     pub async fn start_serving(apiserver: &Path, versions: CrdVersions) -> KubeEnv {
         let dir = tempfile::Builder::new().prefix("shakedown-kube-test-").tempdir().expect("tempdir");
         let d = dir.path().to_path_buf();
-        let mut env = KubeEnv { dir, children: vec![], server: String::new(), kubeconfig: d.join("kubeconfig"), token: "shakedown-admin-token".into(), apiserver: (apiserver.to_path_buf(), vec![]), readyz: shakedown::targets::kube::command::HttpProber::new(None, true).unwrap() };
+        let mut env = KubeEnv {
+            dir,
+            children: vec![],
+            server: String::new(),
+            kubeconfig: d.join("kubeconfig"),
+            token: "shakedown-admin-token".into(),
+            apiserver: (apiserver.to_path_buf(), vec![]),
+            readyz: shakedown::targets::kube::command::HttpProber::new(None, true).unwrap(),
+        };
         let (client_port, peer_port, api_port) = (free_port(), free_port(), free_port());
         env.children.push(spawn(
             Command::new(etcd_binary())
@@ -124,8 +134,21 @@ impl KubeEnv {
             ),
         )
         .unwrap();
-        let ok = Command::new("openssl").args(["genrsa", "-out"]).arg(d.join("sa.key")).arg("2048").stderr(Stdio::null()).status().is_ok_and(|s| s.success())
-            && Command::new("openssl").args(["rsa", "-pubout", "-in"]).arg(d.join("sa.key")).arg("-out").arg(d.join("sa.pub")).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+        let ok = Command::new("openssl")
+            .args(["genrsa", "-out"])
+            .arg(d.join("sa.key"))
+            .arg("2048")
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+            && Command::new("openssl")
+                .args(["rsa", "-pubout", "-in"])
+                .arg(d.join("sa.key"))
+                .arg("-out")
+                .arg(d.join("sa.pub"))
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
         assert!(ok, "openssl could not make the service-account key pair");
         env.apiserver.1 = vec![
             format!("--etcd-servers=http://127.0.0.1:{client_port}"),
@@ -199,10 +222,13 @@ impl KubeEnv {
         for crd in serde_saphyr::from_multiple::<CustomResourceDefinition>(&text).unwrap() {
             let n = crd.metadata.name.clone().unwrap();
             api.create(&PostParams::default(), &crd).await.unwrap_or_else(|e| panic!("creating CRD {n}: {e}"));
-            tokio::time::timeout(Duration::from_secs(30), kube::runtime::wait::await_condition(api.clone(), &n, kube::runtime::wait::conditions::is_crd_established()))
-                .await
-                .unwrap_or_else(|_| panic!("CRD {n} not established within 30s"))
-                .unwrap();
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                kube::runtime::wait::await_condition(api.clone(), &n, kube::runtime::wait::conditions::is_crd_established()),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("CRD {n} not established within 30s"))
+            .unwrap();
         }
         let probe: Api<DynamicObject> = Api::namespaced_with(client, "default", &shakedown::targets::kube::velero_ar("Backup"));
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -229,11 +255,20 @@ impl KubeEnv {
         let client = self.client().await;
         let api: Api<CustomResourceDefinition> = Api::all(client.clone());
         let mut names = vec![];
-        let mut files: Vec<PathBuf> = std::fs::read_dir(crds_dir()).expect("tests/fixtures/crds").flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "yaml")).collect();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(crds_dir())
+            .expect("tests/fixtures/crds")
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
         files.sort();
         for f in files {
-            let mut crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-            if versions == CrdVersions::V1Beta1Only && crd.spec.group.ends_with("cluster.x-k8s.io") && crd.spec.versions.iter().any(|v| v.name == "v1beta1") {
+            let mut crd: CustomResourceDefinition =
+                serde_saphyr::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            if versions == CrdVersions::V1Beta1Only
+                && crd.spec.group.ends_with("cluster.x-k8s.io")
+                && crd.spec.versions.iter().any(|v| v.name == "v1beta1")
+            {
                 // A management cluster of Cluster API before 1.10: v1beta2 is not served.
                 for v in &mut crd.spec.versions {
                     v.served = v.name == "v1beta1";
@@ -284,7 +319,11 @@ pub async fn cluster(client: &Client, ns: &str, name: &str, replicas: i64, fds: 
     let create = |kind: &str, body: Value| {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &capi(kind, CapiVersion::V1Beta2));
         let obj: DynamicObject = serde_json::from_value(body).unwrap();
-        async move { api.create(&PostParams::default(), &obj).await.unwrap_or_else(|e| panic!("creating {}: {e}", obj.types.map(|t| t.kind).unwrap_or_default())) }
+        async move {
+            api.create(&PostParams::default(), &obj)
+                .await
+                .unwrap_or_else(|e| panic!("creating {}: {e}", obj.types.map(|t| t.kind).unwrap_or_default()))
+        }
     };
     create(
         "Cluster",
@@ -334,7 +373,10 @@ pub fn shakedown_spawn(args: &[&str]) -> tokio::process::Child {
 
 /// Waits (bounded) for a child started by [`shakedown_spawn`]: (exit code, stdout, stderr).
 pub async fn shakedown_wait(child: tokio::process::Child, bound: Duration) -> (i32, String, String) {
-    let out = tokio::time::timeout(bound, child.wait_with_output()).await.unwrap_or_else(|_| panic!("shakedown did not finish within {}s", bound.as_secs())).expect("shakedown ran");
+    let out = tokio::time::timeout(bound, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("shakedown did not finish within {}s", bound.as_secs()))
+        .expect("shakedown ran");
     let (o, e) = (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string());
     eprintln!("--- exit {:?}\n--- stdout\n{o}--- stderr\n{e}", out.status.code());
     (out.status.code().unwrap_or(-1), o, e)

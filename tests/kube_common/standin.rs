@@ -100,7 +100,15 @@ fn now() -> String {
 /// A v1beta2 condition. apiserver 1.20's schema validation takes an empty string for null, so
 /// `message` is never empty.
 fn cond(type_: &str, ok: bool, generation: i64, message: &str) -> Value {
-    let message = if message.is_empty() { if ok { "ok" } else { "not ok" } } else { message };
+    let message = if message.is_empty() {
+        if ok {
+            "ok"
+        } else {
+            "not ok"
+        }
+    } else {
+        message
+    };
     json!({"type": type_, "status": if ok { "True" } else { "False" }, "reason": if ok { "Ok" } else { "NotOk" }, "message": message, "lastTransitionTime": now(), "observedGeneration": generation})
 }
 
@@ -194,7 +202,10 @@ impl Pass<'_> {
         for m in machines.iter().filter(|m| m.metadata.deletion_timestamp.is_none()) {
             let n = m.metadata.name.clone().unwrap_or_default();
             if !made.contains(&n) {
-                let node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"standin/cluster": self.name}}})).unwrap();
+                let node = serde_json::from_value(
+                    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"standin/cluster": self.name}}}),
+                )
+                .unwrap();
                 match nodes.create(&PostParams::default(), &node).await {
                     Ok(_) => {
                         made.insert(n.clone());
@@ -242,7 +253,10 @@ impl Pass<'_> {
             }
             // A conflict: the next pass works from the newer object.
             Err(kube::Error::Api(r)) if r.code == 409 => {}
-            Err(e) => note_error(&format!("{}/{}", self.ns, self.name), format!("stand-in: status of {kind} {}: {e}", o.metadata.name.as_deref().unwrap_or_default())),
+            Err(e) => note_error(
+                &format!("{}/{}", self.ns, self.name),
+                format!("stand-in: status of {kind} {}: {e}", o.metadata.name.as_deref().unwrap_or_default()),
+            ),
         }
     }
 
@@ -272,7 +286,10 @@ impl Pass<'_> {
             }
         }
         // Machines: healthy once health_delay has passed since the stand-in first saw them.
-        let cp: Vec<&Arc<DynamicObject>> = machines.iter().filter(|m| m.metadata.labels.as_ref().is_some_and(|l| l.contains_key("cluster.x-k8s.io/control-plane"))).collect();
+        let cp: Vec<&Arc<DynamicObject>> = machines
+            .iter()
+            .filter(|m| m.metadata.labels.as_ref().is_some_and(|l| l.contains_key("cluster.x-k8s.io/control-plane")))
+            .collect();
         for m in &cp {
             let n = m.metadata.name.clone().unwrap_or_default();
             let seen = *born.entry(n.clone()).or_insert_with(tokio::time::Instant::now);
@@ -284,7 +301,11 @@ impl Pass<'_> {
             let node_missing = self.nodes && m.metadata.deletion_timestamp.is_none() && v.pointer("/status/nodeRef/name").is_none();
             if healthy != want_healthy || !has_cond || node_missing {
                 let gen = m.metadata.generation.unwrap_or(1);
-                let c = if want_healthy { cond("EtcdMemberHealthy", true, gen, "") } else { json!({"type": "EtcdMemberHealthy", "status": if seen.elapsed() >= self.health_delay { "False" } else { "Unknown" }, "reason": "Provisioning", "message": "etcd member joining", "lastTransitionTime": now(), "observedGeneration": gen}) };
+                let c = if want_healthy {
+                    cond("EtcdMemberHealthy", true, gen, "")
+                } else {
+                    json!({"type": "EtcdMemberHealthy", "status": if seen.elapsed() >= self.health_delay { "False" } else { "Unknown" }, "reason": "Provisioning", "message": "etcd member joining", "lastTransitionTime": now(), "observedGeneration": gen})
+                };
                 let fd = m.data.pointer("/spec/failureDomain").cloned().unwrap_or(Value::Null);
                 let mut status = json!({"observedGeneration": gen, "failureDomain": fd, "phase": "Running", "conditions": [c]});
                 if self.nodes {
@@ -299,7 +320,10 @@ impl Pass<'_> {
         // controller has seen the pause annotation; a paused KCP is otherwise left alone.
         if kcp.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("cluster.x-k8s.io/paused")) {
             let mut status = kcp.data.get("status").cloned().unwrap_or_else(|| json!({}));
-            let paused_already = status.get("conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Paused" && c["status"] == "True"));
+            let paused_already = status
+                .get("conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Paused" && c["status"] == "True"));
             if !paused_already {
                 let mut cs: Vec<Value> = status.get("conditions").and_then(Value::as_array).cloned().unwrap_or_default();
                 cs.retain(|c| c["type"] != "Paused");
@@ -316,7 +340,8 @@ impl Pass<'_> {
         let after = spec.pointer("/rollout/after").and_then(Value::as_str).and_then(|s| humantime::parse_rfc3339(s).ok());
         // Machines the LeaveOldMachine bug abandoned are forgotten by the stand-in, not deleted.
         let abandoned = |m: &DynamicObject| m.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("standin/abandoned"));
-        let live: Vec<&Arc<DynamicObject>> = cp.iter().copied().filter(|m| m.metadata.deletion_timestamp.is_none() && !abandoned(m)).collect();
+        let live: Vec<&Arc<DynamicObject>> =
+            cp.iter().copied().filter(|m| m.metadata.deletion_timestamp.is_none() && !abandoned(m)).collect();
         let outdated = |m: &DynamicObject| {
             let created: Option<std::time::SystemTime> = m.metadata.creation_timestamp.as_ref().map(|t| t.0.into());
             m.data.pointer("/spec/version").and_then(Value::as_str) != Some(version.as_str())
@@ -444,7 +469,13 @@ pub fn attacher(client: Client, pv: &str, node: &str, delay: Duration) -> StandI
         loop {
             tokio::time::sleep(Duration::from_millis(50)).await;
             let Ok(list) = api.list(&ListParams::default()).await else { continue };
-            let mine: Vec<_> = list.items.into_iter().filter(|va| va.spec.source.persistent_volume_name.as_deref() == Some(pv.as_str()) && va.metadata.deletion_timestamp.is_none()).collect();
+            let mine: Vec<_> = list
+                .items
+                .into_iter()
+                .filter(|va| {
+                    va.spec.source.persistent_volume_name.as_deref() == Some(pv.as_str()) && va.metadata.deletion_timestamp.is_none()
+                })
+                .collect();
             if mine.is_empty() {
                 let since = *missing_since.get_or_insert_with(tokio::time::Instant::now);
                 if since.elapsed() < delay {
@@ -452,7 +483,8 @@ pub fn attacher(client: Client, pv: &str, node: &str, delay: Duration) -> StandI
                 }
                 let va = serde_json::from_value(json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
                     "metadata": {"name": format!("csi-{}", random_suffix())},
-                    "spec": {"attacher": "standin.csi.example", "nodeName": node, "source": {"persistentVolumeName": pv}}})).unwrap();
+                    "spec": {"attacher": "standin.csi.example", "nodeName": node, "source": {"persistentVolumeName": pv}}}))
+                .unwrap();
                 match api.create(&PostParams::default(), &va).await {
                     Ok(_) => {
                         w2.fetch_add(1, Ordering::Relaxed);

@@ -12,8 +12,8 @@
 //! `resourceVersion` precondition) are acknowledged with the revision the API answered, which is
 //! etcd's revision.
 
-mod watch;
 pub mod probe;
+mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -63,7 +63,15 @@ impl ApiWorkload {
         let selector = format!("{RUN_LABEL}={run_id}");
         let (mut clients, stopped) = Clients::new();
         for i in 0..cfg.clients {
-            let w = Writer { i, api: api.clone(), run_id: run_id.to_string(), objects: cfg.objects, interval: cfg.interval, timeout: cfg.timeout, rec: rec.clone() };
+            let w = Writer {
+                i,
+                api: api.clone(),
+                run_id: run_id.to_string(),
+                objects: cfg.objects,
+                interval: cfg.interval,
+                timeout: cfg.timeout,
+                rec: rec.clone(),
+            };
             clients.spawn(w.run(stopped.clone()));
         }
         for i in 0..cfg.watches {
@@ -81,7 +89,16 @@ impl ApiWorkload {
             Err(e) => (HashMap::new(), 0, Some(e)),
         };
         let (acked, unknown) = self.rec.history();
-        Durability { acked, unknown, marks: self.marks.clone(), read, read_revision, read_error, list_anomalies: self.rec.anomalies(), read_sent_at: Some(read_sent_at) }
+        Durability {
+            acked,
+            unknown,
+            marks: self.marks.clone(),
+            read,
+            read_revision,
+            read_error,
+            list_anomalies: self.rec.anomalies(),
+            read_sent_at: Some(read_sent_at),
+        }
     }
 
     async fn list_all(&self) -> Result<(HashMap<String, String>, i64), String> {
@@ -90,7 +107,10 @@ impl ApiWorkload {
         let mut revision = 0;
         // At most as many pages as the objects need, plus one.
         for _ in 0..=(64 * 1000 / PAGE) {
-            let page = tokio::time::timeout(self.timeout, self.api.list(&lp)).await.map_err(|_| format!("LIST of the run's ConfigMaps: no answer within {}ms", self.timeout.as_millis()))?.map_err(|e| format!("LIST of the run's ConfigMaps: {}", describe(&e)))?;
+            let page = tokio::time::timeout(self.timeout, self.api.list(&lp))
+                .await
+                .map_err(|_| format!("LIST of the run's ConfigMaps: no answer within {}ms", self.timeout.as_millis()))?
+                .map_err(|e| format!("LIST of the run's ConfigMaps: {}", describe(&e)))?;
             if revision == 0 {
                 revision = rv(page.metadata.resource_version.as_deref());
             }
@@ -158,15 +178,46 @@ impl ApiWorkload {
 /// What the API invariants among `invariants` need: the workload's read-back and watch sessions,
 /// `endpoint_requests` requests through the load balancer and the `/readyz` of `apiservers`
 /// (those the target reaches on its own), each bounded by `timeout`.
-pub async fn observe(workload: &ApiWorkload, probes: &probe::ApiProbes, model: &Model, invariants: &[InvariantId], endpoint_requests: usize, apiservers: &[probe::ApiServer], timeout: Duration) -> ApiObservation {
+pub async fn observe(
+    workload: &ApiWorkload,
+    probes: &probe::ApiProbes,
+    model: &Model,
+    invariants: &[InvariantId],
+    endpoint_requests: usize,
+    apiservers: &[probe::ApiServer],
+    timeout: Duration,
+) -> ApiObservation {
     let wanted = |i: InvariantId| invariants.contains(&i);
     let up = model.service_expected_up();
     let reach = wanted(InvariantId::ApiReachability);
-    let durability = async { if (wanted(InvariantId::ApiDurability) || wanted(InvariantId::ApiWatch)) && up { Some(workload.read().await) } else { None } };
-    let endpoint = async { if reach && up { probes.through_endpoint(endpoint_requests, timeout).await } else { vec![] } };
-    let readyz = async { if reach { probes.readyz(apiservers, timeout).await } else { vec![] } };
+    let durability = async {
+        if (wanted(InvariantId::ApiDurability) || wanted(InvariantId::ApiWatch)) && up {
+            Some(workload.read().await)
+        } else {
+            None
+        }
+    };
+    let endpoint = async {
+        if reach && up {
+            probes.through_endpoint(endpoint_requests, timeout).await
+        } else {
+            vec![]
+        }
+    };
+    let readyz = async {
+        if reach {
+            probes.readyz(apiservers, timeout).await
+        } else {
+            vec![]
+        }
+    };
     let (durability, endpoint, apiservers) = tokio::join!(durability, endpoint, readyz);
-    ApiObservation { durability, watches: if wanted(InvariantId::ApiWatch) { workload.watch_sessions() } else { vec![] }, endpoint, apiservers }
+    ApiObservation {
+        durability,
+        watches: if wanted(InvariantId::ApiWatch) { workload.watch_sessions() } else { vec![] },
+        endpoint,
+        apiservers,
+    }
 }
 
 /// An object's value.
@@ -281,7 +332,12 @@ impl Writer {
 
     fn object(&self, name: &str, value: &str, resource_version: Option<String>) -> ConfigMap {
         ConfigMap {
-            metadata: ObjectMeta { name: Some(name.into()), labels: Some(BTreeMap::from([(RUN_LABEL.to_string(), self.run_id.clone())])), resource_version, ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(BTreeMap::from([(RUN_LABEL.to_string(), self.run_id.clone())])),
+                resource_version,
+                ..Default::default()
+            },
             data: Some(BTreeMap::from([("v".to_string(), value.to_string())])),
             ..Default::default()
         }
@@ -331,7 +387,8 @@ impl Writer {
     async fn delete(&self, name: &str, version: &str) -> Known {
         let start = self.rec.position();
         let ticket = self.rec.send(Unknown { key: name.into(), value: None, start, create: false });
-        let dp = DeleteParams { preconditions: Some(Preconditions { resource_version: Some(version.into()), uid: None }), ..Default::default() };
+        let dp =
+            DeleteParams { preconditions: Some(Preconditions { resource_version: Some(version.into()), uid: None }), ..Default::default() };
         match self.call(self.api.delete(name, &dp)).await {
             Ok(_) => {
                 // The answer is the object as it was: the delete's own revision is not known.

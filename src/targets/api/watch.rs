@@ -23,7 +23,14 @@ const SILENCE: Duration = Duration::from_secs(5);
 /// The server-side timeout asked of each WATCH (the apiserver ends the stream then; resumed).
 const WATCH_SECONDS: u32 = 60;
 
-pub(super) async fn run(i: u32, api: Api<ConfigMap>, selector: String, timeout: Duration, rec: Arc<Recorder>, mut stopped: watch::Receiver<bool>) {
+pub(super) async fn run(
+    i: u32,
+    api: Api<ConfigMap>,
+    selector: String,
+    timeout: Duration,
+    rec: Arc<Recorder>,
+    mut stopped: watch::Receiver<bool>,
+) {
     let slot = {
         let mut w = rec.watches.lock().expect("watches lock");
         w.push(WatchState::default());
@@ -53,7 +60,8 @@ pub(super) async fn run(i: u32, api: Api<ConfigMap>, selector: String, timeout: 
                 };
                 rec.stats.lists.fetch_add(1, Ordering::Relaxed);
                 let v = rv(list.metadata.resource_version.as_deref());
-                let session = WatchSession { name: name.clone(), start_revision: v + 1, start_ack, prev_unknown: true, ..WatchSession::default() };
+                let session =
+                    WatchSession { name: name.clone(), start_revision: v + 1, start_ack, prev_unknown: true, ..WatchSession::default() };
                 rec.watches.lock().expect("watches lock")[slot] = WatchState { session, log: Default::default() };
                 v
             }

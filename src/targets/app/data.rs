@@ -45,7 +45,10 @@ pub struct Writer {
 pub async fn ready_pod(client: &Client, namespace: &str, selector: &str, skip: Option<&str>) -> Option<Pod> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let list = tokio::time::timeout(Duration::from_secs(10), pods.list(&ListParams::default().labels(selector))).await.ok()?.ok()?;
-    list.items.into_iter().filter(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none() && p.metadata.name.as_deref() != skip).min_by(|a, b| a.metadata.name.cmp(&b.metadata.name))
+    list.items
+        .into_iter()
+        .filter(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none() && p.metadata.name.as_deref() != skip)
+        .min_by(|a, b| a.metadata.name.cmp(&b.metadata.name))
 }
 
 pub fn is_ready(p: &Pod) -> bool {
@@ -57,7 +60,8 @@ impl Writer {
         let log = Arc::new(Mutex::new(Log::default()));
         let prefix = format!("sd-{}-", run_id.trim_start_matches("sd-"));
         let task = {
-            let (log, client, namespace, commands, prefix) = (log.clone(), client.clone(), namespace.to_string(), commands.clone(), prefix.clone());
+            let (log, client, namespace, commands, prefix) =
+                (log.clone(), client.clone(), namespace.to_string(), commands.clone(), prefix.clone());
             tokio::spawn(async move {
                 let mut n = 0u64;
                 loop {
@@ -147,7 +151,9 @@ impl Writer {
     }
 
     async fn read_command(&self) -> Result<BTreeMap<String, String>, String> {
-        let pod = ready_pod(&self.client, &self.namespace, &self.commands.selector, None).await.ok_or_else(|| format!("no Ready pod of {} to read in", self.commands.selector))?;
+        let pod = ready_pod(&self.client, &self.namespace, &self.commands.selector, None)
+            .await
+            .ok_or_else(|| format!("no Ready pod of {} to read in", self.commands.selector))?;
         let name = pod.metadata.name.unwrap_or_default();
         let cmd = fill(&self.commands.read, &BTreeMap::from([("prefix", self.prefix.clone())]));
         let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
@@ -155,7 +161,13 @@ impl Writer {
         if out.code != 0 {
             return Err(format!("in {name}: exit {}: {}", out.code, out.stderr.trim()));
         }
-        Ok(out.stdout.lines().filter_map(|l| l.trim().split_once(' ')).filter(|(k, _)| k.starts_with(&self.prefix)).map(|(k, v)| (k.to_string(), v.trim().to_string())).collect())
+        Ok(out
+            .stdout
+            .lines()
+            .filter_map(|l| l.trim().split_once(' '))
+            .filter(|(k, _)| k.starts_with(&self.prefix))
+            .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+            .collect())
     }
 
     pub fn stats(&self) -> serde_json::Value {

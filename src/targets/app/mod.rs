@@ -79,7 +79,10 @@ fn has_labels(p: &Pod, labels: &Labels) -> bool {
 /// with both sides' policies, a connection between them is refused whichever side opens it,
 /// and each side's own egress is left alone.
 fn group_policy(name: &str, run_id: &str, own: &Labels, other: &Labels, other_namespaces_than: Option<&str>) -> serde_json::Value {
-    let mut from: Vec<serde_json::Value> = other.iter().map(|(k, v)| serde_json::json!({"podSelector": {"matchExpressions": [{"key": k, "operator": "NotIn", "values": [v]}]}})).collect();
+    let mut from: Vec<serde_json::Value> = other
+        .iter()
+        .map(|(k, v)| serde_json::json!({"podSelector": {"matchExpressions": [{"key": k, "operator": "NotIn", "values": [v]}]}}))
+        .collect();
     if let Some(ns) = other_namespaces_than {
         from.push(serde_json::json!({"namespaceSelector": {"matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": [ns]}]}}));
     }
@@ -150,9 +153,14 @@ impl AppTarget {
     pub async fn start_spec(spec: &AppSpec, ctx: &StartContext<'_>) -> Result<AppTarget, Fatal> {
         let p = &spec.app_profile;
         if ctx.profile.stack != Stack::App {
-            return Err(Fatal::usage(format!("--target app runs profiles with stack = \"app\" (the application ops); profile {} has stack = {:?}", ctx.profile.name, ctx.profile.stack)));
+            return Err(Fatal::usage(format!(
+                "--target app runs profiles with stack = \"app\" (the application ops); profile {} has stack = {:?}",
+                ctx.profile.name, ctx.profile.stack
+            )));
         }
-        let config = super::kube::client::load_config(ctx.options.kube.kubeconfig.as_deref(), spec.context.as_deref()).await.map_err(super::kube::spec::fatal)?;
+        let config = super::kube::client::load_config(ctx.options.kube.kubeconfig.as_deref(), spec.context.as_deref())
+            .await
+            .map_err(super::kube::spec::fatal)?;
         let counter = super::kube::client::RequestCounter::default();
         let (client, server) = super::kube::client::build(config.clone(), &counter).map_err(Fatal::environment)?;
         // Evictions answer 429 when a PodDisruptionBudget refuses them: that answer is the
@@ -161,7 +169,9 @@ impl AppTarget {
         no_retry.default_retry = false;
         let (evict_client, _) = super::kube::client::build(no_retry, &counter).map_err(Fatal::environment)?;
         let ns: Api<Namespace> = Api::all(client.clone());
-        let namespace = bounded(&format!("namespace {}", p.namespace), ns.get_opt(&p.namespace)).await.map_err(|e| Fatal::environment(format!("{server}: {e}")))?;
+        let namespace = bounded(&format!("namespace {}", p.namespace), ns.get_opt(&p.namespace))
+            .await
+            .map_err(|e| Fatal::environment(format!("{server}: {e}")))?;
         let Some(namespace) = namespace else { return Err(Fatal::usage(format!("namespace {} does not exist on {server}", p.namespace))) };
         if namespace.metadata.annotations.as_ref().and_then(|a| a.get(OPT_IN)).map(String::as_str) != Some("true") {
             return Err(Fatal::environment(format!(
@@ -170,16 +180,33 @@ impl AppTarget {
             )));
         }
         let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &p.namespace);
-        let set = bounded("statefulset", sts.get_opt(&p.statefulset)).await.map_err(Fatal::environment)?.ok_or_else(|| Fatal::usage(format!("StatefulSet {}/{} does not exist", p.namespace, p.statefulset)))?;
+        let set = bounded("statefulset", sts.get_opt(&p.statefulset))
+            .await
+            .map_err(Fatal::environment)?
+            .ok_or_else(|| Fatal::usage(format!("StatefulSet {}/{} does not exist", p.namespace, p.statefulset)))?;
         let replicas = set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-        let sts_selector = set.spec.as_ref().and_then(|s| s.selector.match_labels.clone()).unwrap_or_default().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+        let sts_selector = set
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.match_labels.clone())
+            .unwrap_or_default()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
         if replicas as u32 != ctx.profile.members {
-            return Err(Fatal::usage(format!("StatefulSet {}/{} has {replicas} replicas; the profile {} has members = {}: they must match", p.namespace, p.statefulset, ctx.profile.name, ctx.profile.members)));
+            return Err(Fatal::usage(format!(
+                "StatefulSet {}/{} has {replicas} replicas; the profile {} has members = {}: they must match",
+                p.namespace, p.statefulset, ctx.profile.name, ctx.profile.members
+            )));
         }
         let operator_replicas = match &p.operator {
             Some(name) => {
                 let d: Api<Deployment> = Api::namespaced(client.clone(), &p.namespace);
-                let dep = bounded("operator", d.get_opt(name)).await.map_err(Fatal::environment)?.ok_or_else(|| Fatal::usage(format!("the operator's Deployment {}/{name} does not exist", p.namespace)))?;
+                let dep = bounded("operator", d.get_opt(name))
+                    .await
+                    .map_err(Fatal::environment)?
+                    .ok_or_else(|| Fatal::usage(format!("the operator's Deployment {}/{name} does not exist", p.namespace)))?;
                 Some(dep.spec.and_then(|s| s.replicas).unwrap_or(1).max(1))
             }
             None => None,
@@ -215,12 +242,31 @@ impl AppTarget {
         }
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &p.namespace);
         bounded("create the run's ConfigMap", cms.create(&PostParams::default(), &cm)).await.map_err(Fatal::environment)?;
-        Ok(AppTarget { client, evict_client, server, spec: spec.clone(), run_id: ctx.run_id.to_string(), operator_replicas, sts_selector, writer, notes, version, events: vec![], backups: BTreeMap::new(), restores: 0, probe_jobs: Default::default(), torn_down: false })
+        Ok(AppTarget {
+            client,
+            evict_client,
+            server,
+            spec: spec.clone(),
+            run_id: ctx.run_id.to_string(),
+            operator_replicas,
+            sts_selector,
+            writer,
+            notes,
+            version,
+            events: vec![],
+            backups: BTreeMap::new(),
+            restores: 0,
+            probe_jobs: Default::default(),
+            torn_down: false,
+        })
     }
 
     /// The labels of the objects the run creates.
     fn run_labels(&self) -> BTreeMap<String, String> {
-        BTreeMap::from([(RUN_LABEL.to_string(), self.run_id.clone()), ("app.kubernetes.io/managed-by".to_string(), "shakedown".to_string())])
+        BTreeMap::from([
+            (RUN_LABEL.to_string(), self.run_id.clone()),
+            ("app.kubernetes.io/managed-by".to_string(), "shakedown".to_string()),
+        ])
     }
 
     fn ns(&self) -> &str {
@@ -256,9 +302,14 @@ impl AppTarget {
     async fn pod_kill(&mut self, m: MemberId) -> Result<(), TargetError> {
         let name = self.pod_name(m);
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
-        let old = bounded("get pod", pods.get_opt(&name)).await.map_err(env)?.ok_or_else(|| TargetError::Stack(format!("pod {name} does not exist")))?;
+        let old = bounded("get pod", pods.get_opt(&name))
+            .await
+            .map_err(env)?
+            .ok_or_else(|| TargetError::Stack(format!("pod {name} does not exist")))?;
         let old_uid = old.metadata.uid.clone();
-        bounded("delete pod", pods.delete(&name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })).await.map_err(env)?;
+        bounded("delete pod", pods.delete(&name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }))
+            .await
+            .map_err(env)?;
         // Verified: the controller made a new pod of that name (another UID).
         self.wait(&format!("pod {name} recreated after its kill"), || {
             let pods = pods.clone();
@@ -285,9 +336,17 @@ impl AppTarget {
         if chosen.is_empty() {
             return Err(TargetError::Stack(format!("no pod matches {} in {}", sel.selector, self.ns())));
         }
-        let killed: Vec<(String, Option<String>)> =
-            chosen.iter().map(|n| (n.clone(), live.iter().find(|p| p.metadata.name.as_ref() == Some(n)).and_then(|p| p.metadata.uid.clone()))).collect();
-        let text = format!("pod-kill-selected(pick {pick}): {} of the {} pods matching {} — {}", killed.len(), names.len(), sel.selector, chosen.join(", "));
+        let killed: Vec<(String, Option<String>)> = chosen
+            .iter()
+            .map(|n| (n.clone(), live.iter().find(|p| p.metadata.name.as_ref() == Some(n)).and_then(|p| p.metadata.uid.clone())))
+            .collect();
+        let text = format!(
+            "pod-kill-selected(pick {pick}): {} of the {} pods matching {} — {}",
+            killed.len(),
+            names.len(),
+            sel.selector,
+            chosen.join(", ")
+        );
         tracing::info!("{text}");
         self.events.push(crate::events::Event::Target {
             kind: "app-kill".into(),
@@ -295,7 +354,13 @@ impl AppTarget {
         });
         let deletes = killed.iter().map(|(name, _)| {
             let pods = pods.clone();
-            async move { bounded(&format!("delete pod {name}"), pods.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })).await }
+            async move {
+                bounded(
+                    &format!("delete pod {name}"),
+                    pods.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }),
+                )
+                .await
+            }
         });
         for r in futures::future::join_all(deletes).await {
             // A pod already gone counts as killed; anything else is the environment's.
@@ -312,7 +377,8 @@ impl AppTarget {
             let (pods, killed, selector) = (pods.clone(), killed.clone(), selector.clone());
             async move {
                 let now = pods.list(&ListParams::default().labels(&selector)).await.ok()?.items;
-                let survivor = killed.iter().any(|(name, uid)| now.iter().any(|p| p.metadata.name.as_ref() == Some(name) && p.metadata.uid == *uid));
+                let survivor =
+                    killed.iter().any(|(name, uid)| now.iter().any(|p| p.metadata.name.as_ref() == Some(name) && p.metadata.uid == *uid));
                 let ready = now.iter().filter(|p| p.metadata.deletion_timestamp.is_none() && is_ready(p)).count();
                 (!survivor && ready >= ready_before).then_some(())
             }
@@ -334,7 +400,12 @@ impl AppTarget {
         let uid = pod.metadata.uid.clone();
         let own = own_images(&pod);
         let t0 = Instant::now();
-        bounded(&format!("fail pod {name}"), pods.patch(&name, &PatchParams::default(), &Patch::Strategic(failure_patch(Some(&self.run_id), &own, Some(&pf.image))))).await.map_err(env)?;
+        bounded(
+            &format!("fail pod {name}"),
+            pods.patch(&name, &PatchParams::default(), &Patch::Strategic(failure_patch(Some(&self.run_id), &own, Some(&pf.image)))),
+        )
+        .await
+        .map_err(env)?;
         // Verified: the same pod, not Ready.
         let failed = self
             .wait(&format!("{name} failed (the same pod not Ready on image {})", pf.image), || {
@@ -347,7 +418,11 @@ impl AppTarget {
             tokio::time::sleep(pf.duration).await;
         }
         let t1 = Instant::now();
-        let put_back = bounded(&format!("give pod {name} its images back"), pods.patch(&name, &PatchParams::default(), &Patch::Strategic(failure_patch(None, &own, None)))).await;
+        let put_back = bounded(
+            &format!("give pod {name} its images back"),
+            pods.patch(&name, &PatchParams::default(), &Patch::Strategic(failure_patch(None, &own, None))),
+        )
+        .await;
         failed?;
         put_back.map_err(env)?;
         // Verified: Ready again on its own images.
@@ -358,7 +433,12 @@ impl AppTarget {
             })
             .await?;
         let ready_ms = t1.elapsed().as_millis() as u64;
-        tracing::info!("pod-failure({m}): {name} not Ready {:.1}s after its images were replaced, Ready again {:.1}s after they were put back{}", not_ready_ms as f64 / 1000.0, ready_ms as f64 / 1000.0, if same { "" } else { " (on a new pod: something replaced the failed one)" });
+        tracing::info!(
+            "pod-failure({m}): {name} not Ready {:.1}s after its images were replaced, Ready again {:.1}s after they were put back{}",
+            not_ready_ms as f64 / 1000.0,
+            ready_ms as f64 / 1000.0,
+            if same { "" } else { " (on a new pod: something replaced the failed one)" }
+        );
         self.events.push(crate::events::Event::Target {
             kind: "app-pod-failure".into(),
             detail: serde_json::json!({"pod": name, "image": pf.image, "own-images": own, "not-ready-after-ms": not_ready_ms, "failed-for-ms": pf.duration.as_millis() as u64, "ready-again-after-ms": ready_ms, "same-pod": same}),
@@ -379,9 +459,23 @@ impl AppTarget {
         };
         let deps: Api<Deployment> = Api::namespaced(self.client.clone(), self.ns());
         let dep = bounded("get operator", deps.get(&name)).await.map_err(env)?;
-        let selector = dep.spec.as_ref().and_then(|s| s.selector.match_labels.clone()).unwrap_or_default().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+        let selector = dep
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.match_labels.clone())
+            .unwrap_or_default()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
-        let before: BTreeSet<String> = bounded("operator pods", pods.list(&ListParams::default().labels(&selector))).await.map_err(env)?.items.into_iter().filter_map(|p| p.metadata.uid).collect();
+        let before: BTreeSet<String> = bounded("operator pods", pods.list(&ListParams::default().labels(&selector)))
+            .await
+            .map_err(env)?
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.uid)
+            .collect();
         let scale = |n: i32| serde_json::json!({"spec": {"replicas": n}});
         bounded("scale the operator to 0", deps.patch(&name, &PatchParams::default(), &Patch::Merge(scale(0)))).await.map_err(env)?;
         // Verified: every operator pod is gone.
@@ -392,7 +486,9 @@ impl AppTarget {
                 async move { pods.list(&ListParams::default().labels(&selector)).await.ok().filter(|l| l.items.is_empty()).map(|_| ()) }
             })
             .await;
-        bounded("scale the operator back", deps.patch(&name, &PatchParams::default(), &Patch::Merge(scale(replicas)))).await.map_err(env)?;
+        bounded("scale the operator back", deps.patch(&name, &PatchParams::default(), &Patch::Merge(scale(replicas))))
+            .await
+            .map_err(env)?;
         gone?;
         // Verified: available again, on new pods.
         self.wait(&format!("the operator {name} available again"), || {
@@ -400,7 +496,14 @@ impl AppTarget {
             async move {
                 let d = deps.get(&name).await.ok()?;
                 let available = d.status.and_then(|s| s.available_replicas).unwrap_or(0);
-                let fresh = pods.list(&ListParams::default().labels(&selector)).await.ok()?.items.iter().filter(|p| is_ready(p) && !p.metadata.uid.as_ref().is_some_and(|u| before.contains(u))).count();
+                let fresh = pods
+                    .list(&ListParams::default().labels(&selector))
+                    .await
+                    .ok()?
+                    .items
+                    .iter()
+                    .filter(|p| is_ready(p) && !p.metadata.uid.as_ref().is_some_and(|u| before.contains(u)))
+                    .count();
                 (available >= replicas && fresh as i32 >= replicas).then_some(())
             }
         })
@@ -408,15 +511,22 @@ impl AppTarget {
     }
 
     async fn pvc_loss(&mut self, m: MemberId) -> Result<(), TargetError> {
-        let Some(claim) = self.spec.app_profile.claim.clone() else { return Err(TargetError::Unsupported("the app profile names no claim".into())) };
+        let Some(claim) = self.spec.app_profile.claim.clone() else {
+            return Err(TargetError::Unsupported("the app profile names no claim".into()));
+        };
         let pod = self.pod_name(m);
         let pvc_name = format!("{claim}-{pod}");
         let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), self.ns());
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
-        let old = bounded("get claim", pvcs.get_opt(&pvc_name)).await.map_err(env)?.ok_or_else(|| TargetError::Stack(format!("claim {pvc_name} does not exist")))?;
+        let old = bounded("get claim", pvcs.get_opt(&pvc_name))
+            .await
+            .map_err(env)?
+            .ok_or_else(|| TargetError::Stack(format!("claim {pvc_name} does not exist")))?;
         let (old_uid, old_volume) = (old.metadata.uid.clone(), old.spec.and_then(|s| s.volume_name));
         bounded("delete claim", pvcs.delete(&pvc_name, &DeleteParams::default())).await.map_err(env)?;
-        bounded("delete pod", pods.delete(&pod, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })).await.map_err(env)?;
+        bounded("delete pod", pods.delete(&pod, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }))
+            .await
+            .map_err(env)?;
         // Verified: a new claim of that name (another UID, another volume), bound.
         self.wait(&format!("claim {pvc_name} recreated empty and bound"), || {
             let pvcs = pvcs.clone();
@@ -438,7 +548,12 @@ impl AppTarget {
     async fn node_drain(&mut self, m: MemberId) -> Result<(), TargetError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
         let pod = self.pod_name(m);
-        let node_name = bounded("get pod", pods.get(&pod)).await.map_err(env)?.spec.and_then(|s| s.node_name).ok_or_else(|| TargetError::Stack(format!("pod {pod} is not on a node")))?;
+        let node_name = bounded("get pod", pods.get(&pod))
+            .await
+            .map_err(env)?
+            .spec
+            .and_then(|s| s.node_name)
+            .ok_or_else(|| TargetError::Stack(format!("pod {pod} is not on a node")))?;
         let nodes: Api<Node> = Api::all(self.client.clone());
         let node = bounded("get node", nodes.get(&node_name)).await.map_err(env)?;
         if node.metadata.annotations.as_ref().and_then(|a| a.get(OPT_IN)).map(String::as_str) != Some("true") {
@@ -447,12 +562,17 @@ impl AppTarget {
             )));
         }
         if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
-            return Err(TargetError::Environment(format!("node {node_name} is already cordoned, not by this run: draining it is someone else's maintenance")));
+            return Err(TargetError::Environment(format!(
+                "node {node_name} is already cordoned, not by this run: draining it is someone else's maintenance"
+            )));
         }
-        bounded("cordon", nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(cordon_patch(Some(&self.run_id))))).await.map_err(env)?;
+        bounded("cordon", nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(cordon_patch(Some(&self.run_id)))))
+            .await
+            .map_err(env)?;
         let drained = self.evict_all(&node_name).await;
         // Uncordoned whatever the drain came to (a blocked drain must not leave the node out).
-        let uncordoned = bounded("uncordon", nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(cordon_patch(None)))).await.map_err(env);
+        let uncordoned =
+            bounded("uncordon", nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(cordon_patch(None)))).await.map_err(env);
         let evicted = drained?;
         uncordoned?;
         // Verified: schedulable again.
@@ -462,7 +582,8 @@ impl AppTarget {
         })
         .await?;
         let (evicted, last) = evicted;
-        let last = last.map(|(pod, ms)| format!("; the last gone {:.1}s after its eviction: {pod}", ms as f64 / 1000.0)).unwrap_or_default();
+        let last =
+            last.map(|(pod, ms)| format!("; the last gone {:.1}s after its eviction: {pod}", ms as f64 / 1000.0)).unwrap_or_default();
         tracing::info!("node-drain({m}): node {node_name} drained ({} pods evicted{last}) and uncordoned", evicted.len());
         Ok(())
     }
@@ -471,7 +592,10 @@ impl AppTarget {
     /// With the pods, the one that took longest to go after the evictions, and how long (ms).
     async fn evict_all(&mut self, node: &str) -> Result<(Vec<String>, Option<(String, u64)>), TargetError> {
         let all: Api<Pod> = Api::all(self.client.clone());
-        let on_node = bounded("pods on the node", all.list(&ListParams::default().fields(&format!("spec.nodeName={node}")))).await.map_err(env)?.items;
+        let on_node = bounded("pods on the node", all.list(&ListParams::default().fields(&format!("spec.nodeName={node}"))))
+            .await
+            .map_err(env)?
+            .items;
         // What `kubectl drain --ignore-daemonsets` evicts: not a DaemonSet's pod (its controller
         // ignores the cordon), not a static pod (its mirror cannot be evicted), nothing finished.
         let evictable: Vec<(String, String, Option<String>)> = on_node
@@ -479,7 +603,9 @@ impl AppTarget {
             .filter(|p| !p.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|o| o.kind == "DaemonSet")))
             .filter(|p| !p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")))
             .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
-            .map(|p| (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default(), p.metadata.uid.clone()))
+            .map(|p| {
+                (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default(), p.metadata.uid.clone())
+            })
             .collect();
         let names: Vec<String> = evictable.iter().map(|(ns, n, _)| format!("{ns}/{n}")).collect();
         let deadline = Instant::now() + self.spec.app_profile.op_timeout;
@@ -533,7 +659,9 @@ impl AppTarget {
                 let now = all.list(&ListParams::default().fields(&format!("spec.nodeName={node}"))).await.ok()?.items;
                 let mut gone = gone.lock().unwrap();
                 for (ns, name, uid) in &wanted {
-                    if !now.iter().any(|p| p.metadata.namespace.as_ref() == Some(ns) && p.metadata.name.as_ref() == Some(name) && p.metadata.uid == *uid) {
+                    if !now.iter().any(|p| {
+                        p.metadata.namespace.as_ref() == Some(ns) && p.metadata.name.as_ref() == Some(name) && p.metadata.uid == *uid
+                    }) {
                         gone.entry(format!("{ns}/{name}")).or_insert(evicted_at.elapsed().as_millis() as u64);
                     }
                 }
@@ -543,7 +671,10 @@ impl AppTarget {
         .await?;
         let gone = gone.lock().unwrap().clone();
         let last = gone.iter().max_by_key(|(_, ms)| **ms).map(|(p, ms)| (p.clone(), *ms));
-        self.events.push(crate::events::Event::Target { kind: "app-drained".into(), detail: serde_json::json!({"node": node, "gone-after-ms": gone}) });
+        self.events.push(crate::events::Event::Target {
+            kind: "app-drained".into(),
+            detail: serde_json::json!({"node": node, "gone-after-ms": gone}),
+        });
         Ok((names, last))
     }
 
@@ -552,7 +683,12 @@ impl AppTarget {
         let (api_version, kind) = r.kind(section).map_err(TargetError::Environment)?;
         bounded(&format!("discover {api_version} {kind}"), resource_api_of(&self.client, self.ns(), &format!("{api_version}/{kind}")))
             .await
-            .map_err(|e| TargetError::Environment(format!("the [{section}] template's kind is not served by {}: {e} (is the operator's CRD installed?)", self.server)))
+            .map_err(|e| {
+                TargetError::Environment(format!(
+                    "the [{section}] template's kind is not served by {}: {e} (is the operator's CRD installed?)",
+                    self.server
+                ))
+            })
     }
 
     /// Creates `r`'s object named `name` and waits until its `done` field says so (its
@@ -563,7 +699,8 @@ impl AppTarget {
         vars.insert("namespace", self.ns().to_string());
         vars.insert("statefulset", self.spec.app_profile.statefulset.clone());
         let body = r.object(name, &self.run_labels(), &vars);
-        let obj: DynamicObject = serde_json::from_value(body.clone()).map_err(|e| TargetError::Environment(format!("[{section}.template]: {e}")))?;
+        let obj: DynamicObject =
+            serde_json::from_value(body.clone()).map_err(|e| TargetError::Environment(format!("[{section}.template]: {e}")))?;
         let t = Instant::now();
         bounded(&format!("create {name}"), api.create(&PostParams::default(), &obj)).await.map_err(env)?;
         // Verified: the operator says it is done; a failure it reports ends the wait at once.
@@ -596,9 +733,12 @@ impl AppTarget {
     /// `backup`: the operator's backup object; the data workload marks what the backup may hold
     /// (writes acknowledged before it was asked for must be in it).
     async fn backup(&mut self, after: &Model) -> Result<(), TargetError> {
-        let Some(r) = self.spec.app_profile.backup.clone() else { return Err(TargetError::Unsupported("the app profile has no [backup]".into())) };
+        let Some(r) = self.spec.app_profile.backup.clone() else {
+            return Err(TargetError::Unsupported("the app profile has no [backup]".into()));
+        };
         // The model numbers backups as it takes them: this one is the newest.
-        let b = *after.backups.iter().next_back().ok_or_else(|| TargetError::Environment("the model holds no backup after backup".into()))?;
+        let b =
+            *after.backups.iter().next_back().ok_or_else(|| TargetError::Environment("the model holds no backup after backup".into()))?;
         let name = format!("shakedown-{}-{b}", self.run_id.trim_start_matches("sd-"));
         let start = self.writer.as_ref().map(Writer::position);
         self.resource_op(&r, "backup", &name, BTreeMap::new()).await?;
@@ -612,7 +752,9 @@ impl AppTarget {
     /// `restore(b)`: the operator's restore object naming backup `b`'s; the data workload then
     /// expects the backup's writes and not those acknowledged after it (`app-durability`).
     async fn restore(&mut self, b: BackupId) -> Result<(), TargetError> {
-        let Some(r) = self.spec.app_profile.restore.clone() else { return Err(TargetError::Unsupported("the app profile has no [restore]".into())) };
+        let Some(r) = self.spec.app_profile.restore.clone() else {
+            return Err(TargetError::Unsupported("the app profile has no [restore]".into()));
+        };
         let backup = self.backups.get(&b).cloned().ok_or_else(|| TargetError::Environment(format!("{b} was not taken by this run")))?;
         self.restores += 1;
         let name = format!("shakedown-{}-restore-{}", self.run_id.trim_start_matches("sd-"), self.restores);
@@ -628,7 +770,12 @@ impl AppTarget {
     async fn probe_ends(&self, m: MemberId) -> Result<(String, String), TargetError> {
         let target = self.pod_name(m);
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
-        let ip = bounded("get pod", pods.get(&target)).await.map_err(env)?.status.and_then(|s| s.pod_ip).ok_or_else(|| TargetError::Stack(format!("pod {target} has no IP")))?;
+        let ip = bounded("get pod", pods.get(&target))
+            .await
+            .map_err(env)?
+            .status
+            .and_then(|s| s.pod_ip)
+            .ok_or_else(|| TargetError::Stack(format!("pod {target} has no IP")))?;
         let selector = format!("{},statefulset.kubernetes.io/pod-name!={target}", self.sts_selector);
         let Some(from) = ready_pod(&self.client, self.ns(), &selector, Some(&target)).await else {
             return Err(TargetError::Stack(format!("no other Ready replica to probe {target} from")));
@@ -644,7 +791,9 @@ impl AppTarget {
 
     /// The partition probe exec'd in pod `from` towards `ip`.
     async fn probe_exec(&self, from: &str, ip: &str) -> Result<super::exec::ExecOutput, TargetError> {
-        let Some(probe) = self.spec.app_profile.partition.clone() else { return Err(TargetError::Unsupported("the app profile has no [partition] probe".into())) };
+        let Some(probe) = self.spec.app_profile.partition.clone() else {
+            return Err(TargetError::Unsupported("the app profile has no [partition] probe".into()));
+        };
         let cmd = fill(&probe.command, &BTreeMap::from([("ip", ip.to_string())]));
         let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
         exec(&self.client, self.ns(), from, probe.container.as_deref(), &refs, Duration::from_secs(15)).await.map_err(env)
@@ -742,7 +891,10 @@ impl AppTarget {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(TargetError::Stack(format!("the partition probe does not connect to {} after its NetworkPolicy was removed", self.pod_name(m))));
+                return Err(TargetError::Stack(format!(
+                    "the partition probe does not connect to {} after its NetworkPolicy was removed",
+                    self.pod_name(m)
+                )));
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
@@ -761,7 +913,9 @@ impl AppTarget {
 
     /// The first Ready pod of `selector`: its name and IP.
     async fn group_end(&self, selector: &str) -> Result<(String, String), TargetError> {
-        let pod = ready_pod(&self.client, self.ns(), selector, None).await.ok_or_else(|| TargetError::Stack(format!("no Ready pod matches {selector}")))?;
+        let pod = ready_pod(&self.client, self.ns(), selector, None)
+            .await
+            .ok_or_else(|| TargetError::Stack(format!("no Ready pod matches {selector}")))?;
         let name = pod.metadata.name.clone().unwrap_or_default();
         let ip = pod.status.and_then(|s| s.pod_ip).ok_or_else(|| TargetError::Stack(format!("pod {name} has no IP")))?;
         Ok((name, ip))
@@ -797,14 +951,20 @@ impl AppTarget {
         let listed = bounded("pods", pods.list(&ListParams::default())).await.map_err(env)?.items;
         let live: Vec<&Pod> = listed.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
         let name = |p: &Pod| p.metadata.name.clone().unwrap_or_default();
-        let (in_a, in_b): (Vec<&Pod>, Vec<&Pod>) = (live.iter().copied().filter(|p| has_labels(p, &a)).collect(), live.iter().copied().filter(|p| has_labels(p, &b)).collect());
+        let (in_a, in_b): (Vec<&Pod>, Vec<&Pod>) =
+            (live.iter().copied().filter(|p| has_labels(p, &a)).collect(), live.iter().copied().filter(|p| has_labels(p, &b)).collect());
         for (side, members) in [(&cut.a, &in_a), (&cut.b, &in_b)] {
             if members.is_empty() {
                 return Err(TargetError::Stack(format!("no pod of {} matches {side}", self.ns())));
             }
         }
         if let Some(p) = in_a.iter().find(|p| has_labels(p, &b)) {
-            return Err(TargetError::Environment(format!("pod {} is in both groups ({} and {}): a pod cannot be cut off from itself; no policy was created", name(p), cut.a, cut.b)));
+            return Err(TargetError::Environment(format!(
+                "pod {} is in both groups ({} and {}): a pod cannot be cut off from itself; no policy was created",
+                name(p),
+                cut.a,
+                cut.b
+            )));
         }
         if let Some(p) = in_a.iter().chain(&in_b).find(|p| p.spec.as_ref().and_then(|s| s.host_network) == Some(true)) {
             return Err(TargetError::Environment(format!(
@@ -815,14 +975,21 @@ impl AppTarget {
         // Pods of other namespaces are admitted by the namespace's name label, which the
         // apiserver sets from Kubernetes 1.21; without it they are cut off from both groups too.
         let nss: Api<Namespace> = Api::all(self.client.clone());
-        let named = bounded("namespace", nss.get(self.ns())).await.map_err(env)?.metadata.labels.is_some_and(|l| l.contains_key(NAMESPACE_NAME_LABEL));
+        let named = bounded("namespace", nss.get(self.ns()))
+            .await
+            .map_err(env)?
+            .metadata
+            .labels
+            .is_some_and(|l| l.contains_key(NAMESPACE_NAME_LABEL));
         let other_namespaces = named.then(|| self.ns().to_string());
         let (a_end, b_end) = (self.group_end(&cut.a).await?, self.group_end(&cut.b).await?);
         self.probe_baseline(&a_end.0, &b_end.0, &b_end.1).await?;
         self.probe_baseline(&b_end.0, &a_end.0, &a_end.1).await?;
         let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
         for (side, own, other) in [('a', &a, &b), ('b', &b, &a)] {
-            let policy: NetworkPolicy = serde_json::from_value(group_policy(&group_policy_name(pick, side), &self.run_id, own, other, other_namespaces.as_deref())).map_err(env)?;
+            let policy: NetworkPolicy =
+                serde_json::from_value(group_policy(&group_policy_name(pick, side), &self.run_id, own, other, other_namespaces.as_deref()))
+                    .map_err(env)?;
             if let Err(e) = bounded("create NetworkPolicy", api.create(&PostParams::default(), &policy)).await {
                 let _ = self.delete_group_policies(pick).await;
                 return Err(env(e));
@@ -839,7 +1006,12 @@ impl AppTarget {
             match self.probe_groups(&cut).await {
                 Ok((false, false)) => break t0.elapsed(),
                 Ok((ab, ba)) if Instant::now() >= t0 + PARTITION_SETTLE => {
-                    let ways = [(ab, format!("from {} to {}", cut.a, cut.b)), (ba, format!("from {} to {}", cut.b, cut.a))].into_iter().filter(|(c, _)| *c).map(|(_, w)| w).collect::<Vec<_>>().join(" and ");
+                    let ways = [(ab, format!("from {} to {}", cut.a, cut.b)), (ba, format!("from {} to {}", cut.b, cut.a))]
+                        .into_iter()
+                        .filter(|(c, _)| *c)
+                        .map(|(_, w)| w)
+                        .collect::<Vec<_>>()
+                        .join(" and ");
                     return Err(undo(TargetError::Environment(format!(
                         "this cluster does not enforce NetworkPolicy: {}s after the policies of partition-groups(pick {pick}) were created, the partition probe still connects {ways} (a CNI without a policy engine, such as the bridge plugin, ignores policies); the policies were removed and the partition counts as not done",
                         PARTITION_SETTLE.as_secs()
@@ -851,7 +1023,11 @@ impl AppTarget {
             }
         };
         // Verified: other traffic flows on — a replica in neither group still reaches both.
-        let outside = live.iter().filter(|p| is_ready(p) && has_labels(p, &self.sts_labels()) && !has_labels(p, &a) && !has_labels(p, &b)).map(|p| name(p)).min();
+        let outside = live
+            .iter()
+            .filter(|p| is_ready(p) && has_labels(p, &self.sts_labels()) && !has_labels(p, &a) && !has_labels(p, &b))
+            .map(|p| name(p))
+            .min();
         if let Some(c) = &outside {
             let ends = match (self.group_end(&cut.a).await, self.group_end(&cut.b).await) {
                 (Ok(x), Ok(y)) => [x, y],
@@ -882,8 +1058,14 @@ impl AppTarget {
             cut.b,
             b_pods.join(", "),
             cut_after.as_secs_f64(),
-            outside.as_ref().map_or("no replica outside both groups to show other traffic flowing".to_string(), |c| format!("{c}, in neither, still reaches both")),
-            if named { "" } else { "; pods of other namespaces are cut off from both groups too (namespaces here carry no kubernetes.io/metadata.name label: Kubernetes before 1.21)" }
+            outside.as_ref().map_or("no replica outside both groups to show other traffic flowing".to_string(), |c| format!(
+                "{c}, in neither, still reaches both"
+            )),
+            if named {
+                ""
+            } else {
+                "; pods of other namespaces are cut off from both groups too (namespaces here carry no kubernetes.io/metadata.name label: Kubernetes before 1.21)"
+            }
         );
         self.events.push(crate::events::Event::Target {
             kind: "app-partition-groups".into(),
@@ -903,7 +1085,10 @@ impl AppTarget {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(TargetError::Stack(format!("the partition probe does not connect both ways between {} and {} after their NetworkPolicies were removed", cut.a, cut.b)));
+                return Err(TargetError::Stack(format!(
+                    "the partition probe does not connect both ways between {} and {} after their NetworkPolicies were removed",
+                    cut.a, cut.b
+                )));
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
@@ -919,14 +1104,16 @@ impl AppTarget {
     async fn in_cut_groups(&self, model: &Model) -> i32 {
         let Some(Ok((_, a, b))) = model.groups_partitioned.map(|pick| self.group_cut(pick)) else { return 0 };
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
-        let listed = bounded("pods", pods.list(&ListParams::default().labels(&self.sts_selector))).await.map(|l| l.items).unwrap_or_default();
+        let listed =
+            bounded("pods", pods.list(&ListParams::default().labels(&self.sts_selector))).await.map(|l| l.items).unwrap_or_default();
         listed.iter().filter(|p| has_labels(p, &a) || has_labels(p, &b)).count() as i32
     }
 
     async fn inventory(&self) -> AppInventory {
         let mut inv = AppInventory::default();
         let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
-        if let Ok(list) = bounded("NetworkPolicies", api.list(&ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id)))).await {
+        if let Ok(list) = bounded("NetworkPolicies", api.list(&ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id)))).await
+        {
             for p in list.items {
                 let name = p.metadata.name.unwrap_or_default();
                 if let Some(i) = name.strip_prefix("shakedown-partition-m").and_then(|n| n.parse::<u32>().ok()) {
@@ -1028,7 +1215,9 @@ impl AppTarget {
             Err(_) => Some(format!("GET {path}: no answer within {}s", PROBE_BOUND.as_secs())),
             Ok(Err(e)) => Some(format!("GET {path}: {e}")),
             Ok(Ok(body)) => match &h.contains {
-                Some(want) if !body.contains(want.as_str()) => Some(format!("GET {path}: the answer does not contain {want:?}: {}", body.chars().take(200).collect::<String>())),
+                Some(want) if !body.contains(want.as_str()) => {
+                    Some(format!("GET {path}: the answer does not contain {want:?}: {}", body.chars().take(200).collect::<String>()))
+                }
                 _ => None,
             },
         }
@@ -1040,7 +1229,12 @@ impl AppTarget {
         let n = self.probe_jobs.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let name = format!("shakedown-{}-check-{n}", self.run_id.trim_start_matches("sd-"));
         let template = serde_json::json!({"apiVersion": "batch/v1", "kind": "Job", "spec": spec});
-        let mut body = spec::instantiate(&template, &name, &self.run_labels(), &BTreeMap::from([("namespace", self.ns().to_string()), ("statefulset", self.spec.app_profile.statefulset.clone())]));
+        let mut body = spec::instantiate(
+            &template,
+            &name,
+            &self.run_labels(),
+            &BTreeMap::from([("namespace", self.ns().to_string()), ("statefulset", self.spec.app_profile.statefulset.clone())]),
+        );
         // A checker runs once: the checks are retried until the step converges.
         if body["spec"].get("backoffLimit").is_none() {
             body["spec"]["backoffLimit"] = 0.into();
@@ -1073,7 +1267,10 @@ impl AppTarget {
     /// The last log lines of a Job's newest pod.
     async fn job_logs(&self, job: &str) -> String {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
-        let listed = bounded("the job's pods", pods.list(&ListParams::default().labels(&format!("job-name={job}")))).await.map(|l| l.items).unwrap_or_default();
+        let listed = bounded("the job's pods", pods.list(&ListParams::default().labels(&format!("job-name={job}"))))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
         let Some(pod) = listed.into_iter().max_by_key(|p| p.metadata.creation_timestamp.clone()).and_then(|p| p.metadata.name) else {
             return "no pod".into();
         };
@@ -1098,7 +1295,14 @@ impl AppTarget {
             Ok(Some(obj)) => {
                 let value = serde_json::to_value(&obj).unwrap_or_default();
                 let m = spec::FieldMatch { field: o.field.clone(), equals: o.equals.clone() };
-                (!m.matches(&value)).then(|| format!("{what}: {} = {} (wanted {:?})", o.field, m.value(&value).map_or("absent".into(), |v| format!("{v:?}")), o.equals))
+                (!m.matches(&value)).then(|| {
+                    format!(
+                        "{what}: {} = {} (wanted {:?})",
+                        o.field,
+                        m.value(&value).map_or("absent".into(), |v| format!("{v:?}")),
+                        o.equals
+                    )
+                })
             }
         }
     }
@@ -1117,7 +1321,14 @@ impl Target for AppTarget {
     fn started(&self) -> Started {
         let p = &self.spec.app_profile;
         Started {
-            line: format!("app {}/{} on {} (Kubernetes {}){}", p.namespace, p.statefulset, self.server, self.version, p.operator.as_ref().map(|o| format!(" · operator {o}")).unwrap_or_default()),
+            line: format!(
+                "app {}/{} on {} (Kubernetes {}){}",
+                p.namespace,
+                p.statefulset,
+                self.server,
+                self.version,
+                p.operator.as_ref().map(|o| format!(" · operator {o}")).unwrap_or_default()
+            ),
             fields: serde_json::json!({"namespace": p.namespace, "statefulset": p.statefulset, "server": self.server}),
             notes: self.notes.clone(),
         }
@@ -1182,7 +1393,12 @@ impl Target for AppTarget {
     async fn end_step(&mut self) {}
 
     async fn observe(&mut self, model: &Model, invariants: &[InvariantId]) -> Observation {
-        let mut app = AppObservation { workloads: self.workloads().await, probes: self.probes().await, in_cut_groups: self.in_cut_groups(model).await, data: None };
+        let mut app = AppObservation {
+            workloads: self.workloads().await,
+            probes: self.probes().await,
+            in_cut_groups: self.in_cut_groups(model).await,
+            data: None,
+        };
         if invariants.contains(&InvariantId::AppDurability) {
             if let Some(w) = &self.writer {
                 app.data = Some(w.read().await);
@@ -1191,7 +1407,8 @@ impl Target for AppTarget {
         let inventory = if invariants.contains(&InvariantId::Leaks) { Some(Inventory::App(self.inventory().await)) } else { None };
         // A replica serves when its pod is Ready (what the engine asks of healed members).
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
-        let listed = bounded("pods", pods.list(&ListParams::default().labels(&self.sts_selector))).await.map(|l| l.items).unwrap_or_default();
+        let listed =
+            bounded("pods", pods.list(&ListParams::default().labels(&self.sts_selector))).await.map(|l| l.items).unwrap_or_default();
         let members = model
             .members
             .keys()
@@ -1229,15 +1446,27 @@ impl Target for AppTarget {
             w.stop();
         }
         let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
-        let _ = bounded("delete the run's NetworkPolicies", api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id)))).await;
+        let _ = bounded(
+            "delete the run's NetworkPolicies",
+            api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id))),
+        )
+        .await;
         // A checker Job a stop interrupted (with its pods).
         let jobs: Api<Job> = Api::namespaced(self.client.clone(), self.ns());
-        let _ = bounded("delete the run's checker Jobs", jobs.delete_collection(&DeleteParams::background(), &ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id)))).await;
+        let _ = bounded(
+            "delete the run's checker Jobs",
+            jobs.delete_collection(&DeleteParams::background(), &ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id))),
+        )
+        .await;
         if let (Some(name), Some(replicas)) = (self.spec.app_profile.operator.clone(), self.operator_replicas) {
             let deps: Api<Deployment> = Api::namespaced(self.client.clone(), self.ns());
             if let Ok(d) = bounded("operator", deps.get(&name)).await {
                 if d.spec.and_then(|s| s.replicas).unwrap_or(1) < replicas {
-                    let _ = bounded("scale the operator back", deps.patch(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})))).await;
+                    let _ = bounded(
+                        "scale the operator back",
+                        deps.patch(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}}))),
+                    )
+                    .await;
                 }
             }
         }
@@ -1249,7 +1478,14 @@ impl Target for AppTarget {
         for (r, section) in [(self.spec.app_profile.backup.clone(), "backup"), (self.spec.app_profile.restore.clone(), "restore")] {
             if let Some(r) = r.filter(|_| !self.backups.is_empty()) {
                 if let Ok(api) = self.resource_api(&r, section).await {
-                    let _ = bounded("delete the run's objects", api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id)))).await;
+                    let _ = bounded(
+                        "delete the run's objects",
+                        api.delete_collection(
+                            &DeleteParams::default(),
+                            &ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id)),
+                        ),
+                    )
+                    .await;
                 }
             }
         }
@@ -1288,7 +1524,9 @@ pub async fn restore_failed_pods(client: &Client, ns: &str, run: &str) -> Result
         if failed_by(&p) == Some(run) {
             let name = p.metadata.name.clone().unwrap_or_default();
             let patch = failure_patch(None, &recorded_images(&p), None);
-            pods.patch(&name, &PatchParams::default(), &Patch::Strategic(patch)).await.map_err(|e| format!("giving pod {ns}/{name} its images back: {e}"))?;
+            pods.patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                .await
+                .map_err(|e| format!("giving pod {ns}/{name} its images back: {e}"))?;
             done.push(name);
         }
     }
@@ -1323,7 +1561,8 @@ pub async fn resource_api_of(client: &Client, ns: &str, gvk: &str) -> Result<Api
     if version.is_empty() || kind.is_empty() {
         return Err(format!("{gvk}: not group/version/Kind"));
     }
-    let (ar, _): (ApiResource, _) = kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await.map_err(|e| format!("{gvk}: {e}"))?;
+    let (ar, _): (ApiResource, _) =
+        kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await.map_err(|e| format!("{gvk}: {e}"))?;
     Ok(Api::namespaced_with(client.clone(), ns, &ar))
 }
 
@@ -1333,7 +1572,13 @@ mod tests {
     use crate::node::netpol::{compute, Peer, PodInfo};
 
     fn pod(ns: &str, name: &str, ip: &str, labels: &[(&str, &str)]) -> PodInfo {
-        PodInfo { ns: ns.into(), name: name.into(), labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ip: ip.parse().unwrap(), ports: BTreeMap::new() }
+        PodInfo {
+            ns: ns.into(),
+            name: name.into(),
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ip: ip.parse().unwrap(),
+            ports: BTreeMap::new(),
+        }
     }
 
     fn labels(l: &[(&str, &str)]) -> Labels {
@@ -1365,13 +1610,22 @@ mod tests {
                 })
                 .collect()
         };
-        let nss = |named: bool| -> BTreeMap<String, Labels> { ["kv", "other"].iter().map(|n| (n.to_string(), if named { labels(&[(NAMESPACE_NAME_LABEL, n)]) } else { Labels::new() })).collect() };
+        let nss = |named: bool| -> BTreeMap<String, Labels> {
+            ["kv", "other"]
+                .iter()
+                .map(|n| (n.to_string(), if named { labels(&[(NAMESPACE_NAME_LABEL, n)]) } else { Labels::new() }))
+                .collect()
+        };
         let admitted = |rs: &crate::node::netpol::Ruleset, pod: &str| -> Vec<String> {
             let iso = rs.ingress.iter().find(|i| i.pod == pod).unwrap_or_else(|| panic!("{pod} isolated for ingress"));
-            let mut ips: Vec<String> = iso.allows.iter().flat_map(|a| match &a.peer {
-                Peer::Ips(ips) => ips.iter().map(|ip| ip.to_string()).collect::<Vec<_>>(),
-                other => panic!("only pods are admitted: {other:?}"),
-            }).collect();
+            let mut ips: Vec<String> = iso
+                .allows
+                .iter()
+                .flat_map(|a| match &a.peer {
+                    Peer::Ips(ips) => ips.iter().map(|ip| ip.to_string()).collect::<Vec<_>>(),
+                    other => panic!("only pods are admitted: {other:?}"),
+                })
+                .collect();
             ips.sort();
             ips.dedup();
             ips
@@ -1379,8 +1633,16 @@ mod tests {
         let rs = compute(&pods, &nss(true), &policies(true));
         assert!(rs.egress.is_empty(), "egress is left alone");
         assert_eq!(rs.ingress.iter().map(|i| i.pod.as_str()).collect::<Vec<_>>(), ["kv/kv-0", "kv/kv-1", "kv/kv-2"]);
-        assert_eq!(admitted(&rs, "kv/kv-0"), ["10.0.0.10", "10.0.0.13", "10.0.0.14", "10.0.0.20"], "the primary: everyone but the standbys of its namespace");
-        assert_eq!(admitted(&rs, "kv/kv-1"), ["10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14", "10.0.0.20"], "a standby: everyone but the primary");
+        assert_eq!(
+            admitted(&rs, "kv/kv-0"),
+            ["10.0.0.10", "10.0.0.13", "10.0.0.14", "10.0.0.20"],
+            "the primary: everyone but the standbys of its namespace"
+        );
+        assert_eq!(
+            admitted(&rs, "kv/kv-1"),
+            ["10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14", "10.0.0.20"],
+            "a standby: everyone but the primary"
+        );
         // Without the namespace name label (Kubernetes < 1.21): other namespaces' pods are not admitted.
         let rs = compute(&pods, &nss(false), &policies(false));
         assert_eq!(admitted(&rs, "kv/kv-0"), ["10.0.0.10", "10.0.0.13", "10.0.0.14"]);

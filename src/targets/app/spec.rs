@@ -34,7 +34,10 @@ pub struct AppOptions {
 impl AppOptions {
     /// App options given to another target are an error, not silently ignored.
     pub fn refuse_for(&self, target: &str) -> Result<(), Fatal> {
-        let given: Vec<&str> = [(self.app_profile.is_some(), "--app-profile (or SHAKEDOWN_APP_PROFILE)")].into_iter().filter_map(|(g, n)| g.then_some(n)).collect();
+        let given: Vec<&str> = [(self.app_profile.is_some(), "--app-profile (or SHAKEDOWN_APP_PROFILE)")]
+            .into_iter()
+            .filter_map(|(g, n)| g.then_some(n))
+            .collect();
         crate::targets::refuse_options(&given, "app", target)
     }
 }
@@ -144,7 +147,12 @@ impl FieldMatch {
 
 /// An object from a profile's template: its `{placeholders}` filled from `vars`, named `name`
 /// (any namespace of the template dropped: the app's), `labels` added.
-pub fn instantiate(template: &serde_json::Value, name: &str, labels: &BTreeMap<String, String>, vars: &BTreeMap<&str, String>) -> serde_json::Value {
+pub fn instantiate(
+    template: &serde_json::Value,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+    vars: &BTreeMap<&str, String>,
+) -> serde_json::Value {
     fn fill_all(v: &mut serde_json::Value, vars: &BTreeMap<&str, String>) {
         match v {
             serde_json::Value::String(s) => *s = vars.iter().fold(s.clone(), |s, (k, x)| s.replace(&format!("{{{k}}}"), x)),
@@ -177,7 +185,13 @@ impl ResourceOp {
 
     /// `apiVersion` and `kind` of the template, or what is wrong with it.
     pub fn kind(&self, section: &str) -> Result<(String, String), String> {
-        let get = |f: &str| self.template.get(f).and_then(|v| v.as_str()).map(str::to_string).ok_or_else(|| format!("app profile: [{section}.template] needs {f} (a string)"));
+        let get = |f: &str| {
+            self.template
+                .get(f)
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+                .ok_or_else(|| format!("app profile: [{section}.template] needs {f} (a string)"))
+        };
         let (api_version, kind) = (get("apiVersion")?, get("kind")?);
         if api_version.split('/').count() != 2 {
             return Err(format!("app profile: [{section}.template] apiVersion = {api_version:?}: a custom resource's is group/version"));
@@ -470,11 +484,14 @@ impl AppProfile {
 impl AppSpec {
     /// A new run's spec from the flags, or the recorded one with what the flags override.
     pub fn from_options(opts: &AppOptions, context: Option<&str>, recorded: Option<&AppSpec>) -> Result<AppSpec, Fatal> {
-        let app_profile = match (&opts.app_profile, recorded) {
-            (Some(p), _) => AppProfile::load(p).map_err(Fatal::usage)?,
-            (None, Some(r)) => r.app_profile.clone(),
-            (None, None) => return Err(Fatal::usage("--target app needs --app-profile FILE (the application under test: namespace, StatefulSet, operator, data commands)")),
-        };
+        let app_profile =
+            match (&opts.app_profile, recorded) {
+                (Some(p), _) => AppProfile::load(p).map_err(Fatal::usage)?,
+                (None, Some(r)) => r.app_profile.clone(),
+                (None, None) => return Err(Fatal::usage(
+                    "--target app needs --app-profile FILE (the application under test: namespace, StatefulSet, operator, data commands)",
+                )),
+            };
         Ok(AppSpec { context: context.map(str::to_string).or_else(|| recorded.and_then(|r| r.context.clone())), app_profile })
     }
 
@@ -499,9 +516,14 @@ mod tests {
     #[test]
     fn partition_groups_are_pairs_of_key_value_selectors() {
         let base = "namespace = \"web\"\nstatefulset = \"web\"\n[partition]\ncommand = [\"true\"]\n";
-        let p = AppProfile::from_toml(&format!("{base}[[partition.groups]]\na = \"app=web,role=primary\"\nb = \"app=web, role==standby\"\n")).unwrap();
+        let p =
+            AppProfile::from_toml(&format!("{base}[[partition.groups]]\na = \"app=web,role=primary\"\nb = \"app=web, role==standby\"\n"))
+                .unwrap();
         let cut = &p.partition.unwrap().groups[0];
-        assert_eq!(GroupCut::labels(&cut.b).unwrap(), BTreeMap::from([("app".to_string(), "web".to_string()), ("role".to_string(), "standby".to_string())]));
+        assert_eq!(
+            GroupCut::labels(&cut.b).unwrap(),
+            BTreeMap::from([("app".to_string(), "web".to_string()), ("role".to_string(), "standby".to_string())])
+        );
         for bad in ["app!=web", "app in (web)", "", "app"] {
             let err = AppProfile::from_toml(&format!("{base}[[partition.groups]]\na = {bad:?}\nb = \"x=y\"\n")).unwrap_err();
             assert!(err.contains("is not a key=value term"), "{bad}: {err}");
@@ -540,13 +562,19 @@ mod tests {
         let r = p.restore.unwrap();
         assert_eq!(r.kind("restore").unwrap(), ("test.shakedown.dev/v1".to_string(), "EtcdRestore".to_string()));
         let labels = BTreeMap::from([("shakedown.dev/run".to_string(), "sd-1".to_string())]);
-        let obj = r.object("shakedown-sd-1-restore-1", &labels, &BTreeMap::from([("backup", "shakedown-sd-1-b0".to_string()), ("statefulset", "etcd".to_string())]));
+        let obj = r.object(
+            "shakedown-sd-1-restore-1",
+            &labels,
+            &BTreeMap::from([("backup", "shakedown-sd-1-b0".to_string()), ("statefulset", "etcd".to_string())]),
+        );
         assert_eq!(obj["metadata"]["name"], "shakedown-sd-1-restore-1");
         assert!(obj["metadata"].get("namespace").is_none(), "the app's namespace, not the template's");
         assert_eq!(obj["metadata"]["labels"]["shakedown.dev/run"], "sd-1");
         assert_eq!(obj["spec"], serde_json::json!({"backup": "shakedown-sd-1-b0", "cluster": "etcd", "keep": ["shakedown-sd-1-b0", 3]}));
         let status = |s: serde_json::Value| serde_json::json!({"status": s});
-        assert!(r.done.matches(&status(serde_json::json!({"conditions": [{"type": "Other", "status": "True"}, {"type": "Ready", "status": "True"}]}))));
+        assert!(r.done.matches(&status(
+            serde_json::json!({"conditions": [{"type": "Other", "status": "True"}, {"type": "Ready", "status": "True"}]})
+        )));
         assert!(!r.done.matches(&status(serde_json::json!({"conditions": [{"type": "Ready", "status": "False"}]}))));
         assert!(!r.done.matches(&serde_json::json!({})), "no status yet");
         assert!(r.failed.unwrap().matches(&status(serde_json::json!({"phase": "Failed"}))));
@@ -576,11 +604,17 @@ mod tests {
         assert!(e.contains("needs the selector"), "{e}");
         let e = AppProfile::from_toml(base).unwrap_err();
         assert!(e.contains("needs command (with selector), http, object or job"), "{e}");
-        let e = AppProfile::from_toml(&format!("{base}selector = \"a=b\"\ncommand = [\"true\"]\nhttp = {{ service = \"s\", port = \"80\" }}\n")).unwrap_err();
+        let e = AppProfile::from_toml(&format!(
+            "{base}selector = \"a=b\"\ncommand = [\"true\"]\nhttp = {{ service = \"s\", port = \"80\" }}\n"
+        ))
+        .unwrap_err();
         assert!(e.contains("not several"), "{e}");
         let e = AppProfile::from_toml(&format!("{base}selector = \"a=b\"\nhttp = {{ service = \"s\", port = \"80\" }}\n")).unwrap_err();
         assert!(e.contains("a selector belongs to a command"), "{e}");
-        let p = AppProfile::from_toml(&format!("{base}[probes.job]\nbackoffLimit = 1\n[probes.job.template.spec]\nrestartPolicy = \"Never\"\n")).unwrap();
+        let p = AppProfile::from_toml(&format!(
+            "{base}[probes.job]\nbackoffLimit = 1\n[probes.job.template.spec]\nrestartPolicy = \"Never\"\n"
+        ))
+        .unwrap();
         assert!(matches!(p.probes[0].check(), Ok(ProbeCheck::Job(j)) if j["backoffLimit"] == 1));
         let e = AppProfile::from_toml(&format!("{base}job = \"x\"\n")).unwrap_err();
         assert!(e.contains("a Job's spec"), "{e}");

@@ -52,7 +52,8 @@ impl KubeApi {
     pub async fn check(config: &Config, spec: &ApiSpec) -> Result<(), KubeError> {
         let Some(ns) = &spec.namespace else { return Ok(()) };
         let server = config.cluster_url.to_string();
-        let client = Client::try_from(config.clone()).map_err(|e| KubeError::Environment(format!("cannot build a client for the workload cluster: {e}")))?;
+        let client = Client::try_from(config.clone())
+            .map_err(|e| KubeError::Environment(format!("cannot build a client for the workload cluster: {e}")))?;
         let namespaces: Api<Namespace> = Api::all(client);
         match tokio::time::timeout(NAMESPACE_BOUND, namespaces.get(ns)).await {
             Ok(Ok(_)) => Ok(()),
@@ -80,18 +81,41 @@ impl KubeApi {
             Some(ns) => (ns.clone(), false),
             None => {
                 let ns = run_namespace(run_id);
-                let body = Namespace { metadata: ObjectMeta { name: Some(ns.clone()), labels: Some(BTreeMap::from([(RUN_LABEL.to_string(), run_id.to_string()), ("app.kubernetes.io/managed-by".into(), "shakedown".into())])), ..Default::default() }, ..Default::default() };
+                let body = Namespace {
+                    metadata: ObjectMeta {
+                        name: Some(ns.clone()),
+                        labels: Some(BTreeMap::from([
+                            (RUN_LABEL.to_string(), run_id.to_string()),
+                            ("app.kubernetes.io/managed-by".into(), "shakedown".into()),
+                        ])),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
                 match tokio::time::timeout(NAMESPACE_BOUND, namespaces.create(&PostParams::default(), &body)).await {
                     Ok(Ok(_)) => (ns, true),
-                    Ok(Err(e)) => return Err(env(format!("cannot create namespace {ns} in the workload cluster ({server}): {}", describe(&e)))),
-                    Err(_) => return Err(env(format!("the workload cluster ({server}) did not answer within {}s", NAMESPACE_BOUND.as_secs()))),
+                    Ok(Err(e)) => {
+                        return Err(env(format!("cannot create namespace {ns} in the workload cluster ({server}): {}", describe(&e))))
+                    }
+                    Err(_) => {
+                        return Err(env(format!("the workload cluster ({server}) did not answer within {}s", NAMESPACE_BOUND.as_secs())))
+                    }
                 }
             }
         };
         let samples = run_dir.map(|d| d.join("api-workload.csv"));
         let workload = ApiWorkload::start(client.clone(), &namespace, run_id, &spec.load, samples.as_deref());
         let probes = ApiProbes::new(config, &namespace, None).map_err(env)?;
-        Ok(KubeApi { workload, probes, client, namespace, created, restores_api: spec.restores_api, run_id: run_id.to_string(), timeout: spec.load.timeout })
+        Ok(KubeApi {
+            workload,
+            probes,
+            client,
+            namespace,
+            created,
+            restores_api: spec.restores_api,
+            run_id: run_id.to_string(),
+            timeout: spec.load.timeout,
+        })
     }
 
     /// What the API invariants among `invariants` need (no single apiservers: the kube target
@@ -116,7 +140,11 @@ impl KubeApi {
             Ok(Ok(())) => Ok(()),
             Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(()),
             Ok(Err(e)) => Err(format!("cannot delete the API workload's objects in namespace {}: {}", self.namespace, describe(&e))),
-            Err(_) => Err(format!("deleting the API workload's objects in namespace {} got no answer within {}s", self.namespace, NAMESPACE_BOUND.as_secs())),
+            Err(_) => Err(format!(
+                "deleting the API workload's objects in namespace {} got no answer within {}s",
+                self.namespace,
+                NAMESPACE_BOUND.as_secs()
+            )),
         }
     }
 }

@@ -75,7 +75,11 @@ pub(super) struct Cache {
 impl Cache {
     /// The management cluster's watches.
     pub(super) fn management(&self) -> impl Iterator<Item = &Watched> {
-        [&self.cluster, &self.kcp, &self.machines, &self.deployments].into_iter().chain(self.infra.iter()).chain(self.velero.iter()).chain(self.conditions.iter())
+        [&self.cluster, &self.kcp, &self.machines, &self.deployments]
+            .into_iter()
+            .chain(self.infra.iter())
+            .chain(self.velero.iter())
+            .chain(self.conditions.iter())
     }
     pub(super) fn all(&self) -> impl Iterator<Item = &Watched> {
         self.management().chain(self.workload.iter().flat_map(|w| w.all()))

@@ -98,14 +98,20 @@ pub async fn load_config(path: Option<&Path>, context: Option<&str>) -> Result<C
                 }
             }
             let opts = KubeConfigOptions { context: context.map(str::to_string), ..Default::default() };
-            Config::from_custom_kubeconfig(kubeconfig, &opts).await.map_err(|e| KubeError::Usage(format!("cannot use the kubeconfig: {e}")))?
+            Config::from_custom_kubeconfig(kubeconfig, &opts)
+                .await
+                .map_err(|e| KubeError::Usage(format!("cannot use the kubeconfig: {e}")))?
         }
         // No kubeconfig at all (neither given nor KUBECONFIG nor ~/.kube/config): in a pod, use
         // its ServiceAccount (ci/k8s).
-        Err(e) if path.is_none() && context.is_none() && std::env::var_os("KUBECONFIG").is_none() => {
-            Config::incluster().map_err(|_| KubeError::Usage(format!("cannot load the kubeconfig: {e}; pass --kubeconfig or set KUBECONFIG")))?
+        Err(e) if path.is_none() && context.is_none() && std::env::var_os("KUBECONFIG").is_none() => Config::incluster()
+            .map_err(|_| KubeError::Usage(format!("cannot load the kubeconfig: {e}; pass --kubeconfig or set KUBECONFIG")))?,
+        Err(e) => {
+            return Err(KubeError::Usage(format!(
+                "cannot load the kubeconfig{}: {e}",
+                path.map(|p| format!(" {}", p.display())).unwrap_or_default()
+            )))
         }
-        Err(e) => return Err(KubeError::Usage(format!("cannot load the kubeconfig{}: {e}", path.map(|p| format!(" {}", p.display())).unwrap_or_default()))),
     })
 }
 
@@ -190,7 +196,9 @@ impl CapiVersion {
 /// serve, preferring `v1beta2`: one discovery request at connect.
 pub async fn discover_capi(client: &Client) -> Result<CapiVersion, Discovery> {
     let groups = client.list_api_groups().await.map_err(|e| Discovery::Unreachable(super::command::error_chain(&e)))?;
-    let served = |name: &str| -> Vec<String> { groups.groups.iter().filter(|g| g.name == name).flat_map(|g| g.versions.iter().map(|v| v.version.clone())).collect() };
+    let served = |name: &str| -> Vec<String> {
+        groups.groups.iter().filter(|g| g.name == name).flat_map(|g| g.versions.iter().map(|v| v.version.clone())).collect()
+    };
     let (core, cp) = (served("cluster.x-k8s.io"), served("controlplane.cluster.x-k8s.io"));
     for v in [CapiVersion::V1Beta2, CapiVersion::V1Beta1] {
         if core.iter().any(|s| s == v.as_str()) && cp.iter().any(|s| s == v.as_str()) {
@@ -241,17 +249,41 @@ pub type OnChange = Arc<dyn Fn(&Store<DynamicObject>) + Send + Sync>;
 impl Watched {
     /// Starts watching `ar` in `ns` (selected by `lp`; relists are paginated, `WatchConfig`'s default page size). Every change bumps `changed`; watch
     /// errors are kept in `errors` (the watcher retries after 500 ms).
-    pub fn start(client: &Client, ar: &ApiResource, ns: &str, lp: WatchConfig, changed: watch::Sender<u64>, errors: Arc<Mutex<Option<String>>>, on_change: Option<OnChange>) -> Watched {
+    pub fn start(
+        client: &Client,
+        ar: &ApiResource,
+        ns: &str,
+        lp: WatchConfig,
+        changed: watch::Sender<u64>,
+        errors: Arc<Mutex<Option<String>>>,
+        on_change: Option<OnChange>,
+    ) -> Watched {
         Watched::start_api(Api::namespaced_with(client.clone(), ns, ar), ar, lp, changed, errors, on_change)
     }
 
     /// Like [`Watched::start`], for a cluster-scoped kind (Nodes, PersistentVolumes, VolumeAttachments).
-    pub fn start_cluster_scoped(client: &Client, ar: &ApiResource, lp: WatchConfig, changed: watch::Sender<u64>, errors: Arc<Mutex<Option<String>>>) -> Watched {
+    pub fn start_cluster_scoped(
+        client: &Client,
+        ar: &ApiResource,
+        lp: WatchConfig,
+        changed: watch::Sender<u64>,
+        errors: Arc<Mutex<Option<String>>>,
+    ) -> Watched {
         Watched::start_api(Api::all_with(client.clone(), ar), ar, lp, changed, errors, None)
     }
 
-    fn start_api(api: Api<DynamicObject>, ar: &ApiResource, lp: WatchConfig, changed: watch::Sender<u64>, errors: Arc<Mutex<Option<String>>>, on_change: Option<OnChange>) -> Watched {
-        let (store, writer) = { let w = reflector::store::Writer::new(ar.clone()); (w.as_reader(), w) };
+    fn start_api(
+        api: Api<DynamicObject>,
+        ar: &ApiResource,
+        lp: WatchConfig,
+        changed: watch::Sender<u64>,
+        errors: Arc<Mutex<Option<String>>>,
+        on_change: Option<OnChange>,
+    ) -> Watched {
+        let (store, writer) = {
+            let w = reflector::store::Writer::new(ar.clone());
+            (w.as_reader(), w)
+        };
         let synced = Arc::new(AtomicBool::new(false));
         let s2 = synced.clone();
         let failing = Arc::new(Mutex::new(None));
@@ -276,7 +308,8 @@ impl Watched {
                     }
                     Err(e) => {
                         let msg = format!("watching {k2}: {e}");
-                        f2.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(|| (std::time::Instant::now(), String::new())).1 = msg.clone();
+                        f2.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(|| (std::time::Instant::now(), String::new())).1 =
+                            msg.clone();
                         *errors.lock().unwrap_or_else(|e| e.into_inner()) = Some(msg);
                         changed.send_modify(|g| *g += 1);
                         tokio::time::sleep(WATCH_RETRY).await;
@@ -319,7 +352,10 @@ mod tests {
     #[test]
     fn resource_of_parses_kind_group_version() {
         let ar = resource_of("DevMachine.infrastructure.cluster.x-k8s.io/v1beta2").unwrap();
-        assert_eq!((ar.group.as_str(), ar.version.as_str(), ar.plural.as_str()), ("infrastructure.cluster.x-k8s.io", "v1beta2", "devmachines"));
+        assert_eq!(
+            (ar.group.as_str(), ar.version.as_str(), ar.plural.as_str()),
+            ("infrastructure.cluster.x-k8s.io", "v1beta2", "devmachines")
+        );
         assert!(resource_of("DevMachine").is_err());
     }
 }

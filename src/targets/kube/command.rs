@@ -42,12 +42,30 @@ pub async fn run_command(cmd: &[String], env: &[(String, String)], timeout: Dura
         }
     };
     match tokio::time::timeout(timeout, c.output()).await {
-        Err(_) => CommandResult { exit: None, ms: t0.elapsed().as_millis() as u64, stdout: String::new(), stderr: String::new(), error: Some(format!("no exit within {}s (killed)", timeout.as_secs())) },
-        Ok(Err(e)) => CommandResult { exit: None, ms: t0.elapsed().as_millis() as u64, stdout: String::new(), stderr: String::new(), error: Some(format!("cannot run {prog}: {e}")) },
+        Err(_) => CommandResult {
+            exit: None,
+            ms: t0.elapsed().as_millis() as u64,
+            stdout: String::new(),
+            stderr: String::new(),
+            error: Some(format!("no exit within {}s (killed)", timeout.as_secs())),
+        },
+        Ok(Err(e)) => CommandResult {
+            exit: None,
+            ms: t0.elapsed().as_millis() as u64,
+            stdout: String::new(),
+            stderr: String::new(),
+            error: Some(format!("cannot run {prog}: {e}")),
+        },
         Ok(Ok(out)) => {
             let code = out.status.code();
             let (stdout, stderr) = (tail(&out.stdout), tail(&out.stderr));
-            let error = (!out.status.success()).then(|| format!("exit {} ({})", code.map_or("by signal".into(), |c| c.to_string()), if stderr.is_empty() { &stdout } else { &stderr }));
+            let error = (!out.status.success()).then(|| {
+                format!(
+                    "exit {} ({})",
+                    code.map_or("by signal".into(), |c| c.to_string()),
+                    if stderr.is_empty() { &stdout } else { &stderr }
+                )
+            });
             CommandResult { exit: code, ms: t0.elapsed().as_millis() as u64, stdout, stderr, error }
         }
     }
@@ -81,7 +99,9 @@ impl HttpProber {
 
     fn build(ca_file: Option<&Path>, insecure: bool, pool: bool) -> Result<HttpProber, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions().map_err(|e| e.to_string())?;
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?;
         let config = match (ca_file, insecure) {
             (_, true) => builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyCertificate(provider))).with_no_client_auth(),
             (Some(path), false) => {
@@ -97,7 +117,8 @@ impl HttpProber {
                 builder.with_root_certificates(roots).with_no_client_auth()
             }
             (None, false) => {
-                let verifier = rustls_platform_verifier::Verifier::new(provider).map_err(|e| format!("cannot load the system's trusted roots: {e}"))?;
+                let verifier = rustls_platform_verifier::Verifier::new(provider)
+                    .map_err(|e| format!("cannot load the system's trusted roots: {e}"))?;
                 builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)).with_no_client_auth()
             }
         };
@@ -113,7 +134,10 @@ impl HttpProber {
     pub async fn get(&self, url: &str, timeout: Duration) -> Result<(), String> {
         match self.answer(url, timeout).await? {
             a if (200..300).contains(&a.status) => Ok(()),
-            a => Err(format!("status {}", http::StatusCode::from_u16(a.status).map(|s| s.to_string()).unwrap_or_else(|_| a.status.to_string()))),
+            a => Err(format!(
+                "status {}",
+                http::StatusCode::from_u16(a.status).map(|s| s.to_string()).unwrap_or_else(|_| a.status.to_string())
+            )),
         }
     }
 
@@ -125,7 +149,10 @@ impl HttpProber {
         let fetch = async {
             let r = self.client.request(req).await.map_err(|e| error_chain(&e))?;
             let status = r.status().as_u16();
-            let body = http_body_util::BodyExt::collect(http_body_util::Limited::new(r.into_body(), 64 * 1024)).await.map(|b| b.to_bytes()).unwrap_or_default();
+            let body = http_body_util::BodyExt::collect(http_body_util::Limited::new(r.into_body(), 64 * 1024))
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
             let body = String::from_utf8_lossy(&body[..body.len().min(4096)]).to_string();
             Ok::<Answer, String>(Answer { status, body })
         };
@@ -159,13 +186,30 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
 
 impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(&self, _: &CertificateDer<'_>, _: &[CertificateDer<'_>], _: &ServerName<'_>, _: &[u8], _: UnixTime) -> Result<ServerCertVerified, rustls::Error> {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
         Ok(ServerCertVerified::assertion())
     }
-    fn verify_tls12_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
     }
-    fn verify_tls13_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

@@ -67,7 +67,13 @@ fn parse_list(v: Option<&Value>) -> Vec<Condition> {
                 _ => Status::Unknown,
             };
             let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
-            Some(Condition { type_, status, reason: s("reason"), message: s("message"), observed_generation: c.get("observedGeneration").and_then(Value::as_i64) })
+            Some(Condition {
+                type_,
+                status,
+                reason: s("reason"),
+                message: s("message"),
+                observed_generation: c.get("observedGeneration").and_then(Value::as_i64),
+            })
         })
         .collect()
 }
@@ -148,7 +154,8 @@ impl Rollout {
             missing.push(format!("observedGeneration {} < generation {}", self.observed_generation, self.generation));
         }
         if !(self.up_to_date == self.replicas && self.replicas == self.spec_replicas) {
-            missing.push(format!("upToDateReplicas {} / replicas {} / spec.replicas {}", self.up_to_date, self.replicas, self.spec_replicas));
+            missing
+                .push(format!("upToDateReplicas {} / replicas {} / spec.replicas {}", self.up_to_date, self.replicas, self.spec_replicas));
         }
         if self.rolling_out != Some(false) {
             missing.push(format!("RollingOut is {}", self.rolling_out.map_or("unknown".into(), |b| b.to_string())));
@@ -166,7 +173,10 @@ impl Rollout {
 
 /// A Machine's failure domain: `spec.failureDomain`, else `status.failureDomain`.
 pub fn failure_domain(machine: &Value) -> Option<String> {
-    at(machine, &["spec", "failureDomain"]).or_else(|| at(machine, &["status", "failureDomain"])).and_then(Value::as_str).map(str::to_string)
+    at(machine, &["spec", "failureDomain"])
+        .or_else(|| at(machine, &["status", "failureDomain"]))
+        .and_then(Value::as_str)
+        .map(str::to_string)
 }
 
 /// Whether the object is being deleted.

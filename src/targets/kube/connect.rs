@@ -24,16 +24,29 @@ impl KubeTarget {
     pub async fn connect(cfg: KubeConfig, profile: &Profile, model: &Model) -> Result<KubeTarget, KubeError> {
         // The probes' HTTP clients first: a bad CA file is the profile's error, found before
         // anything is asked of the cluster.
-        let probers = cfg.profile.probes.iter().map(|p| HttpProber::new(p.ca_file.as_deref(), p.insecure).map_err(|e| KubeError::Usage(format!("kube profile probe {}: {e}", p.url)))).collect::<Result<Vec<_>, _>>()?;
+        let probers = cfg
+            .profile
+            .probes
+            .iter()
+            .map(|p| {
+                HttpProber::new(p.ca_file.as_deref(), p.insecure)
+                    .map_err(|e| KubeError::Usage(format!("kube profile probe {}: {e}", p.url)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let (client, counter, server) = client::connect(cfg.kubeconfig.as_deref(), cfg.context.as_deref()).await?;
         let (ns, name) = (cfg.namespace.clone(), cfg.name.clone());
         let reach = |e: kube::Error, what: String| match &e {
             kube::Error::Api(r) if r.code == 404 => KubeError::Usage(format!("{what} not found on {server}")),
-            kube::Error::Api(r) if r.code == 403 => KubeError::Environment(format!("{what}: forbidden ({}): the identity of the kubeconfig needs the RBAC of ci/k8s/rbac.yaml", r.message)),
+            kube::Error::Api(r) if r.code == 403 => KubeError::Environment(format!(
+                "{what}: forbidden ({}): the identity of the kubeconfig needs the RBAC of ci/k8s/rbac.yaml",
+                r.message
+            )),
             _ => KubeError::Environment(format!("cannot reach the management cluster at {server} ({what}): {}", error_chain(&e))),
         };
         let capi_version = discover_capi(&client).await.map_err(|e| match e {
-            Discovery::Unreachable(e) => KubeError::Environment(format!("cannot reach the management cluster at {server} (discovering its API groups): {e}")),
+            Discovery::Unreachable(e) => {
+                KubeError::Environment(format!("cannot reach the management cluster at {server} (discovering its API groups): {e}"))
+            }
             Discovery::NoClusterApi(e) => KubeError::Environment(format!("{e} (on {server})")),
         })?;
         let clusters: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &capi("Cluster", capi_version));
@@ -113,12 +126,24 @@ impl KubeTarget {
         // Velero (backup and restore), unless hooks do both.
         let hooks = &cfg.profile.hooks;
         let velero_ns = cfg.profile.velero.namespace.clone();
-        let velero = if hooks.contains_key(&OpKind::Backup) && hooks.contains_key(&OpKind::Restore) { Err("hooks set".to_string()) } else { probe_velero(&client).await };
+        let velero = if hooks.contains_key(&OpKind::Backup) && hooks.contains_key(&OpKind::Restore) {
+            Err("hooks set".to_string())
+        } else {
+            probe_velero(&client).await
+        };
         let mut velero_watches = Vec::new();
         if velero.is_ok() {
             let by_run = WatchConfig::default().labels(&format!("{RUN_LABEL}={}", cfg.run_id));
             for kind in ["Backup", "Restore"] {
-                velero_watches.push(Watched::start(&client, &velero_ar(kind), &velero_ns, by_run.clone(), tx.clone(), errors.clone(), None));
+                velero_watches.push(Watched::start(
+                    &client,
+                    &velero_ar(kind),
+                    &velero_ns,
+                    by_run.clone(),
+                    tx.clone(),
+                    errors.clone(),
+                    None,
+                ));
             }
         }
         let mut infra = Vec::new();
@@ -141,8 +166,24 @@ impl KubeTarget {
         let cache = Cache {
             cluster: Watched::start(&client, &capi("Cluster", capi_version), &ns, by_name(&name), tx.clone(), errors.clone(), None),
             kcp: Watched::start(&client, &kcp_ar, &ns, by_name(&kcp_name), tx.clone(), errors.clone(), None),
-            machines: Watched::start(&client, &capi("Machine", capi_version), &ns, by_cluster.clone(), tx.clone(), errors.clone(), Some(on_machines)),
-            deployments: Watched::start(&client, &capi("MachineDeployment", capi_version), &ns, by_cluster, tx.clone(), errors.clone(), None),
+            machines: Watched::start(
+                &client,
+                &capi("Machine", capi_version),
+                &ns,
+                by_cluster.clone(),
+                tx.clone(),
+                errors.clone(),
+                Some(on_machines),
+            ),
+            deployments: Watched::start(
+                &client,
+                &capi("MachineDeployment", capi_version),
+                &ns,
+                by_cluster,
+                tx.clone(),
+                errors.clone(),
+                None,
+            ),
             infra,
             velero: velero_watches,
             conditions,
@@ -201,11 +242,15 @@ impl KubeTarget {
         let op_timeout = cfg.profile.timeouts.rollout;
         // The disk ops' volume: the PersistentVolume named, or the one the claim is bound to.
         let disk_pv = match (&cfg.profile.disk, &cache.workload) {
-            (None, _) => Err("the kube profile names no [disk] volume (pvc = \"namespace/name\" of a probe workload, or pv = \"name\")".to_string()),
+            (None, _) => {
+                Err("the kube profile names no [disk] volume (pvc = \"namespace/name\" of a probe workload, or pv = \"name\")".to_string())
+            }
             (Some(_), None) => Err("the workload cluster is not observed (see the note at the start)".to_string()),
             (Some(d), Some(w)) => match (&d.pv, &d.pvc) {
                 (Some(pv), _) => Ok(pv.clone()),
-                (None, Some(claim)) => Ok(workload::volume_of_claim(&w.client, claim).await.map_err(|e| KubeError::Usage(format!("kube profile [disk]: {e}")))?),
+                (None, Some(claim)) => Ok(workload::volume_of_claim(&w.client, claim)
+                    .await
+                    .map_err(|e| KubeError::Usage(format!("kube profile [disk]: {e}")))?),
                 (None, None) => Err("[disk] names no volume".to_string()),
             },
         };

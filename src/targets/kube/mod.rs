@@ -104,11 +104,28 @@ pub struct KubeConfig {
 #[derive(Debug, Clone)]
 pub enum Write {
     /// A JSON merge patch.
-    Patch { ar: ApiResource, ns: String, name: String, body: Value },
-    Delete { ar: ApiResource, ns: String, name: String },
-    Create { ar: ApiResource, ns: String, body: Value },
+    Patch {
+        ar: ApiResource,
+        ns: String,
+        name: String,
+        body: Value,
+    },
+    Delete {
+        ar: ApiResource,
+        ns: String,
+        name: String,
+    },
+    Create {
+        ar: ApiResource,
+        ns: String,
+        body: Value,
+    },
     /// A cluster-scoped object in the workload cluster, deleted only while it has `uid`.
-    DeleteInWorkload { ar: ApiResource, name: String, uid: String },
+    DeleteInWorkload {
+        ar: ApiResource,
+        name: String,
+        uid: String,
+    },
 }
 
 fn path_of(ar: &ApiResource, ns: &str, name: Option<&str>) -> String {
@@ -135,7 +152,10 @@ impl fmt::Display for Write {
 
 fn api_error(what: &str, e: kube::Error) -> TargetError {
     match &e {
-        kube::Error::Api(r) if r.code == 403 => TargetError::Environment(format!("{what}: forbidden ({}): give the identity of the kubeconfig the RBAC of ci/k8s/rbac.yaml", r.message)),
+        kube::Error::Api(r) if r.code == 403 => TargetError::Environment(format!(
+            "{what}: forbidden ({}): give the identity of the kubeconfig the RBAC of ci/k8s/rbac.yaml",
+            r.message
+        )),
         kube::Error::Api(_) => TargetError::Environment(format!("{what}: {e}")),
         _ => TargetError::Environment(format!("{what}: no answer from the management cluster: {e}")),
     }
@@ -153,7 +173,8 @@ pub(crate) async fn probe_velero(client: &Client) -> Result<(), String> {
     if !groups.groups.iter().any(|g| g.name == "velero.io" && g.versions.iter().any(|v| v.version == "v1")) {
         return Err("Velero's CRDs (backups.velero.io, restores.velero.io) are not installed on the management cluster".into());
     }
-    let resources = client.list_api_group_resources("velero.io/v1").await.map_err(|e| format!("cannot list the kinds of velero.io/v1: {e}"))?;
+    let resources =
+        client.list_api_group_resources("velero.io/v1").await.map_err(|e| format!("cannot list the kinds of velero.io/v1: {e}"))?;
     for plural in ["backups", "restores"] {
         if !resources.resources.iter().any(|r| r.name == plural) {
             return Err(format!("Velero's CRD {plural}.velero.io is not installed on the management cluster"));
@@ -161,7 +182,6 @@ pub(crate) async fn probe_velero(client: &Client) -> Result<(), String> {
     }
     Ok(())
 }
-
 
 pub struct KubeTarget {
     client: Client,
@@ -213,12 +233,14 @@ pub struct KubeTarget {
     api: Result<api::KubeApi, String>,
 }
 
-
 impl KubeTarget {
     /// Connects to the Cluster `spec` names (see [`KubeTarget::connect`]).
     pub async fn start_spec(spec: &KubeSpec, ctx: &StartContext<'_>) -> Result<KubeTarget, Fatal> {
         if ctx.profile.stack == shakedown_faults::Stack::App {
-            return Err(Fatal::usage(format!("profile {} has stack = \"app\": it runs on --target app, not on a Cluster API Cluster", ctx.profile.name)));
+            return Err(Fatal::usage(format!(
+                "profile {} has stack = \"app\": it runs on --target app, not on a Cluster API Cluster",
+                ctx.profile.name
+            )));
         }
         let (ns, name) = spec.namespace_name();
         let cfg = KubeConfig {
@@ -300,9 +322,13 @@ impl Target for KubeTarget {
     fn unchecked(&self, id: InvariantId) -> Option<String> {
         let p = &self.cfg.profile;
         match id {
-            InvariantId::Consistency | InvariantId::Durability | InvariantId::Watch | InvariantId::Leases => Some("needs etcd access, which the kube target does not have".into()),
+            InvariantId::Consistency | InvariantId::Durability | InvariantId::Watch | InvariantId::Leases => {
+                Some("needs etcd access, which the kube target does not have".into())
+            }
             InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch => self.api.as_ref().err().cloned(),
-            InvariantId::AppReady | InvariantId::AppDurability => Some("only the application target (--target app) checks an application".into()),
+            InvariantId::AppReady | InvariantId::AppDurability => {
+                Some("only the application target (--target app) checks an application".into())
+            }
             InvariantId::Reachability if p.probes.is_empty() && p.commands.is_empty() && p.conditions.is_empty() => {
                 Some("needs [[probes]], [[commands]] or [[conditions]] in the kube profile".into())
             }
@@ -363,7 +389,10 @@ impl Target for KubeTarget {
         }
         self.model = after.clone();
         self.rebind();
-        self.events.push(Event::Target { kind: "kube-requests".into(), detail: json!({"op": op.to_string(), "non_watch_requests": self.counter.non_watch_since(&counts)})});
+        self.events.push(Event::Target {
+            kind: "kube-requests".into(),
+            detail: json!({"op": op.to_string(), "non_watch_requests": self.counter.non_watch_since(&counts)}),
+        });
         res
     }
 
@@ -418,4 +447,3 @@ impl Target for KubeTarget {
         }
     }
 }
-

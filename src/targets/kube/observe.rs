@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-
 use serde_json::Value;
 use shakedown_faults::{Answers, MemberId, Model};
 use shakedown_invariants::{Inventory, KubeInventory, Leader, ListedMember, MemberStatus, Observation, Probe};
@@ -21,17 +20,26 @@ impl KubeTarget {
         for (p, prober) in self.cfg.profile.probes.iter().zip(&self.probers) {
             let t0 = std::time::Instant::now();
             let res = prober.get(&p.url, p.timeout).await;
-            out.push(Probe { latency_ms: t0.elapsed().as_millis() as u64, error: res.err().map(|e| format!("HTTP probe GET {}: {e}", p.url)) });
+            out.push(Probe {
+                latency_ms: t0.elapsed().as_millis() as u64,
+                error: res.err().map(|e| format!("HTTP probe GET {}: {e}", p.url)),
+            });
         }
         for c in &self.cfg.profile.commands {
             let t0 = std::time::Instant::now();
             let res = run_command(&c.command, &self.hook_env(), c.timeout).await;
-            out.push(Probe { latency_ms: t0.elapsed().as_millis() as u64, error: res.error.map(|e| format!("command probe {}: {e}", c.command.join(" "))) });
+            out.push(Probe {
+                latency_ms: t0.elapsed().as_millis() as u64,
+                error: res.error.map(|e| format!("command probe {}: {e}", c.command.join(" "))),
+            });
         }
         for (i, c) in self.cfg.profile.conditions.iter().enumerate() {
             let t0 = std::time::Instant::now();
             let res = self.condition_check(i, c);
-            out.push(Probe { latency_ms: t0.elapsed().as_millis() as u64, error: res.err().map(|e| format!("condition check {} {}={}: {e}", c.kind, c.type_, c.status)) });
+            out.push(Probe {
+                latency_ms: t0.elapsed().as_millis() as u64,
+                error: res.err().map(|e| format!("condition check {} {}={}: {e}", c.kind, c.type_, c.status)),
+            });
         }
         out
     }
@@ -66,13 +74,19 @@ impl KubeTarget {
         let machines = self.cache.machines.objects();
         let cp = cp_machines(&machines);
         let by_machine: BTreeMap<&String, MemberId> = self.bindings.iter().map(|(id, m)| (m, *id)).collect();
-        let mut inv = KubeInventory { machines: cp.iter().filter(|m| !m.deleting).map(|m| (m.name.clone(), by_machine.get(&m.name).copied())).collect(), ..Default::default() };
+        let mut inv = KubeInventory {
+            machines: cp.iter().filter(|m| !m.deleting).map(|m| (m.name.clone(), by_machine.get(&m.name).copied())).collect(),
+            ..Default::default()
+        };
         for d in self.cache.deployments.objects() {
             let name = d.metadata.name.clone().unwrap_or_default();
             let want = d.data.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
             let found = machines
                 .iter()
-                .filter(|m| m.metadata.deletion_timestamp.is_none() && m.metadata.labels.as_ref().and_then(|l| l.get(DEPLOYMENT_NAME_LABEL)) == Some(&name))
+                .filter(|m| {
+                    m.metadata.deletion_timestamp.is_none()
+                        && m.metadata.labels.as_ref().and_then(|l| l.get(DEPLOYMENT_NAME_LABEL)) == Some(&name)
+                })
                 .count();
             inv.machine_deployments.push((name, want, found));
         }
@@ -148,8 +162,14 @@ impl KubeTarget {
             // pre-terminate hook); while this run keeps it paused, the members whose Machines
             // were deleted to crash them are still etcd members.
             if self.paused {
-                for m in self.model.members.values().filter(|m| self.model.has_process(m) == Answers::No && !self.bindings.contains_key(&m.id)) {
-                    list.push(ListedMember { id: None, name: m.id.to_string(), peer_urls: vec!["machine deleted, KubeadmControlPlane paused".into()] });
+                for m in
+                    self.model.members.values().filter(|m| self.model.has_process(m) == Answers::No && !self.bindings.contains_key(&m.id))
+                {
+                    list.push(ListedMember {
+                        id: None,
+                        name: m.id.to_string(),
+                        peer_urls: vec!["machine deleted, KubeadmControlPlane paused".into()],
+                    });
                 }
             }
             obs.member_list = Some(list);

@@ -95,14 +95,23 @@ impl KubeTarget {
                 api.create(&PostParams::default(), &obj).await.map(|_| ()).map_err(|e| api_error(&what, e))
             }
             Write::DeleteInWorkload { ar, name, uid } => {
-                let w = self.cache.workload.as_ref().ok_or_else(|| TargetError::Environment(format!("{what}: the workload cluster is not observed")))?;
+                let w = self
+                    .cache
+                    .workload
+                    .as_ref()
+                    .ok_or_else(|| TargetError::Environment(format!("{what}: the workload cluster is not observed")))?;
                 let api: Api<DynamicObject> = Api::all_with(w.client.clone(), &ar);
-                let dp = DeleteParams { preconditions: Some(kube::api::Preconditions { uid: Some(uid), resource_version: None }), ..Default::default() };
+                let dp = DeleteParams {
+                    preconditions: Some(kube::api::Preconditions { uid: Some(uid), resource_version: None }),
+                    ..Default::default()
+                };
                 match api.delete(&name, &dp).await {
                     Ok(_) => Ok(()),
                     // Gone already, or replaced by a new object of that name (uid precondition).
                     Err(kube::Error::Api(r)) if r.code == 404 || r.code == 409 => Ok(()),
-                    Err(kube::Error::Api(r)) if r.code == 403 => Err(TargetError::Environment(format!("{what}: forbidden in the workload cluster ({})", r.message))),
+                    Err(kube::Error::Api(r)) if r.code == 403 => {
+                        Err(TargetError::Environment(format!("{what}: forbidden in the workload cluster ({})", r.message)))
+                    }
                     Err(e) => Err(TargetError::Environment(format!("{what}: workload cluster at {}: {e}", w.server))),
                 }
             }
@@ -137,7 +146,8 @@ impl KubeTarget {
     pub(super) fn rebind(&mut self) {
         let ms = cp_machines(&self.cache.machines.objects());
         let retired = &self.retired;
-        let live: BTreeMap<&str, &CpMachine> = ms.iter().filter(|m| !m.deleting && !retired.contains(&m.name)).map(|m| (m.name.as_str(), m)).collect();
+        let live: BTreeMap<&str, &CpMachine> =
+            ms.iter().filter(|m| !m.deleting && !retired.contains(&m.name)).map(|m| (m.name.as_str(), m)).collect();
         let model = &self.model;
         self.bindings.retain(|id, machine| model.members.contains_key(id) && live.contains_key(machine.as_str()));
         let mut taken: BTreeSet<String> = self.bindings.values().cloned().collect();
@@ -147,7 +157,10 @@ impl KubeTarget {
             }
             let Some(fd) = self.site_fds.get(m.site.0 as usize) else { continue };
             // Healthy Machines first, then the oldest.
-            let pick = ms.iter().filter(|c| live.contains_key(c.name.as_str()) && c.fd.as_deref() == Some(fd.as_str()) && !taken.contains(&c.name)).min_by_key(|c| (!c.healthy, c.created.clone(), c.name.clone()));
+            let pick = ms
+                .iter()
+                .filter(|c| live.contains_key(c.name.as_str()) && c.fd.as_deref() == Some(fd.as_str()) && !taken.contains(&c.name))
+                .min_by_key(|c| (!c.healthy, c.created.clone(), c.name.clone()));
             if let Some(c) = pick {
                 taken.insert(c.name.clone());
                 self.bindings.insert(m.id, c.name.clone());
@@ -156,7 +169,12 @@ impl KubeTarget {
     }
 
     /// Waits (on the watch caches, no requests) until `check` passes.
-    pub(super) async fn wait_until(&mut self, what: &str, timeout: Duration, mut check: impl FnMut(&mut KubeTarget) -> Result<(), String>) -> Result<(), TargetError> {
+    pub(super) async fn wait_until(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut check: impl FnMut(&mut KubeTarget) -> Result<(), String>,
+    ) -> Result<(), TargetError> {
         if self.cfg.dry_run {
             println!("dry-run: wait (watch) until {what}");
             return Ok(());
@@ -185,7 +203,10 @@ impl KubeTarget {
             }
         }
         let requests = self.counter.non_watch_since(&before);
-        self.events.push(Event::Target { kind: "kube-wait".into(), detail: json!({"until": what, "ms": t0.elapsed().as_millis() as u64, "non_watch_requests": requests})});
+        self.events.push(Event::Target {
+            kind: "kube-wait".into(),
+            detail: json!({"until": what, "ms": t0.elapsed().as_millis() as u64, "non_watch_requests": requests}),
+        });
         Ok(())
     }
 
@@ -244,10 +265,12 @@ impl KubeTarget {
         self.paused = paused;
         if paused && acknowledges && !self.cfg.dry_run {
             let timeout = self.op_timeout;
-            self.wait_until("KubeadmControlPlane reports Paused", timeout, |t| match t.cache.kcp().and_then(|k| super::conditions::condition(&k, super::conditions::PAUSED)) {
-                Some(c) if c.is_true() => Ok(()),
-                Some(c) => Err(format!("Paused is {}", c.text())),
-                None => Err("no Paused condition".into()),
+            self.wait_until("KubeadmControlPlane reports Paused", timeout, |t| {
+                match t.cache.kcp().and_then(|k| super::conditions::condition(&k, super::conditions::PAUSED)) {
+                    Some(c) if c.is_true() => Ok(()),
+                    Some(c) => Err(format!("Paused is {}", c.text())),
+                    None => Err("no Paused condition".into()),
+                }
             })
             .await?;
         }
@@ -266,7 +289,8 @@ impl KubeTarget {
         }
         let timeout = self.op_timeout;
         self.wait_until(&format!("Machine(s) {} deleted", names.join(", ")), timeout, |t| {
-            let left: Vec<String> = t.cache.machines.objects().iter().filter_map(|m| m.metadata.name.clone()).filter(|n| names.contains(n)).collect();
+            let left: Vec<String> =
+                t.cache.machines.objects().iter().filter_map(|m| m.metadata.name.clone()).filter(|n| names.contains(n)).collect();
             if left.is_empty() {
                 Ok(())
             } else {
@@ -290,7 +314,9 @@ impl KubeTarget {
         let timeout = self.cfg.profile.disk.as_ref().map(|d| d.timeout).unwrap_or(profile::DEFAULT_DISK_TIMEOUT);
         let vas = self.cache.workload.as_ref().map(|w| w.attachments_of(&pv)).unwrap_or_default();
         if vas.is_empty() && !self.cfg.dry_run {
-            return Err(TargetError::Stack(format!("PersistentVolume {pv} has no VolumeAttachment to delete: the probe workload's volume is not attached")));
+            return Err(TargetError::Stack(format!(
+                "PersistentVolume {pv} has no VolumeAttachment to delete: the probe workload's volume is not attached"
+            )));
         }
         for (name, uid, _) in &vas {
             self.send(Write::DeleteInWorkload { ar: workload::va_ar(), name: name.clone(), uid: uid.clone() }).await?;
@@ -299,7 +325,13 @@ impl KubeTarget {
         let uids = self.detached.clone();
         self.wait_until(&format!("the VolumeAttachment(s) of PersistentVolume {pv} deleted"), timeout, |t| {
             let w = t.cache.workload.as_ref().ok_or("the workload cluster is not observed")?;
-            let left: Vec<String> = w.attachments.objects().iter().filter(|va| va.metadata.uid.as_ref().is_some_and(|u| uids.contains(u))).filter_map(|va| va.metadata.name.clone()).collect();
+            let left: Vec<String> = w
+                .attachments
+                .objects()
+                .iter()
+                .filter(|va| va.metadata.uid.as_ref().is_some_and(|u| uids.contains(u)))
+                .filter_map(|va| va.metadata.name.clone())
+                .collect();
             if left.is_empty() {
                 Ok(())
             } else {
@@ -355,13 +387,22 @@ impl KubeTarget {
         }
         let watch_ix = if kind == "Backup" { 0 } else { 1 };
         self.wait_until(&format!("Velero {kind} {}/{name} Completed", v.namespace), v.timeout, |t| {
-            let obj = t.cache.velero.get(watch_ix).and_then(|w| w.objects().into_iter().find(|o| o.metadata.name.as_deref() == Some(name.as_str())));
+            let obj = t
+                .cache
+                .velero
+                .get(watch_ix)
+                .and_then(|w| w.objects().into_iter().find(|o| o.metadata.name.as_deref() == Some(name.as_str())));
             let Some(obj) = obj else { return Err("not in the watch cache yet".into()) };
             let phase = obj.data.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
             match phase {
                 "Completed" => Ok(()),
                 "Failed" | "PartiallyFailed" | "FailedValidation" | "Deleting" => {
-                    let why = ["/status/failureReason", "/status/validationErrors"].iter().filter_map(|p| obj.data.pointer(p)).map(|v| v.to_string()).collect::<Vec<_>>().join(" ");
+                    let why = ["/status/failureReason", "/status/validationErrors"]
+                        .iter()
+                        .filter_map(|p| obj.data.pointer(p))
+                        .map(|v| v.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" ");
                     // Final: a failed backup stays failed.
                     t.wait_failed = Some(format!("phase {phase} {why}").trim_end().to_string());
                     Err(format!("phase {phase}"))
@@ -375,7 +416,10 @@ impl KubeTarget {
 
     /// What every hook and command probe is told: the run id and the Cluster.
     pub(super) fn hook_env(&self) -> Vec<(String, String)> {
-        vec![("SHAKEDOWN_RUN_ID".into(), self.cfg.run_id.clone()), ("SHAKEDOWN_CLUSTER".into(), format!("{}/{}", self.cfg.namespace, self.cfg.name))]
+        vec![
+            ("SHAKEDOWN_RUN_ID".into(), self.cfg.run_id.clone()),
+            ("SHAKEDOWN_CLUSTER".into(), format!("{}/{}", self.cfg.namespace, self.cfg.name)),
+        ]
     }
 
     pub(super) async fn run_hook(&mut self, op: &Op, hook: &Hook) -> Result<(), TargetError> {
@@ -437,13 +481,30 @@ impl KubeTarget {
                 self.replace_missing(&format!("{op}: replacement Machines healthy")).await
             }
             Op::RollingUpgrade { to } => {
-                let v = self.cfg.profile.versions.get(to).cloned().ok_or_else(|| TargetError::Unsupported(format!("no Kubernetes version for {to} in the kube profile")))?;
+                let v = self
+                    .cfg
+                    .profile
+                    .versions
+                    .get(to)
+                    .cloned()
+                    .ok_or_else(|| TargetError::Unsupported(format!("no Kubernetes version for {to} in the kube profile")))?;
                 let mut spec = json!({"version": v.kubernetes});
                 if let Some(tpl) = &v.machine_template {
-                    let r = self.infra_ref.as_ref().ok_or_else(|| TargetError::Stack(format!("KubeadmControlPlane has no infrastructure machine template reference ({})", self.capi_version.as_str())))?;
+                    let r = self.infra_ref.as_ref().ok_or_else(|| {
+                        TargetError::Stack(format!(
+                            "KubeadmControlPlane has no infrastructure machine template reference ({})",
+                            self.capi_version.as_str()
+                        ))
+                    })?;
                     spec["machineTemplate"] = self.capi_version.kcp_template_patch(r, tpl);
                 }
-                self.send(Write::Patch { ar: self.kcp_ar.clone(), ns: ns.clone(), name: self.kcp_name.clone(), body: json!({"spec": spec}) }).await?;
+                self.send(Write::Patch {
+                    ar: self.kcp_ar.clone(),
+                    ns: ns.clone(),
+                    name: self.kcp_name.clone(),
+                    body: json!({"spec": spec}),
+                })
+                .await?;
                 let mds: Vec<String> = self.cache.deployments.objects().iter().filter_map(|d| d.metadata.name.clone()).collect();
                 for md in mds {
                     let body = json!({"spec": {"template": {"spec": {"version": v.kubernetes}}}});
@@ -455,7 +516,13 @@ impl KubeTarget {
             }
             Op::RollingReplace => {
                 let now = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
-                self.send(Write::Patch { ar: self.kcp_ar.clone(), ns, name: self.kcp_name.clone(), body: self.capi_version.rollout_after(&now) }).await?;
+                self.send(Write::Patch {
+                    ar: self.kcp_ar.clone(),
+                    ns,
+                    name: self.kcp_name.clone(),
+                    body: self.capi_version.rollout_after(&now),
+                })
+                .await?;
                 self.model = after.clone();
                 let timeout = self.op_timeout;
                 self.wait_until("rollout after now complete", timeout, |t| t.settled()).await
@@ -470,7 +537,9 @@ impl KubeTarget {
                 let n = after.restores.len().saturating_sub(1);
                 self.velero_run("Restore", &format!("r{n}"), Some(&backup.to_string())).await
             }
-            other => Err(TargetError::Unsupported(self.supports(other).err().unwrap_or_else(|| format!("{other} is not supported by the kube target")))),
+            other => Err(TargetError::Unsupported(
+                self.supports(other).err().unwrap_or_else(|| format!("{other} is not supported by the kube target")),
+            )),
         }
     }
 }

@@ -133,7 +133,12 @@ pub struct VeleroSpec {
 
 impl Default for VeleroSpec {
     fn default() -> Self {
-        VeleroSpec { namespace: "velero".into(), storage_location: None, ttl: Duration::from_secs(24 * 3600), timeout: Duration::from_secs(1800) }
+        VeleroSpec {
+            namespace: "velero".into(),
+            storage_location: None,
+            ttl: Duration::from_secs(24 * 3600),
+            timeout: Duration::from_secs(1800),
+        }
     }
 }
 
@@ -220,7 +225,13 @@ impl ConditionCheck {
     /// The API resource the check reads.
     pub fn resource(&self) -> kube::api::ApiResource {
         let (group, version) = self.api_version.rsplit_once('/').unwrap_or(("", self.api_version.as_str()));
-        kube::api::ApiResource { group: group.into(), version: version.into(), api_version: self.api_version.clone(), kind: self.kind.clone(), plural: self.plural.clone() }
+        kube::api::ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+            plural: self.plural.clone(),
+        }
     }
 }
 
@@ -298,7 +309,10 @@ impl KubeProfile {
             if d.pvc.is_some() == d.pv.is_some() {
                 return Err("kube profile: [disk] needs exactly one of pvc = \"namespace/name\" and pv = \"name\"".into());
             }
-            if d.pvc.as_ref().is_some_and(|c| !matches!(c.split_once('/'), Some((ns, n)) if !ns.is_empty() && !n.is_empty() && !n.contains('/'))) {
+            if d.pvc
+                .as_ref()
+                .is_some_and(|c| !matches!(c.split_once('/'), Some((ns, n)) if !ns.is_empty() && !n.is_empty() && !n.contains('/')))
+            {
                 return Err(format!("kube profile: [disk] pvc = {:?}: expected \"namespace/name\"", d.pvc.clone().unwrap_or_default()));
             }
         }
@@ -352,10 +366,14 @@ command = ["true"]
 
     #[test]
     fn disk_and_velero_sections() {
-        let p = KubeProfile::from_toml("[disk]\npvc = \"probe/data\"\ntimeout = \"30s\"\n[velero]\nnamespace = \"backup\"\nttl = \"1h\"").unwrap();
+        let p = KubeProfile::from_toml("[disk]\npvc = \"probe/data\"\ntimeout = \"30s\"\n[velero]\nnamespace = \"backup\"\nttl = \"1h\"")
+            .unwrap();
         let d = p.disk.unwrap();
         assert_eq!((d.pvc.as_deref(), d.timeout), (Some("probe/data"), Duration::from_secs(30)));
-        assert_eq!((p.velero.namespace.as_str(), p.velero.ttl, p.velero.timeout), ("backup", Duration::from_secs(3600), Duration::from_secs(1800)));
+        assert_eq!(
+            (p.velero.namespace.as_str(), p.velero.ttl, p.velero.timeout),
+            ("backup", Duration::from_secs(3600), Duration::from_secs(1800))
+        );
         assert_eq!(KubeProfile::default().velero.namespace, "velero");
         assert!(KubeProfile::from_toml("[disk]\n").unwrap_err().contains("exactly one of pvc"));
         assert!(KubeProfile::from_toml("[disk]\npvc = \"a\"\npv = \"b\"").unwrap_err().contains("exactly one of pvc"));

@@ -35,7 +35,8 @@ async fn delete_run_objects<K>(api: &Api<K>, what: &str, ns: &str, run: &str, ou
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
 {
-    let list = api.list(&ListParams::default().labels(&format!("{RUN_LABEL}={run}"))).await.map_err(|e| format!("listing {what} in {ns}: {e}"))?;
+    let list =
+        api.list(&ListParams::default().labels(&format!("{RUN_LABEL}={run}"))).await.map_err(|e| format!("listing {what} in {ns}: {e}"))?;
     for o in list.items {
         let name = o.meta().name.clone().unwrap_or_default();
         // In the background: a Job's pods go with it.
@@ -51,7 +52,13 @@ where
 /// A dead application-target run's leftovers in its namespace: its partitions' NetworkPolicies,
 /// its checker Jobs, pods a pod-failure left failed, the operator's objects it created (backups, restores), nodes it cordoned, and the operator if
 /// the run left it scaled below the replicas it recorded.
-async fn reap_app(client: &kube::Client, ns: &str, run: &str, data: &std::collections::BTreeMap<String, String>, out: &mut Reaped) -> Result<(), String> {
+async fn reap_app(
+    client: &kube::Client,
+    ns: &str,
+    run: &str,
+    data: &std::collections::BTreeMap<String, String>,
+    out: &mut Reaped,
+) -> Result<(), String> {
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::networking::v1::NetworkPolicy;
     delete_run_objects(&Api::<NetworkPolicy>::namespaced(client.clone(), ns), "NetworkPolicy", ns, run, &mut out.app).await?;
@@ -66,7 +73,10 @@ async fn reap_app(client: &kube::Client, ns: &str, run: &str, data: &std::collec
     for n in nodes.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
         if crate::targets::app::cordoned_by(&n) == Some(run) {
             let name = n.metadata.name.clone().unwrap_or_default();
-            nodes.patch(&name, &PatchParams::default(), &Patch::Merge(crate::targets::app::cordon_patch(None))).await.map_err(|e| format!("uncordoning node {name}: {e}"))?;
+            nodes
+                .patch(&name, &PatchParams::default(), &Patch::Merge(crate::targets::app::cordon_patch(None)))
+                .await
+                .map_err(|e| format!("uncordoning node {name}: {e}"))?;
             out.app.push(format!("uncordoned node {name}"));
         }
     }
@@ -79,7 +89,9 @@ async fn reap_app(client: &kube::Client, ns: &str, run: &str, data: &std::collec
         let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
         if let Some(d) = deps.get_opt(op).await.map_err(|e| format!("reading Deployment {ns}/{op}: {e}"))? {
             if d.spec.and_then(|s| s.replicas).unwrap_or(1) < replicas {
-                deps.patch(op, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": replicas}}))).await.map_err(|e| format!("scaling Deployment {ns}/{op} back: {e}"))?;
+                deps.patch(op, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": replicas}})))
+                    .await
+                    .map_err(|e| format!("scaling Deployment {ns}/{op} back: {e}"))?;
                 out.app.push(format!("scaled the operator {ns}/{op} back to {replicas}"));
             }
         }
@@ -153,7 +165,9 @@ pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: O
             let (ns, name) = (k.metadata.namespace.clone().unwrap_or_default(), k.metadata.name.clone().unwrap_or_default());
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
             let body = json!({"metadata": {"annotations": {CAPI_PAUSED: null, PAUSED_BY: null}}});
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(&body)).await.map_err(|e| env(&format!("resuming KubeadmControlPlane {ns}/{name}"), e))?;
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+                .map_err(|e| env(&format!("resuming KubeadmControlPlane {ns}/{name}"), e))?;
             out.resumed.push(format!("{ns}/{name}"));
         }
     }
@@ -176,7 +190,7 @@ pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: O
             let (ns, name) = (o.metadata.namespace.clone().unwrap_or_default(), o.metadata.name.clone().unwrap_or_default());
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
             // In the background: a Job's pods go with it.
-        match api.delete(&name, &DeleteParams::background()).await {
+            match api.delete(&name, &DeleteParams::background()).await {
                 Ok(_) => out.velero.push(format!("{kind} {ns}/{name}")),
                 Err(kube::Error::Api(r)) if r.code == 404 => {}
                 Err(e) => return Err(env(&format!("deleting Velero {kind} {ns}/{name}"), e)),
@@ -199,7 +213,9 @@ pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: O
                 match namespaces.delete(&name, &DeleteParams::default()).await {
                     Ok(_) => out.api.push(format!("namespace {name} (workload cluster {wserver})")),
                     Err(kube::Error::Api(r)) if r.code == 404 => {}
-                    Err(e) => return Err(KubeError::Environment(format!("deleting namespace {name} in the workload cluster {wserver}: {e}"))),
+                    Err(e) => {
+                        return Err(KubeError::Environment(format!("deleting namespace {name} in the workload cluster {wserver}: {e}")))
+                    }
                 }
             }
         }
@@ -210,10 +226,14 @@ pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: O
                 let (cns, name) = (cm.metadata.namespace.clone().unwrap_or_default(), cm.metadata.name.clone().unwrap_or_default());
                 let api: Api<ConfigMap> = Api::namespaced(wc.clone(), &cns);
                 // In the background: a Job's pods go with it.
-        match api.delete(&name, &DeleteParams::background()).await {
+                match api.delete(&name, &DeleteParams::background()).await {
                     Ok(_) => out.api.push(format!("ConfigMap {cns}/{name} (workload cluster {wserver})")),
                     Err(kube::Error::Api(r)) if r.code == 404 => {}
-                    Err(e) => return Err(KubeError::Environment(format!("deleting ConfigMap {cns}/{name} in the workload cluster {wserver}: {e}"))),
+                    Err(e) => {
+                        return Err(KubeError::Environment(format!(
+                            "deleting ConfigMap {cns}/{name} in the workload cluster {wserver}: {e}"
+                        )))
+                    }
                 }
             }
         }

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, Secret};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::runtime::watcher::Config as WatchConfig;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::watcher::Config as WatchConfig;
 use kube::{Client, Config};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -43,14 +43,28 @@ pub fn va_ar() -> ApiResource {
 /// Reads `<name>-kubeconfig` and builds a client for the workload cluster (counted in
 /// `counter`), with its configuration (for clients of its own). `Err(note)` when the Secret is
 /// missing, unreadable or holds no usable kubeconfig.
-pub async fn client_from_secret(mgmt: &Client, counter: &RequestCounter, ns: &str, name: &str) -> Result<(Client, String, Config), Skipped> {
+pub async fn client_from_secret(
+    mgmt: &Client,
+    counter: &RequestCounter,
+    ns: &str,
+    name: &str,
+) -> Result<(Client, String, Config), Skipped> {
     let secret_name = format!("{name}-kubeconfig");
     let secrets: Api<Secret> = Api::namespaced(mgmt.clone(), ns);
-    let skipped = |why: String| format!("workload cluster not observed ({why}): the checks of Nodes without a Machine, Released/Failed PersistentVolumes and VolumeAttachments of gone Nodes are skipped, and disk ops need hooks");
+    let skipped = |why: String| {
+        format!("workload cluster not observed ({why}): the checks of Nodes without a Machine, Released/Failed PersistentVolumes and VolumeAttachments of gone Nodes are skipped, and disk ops need hooks")
+    };
     let secret = match secrets.get(&secret_name).await {
         Ok(s) => s,
-        Err(kube::Error::Api(r)) if r.code == 404 => return Err(skipped(format!("no Secret {ns}/{secret_name}, where Cluster API keeps the workload cluster's kubeconfig"))),
-        Err(kube::Error::Api(r)) if r.code == 403 => return Err(skipped(format!("reading Secret {ns}/{secret_name} is forbidden ({}); ci/k8s/rbac.yaml grants `get` on secrets", r.message))),
+        Err(kube::Error::Api(r)) if r.code == 404 => {
+            return Err(skipped(format!("no Secret {ns}/{secret_name}, where Cluster API keeps the workload cluster's kubeconfig")))
+        }
+        Err(kube::Error::Api(r)) if r.code == 403 => {
+            return Err(skipped(format!(
+                "reading Secret {ns}/{secret_name} is forbidden ({}); ci/k8s/rbac.yaml grants `get` on secrets",
+                r.message
+            )))
+        }
         Err(e) => return Err(skipped(format!("cannot read Secret {ns}/{secret_name}: {e}"))),
     };
     let Some(bytes) = secret.data.as_ref().and_then(|d| d.get("value")).map(|b| b.0.clone()) else {
@@ -79,8 +93,10 @@ impl Workload {
 
     /// Nodes that no Machine names in `status.nodeRef.name`.
     pub fn orphan_nodes(&self, machines: &[Arc<DynamicObject>]) -> Vec<String> {
-        let referenced: BTreeSet<&str> = machines.iter().filter_map(|m| m.data.pointer("/status/nodeRef/name").and_then(Value::as_str)).collect();
-        let mut v: Vec<String> = self.nodes.objects().iter().filter_map(|n| n.metadata.name.clone()).filter(|n| !referenced.contains(n.as_str())).collect();
+        let referenced: BTreeSet<&str> =
+            machines.iter().filter_map(|m| m.data.pointer("/status/nodeRef/name").and_then(Value::as_str)).collect();
+        let mut v: Vec<String> =
+            self.nodes.objects().iter().filter_map(|n| n.metadata.name.clone()).filter(|n| !referenced.contains(n.as_str())).collect();
         v.sort();
         v
     }
@@ -121,7 +137,10 @@ impl Workload {
         self.attachments
             .objects()
             .iter()
-            .filter(|va| va.metadata.deletion_timestamp.is_none() && va.data.pointer("/spec/source/persistentVolumeName").and_then(Value::as_str) == Some(pv))
+            .filter(|va| {
+                va.metadata.deletion_timestamp.is_none()
+                    && va.data.pointer("/spec/source/persistentVolumeName").and_then(Value::as_str) == Some(pv)
+            })
             .map(|va| {
                 (
                     va.metadata.name.clone().unwrap_or_default(),

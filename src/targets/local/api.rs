@@ -44,8 +44,11 @@ fn write_kubeconfig(pki: &ApiPki, server: &str, run_id: &str) -> Result<PathBuf,
 
 /// The client configuration of the kubeconfig's server, with `timeout` to connect.
 async fn config(kubeconfig: &Path, timeout: Duration) -> Result<Config, LocalError> {
-    let kc = Kubeconfig::read_from(kubeconfig).map_err(|e| LocalError::Environment(format!("cannot read {}: {e}", kubeconfig.display())))?;
-    let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.map_err(|e| LocalError::Environment(format!("kubeconfig {}: {e}", kubeconfig.display())))?;
+    let kc =
+        Kubeconfig::read_from(kubeconfig).map_err(|e| LocalError::Environment(format!("cannot read {}: {e}", kubeconfig.display())))?;
+    let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| LocalError::Environment(format!("kubeconfig {}: {e}", kubeconfig.display())))?;
     config.connect_timeout = Some(timeout);
     // The workload and the probes judge each answer themselves: a 503 or 504 may be a write the
     // apiserver applied (an unknown outcome), a 503 from the load balancer an API not reachable.
@@ -76,7 +79,10 @@ impl LocalApi {
                 Err(_) => "no answer".to_string(),
             };
             if tokio::time::Instant::now() + NAMESPACE_RETRY >= deadline {
-                return Err(LocalError::Environment(format!("cannot create namespace {WORKLOAD_NAMESPACE} through the API load balancer {server} within {}s: {last}", NAMESPACE_BOUND.as_secs())));
+                return Err(LocalError::Environment(format!(
+                    "cannot create namespace {WORKLOAD_NAMESPACE} through the API load balancer {server} within {}s: {last}",
+                    NAMESPACE_BOUND.as_secs()
+                )));
             }
             tokio::time::sleep(NAMESPACE_RETRY).await;
         }
@@ -88,7 +94,11 @@ impl LocalApi {
 
     /// What the API invariants among `invariants` need: also each machine's apiserver.
     pub async fn observe(&self, testbed: &Testbed, model: &Model, invariants: &[InvariantId], timeout: Duration) -> ApiObservation {
-        let apiservers: Vec<ApiServer> = testbed.members.values().map(|m| ApiServer { name: format!("{}-apiserver", m.name()), member: Some(m.id), url: m.api_url() }).collect();
+        let apiservers: Vec<ApiServer> = testbed
+            .members
+            .values()
+            .map(|m| ApiServer { name: format!("{}-apiserver", m.name()), member: Some(m.id), url: m.api_url() })
+            .collect();
         observe(&self.workload, &self.probes, model, invariants, 2 * apiservers.len(), &apiservers, timeout).await
     }
 }
@@ -119,7 +129,10 @@ mod tests {
                         }
                         count.fetch_add(1, Ordering::SeqCst);
                         let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"etcd timeout","reason":"ServiceUnavailable","code":503}"#;
-                        let resp = format!("HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+                        let resp = format!(
+                            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
                         if s.write_all(resp.as_bytes()).await.is_err() {
                             break;
                         }
@@ -142,7 +155,9 @@ mod tests {
         std::fs::write(&kubeconfig, format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: t\n")).unwrap();
         let client = Client::try_from(config(&kubeconfig, Duration::from_secs(2)).await.unwrap()).unwrap();
         let api: Api<ConfigMap> = Api::namespaced(client, "ns");
-        let r = tokio::time::timeout(Duration::from_secs(10), api.create(&PostParams::default(), &ConfigMap::default())).await.expect("an answer, not a retry loop");
+        let r = tokio::time::timeout(Duration::from_secs(10), api.create(&PostParams::default(), &ConfigMap::default()))
+            .await
+            .expect("an answer, not a retry loop");
         assert!(matches!(r, Err(kube::Error::Api(ref s)) if s.code == 503), "{r:?}");
         assert_eq!(count.load(Ordering::SeqCst), 1, "the write was sent once");
     }

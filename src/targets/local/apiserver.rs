@@ -56,7 +56,8 @@ impl ApiPki {
         use std::io::Write;
         let token = random_hex(16)?;
         let path = self.dir.join("tokens.csv");
-        let mut f = std::fs::OpenOptions::new().append(true).open(&path).map_err(|e| env(format!("cannot open {}: {e}", path.display())))?;
+        let mut f =
+            std::fs::OpenOptions::new().append(true).open(&path).map_err(|e| env(format!("cannot open {}: {e}", path.display())))?;
         let groups = if group.is_empty() { String::new() } else { format!(",\"{group}\"") };
         writeln!(f, "{token},{user},{user}{groups}").map_err(|e| env(format!("cannot write {}: {e}", path.display())))?;
         Ok(token)
@@ -76,7 +77,8 @@ impl ApiPki {
             return Ok((c, k));
         }
         let key = KeyPair::generate().map_err(|e| env(format!("cannot make {name}'s serving key: {e}")))?;
-        let mut params = CertificateParams::new(vec!["kubernetes".to_string(), "kubernetes.default".to_string(), "localhost".to_string()]).map_err(|e| env(e.to_string()))?;
+        let mut params = CertificateParams::new(vec!["kubernetes".to_string(), "kubernetes.default".to_string(), "localhost".to_string()])
+            .map_err(|e| env(e.to_string()))?;
         params.distinguished_name.push(DnType::CommonName, "kube-apiserver");
         for a in [ip, lb] {
             params.subject_alt_names.push(SanType::IpAddress(a.into()));
@@ -137,6 +139,8 @@ fn env(s: String) -> LocalError {
 fn random_hex(n: usize) -> Result<String, LocalError> {
     use std::io::Read;
     let mut buf = vec![0u8; n];
-    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf)).map_err(|e| env(format!("cannot read /dev/urandom: {e}")))?;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .map_err(|e| env(format!("cannot read /dev/urandom: {e}")))?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -51,7 +51,15 @@ pub async fn take(client: &mut etcd_client::Client, path: &Path, limit: Duration
 }
 
 /// Restores `backup` into `data_dir` (which must not exist) as member `name` of a new cluster.
-pub async fn restore_into(tool: &Path, backup: &Path, name: &str, cluster: &str, token: &str, peer_url: &str, data_dir: &Path) -> Result<(), LocalError> {
+pub async fn restore_into(
+    tool: &Path,
+    backup: &Path,
+    name: &str,
+    cluster: &str,
+    token: &str,
+    peer_url: &str,
+    data_dir: &Path,
+) -> Result<(), LocalError> {
     let mut cmd = tokio::process::Command::new(tool);
     cmd.env("ETCDCTL_API", "3")
         .args(["snapshot", "restore"])
@@ -59,7 +67,8 @@ pub async fn restore_into(tool: &Path, backup: &Path, name: &str, cluster: &str,
         .args(["--name", name, "--initial-cluster", cluster, "--initial-cluster-token", token, "--initial-advertise-peer-urls", peer_url])
         .arg("--data-dir")
         .arg(data_dir);
-    let out = command::run_cmd(cmd, &format!("{} snapshot restore", tool.display()), COMMAND_BOUND).await.map_err(LocalError::Environment)?;
+    let out =
+        command::run_cmd(cmd, &format!("{} snapshot restore", tool.display()), COMMAND_BOUND).await.map_err(LocalError::Environment)?;
     if !out.status.success() {
         return Err(LocalError::Stack(format!(
             "{} snapshot restore for {name} failed: {}",

@@ -1,7 +1,6 @@
 //! Planted bugs: documented ways to make one of the local target's own operations wrong, to
 //! show that the invariants catch a real class of provider bug.
 
-
 use shakedown_faults::{Op, OutageMode, Stack};
 use shakedown_invariants::InvariantId;
 
@@ -137,4 +136,3 @@ impl PlantedBug {
         }
     }
 }
-

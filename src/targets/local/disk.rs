@@ -22,7 +22,10 @@ impl DiskMode {
     pub fn detect() -> (DiskMode, Option<String>) {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            return (DiskMode::Plain, Some("not running as root: member data lives on plain directories and disk faults are unavailable".into()));
+            return (
+                DiskMode::Plain,
+                Some("not running as root: member data lives on plain directories and disk faults are unavailable".into()),
+            );
         }
         if run_bounded("losetup", &["--version"], VERSION_BOUND).is_err() {
             return (DiskMode::Plain, Some("losetup not found (apt-get install mount): member data lives on plain directories".into()));
@@ -77,7 +80,8 @@ impl Disk {
                 let img = image.to_string_lossy().to_string();
                 let device = run_cmd("losetup", &["--find", "--show", &img]).await?;
                 let disk = Disk::Loop { image, device: device.clone(), mount: mount.clone() };
-                let mut made = run_cmd("mkfs.ext4", &["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", &device]).await;
+                let mut made =
+                    run_cmd("mkfs.ext4", &["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", &device]).await;
                 if made.is_ok() {
                     made = run_cmd("mount", &["-o", "noatime,noinit_itable", &device, &mount.to_string_lossy()]).await;
                 }
@@ -108,7 +112,11 @@ impl Disk {
         // e2fsck exits 1 when it fixed something; 4 and up mean it could not.
         let out = command::run("e2fsck", &["-p", device], COMMAND_BOUND).await.map_err(LocalError::Environment)?;
         if out.status.code().is_none_or(|c| c >= 4) {
-            return Err(LocalError::Stack(format!("e2fsck {device} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stdout).trim())));
+            return Err(LocalError::Stack(format!(
+                "e2fsck {device} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout).trim()
+            )));
         }
         run_cmd("mount", &["-o", "noatime,noinit_itable", device, &m]).await?;
         Ok(())

@@ -12,9 +12,7 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// A client for one URL. The connection is made lazily by the first request.
 pub async fn connect(url: &str, request_timeout: Duration) -> Result<Client, String> {
-    let opts = ConnectOptions::new()
-        .with_connect_timeout(request_timeout.min(CONNECT_BOUND))
-        .with_timeout(request_timeout);
+    let opts = ConnectOptions::new().with_connect_timeout(request_timeout.min(CONNECT_BOUND)).with_timeout(request_timeout);
     match timeout(request_timeout, Client::connect([url], Some(opts))).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) => Err(format!("cannot connect to {url}: {e}")),

@@ -25,9 +25,9 @@ use shakedown_faults::{Model, Op, OutageMode, Profile};
 use shakedown_invariants::{InvariantId, Marks, Observation};
 
 use crate::exit::Fatal;
+pub use crate::targets::TargetError as LocalError;
 use crate::targets::{StartContext, Started, Target};
 pub use bugs::PlantedBug;
-pub use crate::targets::TargetError as LocalError;
 pub use disk::DiskMode;
 use sampler::Sampler;
 pub use spec::{DiskArg, Environment, LocalOptions, LocalSpec};
@@ -74,7 +74,13 @@ pub struct LocalBounds {
 
 impl LocalBounds {
     pub fn from_profile(p: &Profile) -> LocalBounds {
-        LocalBounds { request: REQUEST_BOUND, probe: p.timeouts.probe, op: p.timeouts.op, converge: p.timeouts.converge, sample_every: SAMPLE_EVERY }
+        LocalBounds {
+            request: REQUEST_BOUND,
+            probe: p.timeouts.probe,
+            op: p.timeouts.op,
+            converge: p.timeouts.converge,
+            sample_every: SAMPLE_EVERY,
+        }
     }
 }
 
@@ -120,14 +126,25 @@ impl LocalTarget {
         };
         let members: Vec<String> = testbed.members.values().map(|m| m.client_url()).collect();
         let workload = Workload::start(testbed.endpoint_url(), &members, prefix, &profile.workload, bugs, Some(&samples));
-        Ok(LocalTarget { testbed, workload, bounds: LocalBounds::from_profile(profile), sampler: None, marks: Marks::default(), restores: 0, events: vec![], api })
+        Ok(LocalTarget {
+            testbed,
+            workload,
+            bounds: LocalBounds::from_profile(profile),
+            sampler: None,
+            marks: Marks::default(),
+            restores: 0,
+            events: vec![],
+            api,
+        })
     }
 
     /// Brings the stack of `spec` up with the binaries and disks `targets::prepare` found.
     pub async fn start_spec(spec: &LocalSpec, env: Environment, ctx: &StartContext<'_>) -> Result<LocalTarget, Fatal> {
         let (binaries, disks) = env;
         let cfg = TestbedConfig::new(ctx.run_id, ctx.run_dir, binaries, disks, spec.testbed_bug);
-        LocalTarget::start(cfg, ctx.profile, ctx.model, BRING_UP_BOUND).await.map_err(|e| Fatal::environment(format!("cannot bring the local stack up: {e}")))
+        LocalTarget::start(cfg, ctx.profile, ctx.model, BRING_UP_BOUND)
+            .await
+            .map_err(|e| Fatal::environment(format!("cannot bring the local stack up: {e}")))
     }
 
     fn bug(&self, bug: PlantedBug) -> bool {
@@ -172,8 +189,12 @@ impl Target for LocalTarget {
 
     fn unchecked(&self, id: InvariantId) -> Option<String> {
         match id {
-            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch if self.api.is_none() => Some("needs a Kubernetes API: the profile's stack = \"control-plane\"".into()),
-            InvariantId::AppReady | InvariantId::AppDurability => Some("only the application target (--target app) checks an application".into()),
+            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch if self.api.is_none() => {
+                Some("needs a Kubernetes API: the profile's stack = \"control-plane\"".into())
+            }
+            InvariantId::AppReady | InvariantId::AppDurability => {
+                Some("only the application target (--target app) checks an application".into())
+            }
             _ => None,
         }
     }
@@ -227,7 +248,16 @@ impl Target for LocalTarget {
                 Op::Backup => self.backup(after).await,
                 Op::Restore { backup } => self.restore(backup).await,
                 Op::DiskReplace { member } => self.replace_member_data(member).await,
-                Op::PodKill { .. } | Op::OperatorRestart | Op::PvcLoss { .. } | Op::Partition { .. } | Op::PartitionHeal { .. } | Op::PodKillSelected { .. } | Op::NodeDrain { .. } | Op::PodFailure { .. } | Op::PartitionGroups { .. } | Op::PartitionGroupsHeal { .. } => Err(LocalError::Unsupported(format!("{op} is an application op (--target app)"))),
+                Op::PodKill { .. }
+                | Op::OperatorRestart
+                | Op::PvcLoss { .. }
+                | Op::Partition { .. }
+                | Op::PartitionHeal { .. }
+                | Op::PodKillSelected { .. }
+                | Op::NodeDrain { .. }
+                | Op::PodFailure { .. }
+                | Op::PartitionGroups { .. }
+                | Op::PartitionGroupsHeal { .. } => Err(LocalError::Unsupported(format!("{op} is an application op (--target app)"))),
             }
         })
         .await
@@ -262,8 +292,10 @@ impl Target for LocalTarget {
 
     fn log_files(&self) -> Vec<(String, std::path::PathBuf)> {
         let Ok(rd) = std::fs::read_dir(self.testbed.cfg.run_dir.join("logs")) else { return vec![] };
-        let mut logs: Vec<(String, std::path::PathBuf)> =
-            rd.flatten().filter_map(|e| e.file_name().to_str().and_then(|f| f.strip_suffix(".log")).map(|n| (n.to_string(), e.path()))).collect();
+        let mut logs: Vec<(String, std::path::PathBuf)> = rd
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|f| f.strip_suffix(".log")).map(|n| (n.to_string(), e.path())))
+            .collect();
         logs.sort();
         logs
     }

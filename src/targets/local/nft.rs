@@ -52,7 +52,8 @@ pub async fn isolate(table: &str, site: &str, subnet: Ipv4Addr, gid: u32) -> Res
 pub async fn recover(table: &str, site: &str, forget_outbound: bool) -> Result<(), LocalError> {
     let listing = nft(&["-a", "list", "chain", "inet", table, "out"]).await?;
     for line in listing.lines() {
-        let is_site = line.contains(&format!("comment \"{site} in\"")) || (!forget_outbound && line.contains(&format!("comment \"{site} out\"")));
+        let is_site =
+            line.contains(&format!("comment \"{site} in\"")) || (!forget_outbound && line.contains(&format!("comment \"{site} out\"")));
         if !is_site {
             continue;
         }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use etcd_client::GetOptions;
 use shakedown_faults::{MemberId, Model};
-use shakedown_invariants::{Durability, InvariantId, Leader, Leases, Revoke, ListedMember, MemberStatus, Observation, Probe};
+use shakedown_invariants::{Durability, InvariantId, Leader, Leases, ListedMember, MemberStatus, Observation, Probe, Revoke};
 use tokio::time::Instant;
 
 use super::disk::DiskMode;
@@ -67,7 +67,10 @@ impl LocalTarget {
         .await;
         let (read, read_revision, read_error) = match res {
             Ok(resp) => (
-                resp.kvs().iter().map(|kv| (String::from_utf8_lossy(kv.key()).to_string(), String::from_utf8_lossy(kv.value()).to_string())).collect(),
+                resp.kvs()
+                    .iter()
+                    .map(|kv| (String::from_utf8_lossy(kv.key()).to_string(), String::from_utf8_lossy(kv.value()).to_string()))
+                    .collect(),
                 resp.header().map_or(0, |h| h.revision()),
                 None,
             ),
@@ -90,7 +93,12 @@ impl LocalTarget {
             // behind the endpoint) first makes it apply everything committed so far.
             etcd::bounded("lease sync read", limit, c.get(prefix, Some(GetOptions::new().with_prefix().with_count_only()))).await?;
             let alive = etcd::bounded("lease list", limit, c.leases()).await?;
-            let read = etcd::bounded("lease keys", limit.max(READ_BACK_MIN_BOUND), c.get(prefix, Some(GetOptions::new().with_prefix().with_keys_only()))).await?;
+            let read = etcd::bounded(
+                "lease keys",
+                limit.max(READ_BACK_MIN_BOUND),
+                c.get(prefix, Some(GetOptions::new().with_prefix().with_keys_only())),
+            )
+            .await?;
             Ok::<_, String>((alive, read, self.workload.now_ms()))
         }
         .await;
@@ -149,7 +157,8 @@ impl LocalTarget {
             });
         }
         let any_url = leader_url.or_else(|| statuses.iter().find(|(_, _, r)| r.is_ok()).map(|(_, u, _)| u.clone()));
-        let answered: Vec<(String, String)> = statuses.iter().filter(|(_, _, r)| r.is_ok()).map(|(n, u, _)| (n.clone(), u.clone())).collect();
+        let answered: Vec<(String, String)> =
+            statuses.iter().filter(|(_, _, r)| r.is_ok()).map(|(n, u, _)| (n.clone(), u.clone())).collect();
         let lowest = obs.members.iter().filter(|m| m.reachable && m.revision > 0).map(|m| m.revision).min();
         let up = model.service_expected_up();
         // Everything after the statuses at once: under load each request waits behind the
@@ -158,7 +167,12 @@ impl LocalTarget {
             let url = any_url.as_ref().filter(|_| wants(InvariantId::Membership) || wants(InvariantId::Quorum))?;
             let mut c = etcd::connect(url, request).await.ok()?;
             let list = etcd::bounded("member list", request, c.member_list()).await.ok()?;
-            Some(list.members().iter().map(|m| ListedMember { id: Some(m.id()), name: m.name().to_string(), peer_urls: m.peer_urls().to_vec() }).collect::<Vec<_>>())
+            Some(
+                list.members()
+                    .iter()
+                    .map(|m| ListedMember { id: Some(m.id()), name: m.name().to_string(), peer_urls: m.peer_urls().to_vec() })
+                    .collect::<Vec<_>>(),
+            )
         };
         let consistency = async {
             if !wants(InvariantId::Consistency) {
@@ -166,7 +180,9 @@ impl LocalTarget {
             }
             // A second status per member, sent after the first answered: its revision reflects
             // at least every entry up to the applied index the first reported.
-            let again = answered.iter().cloned().map(|(name, url)| async move { (name, etcd::status(&url, request).await.ok().and_then(|s| s.header().map(|h| h.revision()))) });
+            let again = answered.iter().cloned().map(|(name, url)| async move {
+                (name, etcd::status(&url, request).await.ok().and_then(|s| s.header().map(|h| h.revision())))
+            });
             let hashes = answered.iter().cloned().filter(|_| lowest.is_some()).map(|(name, url)| async move {
                 let rev = lowest.unwrap_or(0);
                 let r = async {
@@ -178,7 +194,13 @@ impl LocalTarget {
             });
             tokio::join!(futures_join_all(again), futures_join_all(hashes))
         };
-        let probes = async { if wants(InvariantId::Reachability) && up { self.probes().await } else { vec![] } };
+        let probes = async {
+            if wants(InvariantId::Reachability) && up {
+                self.probes().await
+            } else {
+                vec![]
+            }
+        };
         let durability = async {
             if (wants(InvariantId::Durability) || wants(InvariantId::Watch)) && up {
                 Some(self.durability().await)
@@ -194,12 +216,21 @@ impl LocalTarget {
         };
         let inventory = async {
             if wants(InvariantId::Leaks) {
-                Some(shakedown_invariants::Inventory::Local(reap::inventory(&self.testbed.cfg.run_dir, &self.testbed.nft_table(), self.testbed.cfg.disks == DiskMode::Loop, self.testbed.api.is_some()).await))
+                Some(shakedown_invariants::Inventory::Local(
+                    reap::inventory(
+                        &self.testbed.cfg.run_dir,
+                        &self.testbed.nft_table(),
+                        self.testbed.cfg.disks == DiskMode::Loop,
+                        self.testbed.api.is_some(),
+                    )
+                    .await,
+                ))
             } else {
                 None
             }
         };
-        let (list, (again, hashes), probes, durability, leases, inventory) = tokio::join!(member_list, consistency, probes, durability, leases, inventory);
+        let (list, (again, hashes), probes, durability, leases, inventory) =
+            tokio::join!(member_list, consistency, probes, durability, leases, inventory);
         obs.member_list = list;
         for (name, rev) in again {
             if let Some(m) = obs.members.iter_mut().find(|m| m.name == name) {

@@ -2,12 +2,14 @@
 //! reattach and replace, backup and restore. Each is bounded by the op bound (the caller's
 //! timeout) and by its own waits.
 
-
 use shakedown_faults::{BackupId, MemberId, Model, OutageMode, SiteId};
 use tokio::time::Instant;
 
 use super::bugs::PlantedBug;
-use super::{backup, etcd, futures_join_all, nft, LocalError, LocalTarget, EXIT_POLL, MOVE_LEADER_BOUND, RECONFIGURE_RETRY, REPLACE_STOP_GRACE, UPGRADE_STOP_GRACE};
+use super::{
+    backup, etcd, futures_join_all, nft, LocalError, LocalTarget, EXIT_POLL, MOVE_LEADER_BOUND, RECONFIGURE_RETRY, REPLACE_STOP_GRACE,
+    UPGRADE_STOP_GRACE,
+};
 
 impl LocalTarget {
     pub(super) fn url_of(&self, id: MemberId) -> Result<String, LocalError> {
@@ -227,10 +229,9 @@ impl LocalTarget {
             self.wait_caught_up(new, "new member").await?;
             self.move_leader_off(old).await;
             if !self.bug(PlantedBug::ReplaceKeepsOldMember) {
-                let old_id = self.etcd_id(&old.to_string()).await?.ok_or_else(|| LocalError::Stack(format!("{old} is not in the member list")))?;
-                self.remove_etcd_member(old_id)
-                    .await
-                    .map_err(|e| LocalError::Stack(format!("removing {old}: {e}")))?;
+                let old_id =
+                    self.etcd_id(&old.to_string()).await?.ok_or_else(|| LocalError::Stack(format!("{old} is not in the member list")))?;
+                self.remove_etcd_member(old_id).await.map_err(|e| LocalError::Stack(format!("removing {old}: {e}")))?;
             }
             self.testbed.stop(old, REPLACE_STOP_GRACE).await?;
             self.testbed.remove_member(old).await?;
@@ -257,7 +258,9 @@ impl LocalTarget {
 
     pub(super) async fn site_recover(&mut self, site: SiteId, before: &Model) -> Result<(), LocalError> {
         match before.outages.get(&site) {
-            Some(OutageMode::Isolate) => nft::recover(&self.testbed.nft_table(), &site.to_string(), self.bug(PlantedBug::RecoverLeavesRule)).await,
+            Some(OutageMode::Isolate) => {
+                nft::recover(&self.testbed.nft_table(), &site.to_string(), self.bug(PlantedBug::RecoverLeavesRule)).await
+            }
             Some(OutageMode::PowerLoss) => {
                 let ids: Vec<MemberId> = self.testbed.members.values().filter(|m| m.site == site).map(|m| m.id).collect();
                 let cluster = self.testbed.initial_cluster();
@@ -289,7 +292,10 @@ impl LocalTarget {
         }
         let wal = self.testbed.members[&id].disk.data_dir().join("member").join("wal");
         if !wal.is_dir() {
-            self.note(format!("disk-reattach({id}): the remounted disk has no etcd data ({} is missing), so the member gets a fresh disk and is re-added", wal.display()));
+            self.note(format!(
+                "disk-reattach({id}): the remounted disk has no etcd data ({} is missing), so the member gets a fresh disk and is re-added",
+                wal.display()
+            ));
             return self.replace_member_data(id).await;
         }
         self.testbed.spawn_member(id, &cluster, "existing")?;
@@ -365,7 +371,8 @@ impl LocalTarget {
     pub(super) async fn backup(&mut self, after: &Model) -> Result<(), LocalError> {
         let b = *after.backups.last().ok_or_else(|| LocalError::Stack("the model has no backup to take".into()))?;
         let path = self.backup_path(b);
-        std::fs::create_dir_all(path.parent().expect("has a parent")).map_err(|e| LocalError::Environment(format!("cannot create the backup store: {e}")))?;
+        std::fs::create_dir_all(path.parent().expect("has a parent"))
+            .map_err(|e| LocalError::Environment(format!("cannot create the backup store: {e}")))?;
         let deadline = Instant::now() + self.bounds.op;
         let start = self.workload.acked_len();
         let api_start = self.api.as_ref().map(|a| a.workload.acked_len());
@@ -473,7 +480,8 @@ impl LocalTarget {
         let restored: Vec<MemberId> = if self.bug(PlantedBug::RestorePartial) { ids[..ids.len() - 1].to_vec() } else { ids.clone() };
         // Planted bug restore-mixed-backups: the last member is restored from the backup before
         // this one (as a tool that picks "each member's latest local backup" does).
-        let older = b.0.checked_sub(1).map(|i| self.backup_path(BackupId(i))).filter(|p| self.bug(PlantedBug::RestoreMixedBackups) && p.is_file());
+        let older =
+            b.0.checked_sub(1).map(|i| self.backup_path(BackupId(i))).filter(|p| self.bug(PlantedBug::RestoreMixedBackups) && p.is_file());
         for (n, &id) in restored.iter().enumerate() {
             self.testbed.replace_disk(id).await?;
             let m = &self.testbed.members[&id];
@@ -490,7 +498,9 @@ impl LocalTarget {
         }
         let urls = self.urls();
         for url in &urls {
-            etcd::wait_caught_up(url, &urls, self.bounds.converge).await.map_err(|e| LocalError::Stack(format!("after restoring {b}: {e}")))?;
+            etcd::wait_caught_up(url, &urls, self.bounds.converge)
+                .await
+                .map_err(|e| LocalError::Stack(format!("after restoring {b}: {e}")))?;
             self.confirm_serving(url);
         }
         Ok(())

@@ -44,7 +44,8 @@ pub fn processes_of(run_dir: &Path) -> Vec<(i32, String)> {
 /// sysfs, nftables, the run directory), not from the target's bookkeeping.
 pub async fn inventory(run_dir: &Path, nft_table: &str, loop_disks: bool, control_plane: bool) -> LocalInventory {
     let members = run_dir.join("members");
-    let member_of = |p: &Path| p.strip_prefix(&members).ok().and_then(|r| r.components().next()).map(|c| c.as_os_str().to_string_lossy().to_string());
+    let member_of =
+        |p: &Path| p.strip_prefix(&members).ok().and_then(|r| r.components().next()).map(|c| c.as_os_str().to_string_lossy().to_string());
     let mut inv = LocalInventory { loop_disks, apiservers: control_plane.then(Default::default), ..Default::default() };
     for (_, cmd) in processes_of(run_dir) {
         if cmd.contains("haproxy") {
@@ -63,7 +64,8 @@ pub async fn inventory(run_dir: &Path, nft_table: &str, loop_disks: bool, contro
         .filter_map(|b| b.strip_prefix(&disks).ok().and_then(|f| f.to_str()).and_then(|f| f.strip_suffix(".img")).map(str::to_string))
         .collect();
     if let Ok(rd) = std::fs::read_dir(&members) {
-        inv.data_dirs = rd.flatten().filter(|e| e.path().join("data").is_dir()).map(|e| e.file_name().to_string_lossy().to_string()).collect();
+        inv.data_dirs =
+            rd.flatten().filter(|e| e.path().join("data").is_dir()).map(|e| e.file_name().to_string_lossy().to_string()).collect();
     }
     if let Ok(rd) = std::fs::read_dir(run_dir.join("backups")) {
         inv.backups = rd.flatten().filter_map(|e| e.file_name().to_str().and_then(|f| f.strip_suffix(".db")).map(str::to_string)).collect();

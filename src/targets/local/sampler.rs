@@ -78,7 +78,14 @@ fn spawn_watcher(url: &str, t0: Instant, every: Duration, watched: &Arc<Mutex<BT
     }
 }
 
-async fn sample_serving(initial: Vec<(String, String)>, t0: Instant, every: Duration, stop: watch::Receiver<bool>, membership: Arc<Mutex<Vec<(u64, BTreeMap<String, String>)>>>, watched: Arc<Mutex<BTreeMap<String, Flips>>>) {
+async fn sample_serving(
+    initial: Vec<(String, String)>,
+    t0: Instant,
+    every: Duration,
+    stop: watch::Receiver<bool>,
+    membership: Arc<Mutex<Vec<(u64, BTreeMap<String, String>)>>>,
+    watched: Arc<Mutex<BTreeMap<String, Flips>>>,
+) {
     let mut names: BTreeMap<String, String> = initial.iter().map(|(n, u)| (u.clone(), n.clone())).collect();
     let mut stop_rx = stop.clone();
     loop {
@@ -95,7 +102,11 @@ async fn sample_serving(initial: Vec<(String, String)>, t0: Instant, every: Dura
                     .members()
                     .iter()
                     .filter_map(|m| {
-                        let client = m.client_urls().first().cloned().or_else(|| m.peer_urls().first().map(|p| p.replace(&format!(":{}", testbed::PEER_PORT), &format!(":{}", testbed::CLIENT_PORT))))?;
+                        let client = m.client_urls().first().cloned().or_else(|| {
+                            m.peer_urls()
+                                .first()
+                                .map(|p| p.replace(&format!(":{}", testbed::PEER_PORT), &format!(":{}", testbed::CLIENT_PORT)))
+                        })?;
                         let name = if m.name().is_empty() { format!("unstarted {client}") } else { m.name().to_string() };
                         Some((client, name))
                     })

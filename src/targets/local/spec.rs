@@ -69,22 +69,26 @@ fn parse_etcd(s: &str) -> Result<(Version, PathBuf), String> {
 impl LocalOptions {
     /// Local options given to another target are an error, not silently ignored.
     pub fn refuse_for(&self, target: &str) -> Result<(), Fatal> {
-        let given: Vec<&str> = [
-            (self.testbed_bug.is_some(), "--testbed-bug"),
-            (!self.etcd.is_empty(), "--etcd"),
-            (self.disks != DiskArg::Auto, "--disks"),
-        ]
-        .into_iter()
-        .filter_map(|(g, n)| g.then_some(n))
-        .collect();
+        let given: Vec<&str> =
+            [(self.testbed_bug.is_some(), "--testbed-bug"), (!self.etcd.is_empty(), "--etcd"), (self.disks != DiskArg::Auto, "--disks")]
+                .into_iter()
+                .filter_map(|(g, n)| g.then_some(n))
+                .collect();
         crate::targets::refuse_options(&given, "local", target)
     }
 
     /// The binaries and the disk mode, checked before anything is created.
     pub fn environment(&self, profile: &Profile) -> Result<Environment, Fatal> {
-        let overrides = BinaryOverrides { etcd: self.etcd.iter().cloned().collect::<BTreeMap<_, _>>(), haproxy: self.haproxy.clone(), kube_apiserver: self.kube_apiserver.clone() };
+        let overrides = BinaryOverrides {
+            etcd: self.etcd.iter().cloned().collect::<BTreeMap<_, _>>(),
+            haproxy: self.haproxy.clone(),
+            kube_apiserver: self.kube_apiserver.clone(),
+        };
         if profile.stack == Stack::App {
-            return Err(Fatal::usage(format!("profile {} has stack = \"app\": it runs on --target app (an application on a Kubernetes cluster), not the local stack", profile.name)));
+            return Err(Fatal::usage(format!(
+                "profile {} has stack = \"app\": it runs on --target app (an application on a Kubernetes cluster), not the local stack",
+                profile.name
+            )));
         }
         let mut binaries = binaries::discover(&profile.versions, &overrides)?;
         if profile.stack == Stack::ControlPlane {

@@ -61,7 +61,16 @@ pub const ELECTION_MS: u32 = 500;
 impl TestbedConfig {
     /// A testbed with the default raft timing.
     pub fn new(run_id: &str, run_dir: &std::path::Path, binaries: Binaries, disks: DiskMode, bug: Option<PlantedBug>) -> TestbedConfig {
-        TestbedConfig { run_id: run_id.into(), run_dir: run_dir.into(), binaries, disks, bug, heartbeat_ms: HEARTBEAT_MS, election_ms: ELECTION_MS, stack: Stack::Etcd }
+        TestbedConfig {
+            run_id: run_id.into(),
+            run_dir: run_dir.into(),
+            binaries,
+            disks,
+            bug,
+            heartbeat_ms: HEARTBEAT_MS,
+            election_ms: ELECTION_MS,
+            stack: Stack::Etcd,
+        }
     }
 }
 
@@ -216,7 +225,17 @@ impl Testbed {
             std::fs::create_dir_all(&d).map_err(|e| LocalError::Environment(format!("cannot create {}: {e}", d.display())))?;
         }
         let (slot, lock) = take_slot(&cfg.run_id)?;
-        let mut tb = Testbed { cfg, slot, _slot_lock: lock, members: BTreeMap::new(), api: None, start_apiservers: false, haproxy: None, retired: vec![], torn_down: false };
+        let mut tb = Testbed {
+            cfg,
+            slot,
+            _slot_lock: lock,
+            members: BTreeMap::new(),
+            api: None,
+            start_apiservers: false,
+            haproxy: None,
+            retired: vec![],
+            torn_down: false,
+        };
         match tb.bring_up(model, limit).await {
             Ok(()) => Ok(tb),
             Err(e) => {
@@ -239,7 +258,19 @@ impl Testbed {
             match disk {
                 Ok(disk) => {
                     let ip = self.member_ip(m.id, m.site);
-                    self.members.insert(m.id, MemberProc { id: m.id, site: m.site, version: m.version, ip, disk, child: None, apiserver: None, apiserver_restarts: Restarts::default() });
+                    self.members.insert(
+                        m.id,
+                        MemberProc {
+                            id: m.id,
+                            site: m.site,
+                            version: m.version,
+                            ip,
+                            disk,
+                            child: None,
+                            apiserver: None,
+                            apiserver_restarts: Restarts::default(),
+                        },
+                    );
                 }
                 Err(e) => first_err = first_err.or(Some(e)),
             }
@@ -261,9 +292,9 @@ impl Testbed {
         let urls: Vec<String> = self.members.values().map(|m| m.client_url()).collect();
         for url in &urls {
             let left = deadline.saturating_duration_since(Instant::now());
-            super::etcd::wait_caught_up(url, &urls, left)
-                .await
-                .map_err(|e| LocalError::Environment(format!("stack did not become healthy: {e} (see {}/logs)", self.cfg.run_dir.display())))?;
+            super::etcd::wait_caught_up(url, &urls, left).await.map_err(|e| {
+                LocalError::Environment(format!("stack did not become healthy: {e} (see {}/logs)", self.cfg.run_dir.display()))
+            })?;
         }
         if self.cfg.stack == Stack::ControlPlane {
             self.api = Some(ApiPki::create(&self.cfg.run_dir, &self.cfg.run_id)?);
@@ -313,7 +344,13 @@ impl Testbed {
     /// the etcd stack).
     pub fn spawn_apiserver(&mut self, id: MemberId) -> Result<(), LocalError> {
         let Some(api) = &self.api else { return Ok(()) };
-        let bin = self.cfg.binaries.kube_apiserver.as_ref().map(|b| b.0.clone()).ok_or_else(|| LocalError::Environment("the control-plane stack needs kube-apiserver (--kube-apiserver PATH)".into()))?;
+        let bin = self
+            .cfg
+            .binaries
+            .kube_apiserver
+            .as_ref()
+            .map(|b| b.0.clone())
+            .ok_or_else(|| LocalError::Environment("the control-plane stack needs kube-apiserver (--kube-apiserver PATH)".into()))?;
         let m = self.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
         let name = m.name();
         let (cert, key) = api.serving_cert(&name, m.ip, *super::apiserver::lb_addr(self.slot).ip())?;
@@ -409,7 +446,8 @@ impl Testbed {
     pub async fn add_member(&mut self, id: MemberId, site: SiteId, version: Version) -> Result<&MemberProc, LocalError> {
         let disk = Disk::create(&self.cfg.run_dir, &id.to_string(), self.cfg.disks).await?;
         let ip = self.member_ip(id, site);
-        self.members.insert(id, MemberProc { id, site, version, ip, disk, child: None, apiserver: None, apiserver_restarts: Restarts::default() });
+        self.members
+            .insert(id, MemberProc { id, site, version, ip, disk, child: None, apiserver: None, apiserver_restarts: Restarts::default() });
         Ok(&self.members[&id])
     }
 
@@ -466,7 +504,8 @@ impl Testbed {
     /// Starts member `id`'s etcd (its version's binary) on its data directory.
     pub fn spawn_member(&mut self, id: MemberId, initial_cluster: &str, state: &str) -> Result<(), LocalError> {
         let m = self.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
-        let bin = &self.cfg.binaries.etcd.get(&m.version).ok_or_else(|| LocalError::Environment(format!("no etcd {} binary", m.version)))?.path;
+        let bin =
+            &self.cfg.binaries.etcd.get(&m.version).ok_or_else(|| LocalError::Environment(format!("no etcd {} binary", m.version)))?.path;
         let (out, err) = log_file(&self.cfg.run_dir, &m.name())?;
         let data = m.disk.data_dir();
         let child = Command::new(bin)
@@ -625,7 +664,8 @@ impl Testbed {
     /// over from the old process with -sf.
     pub async fn start_haproxy(&mut self) -> Result<(), LocalError> {
         let path = self.cfg.run_dir.join("haproxy.cfg");
-        std::fs::write(&path, self.haproxy_config()).map_err(|e| LocalError::Environment(format!("cannot write {}: {e}", path.display())))?;
+        std::fs::write(&path, self.haproxy_config())
+            .map_err(|e| LocalError::Environment(format!("cannot write {}: {e}", path.display())))?;
         let (out, err) = log_file(&self.cfg.run_dir, "haproxy")?;
         let mut cmd = Command::new(&self.cfg.binaries.haproxy);
         cmd.arg("-db").arg("-f").arg(&path);
@@ -651,7 +691,10 @@ impl Testbed {
                 return Ok(());
             }
             if let Some(Ok(Some(status))) = self.haproxy.as_mut().map(|c| c.try_wait()) {
-                return Err(LocalError::Environment(format!("haproxy exited ({status}); see {}/logs/haproxy.log", self.cfg.run_dir.display())));
+                return Err(LocalError::Environment(format!(
+                    "haproxy exited ({status}); see {}/logs/haproxy.log",
+                    self.cfg.run_dir.display()
+                )));
             }
             tokio::time::sleep(EXIT_POLL * 2).await;
         }

@@ -42,7 +42,15 @@ pub(super) fn lease_prefix(prefix: &str) -> String {
 
 /// Starts the object clients and the watchers.
 /// Watcher `i` prefers member `members[i % members.len()]`.
-pub(super) fn start(endpoint: &str, members: &[String], prefix: &str, cfg: &Config, bugs: ClientBugs, rec: &Arc<Recorder>, stopped: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+pub(super) fn start(
+    endpoint: &str,
+    members: &[String],
+    prefix: &str,
+    cfg: &Config,
+    bugs: ClientBugs,
+    rec: &Arc<Recorder>,
+    stopped: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     for i in 0..cfg.clients {
         let c = ObjectClient {
@@ -62,7 +70,16 @@ pub(super) fn start(endpoint: &str, members: &[String], prefix: &str, cfg: &Conf
     }
     for i in 0..cfg.watches {
         let local = (!members.is_empty()).then(|| members[i as usize % members.len()].clone());
-        tasks.push(tokio::spawn(super::watch::run(i, local, endpoint.to_string(), object_prefix(prefix), cfg.timeout, bugs.resume_from_now, rec.clone(), stopped.clone())));
+        tasks.push(tokio::spawn(super::watch::run(
+            i,
+            local,
+            endpoint.to_string(),
+            object_prefix(prefix),
+            cfg.timeout,
+            bugs.resume_from_now,
+            rec.clone(),
+            stopped.clone(),
+        )));
     }
     tasks
 }
@@ -159,7 +176,10 @@ impl ObjectClient {
                 Some(v) => TxnOp::put(key.as_str(), v.as_str(), None),
                 None => TxnOp::delete(key.as_str(), None),
             };
-            let txn = Txn::new().when([Compare::mod_revision(key.as_str(), CompareOp::Equal, rev)]).and_then([then]).or_else([TxnOp::get(key.as_str(), None)]);
+            let txn = Txn::new()
+                .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, rev)])
+                .and_then([then])
+                .or_else([TxnOp::get(key.as_str(), None)]);
             let start = self.rec.position();
             self.rec.stats.attempted.fetch_add(1, Ordering::Relaxed);
             if self.bugs.ack_before_write {
@@ -168,7 +188,11 @@ impl ObjectClient {
                 let key = format!("{}b{}-{}", self.objects, self.id, self.seq);
                 let value = format!("c{}-{}", self.id, self.seq);
                 self.rec.ack_unsent(Ack { key: key.clone(), value: Some(value.clone()), revision: 0, start });
-                let txn = Txn::new().when([Compare::mod_revision(key.as_str(), CompareOp::Equal, 0)]).and_then([TxnOp::put(key.as_str(), value.as_str(), None)]);
+                let txn = Txn::new().when([Compare::mod_revision(key.as_str(), CompareOp::Equal, 0)]).and_then([TxnOp::put(
+                    key.as_str(),
+                    value.as_str(),
+                    None,
+                )]);
                 let mut c = c.clone();
                 let timeout = self.cfg.timeout;
                 tokio::spawn(async move {
@@ -242,7 +266,13 @@ impl ObjectClient {
                         if leases.len() >= MAX_LEASE_RECORDS {
                             leases.remove(0);
                         }
-                        leases.push(LeaseRecord { id: g.id(), ttl_ms: g.ttl().max(0) as u64 * 1000, granted_at_ms: at, keys: vec![], revoke: Revoke::No });
+                        leases.push(LeaseRecord {
+                            id: g.id(),
+                            ttl_ms: g.ttl().max(0) as u64 * 1000,
+                            granted_at_ms: at,
+                            keys: vec![],
+                            revoke: Revoke::No,
+                        });
                         (g.id(), 0)
                     }
                     Err(e) => {
@@ -317,10 +347,18 @@ impl ObjectClient {
             }
             for kv in page.kvs() {
                 if last.as_deref().is_some_and(|l| kv.key() <= l) {
-                    self.rec.anomaly(format!("list at revision {pinned}: key {} after {}", String::from_utf8_lossy(kv.key()), String::from_utf8_lossy(last.as_deref().unwrap_or_default())));
+                    self.rec.anomaly(format!(
+                        "list at revision {pinned}: key {} after {}",
+                        String::from_utf8_lossy(kv.key()),
+                        String::from_utf8_lossy(last.as_deref().unwrap_or_default())
+                    ));
                 }
                 if kv.mod_revision() > pinned {
-                    self.rec.anomaly(format!("list at revision {pinned}: key {} has mod revision {}", String::from_utf8_lossy(kv.key()), kv.mod_revision()));
+                    self.rec.anomaly(format!(
+                        "list at revision {pinned}: key {} has mod revision {}",
+                        String::from_utf8_lossy(kv.key()),
+                        kv.mod_revision()
+                    ));
                 }
                 last = Some(kv.key().to_vec());
             }

@@ -63,7 +63,9 @@ impl Workload {
         let rec = Arc::new(Recorder::new(samples));
         let (mut clients, stopped) = Clients::new();
         match cfg.kind {
-            WorkloadKind::Puts => clients.spawn(puts::run(endpoint, prefix.clone(), cfg.interval, cfg.timeout, bugs.ack_before_write, rec.clone(), stopped)),
+            WorkloadKind::Puts => {
+                clients.spawn(puts::run(endpoint, prefix.clone(), cfg.interval, cfg.timeout, bugs.ack_before_write, rec.clone(), stopped))
+            }
             WorkloadKind::Kube => clients.extend(kube::start(&endpoint, members, &prefix, cfg, bugs, &rec, &stopped)),
         };
         Workload { prefix, kind: cfg.kind, rec, clients }
@@ -139,4 +141,3 @@ impl Workload {
         self.rec.flush();
     }
 }
-

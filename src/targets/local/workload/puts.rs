@@ -14,7 +14,15 @@ use crate::targets::local::etcd::{bounded, connect};
 
 /// With `ack_before_write` (a planted bug) a write counts as acknowledged when it is queued,
 /// 100 ms before it is sent to etcd.
-pub(super) async fn run(endpoint: String, prefix: String, interval: Duration, timeout: Duration, ack_before_write: bool, rec: Arc<Recorder>, mut stopped: watch::Receiver<bool>) {
+pub(super) async fn run(
+    endpoint: String,
+    prefix: String,
+    interval: Duration,
+    timeout: Duration,
+    ack_before_write: bool,
+    rec: Arc<Recorder>,
+    mut stopped: watch::Receiver<bool>,
+) {
     let mut client: Option<Client> = None;
     for seq in 0u64.. {
         if *stopped.borrow() {

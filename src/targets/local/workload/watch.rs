@@ -23,7 +23,16 @@ const SILENCE: Duration = Duration::from_secs(3);
 /// `resume_from_now` (a planted bug) a broken watch resumes from the current revision instead of
 /// its last revision + 1.
 #[allow(clippy::too_many_arguments)]
-pub(super) async fn run(i: u32, local: Option<String>, endpoint: String, prefix: String, timeout: Duration, resume_from_now: bool, rec: Arc<Recorder>, mut stopped: watch::Receiver<bool>) {
+pub(super) async fn run(
+    i: u32,
+    local: Option<String>,
+    endpoint: String,
+    prefix: String,
+    timeout: Duration,
+    resume_from_now: bool,
+    rec: Arc<Recorder>,
+    mut stopped: watch::Receiver<bool>,
+) {
     let slot = {
         let mut w = rec.watches.lock().expect("watches lock");
         w.push(WatchState::default());
@@ -42,7 +51,8 @@ pub(super) async fn run(i: u32, local: Option<String>, endpoint: String, prefix:
         let mut c = None;
         // After a failed attempt the endpoint goes first: the local member may answer a status
         // and still refuse watches (a learner being re-added).
-        let order: Vec<&String> = if failed_last { [&endpoint].into_iter().chain(local.iter()).collect() } else { local.iter().chain([&endpoint]).collect() };
+        let order: Vec<&String> =
+            if failed_last { [&endpoint].into_iter().chain(local.iter()).collect() } else { local.iter().chain([&endpoint]).collect() };
         for url in order {
             if let Ok(mut client) = connect(url, timeout).await {
                 // The connection is lazy: a status request shows whether the member answers.
@@ -64,7 +74,10 @@ pub(super) async fn run(i: u32, local: Option<String>, endpoint: String, prefix:
             };
             next = now + 1;
             let mut w = rec.watches.lock().expect("watches lock");
-            w[slot] = WatchState { session: WatchSession { name: name.clone(), start_revision: next, start_ack, ..WatchSession::default() }, log: Default::default() };
+            w[slot] = WatchState {
+                session: WatchSession { name: name.clone(), start_revision: next, start_ack, ..WatchSession::default() },
+                log: Default::default(),
+            };
         } else {
             rec.watches.lock().expect("watches lock")[slot].session.resumptions += 1;
             rec.stats.watch_resumptions.fetch_add(1, Ordering::Relaxed);
@@ -115,7 +128,12 @@ pub(super) async fn run(i: u32, local: Option<String>, endpoint: String, prefix:
                 let Some(kv) = e.kv() else { continue };
                 let value = (e.event_type() == EventType::Put).then(|| String::from_utf8_lossy(kv.value()).to_string());
                 let prev = e.prev_kv().map(|p| String::from_utf8_lossy(p.value()).to_string());
-                w[slot].log.push(WatchEvent { revision: kv.mod_revision(), key: String::from_utf8_lossy(kv.key()).to_string(), value, prev });
+                w[slot].log.push(WatchEvent {
+                    revision: kv.mod_revision(),
+                    key: String::from_utf8_lossy(kv.key()).to_string(),
+                    value,
+                    prev,
+                });
                 next = next.max(kv.mod_revision() + 1);
                 rec.stats.watch_events.fetch_add(1, Ordering::Relaxed);
             }
