@@ -191,6 +191,7 @@ fn record_for(plan: &Plan, bug: PlantedBug) -> String {
             step: 0,
             op: "scripted scenario".into(),
             invariant: None,
+            also: vec![],
             message: "baseline: any failure counts as detection".into(),
             at: "2026-11-30T00:00:00Z".into(),
         },

@@ -3,22 +3,22 @@
 #[cfg(test)]
 mod k8s_manifests;
 mod node;
-mod partition;
-mod replay;
-mod session;
-mod shrink;
-mod soak;
+pub mod partition;
+pub mod replay;
+pub mod session;
+pub mod shrink;
+pub mod soak;
 mod testbed;
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::exit::{Exit, Fatal};
+use crate::faults::{generate, Profile};
+use crate::profiles;
+use crate::record::Match;
+use crate::targets::{TargetKind, TargetOptions, TargetSpec};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use shakedown::exit::{Exit, Fatal};
-use shakedown::faults::{generate, Profile};
-use shakedown::profiles;
-use shakedown::record::Match;
-use shakedown::targets::{TargetKind, TargetOptions, TargetSpec};
 
 use partition::{parse_partition, Partition};
 use session::{weights_text, Exec, Interrupt};
@@ -391,9 +391,9 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
         Command::Testbed { action } => testbed::testbed(action).await,
         Command::Node { action } => node::node(action).await,
         Command::Reap { kube: true, kubeconfig, context, namespace, all, .. } => {
-            let r = shakedown::targets::kube::reap::reap(kubeconfig.as_deref(), context.as_deref(), namespace.as_deref(), all)
+            let r = crate::targets::kube::reap::reap(kubeconfig.as_deref(), context.as_deref(), namespace.as_deref(), all)
                 .await
-                .map_err(shakedown::targets::kube::spec::fatal)?;
+                .map_err(crate::targets::kube::spec::fatal)?;
             for c in &r.configmaps {
                 println!("deleted run ConfigMap {c}");
             }
@@ -421,7 +421,7 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             Ok(Exit::Pass)
         }
         Command::Profiles { reference: true } => {
-            print!("{}", shakedown::reference::render());
+            print!("{}", crate::reference::render());
             Ok(Exit::Pass)
         }
         Command::Profiles { reference: false } => {
@@ -467,9 +467,9 @@ fn worse(a: Exit, b: Exit) -> Exit {
 }
 
 /// `--junit PATH`: the JUnit XML of the seeds run so far (parent directories created).
-fn write_junit(path: Option<&std::path::Path>, profile: &Profile, cases: &[shakedown::report::Case]) -> Result<(), Fatal> {
+fn write_junit(path: Option<&std::path::Path>, profile: &Profile, cases: &[crate::report::Case]) -> Result<(), Fatal> {
     match path {
-        Some(path) => write_junit_to(path, &shakedown::report::junit(&format!("shakedown {}", profile.name), cases)),
+        Some(path) => write_junit_to(path, &crate::report::junit(&format!("shakedown {}", profile.name), cases)),
         None => Ok(()),
     }
 }

@@ -5,13 +5,25 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use shakedown_faults::{Model, Op, Plan, Profile};
-use shakedown_invariants::{check_all, unreachable_members, InvariantId, Observation, Verdict};
+use shakedown_invariants::{all_serving, InvariantId, Observation, Verdict};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::events::{Check, CheckVerdict, Event, EventLog, Judged};
 use crate::record::{now_rfc3339, Failure, FailureKind};
 use crate::targets::{Target, TargetError};
+
+/// Why a plan execution could not end in an [`Outcome`].
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EngineError {
+    /// The target could not do what was asked (the machine, an op it does not support).
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    /// The target claims to check `invariant` and observed nothing for it: a bug in shakedown
+    /// (exit 5), never a pass.
+    #[error("the {target} target checks {invariant} but observed nothing for it at step {step} ({what}): a bug in shakedown")]
+    Unobserved { target: &'static str, invariant: InvariantId, step: usize, what: String },
+}
 
 /// How a plan execution ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +74,8 @@ pub const CHECK_RETRY: Duration = Duration::from_millis(50);
 
 /// Result of checking all invariants until they pass or the bound runs out.
 enum Checked {
+    /// A checked invariant had no input in the observation.
+    Unobserved { invariant: InvariantId, what: String },
     /// `last_ms`: the last attempt (observe + judge), the check that confirmed convergence.
     Pass { attempts: u32, samples: Vec<(u64, usize, usize)>, verdicts: Vec<Judged>, last_ms: u64 },
     /// `also`: the other invariants that failed in the same check.
@@ -74,14 +88,9 @@ fn judge(invariants: &[InvariantId], model: &Model, obs: &Observation) -> (Vec<(
     let mut verdicts = Vec::with_capacity(invariants.len());
     for &id in invariants {
         let t = std::time::Instant::now();
-        let v = check_all(&[id], model, obs).pop().map(|(_, v)| v).unwrap_or(Verdict::Pass);
+        let v = id.check(model, obs);
         let us = t.elapsed().as_micros() as u64;
-        let verdict = match v {
-            Verdict::Pass => "pass",
-            Verdict::Fail(_) => "fail",
-            Verdict::Definite(_) => "definite",
-        };
-        verdicts.push(Judged { invariant: id, verdict: verdict.into(), us });
+        verdicts.push(Judged { invariant: id, verdict: v.name().into(), us });
         if !v.is_pass() {
             failures.push((id, v));
         }
@@ -95,6 +104,19 @@ fn failure(kind: FailureKind, step: usize, op: &str, invariant: Option<Invariant
 
 fn check_event(step: usize, checked: &Checked, ms: u64) -> Check {
     match checked {
+        Checked::Unobserved { invariant, what } => Check {
+            step,
+            verdict: CheckVerdict::Fail,
+            attempts: None,
+            ms: Some(ms),
+            last_ms: None,
+            invariant: Some(*invariant),
+            message: Some(format!("unobserved: {what}")),
+            invariants: vec![],
+            serving_samples: None,
+            workload: None,
+            observation: None,
+        },
         Checked::Pass { attempts, samples, verdicts, last_ms } => Check {
             step,
             verdict: CheckVerdict::Pass,
@@ -152,7 +174,7 @@ impl<'a> Engine<'a> {
 
     /// Executes `plan` from the freshly started stack the profile describes.
     /// Errors are environment problems (the machine, not the stack); findings are `Outcome::Failed`.
-    pub async fn execute(&mut self, plan: &Plan) -> Result<Outcome, TargetError> {
+    pub async fn execute(&mut self, plan: &Plan) -> Result<Outcome, EngineError> {
         self.model = self.profile.initial_model();
         self.total = plan.ops.len();
         self.width = self.total.to_string().len();
@@ -179,12 +201,15 @@ impl<'a> Engine<'a> {
             let mut obs = self.target.observe(&self.model, self.invariants).await;
             obs.quorum_throughout = quorum_throughout;
             let (mut failures, verdicts) = judge(self.invariants, &self.model, &obs);
+            if let Some((invariant, v)) = failures.iter().find(|(_, v)| matches!(v, Verdict::Unobserved(_))) {
+                return Checked::Unobserved { invariant: *invariant, what: v.message().unwrap_or_default().to_string() };
+            }
+            // At bring-up and after healing every member serves (judged by the invariants crate,
+            // attributed to quorum).
             if require_all_up && failures.is_empty() {
-                let down = unreachable_members(&self.model, &obs);
-                if !down.is_empty() {
-                    let names: Vec<String> = down.iter().map(|m| m.to_string()).collect();
-                    failures
-                        .push((InvariantId::Quorum, Verdict::Fail(format!("member(s) {} not serving after healing", names.join(", ")))));
+                let v = all_serving(&self.model, &obs);
+                if !v.is_pass() {
+                    failures.push((InvariantId::Quorum, v));
                 }
             }
             if failures.is_empty() {
@@ -217,7 +242,13 @@ impl<'a> Engine<'a> {
 
     /// Runs the step's checks, records them, ends the step: `Some(failure)` when one broke.
     /// `op` is `None` for step 0, the bring-up.
-    async fn checked_step(&mut self, step: usize, op: Option<&Op>, op_ms: Option<u128>, quorum_throughout: bool) -> Option<Failure> {
+    async fn checked_step(
+        &mut self,
+        step: usize,
+        op: Option<&Op>,
+        op_ms: Option<u128>,
+        quorum_throughout: bool,
+    ) -> Result<Option<Failure>, EngineError> {
         let t_check = Instant::now();
         let checked = self.check_until(quorum_throughout, step == 0, self.profile.timeouts.converge).await;
         self.target.end_step().await;
@@ -232,21 +263,29 @@ impl<'a> Engine<'a> {
                 }
                 self.events.emit(Event::Check(event));
                 self.say(&step, &format!("{op_col}checks ok in {check_ms}ms"));
-                None
+                Ok(None)
             }
             Checked::Fail { invariant, also, message, .. } => {
                 self.events.emit(Event::Check(event));
                 self.say(&step, &format!("{op_col}VIOLATION {invariant}: {message}"));
-                Some(Failure { also, ..failure(FailureKind::Violation, step, &text, Some(invariant), message) })
+                Ok(Some(Failure { also, ..failure(FailureKind::Violation, step, &text, Some(invariant), message) }))
+            }
+            Checked::Unobserved { invariant, what } => {
+                self.events.emit(Event::Check(event));
+                Err(self.unobserved(invariant, step, what))
             }
         }
     }
 
-    async fn steps(&mut self, plan: &Plan) -> Result<Outcome, TargetError> {
+    fn unobserved(&self, invariant: InvariantId, step: usize, what: String) -> EngineError {
+        EngineError::Unobserved { target: self.target.name(), invariant, step, what }
+    }
+
+    async fn steps(&mut self, plan: &Plan) -> Result<Outcome, EngineError> {
         let total = self.total;
         // Step 0: the freshly started stack must satisfy every invariant.
         if !self.options.dry_run {
-            if let Some(f) = self.checked_step(0, None, None, true).await {
+            if let Some(f) = self.checked_step(0, None, None, true).await? {
                 return Ok(Outcome::Failed(f));
             }
         }
@@ -300,14 +339,14 @@ impl<'a> Engine<'a> {
                 Ok(()) => self.events.emit(Event::OpEnd { step, ms: op_ms as u64, error: None }),
                 Err(TargetError::Stack(msg)) => {
                     self.events.emit(Event::OpEnd { step, ms: op_ms as u64, error: Some(msg.clone()) });
-                    return Ok(Outcome::Failed(self.op_failed(step, op, &before, msg).await));
+                    return Ok(Outcome::Failed(self.op_failed(step, op, &before, msg).await?));
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
             if self.options.dry_run {
                 continue;
             }
-            if let Some(f) = self.checked_step(step, Some(op), Some(op_ms), before.quorum_throughout(op)).await {
+            if let Some(f) = self.checked_step(step, Some(op), Some(op_ms), before.quorum_throughout(op)).await? {
                 return Ok(Outcome::Failed(f));
             }
         }
@@ -319,24 +358,27 @@ impl<'a> Engine<'a> {
 
     /// The op's own wait ran out. If an invariant already says what is wrong, that is the more
     /// precise finding; otherwise it is a liveness failure.
-    async fn op_failed(&mut self, step: usize, op: &Op, before: &Model, msg: String) -> Failure {
+    async fn op_failed(&mut self, step: usize, op: &Op, before: &Model, msg: String) -> Result<Failure, EngineError> {
         let checked = self.check_until(before.quorum_throughout(op), false, Duration::ZERO).await;
         self.target.end_step().await;
+        if let Checked::Unobserved { invariant, what } = checked {
+            return Err(self.unobserved(invariant, step, what));
+        }
         if let Checked::Fail { invariant, also, message, .. } = &checked {
             let mut event = check_event(step, &checked, 0);
             event.ms = None;
             self.events.emit(Event::Check(event));
             let message = format!("{message} (and the op failed: {msg})");
             self.say(&step, &format!("{:<32} VIOLATION {invariant}: {message}", op.to_string()));
-            return Failure { also: also.clone(), ..failure(FailureKind::Violation, step, &op.to_string(), Some(*invariant), message) };
+            return Ok(Failure { also: also.clone(), ..failure(FailureKind::Violation, step, &op.to_string(), Some(*invariant), message) });
         }
         self.events.emit(Event::Liveness(Check::failed(step, &msg)));
         self.say(&step, &format!("{:<32} LIVENESS: {msg}", op.to_string()));
-        failure(FailureKind::Liveness, step, &op.to_string(), None, msg)
+        Ok(failure(FailureKind::Liveness, step, &op.to_string(), None, msg))
     }
 
     /// Liveness: heal every fault, then require convergence with every member serving.
-    async fn liveness(&mut self) -> Result<Outcome, TargetError> {
+    async fn liveness(&mut self) -> Result<Outcome, EngineError> {
         let total = self.total;
         let heal: Vec<Op> = self.model.heal_ops();
         let step = total + 1;
@@ -351,7 +393,7 @@ impl<'a> Engine<'a> {
                     self.events.emit(Event::Liveness(Check::failed(step, &msg)));
                     return Ok(Outcome::Failed(failure(FailureKind::Liveness, step, &format!("heal: {op}"), None, msg)));
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
         let heal_text = if heal.is_empty() {
@@ -379,6 +421,10 @@ impl<'a> Engine<'a> {
                 );
                 self.say(&"✗", &format!("{heal_text}: LIVENESS {message}"));
                 Ok(Outcome::Failed(failure(FailureKind::Liveness, step, &heal_text, Some(invariant), message)))
+            }
+            Checked::Unobserved { invariant, what } => {
+                self.events.emit(Event::Liveness(event));
+                Err(self.unobserved(invariant, step, what))
             }
         }
     }

@@ -121,6 +121,12 @@ pub enum Event {
         ops: usize,
         target: TargetSpec,
     },
+    /// Invariants the profile selects that the target cannot check here, each with the reason:
+    /// left out of every check of the run.
+    Unchecked {
+        target: String,
+        invariants: Vec<(InvariantId, String)>,
+    },
     /// The target is up (`detail`: the target's own fields, e.g. the endpoint or the bindings).
     BringUp {
         ms: u64,

@@ -6,6 +6,7 @@
 //! recording, replay and the CLI.
 
 pub mod binaries;
+pub mod cli;
 pub mod command;
 pub mod engine;
 pub mod events;

@@ -3,8 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-
-mod cli;
+use shakedown::cli;
 
 /// glibc's malloc arenas for the whole process (its default is 8 per core). A soak lives for
 /// hours while threads come and go (the runtime's blocking pool, the bounded commands of

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::op::{Op, PreconditionError};
+use crate::op::{Op, OpKind, PreconditionError};
 
 /// A logical member id (`m0`, `m1`, …). Fresh ids are handed out by the model for new
 /// members (rolling replace), so an id is never reused within a run.
@@ -291,12 +291,33 @@ impl Model {
 
     /// Whether quorum is expected to hold at every moment while `op` executes, not only
     /// before and after it: rolling ops take one member down at a time.
+    #[deny(clippy::wildcard_enum_match_arm)]
     pub fn quorum_throughout(&self, op: &Op) -> bool {
-        let transient = match op {
-            Op::RollingUpgrade { .. } | Op::RollingReplace => 1,
+        let transient = match op.kind() {
+            OpKind::RollingUpgrade | OpKind::RollingReplace => 1,
             // A restore takes the whole cluster down on purpose.
-            Op::Restore { .. } => return false,
-            _ => 0,
+            OpKind::Restore => return false,
+            // One member (or one site) at a time, or nothing of etcd's: the precondition decides.
+            OpKind::Crash
+            | OpKind::Restart
+            | OpKind::Pause
+            | OpKind::Resume
+            | OpKind::SiteOutage
+            | OpKind::SiteRecover
+            | OpKind::DiskDetach
+            | OpKind::DiskReattach
+            | OpKind::Backup
+            | OpKind::DiskReplace
+            | OpKind::PodKill
+            | OpKind::OperatorRestart
+            | OpKind::PvcLoss
+            | OpKind::Partition
+            | OpKind::PartitionHeal
+            | OpKind::PodKillSelected
+            | OpKind::NodeDrain
+            | OpKind::PodFailure
+            | OpKind::PartitionGroups
+            | OpKind::PartitionGroupsHeal => 0,
         };
         let mut after = self.clone();
         after.apply(op).is_ok() && self.quorum_expected() && after.quorum_expected() && self.up() >= self.quorum() + transient

@@ -161,20 +161,33 @@ crate::registry! {
 impl OpKind {
     /// The kinds only the application target runs (`stack = "app"`): a profile of another
     /// stack never draws them ([`OpKind::drawn_for`]).
+    #[deny(clippy::wildcard_enum_match_arm)]
     pub fn app_only(self) -> bool {
-        matches!(
-            self,
+        match self {
             OpKind::PodKill
-                | OpKind::OperatorRestart
-                | OpKind::PvcLoss
-                | OpKind::Partition
-                | OpKind::PartitionHeal
-                | OpKind::PodKillSelected
-                | OpKind::NodeDrain
-                | OpKind::PodFailure
-                | OpKind::PartitionGroups
-                | OpKind::PartitionGroupsHeal
-        )
+            | OpKind::OperatorRestart
+            | OpKind::PvcLoss
+            | OpKind::Partition
+            | OpKind::PartitionHeal
+            | OpKind::PodKillSelected
+            | OpKind::NodeDrain
+            | OpKind::PodFailure
+            | OpKind::PartitionGroups
+            | OpKind::PartitionGroupsHeal => true,
+            OpKind::Crash
+            | OpKind::Restart
+            | OpKind::Pause
+            | OpKind::Resume
+            | OpKind::RollingUpgrade
+            | OpKind::RollingReplace
+            | OpKind::SiteOutage
+            | OpKind::SiteRecover
+            | OpKind::DiskDetach
+            | OpKind::DiskReattach
+            | OpKind::Backup
+            | OpKind::Restore
+            | OpKind::DiskReplace => false,
+        }
     }
 
     /// Whether a profile of `stack` draws this kind: on `app`, the application ops and
@@ -183,7 +196,7 @@ impl OpKind {
     pub fn drawn_for(self, stack: crate::profile::Stack) -> bool {
         match stack {
             crate::profile::Stack::App => self.app_only() || matches!(self, OpKind::Backup | OpKind::Restore),
-            _ => !self.app_only(),
+            crate::profile::Stack::Etcd | crate::profile::Stack::ControlPlane => !self.app_only(),
         }
     }
 }

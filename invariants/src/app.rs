@@ -11,7 +11,7 @@ use crate::Verdict;
 /// those in the groups of a group partition, excepted: cut off, they may not be) and every probe passes. Converging: a failure is retried
 /// until the profile's bound.
 pub(crate) fn app_ready(model: &Model, obs: &Observation) -> Verdict {
-    let Some(app) = &obs.app else { return Verdict::Pass };
+    let Some(app) = &obs.app else { return Verdict::Unobserved("no application observation".into()) };
     let cut = model.partitioned.len() as i32 + if model.groups_partitioned.is_some() { app.in_cut_groups } else { 0 };
     let excused = |name: &str| if name.starts_with("statefulset/") { cut } else { 0 };
     let mut parts: Vec<String> = app
@@ -35,7 +35,8 @@ pub(crate) fn app_ready(model: &Model, obs: &Observation) -> Verdict {
 /// resurrected write in a successful read is definite: waiting does not change data. A failed
 /// read converges.
 pub(crate) fn app_durability(obs: &Observation) -> Verdict {
-    let Some(data) = obs.app.as_ref().and_then(|a| a.data.as_ref()) else { return Verdict::Pass };
+    let Some(app) = &obs.app else { return Verdict::Unobserved("no application observation".into()) };
+    let Some(data) = &app.data else { return Verdict::Unobserved("no read-back of the data workload".into()) };
     let read = match &data.read {
         Ok(r) => r,
         Err(e) => return Verdict::Fail(format!("the read command failed: {e}")),

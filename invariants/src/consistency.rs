@@ -18,6 +18,9 @@ use std::collections::BTreeMap;
 use crate::{MemberStatus, Observation, Verdict};
 
 pub(crate) fn consistency(obs: &Observation) -> Verdict {
+    if obs.members.is_empty() {
+        return Verdict::Unobserved("no member statuses".into());
+    }
     let reachable: Vec<&MemberStatus> = obs.members.iter().filter(|m| m.reachable && m.revision > 0 && m.applied_index > 0).collect();
     for m in &reachable {
         let Some(after) = m.revision_after else { continue };

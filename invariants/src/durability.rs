@@ -8,7 +8,7 @@ use shakedown_faults::Model;
 
 use std::collections::HashMap;
 
-use crate::observation::{Ack, Durability, Unknown};
+use crate::observation::{Ack, BackupMark, Durability, RestoreMark, Unknown};
 use crate::{Marks, Observation, Verdict};
 
 /// What the current data must say about the write acknowledged at position `i`.
@@ -27,14 +27,14 @@ pub enum Expect {
 /// it ended), or during the restore — may be either.
 pub fn expect_write(i: usize, start: usize, marks: &Marks) -> Expect {
     fn at(i: usize, start: usize, marks: &Marks, restores: usize) -> Expect {
-        let Some(&(backup, r_start, r_end)) = marks.restores[..restores].last() else { return Expect::Present };
+        let Some(&RestoreMark { backup, start: r_start, end: r_end }) = marks.restores[..restores].last() else { return Expect::Present };
         if i >= r_end {
             return Expect::Present;
         }
         if i >= r_start {
             return Expect::Either;
         }
-        let Some(&(b_start, b_end)) = marks.backups.get(&backup) else { return Expect::Either };
+        let Some(&BackupMark { start: b_start, end: b_end, after_restores }) = marks.backups.get(&backup) else { return Expect::Either };
         if start >= b_end {
             return Expect::Absent;
         }
@@ -42,9 +42,10 @@ pub fn expect_write(i: usize, start: usize, marks: &Marks) -> Expect {
             return Expect::Either;
         }
         // Before the backup: as expected when the backup was taken, i.e. after the restores that
-        // came before this one and had finished by then (strictly earlier: the recursion ends).
-        let earlier = marks.restores[..restores - 1].iter().take_while(|(_, _, end)| *end <= b_start).count();
-        at(i, start, marks, earlier)
+        // came before it in op order — not by ack counts, which tie when nothing was acknowledged
+        // between a restore and a later backup (the seed-11 nightly false alarm). A restore
+        // always comes after its backup, so this is strictly earlier and the recursion ends.
+        at(i, start, marks, after_restores.min(restores - 1))
     }
     at(i, start.min(i), marks, marks.restores.len())
 }
@@ -66,28 +67,34 @@ impl Allowed<'_> {
 }
 
 pub(crate) fn durability(model: &Model, obs: &Observation) -> Verdict {
+    // Without quorum nothing can be read back; the writes are checked once quorum is back.
+    if !model.service_expected_up() {
+        return Verdict::Pass;
+    }
     match &obs.durability {
-        Some(d) => match history(model, d) {
+        Some(d) => match history(d) {
             Verdict::Definite(m) => Verdict::Definite(m + &crate::consistency::possible_defect(obs)),
             v => v,
         },
-        None => Verdict::Pass,
+        None => Verdict::Unobserved("no read-back of the workload's writes".into()),
     }
 }
 
 /// `api-durability`: the same rule over the Kubernetes API workload's objects.
 pub(crate) fn api_durability(model: &Model, obs: &Observation) -> Verdict {
-    match obs.api.as_ref().and_then(|a| a.durability.as_ref()) {
-        Some(d) => history(model, d),
-        None => Verdict::Pass,
-    }
-}
-
-fn history(model: &Model, d: &Durability) -> Verdict {
-    // Without quorum nothing can be read back; the writes are checked once quorum is back.
     if !model.service_expected_up() {
         return Verdict::Pass;
     }
+    match &obs.api {
+        None => Verdict::Unobserved("no Kubernetes API observation".into()),
+        Some(api) => match &api.durability {
+            Some(d) => history(d),
+            None => Verdict::Unobserved("no read-back of the API workload's writes".into()),
+        },
+    }
+}
+
+fn history(d: &Durability) -> Verdict {
     let mut parts = Vec::new();
     if !d.list_anomalies.is_empty() {
         parts.push(format!(
@@ -104,8 +111,8 @@ fn history(model: &Model, d: &Durability) -> Verdict {
     // Per key, the writes in the order etcd applied them: by restore epoch (revisions start
     // again from the backup's after a restore), then revision. Acknowledgement order is not
     // application order when concurrent clients write the same key.
-    let epoch = |i: usize| d.marks.restores.iter().filter(|(_, _, end)| *end <= i).count();
-    let now_epoch = d.marks.restores.iter().filter(|(_, _, end)| *end <= d.acked.len()).count();
+    let epoch = |i: usize| d.marks.restores.iter().filter(|r| r.end <= i).count();
+    let now_epoch = d.marks.restores.iter().filter(|r| r.end <= d.acked.len()).count();
     let acks: Vec<&Ack> = d.acked.iter().collect();
     let mut per_key: HashMap<&str, Vec<(usize, i64, usize, Expect)>> = HashMap::new();
     for (i, a) in acks.iter().enumerate() {
@@ -217,10 +224,10 @@ fn sample(v: &[&str]) -> String {
 
 /// The backup and restore positions, for messages.
 pub(crate) fn context(marks: &Marks) -> String {
-    let mut parts: Vec<String> = marks.backups.iter().map(|(b, (s, e))| format!("{b} taken during acks #{s}..#{e}")).collect();
-    parts.extend(marks.restores.iter().map(|(b, s, e)| match *e {
-        usize::MAX => format!("{b} restore begun at ack #{s} and not finished"),
-        e => format!("{b} restored during acks #{s}..#{e}"),
+    let mut parts: Vec<String> = marks.backups.iter().map(|(b, m)| format!("{b} taken during acks #{}..#{}", m.start, m.end)).collect();
+    parts.extend(marks.restores.iter().map(|r| match r.end {
+        usize::MAX => format!("{} restore begun at ack #{} and not finished", r.backup, r.start),
+        e => format!("{} restored during acks #{}..#{e}", r.backup, r.start),
     }));
     if parts.is_empty() {
         String::new()

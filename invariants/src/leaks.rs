@@ -9,7 +9,7 @@ use crate::{Inventory, KubeInventory, LocalInventory, Observation, Verdict, STUC
 
 pub(crate) fn leaks(model: &Model, obs: &Observation) -> Verdict {
     match &obs.inventory {
-        None => Verdict::Pass,
+        None => Verdict::Unobserved("no inventory of the run's resources".into()),
         Some(Inventory::Local(inv)) => local_leaks(model, inv),
         Some(Inventory::Kube(inv)) => kube_leaks(model, inv),
         Some(Inventory::App(inv)) => app_leaks(model, inv),

@@ -15,7 +15,7 @@ pub(crate) fn leases(model: &Model, obs: &Observation) -> Verdict {
     if !model.service_expected_up() {
         return Verdict::Pass;
     }
-    let Some(l) = &obs.leases else { return Verdict::Pass };
+    let Some(l) = &obs.leases else { return Verdict::Unobserved("no lease records of the workload".into()) };
     if let Some(e) = &l.error {
         return Verdict::Fail(format!("could not read the leases: {e}"));
     }

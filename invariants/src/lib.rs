@@ -122,6 +122,10 @@ pub enum Verdict {
     /// Broken for good: a sample taken during the step, or an acknowledged write missing from a
     /// successful linearizable read. Waiting cannot fix it.
     Definite(String),
+    /// The observation holds nothing for this invariant (the message names what is missing):
+    /// never a pass. A target that claims to check the invariant and did not observe it has a
+    /// bug; the engine ends the run as shakedown's internal error.
+    Unobserved(String),
 }
 
 impl Verdict {
@@ -131,7 +135,16 @@ impl Verdict {
     pub fn message(&self) -> Option<&str> {
         match self {
             Verdict::Pass => None,
-            Verdict::Fail(m) | Verdict::Definite(m) => Some(m),
+            Verdict::Fail(m) | Verdict::Definite(m) | Verdict::Unobserved(m) => Some(m),
+        }
+    }
+    /// The verdict's name in events and reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail(_) => "fail",
+            Verdict::Definite(_) => "definite",
+            Verdict::Unobserved(_) => "unobserved",
         }
     }
 }
@@ -160,6 +173,18 @@ pub(crate) fn names(ids: &[String]) -> String {
     } else {
         ids.join(", ")
     }
+}
+
+/// At bring-up and after healing every member of the model must serve, beyond what `quorum`
+/// asks of a step (the engine asks this at step 0 and at the liveness check, attributed to
+/// `quorum`).
+pub fn all_serving(model: &Model, obs: &Observation) -> Verdict {
+    let down = unreachable_members(model, obs);
+    if down.is_empty() {
+        return Verdict::Pass;
+    }
+    let names: Vec<String> = down.iter().map(|m| m.to_string()).collect();
+    Verdict::Fail(format!("member(s) {} not serving after healing", names.join(", ")))
 }
 
 /// Members of the model the observation says are not serving: for progress lines and forensics.

@@ -6,6 +6,9 @@ use shakedown_faults::{Answers, Model};
 use crate::{Observation, Verdict};
 
 pub(crate) fn members(model: &Model, obs: &Observation) -> Verdict {
+    if obs.members.is_empty() {
+        return Verdict::Unobserved("no member statuses".into());
+    }
     let mut wrong = Vec::new();
     for m in model.members.values() {
         let seen = obs.members.iter().find(|s| s.member == Some(m.id));

@@ -17,9 +17,9 @@ pub struct Observation {
     /// The acknowledged writes and what a linearizable read returned for them.
     #[serde(skip)]
     pub durability: Option<Durability>,
-    /// The workload's long-lived watches (empty when the workload has none).
+    /// The workload's long-lived watches (`None`: not observed; empty: no session yet).
     #[serde(skip)]
-    pub watches: Vec<WatchSession>,
+    pub watches: Option<Vec<WatchSession>>,
     /// The workload's leases and what etcd says of them (`None`: no lease workload, or not
     /// observed).
     #[serde(skip)]
@@ -414,13 +414,66 @@ pub struct ServingSample {
     pub cluster_size: usize,
 }
 
-/// Positions in the sequence of acknowledged writes: `n` means "after the first n acks".
+/// The backups and restores of a run, in the order its ops made them, with positions in the
+/// sequence of acknowledged writes (`n` means "after the first n acks").
+///
+/// Ack positions alone cannot order a backup and a restore: with no write acknowledged between
+/// them (a workload that paused, a stack that served nothing), a restore's end and a later
+/// backup's start are the same count. Op order is recorded instead ([`BackupMark::after_restores`]),
+/// so fill these only through [`Marks::backup_taken`], [`Marks::restore_begins`] and
+/// [`Marks::restore_ends`], in op order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Marks {
-    /// Backup → (acks when the snapshot started, acks when it ended).
-    pub backups: BTreeMap<BackupId, (usize, usize)>,
-    /// Restores in order: (backup, acks when the restore started, acks when the stack was back).
-    pub restores: Vec<(BackupId, usize, usize)>,
+    pub backups: BTreeMap<BackupId, BackupMark>,
+    /// Restores in op order.
+    pub restores: Vec<RestoreMark>,
+}
+
+/// One backup: when its snapshot started and ended, and where it falls among the restores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackupMark {
+    /// Acks when the snapshot started.
+    pub start: usize,
+    /// Acks when it ended.
+    pub end: usize,
+    /// How many of the run's restores came before this backup in op order: the data it holds is
+    /// what those restores left, plus what was written since.
+    pub after_restores: usize,
+}
+
+/// One restore: from which backup, acks when it began and when the stack was back (`usize::MAX`
+/// while it is not finished).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestoreMark {
+    pub backup: BackupId,
+    pub start: usize,
+    pub end: usize,
+}
+
+impl Marks {
+    /// Backup `b` was taken while the acks went from `start` to `end` (after every restore
+    /// recorded so far).
+    pub fn backup_taken(&mut self, b: BackupId, start: usize, end: usize) {
+        let after_restores = self.restores.len();
+        self.backups.insert(b, BackupMark { start, end, after_restores });
+    }
+
+    /// A restore from `b` begins with `start` writes acknowledged; it ends at [`Marks::restore_ends`].
+    pub fn restore_begins(&mut self, b: BackupId, start: usize) {
+        self.restores.push(RestoreMark { backup: b, start, end: usize::MAX });
+    }
+
+    /// The restore begun last is done: the stack serves again with `end` writes acknowledged.
+    pub fn restore_ends(&mut self, end: usize) {
+        if let Some(last) = self.restores.last_mut() {
+            last.end = end;
+        }
+    }
+
+    /// Where the last finished restore left the acks (0 without one).
+    pub fn last_restore_end(&self) -> usize {
+        self.restores.last().map_or(0, |r| r.end)
+    }
 }
 
 /// An append-only log kept in shared chunks: taking a snapshot for a check costs one pointer per

@@ -37,6 +37,9 @@ pub(crate) fn quorum(model: &Model, obs: &Observation) -> Verdict {
             i += samples[i..].iter().position(|l| !lost(l)).unwrap_or(samples.len() - i);
         }
     }
+    if obs.members.is_empty() {
+        return Verdict::Unobserved("no member statuses".into());
+    }
     let reachable: Vec<&MemberStatus> = obs.members.iter().filter(|m| m.reachable).collect();
     let leaders: BTreeSet<u64> = reachable
         .iter()

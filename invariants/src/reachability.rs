@@ -10,7 +10,7 @@ pub(crate) fn reachability(model: &Model, obs: &Observation) -> Verdict {
         return Verdict::Pass;
     }
     if obs.probes.is_empty() {
-        return Verdict::Fail("no probe ran".into());
+        return Verdict::Unobserved("no probe through the endpoint ran".into());
     }
     let failed: Vec<&Probe> = obs.probes.iter().filter(|p| p.error.is_some()).collect();
     if failed.is_empty() {
@@ -31,7 +31,7 @@ pub(crate) fn reachability(model: &Model, obs: &Observation) -> Verdict {
 /// ready (`/readyz`); an apiserver whose machine is down (crashed, paused, cut off) answers
 /// nothing — if it does, the fault did not take effect.
 pub(crate) fn api_reachability(model: &Model, obs: &Observation) -> Verdict {
-    let Some(api) = &obs.api else { return Verdict::Pass };
+    let Some(api) = &obs.api else { return Verdict::Unobserved("no Kubernetes API observation".into()) };
     let mut parts = Vec::new();
     for a in &api.apiservers {
         let Some(m) = a.member.and_then(|id| model.members.get(&id)) else { continue };

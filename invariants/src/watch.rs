@@ -15,14 +15,17 @@ use crate::observation::{Durability, WatchSession};
 use crate::{Expect, Observation, Verdict};
 
 pub(crate) fn watch(obs: &Observation) -> Verdict {
-    sessions(&obs.watches, obs.durability.as_ref())
+    match &obs.watches {
+        Some(watches) => sessions(watches, obs.durability.as_ref()),
+        None => Verdict::Unobserved("no watch sessions of the workload".into()),
+    }
 }
 
 /// `api-watch`: the same rule over the Kubernetes API workload's watches and writes.
 pub(crate) fn api_watch(obs: &Observation) -> Verdict {
     match &obs.api {
         Some(api) => sessions(&api.watches, api.durability.as_ref()),
-        None => Verdict::Pass,
+        None => Verdict::Unobserved("no Kubernetes API observation".into()),
     }
 }
 
@@ -75,7 +78,7 @@ fn session(s: &WatchSession, durability: Option<&Durability>) -> Option<String> 
     // Writes acknowledged after the stack came back from the last restore (the session started
     // after it: a restore restarts every watch), expected present, within what the stream has
     // delivered.
-    let since = d.marks.restores.last().map_or(0, |r| r.2);
+    let since = d.marks.last_restore_end();
     let floor = s.compacted_below.unwrap_or(i64::MIN).max(s.start_revision);
     let mut missing = Vec::new();
     for (i, a) in d.acked.iter().enumerate() {

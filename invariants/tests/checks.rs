@@ -1,12 +1,12 @@
 //! Each invariant: passes on a healthy observation, fails with a message that names the problem.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use shakedown_faults::{BackupId, MemberId, Model, Op, OutageMode, SiteId, Version};
 use shakedown_invariants::{
-    check_all, expect_write, Ack, ApiObservation, ApiServerReady, Durability, Expect, InvariantId, Inventory, Leader, LeaseRecord, Leases,
-    ListedMember, LocalInventory, Marks, MemberStatus, Observation, Probe, Revoke, ServingSample, Unknown, Verdict, WatchEvent,
-    WatchSession,
+    all_serving, check_all, expect_write, Ack, ApiObservation, ApiServerReady, Durability, Expect, InvariantId, Inventory, Leader,
+    LeaseRecord, Leases, ListedMember, LocalInventory, Marks, MemberStatus, Observation, Probe, Revoke, ServingSample, Unknown, Verdict,
+    WatchEvent, WatchSession,
 };
 
 fn model() -> Model {
@@ -43,8 +43,23 @@ fn healthy() -> Observation {
             marks: Marks::default(),
             ..Durability::default()
         }),
-        watches: vec![],
-        leases: None,
+        // One watch that saw the one acknowledged write.
+        watches: Some(vec![WatchSession {
+            name: "w0".into(),
+            start_revision: 1,
+            start_ack: 0,
+            events: vec![WatchEvent { revision: 5, key: "k1".into(), value: Some("v1".into()), prev: None }].into(),
+            ..WatchSession::default()
+        }]),
+        // One live lease with its key.
+        leases: Some(Leases {
+            records: vec![LeaseRecord { id: 7, ttl_ms: 60_000, granted_at_ms: 0, keys: vec!["l1".into()], revoke: Revoke::No }],
+            alive: [7].into(),
+            read: BTreeMap::from([("l1".to_string(), 7)]),
+            read_done_ms: 10,
+            revoking: BTreeSet::new(),
+            error: None,
+        }),
         serving_samples: vec![ServingSample { at_ms: 0, serving: vec!["m0".into(), "m1".into(), "m2".into()], cluster_size: 3 }],
         quorum_throughout: true,
         samples_until_ms: 0,
@@ -80,9 +95,69 @@ fn verdict(id: InvariantId, m: &Model, o: &Observation) -> Verdict {
     id.check(m, o)
 }
 
+/// Each invariant passes a healthy observation that holds its input — and only then: the same
+/// invariant without its input is unobserved, never a pass.
 #[test]
 fn healthy_observation_passes_every_invariant() {
-    assert!(check_all(&InvariantId::ALL, &model(), &healthy()).is_empty());
+    use InvariantId::*;
+    let etcd = [Membership, Leaks, Members, Quorum, Consistency, Reachability, Durability, Watch, Leases];
+    let api = [ApiReachability, ApiDurability, ApiWatch];
+    let app = [AppReady, AppDurability];
+    assert_eq!(etcd.len() + api.len() + app.len(), InvariantId::ALL.len(), "every invariant has a healthy observation here");
+    assert!(check_all(&etcd, &model(), &healthy()).is_empty(), "{:?}", check_all(&etcd, &model(), &healthy()));
+    assert!(check_all(&api, &model(), &with_api()).is_empty(), "{:?}", check_all(&api, &model(), &with_api()));
+    assert!(check_all(&app, &app_model(), &app_obs()).is_empty(), "{:?}", check_all(&app, &app_model(), &app_obs()));
+    // The healthy etcd observation has nothing for the API's or the application's invariants.
+    for id in api.into_iter().chain(app) {
+        assert!(
+            matches!(verdict(id, &model(), &healthy()), Verdict::Unobserved(_)),
+            "{id} without its input: {:?}",
+            verdict(id, &model(), &healthy())
+        );
+    }
+}
+
+/// Issue 26: a check whose input is absent does not pass. With nothing observed, every invariant
+/// whose input is absent is `Unobserved`, and none passes.
+#[test]
+fn an_invariant_without_its_input_is_unobserved() {
+    let nothing = Observation::default();
+    for id in InvariantId::ALL {
+        let v = verdict(id, &model(), &nothing);
+        assert!(!v.is_pass(), "{id} passed an empty observation");
+    }
+    // Those that need a part the observation does not have name it.
+    for (id, what) in [
+        (InvariantId::Leaks, "no inventory"),
+        (InvariantId::Members, "no member statuses"),
+        (InvariantId::Quorum, "no member statuses"),
+        (InvariantId::Consistency, "no member statuses"),
+        (InvariantId::Reachability, "no probe"),
+        (InvariantId::Durability, "no read-back"),
+        (InvariantId::Watch, "no watch sessions"),
+        (InvariantId::Leases, "no lease records"),
+        (InvariantId::ApiReachability, "no Kubernetes API"),
+        (InvariantId::ApiDurability, "no Kubernetes API"),
+        (InvariantId::ApiWatch, "no Kubernetes API"),
+        (InvariantId::AppReady, "no application"),
+        (InvariantId::AppDurability, "no application"),
+    ] {
+        let v = verdict(id, &model(), &nothing);
+        assert!(matches!(&v, Verdict::Unobserved(m) if m.contains(what)), "{id}: {v:?}");
+    }
+    // An application observation without the data workload's read-back.
+    let mut o = app_obs();
+    o.app.as_mut().unwrap().data = None;
+    assert!(matches!(verdict(InvariantId::AppDurability, &app_model(), &o), Verdict::Unobserved(m) if m.contains("read-back")));
+}
+
+/// The engine's bring-up and after-healing rule: every member of the model serves.
+#[test]
+fn all_serving_names_the_members_not_serving() {
+    assert_eq!(all_serving(&model(), &healthy()), Verdict::Pass);
+    let mut o = healthy();
+    o.members[1].reachable = false;
+    assert!(matches!(all_serving(&model(), &o), Verdict::Fail(m) if m.contains("member(s) m1 not serving")));
 }
 
 #[test]
@@ -279,7 +354,7 @@ fn reachability_fails_on_any_failed_probe_when_the_service_should_be_up() {
     let v = verdict(InvariantId::Reachability, &model(), &o);
     assert!(matches!(&v, Verdict::Fail(m) if m.contains("1 of 3 linearizable reads")), "{v:?}");
     o.probes.clear();
-    assert!(matches!(verdict(InvariantId::Reachability, &model(), &o), Verdict::Fail(_)), "no probe is not a pass");
+    assert!(matches!(verdict(InvariantId::Reachability, &model(), &o), Verdict::Unobserved(_)), "no probe is not a pass");
 }
 
 #[test]
@@ -389,19 +464,34 @@ fn plain_disks_expect_no_mounts() {
     assert!(verdict(InvariantId::Leaks, &model(), &o).is_pass());
 }
 
-fn marks(backups: &[(u32, usize, usize)], restores: &[(u32, usize, usize)]) -> Marks {
-    Marks {
-        backups: backups.iter().map(|&(b, s, e)| (BackupId(b), (s, e))).collect(),
-        restores: restores.iter().map(|&(b, s, e)| (BackupId(b), s, e)).collect(),
+/// A backup (`B(id, start, end)`) or a restore (`R(id, start, end)`), in the order of the ops.
+enum M {
+    B(u32, usize, usize),
+    R(u32, usize, usize),
+}
+
+/// Marks as a target records them: in op order.
+fn marks(seq: &[M]) -> Marks {
+    let mut m = Marks::default();
+    for mark in seq {
+        match *mark {
+            M::B(b, s, e) => m.backup_taken(BackupId(b), s, e),
+            M::R(b, s, e) => {
+                m.restore_begins(BackupId(b), s);
+                m.restore_ends(e);
+            }
+        }
     }
+    m
 }
 
 #[test]
 fn durability_expectations_follow_backups_and_restores() {
+    use M::{B, R};
     // No restore: everything acknowledged must be there.
     assert_eq!(expect_write(5, 5, &Marks::default()), Expect::Present);
     // b0 taken while acks 10..12 came in; restored while acks 20..25 came in.
-    let m = marks(&[(0, 10, 12)], &[(0, 20, 25)]);
+    let m = marks(&[B(0, 10, 12), R(0, 20, 25)]);
     assert_eq!(expect_write(9, 9, &m), Expect::Present);
     assert_eq!(expect_write(11, 11, &m), Expect::Either);
     assert_eq!(expect_write(15, 15, &m), Expect::Absent);
@@ -414,13 +504,13 @@ fn durability_expectations_follow_backups_and_restores() {
     assert_eq!(expect_write(30, 30, &m), Expect::Present);
     // A second backup after the restore, then a restore of it: writes gone by the first
     // restore stay gone; writes after the first restore and before b1 are there.
-    let m = marks(&[(0, 10, 12), (1, 40, 41)], &[(0, 20, 25), (1, 50, 55)]);
+    let m = marks(&[B(0, 10, 12), R(0, 20, 25), B(1, 40, 41), R(1, 50, 55)]);
     assert_eq!(expect_write(15, 15, &m), Expect::Absent);
     assert_eq!(expect_write(30, 30, &m), Expect::Present);
     assert_eq!(expect_write(45, 45, &m), Expect::Absent);
     assert_eq!(expect_write(9, 9, &m), Expect::Present);
     // Restoring the older b0 again brings back only what b0 had.
-    let m = marks(&[(0, 10, 12), (1, 40, 41)], &[(0, 20, 25), (0, 50, 55)]);
+    let m = marks(&[B(0, 10, 12), R(0, 20, 25), B(1, 40, 41), R(0, 50, 55)]);
     assert_eq!(expect_write(30, 30, &m), Expect::Absent);
     assert_eq!(expect_write(5, 5, &m), Expect::Present);
 }
@@ -428,9 +518,33 @@ fn durability_expectations_follow_backups_and_restores() {
 /// Ties (no write acknowledged between a backup, a restore and the next backup) end.
 #[test]
 fn durability_expectations_with_ties_terminate() {
-    let m = marks(&[(0, 100, 100), (1, 100, 100)], &[(0, 100, 100), (1, 100, 100)]);
+    use M::{B, R};
+    let m = marks(&[B(0, 100, 100), R(0, 100, 100), B(1, 100, 100), R(1, 100, 100)]);
     assert_eq!(expect_write(50, 50, &m), Expect::Present);
     assert_eq!(expect_write(100, 100, &m), Expect::Present);
+}
+
+/// Issue 26, the nightly tier's false alarm (`run --seed 11 --steps 40 --profile nightly`, red at
+/// step 28, `restore(b5)`: "343 written after the restored backup are still there"): no write was
+/// acknowledged between backup b5 (step 18) and the end of `restore(b0)` (step 21), so the
+/// restore's end count equals b5's start count. The restore came after b5 in op order: b5 holds
+/// what was written before it, b0's restore notwithstanding.
+#[test]
+fn durability_expectations_order_marks_by_op_not_by_ack_count() {
+    use M::{B, R};
+    let seq = [B(0, 1, 2), B(5, 528, 529), B(6, 528, 529), R(0, 528, 528), R(5, 7206, 7209)];
+    let m = marks(&seq);
+    // Acknowledged at #100, long before b5: in b5, so there after restore(b5).
+    assert_eq!(expect_write(100, 100, &m), Expect::Present);
+    // Acknowledged between restore(b0) and restore(b5): not in b5.
+    assert_eq!(expect_write(1000, 1000, &m), Expect::Absent);
+    // Written before b0: in b0 and in b5 alike.
+    assert_eq!(expect_write(0, 0, &m), Expect::Present);
+    // Had restore(b0) come before b5 (same counts, other op order), #100 would be gone: b5 then
+    // holds b0's data plus what came after the restore.
+    let m = marks(&[B(0, 1, 2), R(0, 528, 528), B(5, 528, 529), B(6, 528, 529), R(5, 7206, 7209)]);
+    assert_eq!(expect_write(100, 100, &m), Expect::Absent);
+    assert_eq!(expect_write(1, 1, &m), Expect::Either);
 }
 
 #[test]
@@ -439,7 +553,7 @@ fn durability_after_a_restore_flags_lost_and_resurrected_writes() {
     let d = o.durability.as_mut().unwrap();
     d.acked = (0..6).map(|i| Ack::put(format!("k{i}"), format!("v{i}"), i as i64 + 1, i)).collect::<Vec<_>>().into();
     d.read_revision = 0;
-    d.marks = marks(&[(0, 2, 2)], &[(0, 4, 4)]);
+    d.marks = marks(&[M::B(0, 2, 2), M::R(0, 4, 4)]);
     // k0,k1 before the backup; k2,k3 after it (gone); k4,k5 after the restore.
     d.read = [0, 1, 4, 5].iter().map(|i| (format!("k{i}"), format!("v{i}"))).collect();
     assert!(verdict(InvariantId::Durability, &model(), &o).is_pass());
@@ -576,38 +690,38 @@ fn watch_catches_gaps_reordering_and_wrong_prev_kv() {
         event(7, "a", Some("2"), Some("1")),
         event(8, "a", None, Some("2")),
     ];
-    o.watches = vec![session(good.clone())];
+    o.watches = Some(vec![session(good.clone())]);
     assert_eq!(verdict(InvariantId::Watch, &model(), &o), Verdict::Pass, "revision 9 is beyond what the stream delivered: not yet due");
     // A gap: revision 6 skipped, 7 delivered.
     let mut gap = good.clone();
     gap.remove(1);
-    o.watches = vec![session(gap)];
+    o.watches = Some(vec![session(gap)]);
     let v = verdict(InvariantId::Watch, &model(), &o);
     assert!(
         matches!(&v, Verdict::Definite(m) if m.contains("w0: 1 acknowledged write(s) never delivered though the stream went past them to revision 8: revision 6 (b)")),
         "{v:?}"
     );
     // Declared compaction covers it.
-    o.watches[0].compacted_below = Some(7);
+    o.watches.as_mut().unwrap()[0].compacted_below = Some(7);
     assert_eq!(verdict(InvariantId::Watch, &model(), &o), Verdict::Pass);
     // Twice.
     let mut twice = good.clone();
     twice.insert(2, event(6, "b", Some("x"), None));
-    o.watches = vec![session(twice)];
+    o.watches = Some(vec![session(twice)]);
     assert!(
         matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m) if m.contains("delivered revision 6 (b) after revision 6"))
     );
     // prev_kv that contradicts the stream.
     let mut prev = good.clone();
     prev[2].prev = Some("0".into());
-    o.watches = vec![session(prev)];
+    o.watches = Some(vec![session(prev)]);
     assert!(
         matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m) if m.contains("came with prev_kv \"0\" but the stream's previous event for the key says \"1\""))
     );
     // The wrong value at a revision.
     let mut wrong = good;
     wrong[1].value = Some("y".into());
-    o.watches = vec![session(wrong)];
+    o.watches = Some(vec![session(wrong)]);
     assert!(
         matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m) if m.contains("revision 6 delivered as b = \"y\" but the write acknowledged at it was b = \"x\""))
     );
@@ -684,11 +798,14 @@ fn with_api() -> Observation {
     o
 }
 
-/// The API invariants pass where there is no API (the etcd stack) and on a healthy one.
+/// The API invariants pass on a healthy API; where there is none (the etcd stack) they are
+/// unobserved, not passed (a target without an API declares them unchecked).
 #[test]
-fn api_invariants_pass_without_an_api_and_on_a_healthy_one() {
+fn api_invariants_pass_on_a_healthy_api_and_are_unobserved_without_one() {
     let ids = [InvariantId::ApiReachability, InvariantId::ApiDurability, InvariantId::ApiWatch];
-    assert!(check_all(&ids, &model(), &healthy()).is_empty());
+    for id in ids {
+        assert!(matches!(verdict(id, &model(), &healthy()), Verdict::Unobserved(_)), "{id}");
+    }
     assert!(check_all(&ids, &model(), &with_api()).is_empty());
 }
 
@@ -861,8 +978,8 @@ fn app_ready_wants_every_replica_ready_and_every_probe_passing() {
     o.app.as_mut().unwrap().workloads[0].ready = 3;
     o.app.as_mut().unwrap().probes[0].1 = Some("exit 1".into());
     assert!(matches!(verdict(InvariantId::AppReady, &m, &o), Verdict::Fail(msg) if msg.contains("probe health: exit 1")));
-    // Elsewhere (no application observed) it has nothing to judge.
-    assert_eq!(verdict(InvariantId::AppReady, &m, &healthy()), Verdict::Pass);
+    // Elsewhere (no application observed) it has nothing to judge: unobserved, not a pass.
+    assert!(matches!(verdict(InvariantId::AppReady, &m, &healthy()), Verdict::Unobserved(_)));
 }
 
 /// app-durability: a lost or changed acknowledged write is definite; a key never written is
@@ -893,7 +1010,6 @@ fn app_durability_judges_acknowledged_writes_against_the_read() {
 /// restore), those after the restore are there; a restore of an older backup loses writes.
 #[test]
 fn app_durability_follows_backups_and_restores() {
-    use shakedown_faults::BackupId;
     let m = app_model();
     let mut o = app_obs();
     let kv = |ks: &[&str]| ks.iter().map(|k| (k.to_string(), format!("v{k}"))).collect::<Vec<(String, String)>>();
@@ -902,9 +1018,7 @@ fn app_durability_follows_backups_and_restores() {
         // k1 k2 | b0 | k3 | b1 | k4 k5 | restore(b1) | k6
         data.acked = kv(&["k1", "k2", "k3", "k4", "k5", "k6"]);
         data.unknown.clear();
-        data.marks.backups.insert(BackupId(0), (2, 2));
-        data.marks.backups.insert(BackupId(1), (3, 3));
-        data.marks.restores.push((BackupId(1), 5, 5));
+        data.marks = marks(&[M::B(0, 2, 2), M::B(1, 3, 3), M::R(1, 5, 5)]);
         data.read = Ok(kv(&["k1", "k2", "k3", "k6"]).into_iter().collect());
     }
     assert_eq!(verdict(InvariantId::AppDurability, &m, &o), Verdict::Pass, "k4 and k5 came after the restored backup");

@@ -14,7 +14,7 @@ use clap::Parser;
 use serde_json::Value;
 
 use super::{Cli, Command, Partition};
-use shakedown::targets::TargetKind;
+use crate::targets::TargetKind;
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("ci/k8s")

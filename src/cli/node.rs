@@ -2,10 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::exit::{Exit, Fatal};
+use crate::node::{cleanup, layout::Layout, Node, NodeBinaries};
 use k8s_openapi::api::core::v1::{Node as KNode, Pod};
 use kube::api::Api;
-use shakedown::exit::{Exit, Fatal};
-use shakedown::node::{cleanup, layout::Layout, Node, NodeBinaries};
 
 use super::session::{create_run_dir, new_run_id};
 use super::NodeAction;
@@ -65,9 +65,9 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
                 ),
                 format!(
                     "images      {}, {}, {} (imagePullPolicy: Never)",
-                    shakedown::node::config::PAUSE_IMAGE,
-                    shakedown::node::config::BUSYBOX_IMAGE,
-                    shakedown::node::config::ETCD_IMAGE
+                    crate::node::config::PAUSE_IMAGE,
+                    crate::node::config::BUSYBOX_IMAGE,
+                    crate::node::config::ETCD_IMAGE
                 ),
                 format!("try: kubectl --kubeconfig {} get nodes", node.kubeconfig.display()),
             ];
@@ -80,7 +80,7 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
         }
         NodeAction::Status { runs_dir } => {
             let layout = current_layout(&runs_dir)?;
-            let client = shakedown::node::admin_client(&layout.admin_kubeconfig()).await.map_err(Fatal::environment)?;
+            let client = crate::node::admin_client(&layout.admin_kubeconfig()).await.map_err(Fatal::environment)?;
             let nodes: Api<KNode> = Api::all(client.clone());
             let ready = match tokio::time::timeout(std::time::Duration::from_secs(10), nodes.get(&layout.node_name)).await {
                 Ok(Ok(n)) => n
@@ -102,12 +102,12 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
                 mib(mem.values().sum()),
                 cleanup::guard_drops(&layout)
             );
-            println!("{}", shakedown::node::netpol::describe(&layout));
+            println!("{}", crate::node::netpol::describe(&layout));
             println!("kubeconfig {}", layout.admin_kubeconfig().display());
             Ok(if ready { Exit::Pass } else { Exit::Liveness })
         }
         NodeAction::PolicyAgent { node_dir } => {
-            shakedown::node::netpol::agent(&node_dir).await.map_err(Fatal::environment)?;
+            crate::node::netpol::agent(&node_dir).await.map_err(Fatal::environment)?;
             Ok(Exit::Pass)
         }
         NodeAction::Down { runs_dir } => {

@@ -6,11 +6,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use shakedown::engine::Outcome;
-use shakedown::exit::{Exit, Fatal};
-use shakedown::rate;
-use shakedown::record::{now_rfc3339, Expect, Match, Reproduction, SeedRecord};
-use shakedown::targets::TargetSpec;
+use crate::engine::Outcome;
+use crate::exit::{Exit, Fatal};
+use crate::rate;
+use crate::record::{now_rfc3339, Expect, Match, Reproduction, SeedRecord};
+use crate::targets::TargetSpec;
 
 use super::session::{describe, execute, exit_for, Exec, Interrupted};
 

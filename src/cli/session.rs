@@ -6,15 +6,16 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::engine::{self, Engine, EngineError, Outcome};
+use crate::events::{Event, EventLog, RunOutcome};
+use crate::exit::{Exit, Fatal};
+use crate::faults::{Plan, Profile};
+use crate::invariants::InvariantId;
+use crate::profiles;
+use crate::record::{now_rfc3339, Expect, Failure, FailureKind, SeedRecord, FORMAT};
+use crate::report::{self, Case, CaseOutcome};
+use crate::targets::{self, Coverage, StartContext, TargetError, TargetSpec};
 use serde_json::json;
-use shakedown::engine::{self, Engine, Outcome};
-use shakedown::events::{Event, EventLog, RunOutcome};
-use shakedown::exit::{Exit, Fatal};
-use shakedown::faults::{Plan, Profile};
-use shakedown::profiles;
-use shakedown::record::{now_rfc3339, Expect, Failure, FailureKind, SeedRecord, FORMAT};
-use shakedown::report::{self, Case, CaseOutcome};
-use shakedown::targets::{self, StartContext, TargetError, TargetSpec};
 use tokio::sync::watch;
 
 use super::RunOpts;
@@ -130,6 +131,13 @@ pub struct RunResult {
     pub spec: TargetSpec,
     /// The seed record written for a failure, or the record this run replays.
     pub record: Option<PathBuf>,
+    /// The invariants the profile selects that the target cannot check here, with the reason.
+    pub unchecked: Vec<(InvariantId, String)>,
+}
+
+/// `leases (why); watch (why)`.
+pub fn unchecked_text(unchecked: &[(InvariantId, String)]) -> String {
+    unchecked.iter().map(|(id, why)| format!("{id} ({why})")).collect::<Vec<_>>().join("; ")
 }
 
 #[derive(Debug)]
@@ -228,6 +236,7 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
         plan: plan.clone(),
         spec: spec.clone(),
         record: None,
+        unchecked: Vec::new(),
     };
     if x.interrupt.requested() {
         return Ok(result);
@@ -248,14 +257,18 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
     let mut invariants = Vec::new();
     let mut unchecked = Vec::new();
     for id in wanted {
-        match target.unchecked(id) {
-            None => invariants.push(id),
-            Some(why) => unchecked.push(format!("{id} ({why})")),
+        match target.coverage(id) {
+            Coverage::Checked => invariants.push(id),
+            Coverage::Unchecked(why) => unchecked.push((id, why)),
         }
     }
-    if !unchecked.is_empty() && !x.opts.target.kube.dry_run {
-        x.say(&format!("not checked on the {} target: {}", target.name(), unchecked.join("; ")));
+    if !unchecked.is_empty() {
+        events.emit(Event::Unchecked { target: target.name().into(), invariants: unchecked.clone() });
+        if !x.opts.target.kube.dry_run {
+            x.say(&format!("not checked on the {} target: {}", target.name(), unchecked_text(&unchecked)));
+        }
     }
+    result.unchecked = unchecked;
     result.versions = target.component_versions();
 
     // The plan on the started target: a first stop request ends it after the current step, a
@@ -290,8 +303,9 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
         // checks read cannot be trusted, whatever the outcome.
         Some(_) if target.lost().is_some() => return Err(Fatal::environment(target.lost().unwrap_or_default())),
         Some(Ok(o)) => Ok(o),
-        Some(Err(TargetError::Unsupported(m))) => return Err(Fatal::usage(m)),
-        Some(Err(e)) => return Err(Fatal::environment(e.to_string())),
+        Some(Err(EngineError::Target(TargetError::Unsupported(m)))) => return Err(Fatal::usage(m)),
+        Some(Err(EngineError::Target(e))) => return Err(Fatal::environment(e.to_string())),
+        Some(Err(e @ EngineError::Unobserved { .. })) => return Err(Fatal::internal(e.to_string())),
     };
     let (outcome, failure) = match &result.outcome {
         Ok(Outcome::Pass { .. }) => (RunOutcome::Pass, None),
@@ -355,6 +369,7 @@ pub fn case_of(r: &RunResult) -> Case {
         seconds: r.elapsed.as_secs_f64(),
         steps: r.plan.ops.len(),
         run_dir: r.run_dir.clone(),
+        unchecked: r.unchecked.iter().map(|(id, why)| format!("{id} ({why})")).collect(),
         outcome,
     }
 }
@@ -421,6 +436,9 @@ pub fn report_run(r: &RunResult, opts: &RunOpts) -> Exit {
         }
         Ok(Outcome::Pass { steps }) => {
             println!("PASS: seed {} · {steps} steps · every invariant held after every step, and the healed stack converged", r.plan.seed);
+            if !r.unchecked.is_empty() {
+                println!("not checked: {}", unchecked_text(&r.unchecked));
+            }
             println!("run directory: {}", r.run_dir.display());
             println!("report: {}", r.run_dir.join("report.html").display());
             Exit::Pass

@@ -1,14 +1,14 @@
 //! `shakedown shrink FILE`: minimise a failing record's plan by re-executing candidates on fresh
-//! stacks ([`shakedown::faults::Shrinker`] proposes them), within a time and a run budget.
+//! stacks ([`crate::faults::Shrinker`] proposes them), within a time and a run budget.
 
 use std::path::Path;
 use std::time::Duration;
 
-use shakedown::engine::Outcome;
-use shakedown::exit::{Exit, Fatal};
-use shakedown::faults::{Op, Plan, Shrinker};
-use shakedown::record::{now_rfc3339, Failure, FailureKind, Match, SeedRecord, Shrunk};
-use shakedown::targets::TargetSpec;
+use crate::engine::Outcome;
+use crate::exit::{Exit, Fatal};
+use crate::faults::{Op, Plan, Shrinker};
+use crate::record::{now_rfc3339, Failure, FailureKind, Match, SeedRecord, Shrunk};
+use crate::targets::TargetSpec;
 use tokio::time::Instant;
 
 use super::session::{create_run_dir, describe, execute, new_run_id, Exec, Interrupted};
@@ -216,8 +216,8 @@ pub async fn shrink(file: &Path, limits: Limits, opts: &RunOpts, json_logs: bool
 
 #[cfg(test)]
 mod tests {
-    use shakedown::faults::MemberId;
-    use shakedown::invariants::InvariantId;
+    use crate::faults::MemberId;
+    use crate::invariants::InvariantId;
 
     use super::*;
 

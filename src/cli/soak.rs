@@ -10,14 +10,14 @@ use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::engine::Outcome;
+use crate::exit::{Exit, Fatal};
+use crate::faults::{generate, OpKind, Profile};
+use crate::record::FailureKind;
+use crate::report::{self, html::SoakSummary, Case};
+use crate::targets::TargetSpec;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
-use shakedown::engine::Outcome;
-use shakedown::exit::{Exit, Fatal};
-use shakedown::faults::{generate, OpKind, Profile};
-use shakedown::record::FailureKind;
-use shakedown::report::{self, html::SoakSummary, Case};
-use shakedown::targets::TargetSpec;
 use tokio::time::Instant;
 
 use super::session::{case_of, create_run_dir, execute, new_run_id, progress_line, Exec, Interrupt, Interrupted};

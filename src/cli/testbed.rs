@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use shakedown::exit::{Exit, Fatal};
-use shakedown::profiles;
-use shakedown::targets::local::{reap, Testbed, TestbedConfig, BRING_UP_BOUND};
+use crate::exit::{Exit, Fatal};
+use crate::profiles;
+use crate::targets::local::{reap, Testbed, TestbedConfig, BRING_UP_BOUND};
 
 use super::session::{create_run_dir, new_run_id};
 use super::TestbedAction;
@@ -78,7 +78,7 @@ pub async fn testbed(action: TestbedAction) -> Result<Exit, Fatal> {
                     _ => continue,
                 };
                 let url = format!("http://{addr}");
-                match shakedown::targets::local::etcd::status(&url, shakedown::targets::local::REQUEST_BOUND * 2).await {
+                match crate::targets::local::etcd::status(&url, crate::targets::local::REQUEST_BOUND * 2).await {
                     Ok(s) => println!(
                         "{name:<9} {url:<28} ok   etcd {} leader {:x} revision {}",
                         s.version(),
@@ -102,7 +102,7 @@ pub async fn testbed(action: TestbedAction) -> Result<Exit, Fatal> {
 /// reaped.
 pub fn reap_runs(runs_dir: &Path) -> Result<(usize, usize), Fatal> {
     let n = reap_under(runs_dir, 2)?;
-    let strays = shakedown::node::cleanup::reap_strays();
+    let strays = crate::node::cleanup::reap_strays();
     for (l, left) in &strays {
         println!(
             "{}: node {} of a killed run removed{}",
@@ -142,9 +142,9 @@ fn reap_under(runs_dir: &Path, depth: u32) -> Result<usize, Fatal> {
         let dir = dir.canonicalize().unwrap_or(dir);
         // A node of a killed run (the application target's tests, a `node up` whose pointer is
         // gone): its processes, cgroups, bridge, guard table, host mount points and sysctls.
-        if let Some(layout) = shakedown::node::layout::Layout::load(&dir.join("node")) {
-            if layout.dir.join("kubelet").exists() || !shakedown::node::cleanup::leftovers(&layout).is_empty() {
-                let left = shakedown::node::cleanup::sweep(&layout);
+        if let Some(layout) = crate::node::layout::Layout::load(&dir.join("node")) {
+            if layout.dir.join("kubelet").exists() || !crate::node::cleanup::leftovers(&layout).is_empty() {
+                let left = crate::node::cleanup::sweep(&layout);
                 println!(
                     "{}: node {} removed{}",
                     dir.display(),

@@ -30,6 +30,7 @@ struct RunData {
     failure: Option<(String, String)>,
     forensics: Vec<String>,
     skipped: Vec<(usize, String, String)>,
+    unchecked: Vec<(shakedown_invariants::InvariantId, String)>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -82,6 +83,7 @@ fn read_run(dir: &Path) -> Result<RunData, String> {
                 };
             }
             Event::BringUp { ms, .. } => d.bring_up_ms = Some(ms),
+            Event::Unchecked { invariants, .. } => d.unchecked = invariants,
             Event::OpStart { step, op, text, family } => {
                 let s = d.steps.entry(step).or_default();
                 s.op = Some(op);
@@ -433,6 +435,10 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
         let _ = write!(h, " · bring-up {ms}ms");
     }
     h.push_str("</p>");
+    if !d.unchecked.is_empty() {
+        let items: Vec<String> = d.unchecked.iter().map(|(id, why)| format!("<b>{}</b> ({})", esc(&id.to_string()), esc(why))).collect();
+        let _ = write!(h, r#"<p class="unchecked">not checked on this target: {}</p>"#, items.join("; "));
+    }
     if let Some((inv, msg)) = &d.failure {
         let _ = write!(h, r#"<p><b>{}</b>: {}</p>"#, esc(inv), esc(msg));
     }

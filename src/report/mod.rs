@@ -19,6 +19,8 @@ pub struct Case {
     /// Ops in the plan.
     pub steps: usize,
     pub run_dir: PathBuf,
+    /// Invariants the profile selects that the target could not check (`id (why)`).
+    pub unchecked: Vec<String>,
     pub outcome: CaseOutcome,
 }
 
@@ -70,6 +72,9 @@ pub fn junit(suite: &str, cases: &[Case]) -> String {
         tc.set_time(Duration::from_secs_f64(c.seconds.max(0.0)));
         tc.add_property(Property::new("steps", c.steps.to_string()));
         tc.add_property(Property::new("run_dir", c.run_dir.display().to_string()));
+        if !c.unchecked.is_empty() {
+            tc.add_property(Property::new("unchecked", c.unchecked.join("; ")));
+        }
         ts.add_test_case(tc);
     }
     ts.set_time(Duration::from_secs_f64(total));
@@ -90,6 +95,7 @@ mod tests {
                 seconds: 3.5,
                 steps: 10,
                 run_dir: "/r/1".into(),
+                unchecked: vec!["leases (the workload grants no leases)".into()],
                 outcome: CaseOutcome::Pass,
             },
             Case {
@@ -98,6 +104,7 @@ mod tests {
                 seconds: 2.0,
                 steps: 10,
                 run_dir: "/r/2".into(),
+                unchecked: vec![],
                 outcome: CaseOutcome::Fail {
                     kind: "violation".into(),
                     invariant: Some("durability".into()),
@@ -111,6 +118,7 @@ mod tests {
                 seconds: 1.0,
                 steps: 10,
                 run_dir: "/r/3".into(),
+                unchecked: vec![],
                 outcome: CaseOutcome::Skipped("time was up".into()),
             },
         ];

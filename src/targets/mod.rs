@@ -11,6 +11,7 @@ pub mod exec;
 pub mod kube;
 pub mod local;
 pub mod recorder;
+pub mod sim;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -46,6 +47,8 @@ pub enum TargetKind {
     Kube,
     /// An application on a Kubernetes cluster (--app-profile FILE, kubeconfig).
     App,
+    /// shakedown's own tests: the model's expected stack in memory (--sim-bug to misbehave).
+    Sim,
 }
 
 /// What a seed record says about the stack its plan ran on: enough to run the same plan on the
@@ -56,6 +59,7 @@ pub enum TargetSpec {
     Local(local::LocalSpec),
     Kube(kube::KubeSpec),
     App(app::spec::AppSpec),
+    Sim(sim::SimSpec),
 }
 
 /// What this machine and this command line add to a spec (binaries, disks, kubeconfig, dry
@@ -68,6 +72,8 @@ pub struct TargetOptions {
     pub kube: kube::KubeOptions,
     #[command(flatten)]
     pub app: app::spec::AppOptions,
+    #[command(flatten)]
+    pub sim: sim::SimOptions,
 }
 
 /// The usage error for options of one target given to another (`given`: the flags used).
@@ -103,6 +109,7 @@ impl TargetSpec {
             TargetSpec::Local(_) => TargetKind::Local,
             TargetSpec::Kube(_) => TargetKind::Kube,
             TargetSpec::App(_) => TargetKind::App,
+            TargetSpec::Sim(_) => TargetKind::Sim,
         }
     }
 
@@ -111,6 +118,7 @@ impl TargetSpec {
             TargetKind::Local => "local",
             TargetKind::Kube => "kube",
             TargetKind::App => "app",
+            TargetKind::Sim => "sim",
         }
     }
 
@@ -122,6 +130,7 @@ impl TargetSpec {
             TargetKind::Local => {
                 options.kube.refuse_for("local")?;
                 options.app.refuse_for("local")?;
+                options.sim.refuse_for("local")?;
                 let recorded = match recorded {
                     Some(TargetSpec::Local(s)) => Some(s),
                     _ => None,
@@ -131,6 +140,7 @@ impl TargetSpec {
             TargetKind::Kube => {
                 options.local.refuse_for("kube")?;
                 options.app.refuse_for("kube")?;
+                options.sim.refuse_for("kube")?;
                 let recorded = match recorded {
                     Some(TargetSpec::Kube(s)) => Some(s),
                     _ => None,
@@ -140,11 +150,22 @@ impl TargetSpec {
             TargetKind::App => {
                 options.local.refuse_for("app")?;
                 options.kube.refuse_for_app()?;
+                options.sim.refuse_for("app")?;
                 let recorded = match recorded {
                     Some(TargetSpec::App(s)) => Some(s),
                     _ => None,
                 };
                 Ok(TargetSpec::App(app::spec::AppSpec::from_options(&options.app, options.kube.context.as_deref(), recorded)?))
+            }
+            TargetKind::Sim => {
+                options.local.refuse_for("sim")?;
+                options.kube.refuse_for("sim")?;
+                options.app.refuse_for("sim")?;
+                let recorded = match recorded {
+                    Some(TargetSpec::Sim(s)) => Some(s),
+                    _ => None,
+                };
+                Ok(TargetSpec::Sim(sim::SimSpec::from_options(&options.sim, recorded)))
             }
         }
     }
@@ -155,6 +176,7 @@ impl TargetSpec {
             TargetSpec::Local(s) => s.describe(),
             TargetSpec::Kube(s) => s.describe(),
             TargetSpec::App(s) => s.describe(),
+            TargetSpec::Sim(s) => s.describe(),
         }
     }
 
@@ -170,7 +192,7 @@ impl TargetSpec {
     /// that are not recorded, such as the kubeconfig).
     pub fn replay_flags(&self, options: &TargetOptions) -> String {
         match self {
-            TargetSpec::Local(_) => String::new(),
+            TargetSpec::Local(_) | TargetSpec::Sim(_) => String::new(),
             TargetSpec::Kube(_) | TargetSpec::App(_) => {
                 options.kube.kubeconfig.as_ref().map(|k| format!(" --kubeconfig {}", k.display())).unwrap_or_default()
             }
@@ -184,6 +206,7 @@ pub enum Prepared {
     Local(local::LocalSpec, local::Environment),
     Kube(kube::KubeSpec),
     App(app::spec::AppSpec),
+    Sim(sim::SimSpec),
 }
 
 /// Checks, before anything is created, that this machine can start the target (the local
@@ -193,6 +216,7 @@ pub fn prepare(spec: &TargetSpec, options: &TargetOptions, profile: &Profile) ->
         TargetSpec::Local(s) => Prepared::Local(s.clone(), options.local.environment(profile)?),
         TargetSpec::Kube(s) => Prepared::Kube(s.clone()),
         TargetSpec::App(s) => Prepared::App(s.clone()),
+        TargetSpec::Sim(s) => Prepared::Sim(s.clone()),
     })
 }
 
@@ -203,7 +227,21 @@ pub async fn start(prepared: Prepared, ctx: &StartContext<'_>) -> Result<Box<dyn
         Prepared::Local(s, env) => Box::new(local::LocalTarget::start_spec(&s, env, ctx).await?),
         Prepared::Kube(s) => Box::new(kube::KubeTarget::start_spec(&s, ctx).await?),
         Prepared::App(s) => Box::new(app::AppTarget::start_spec(&s, ctx).await?),
+        Prepared::Sim(s) => Box::new(sim::SimTarget::start_spec(&s, ctx)?),
     })
+}
+
+/// Whether a target checks an invariant in this run: every target decides for every invariant,
+/// with no default ([`Target::coverage`] matches [`InvariantId`] exhaustively), so a new
+/// invariant stops the build at each target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Coverage {
+    /// Observed for every check. An observation that then holds nothing for it is a bug in
+    /// shakedown (the engine ends the run with exit 5), never a pass.
+    Checked,
+    /// Cannot be observed here (the reason): left out of the run and listed as not checked in its
+    /// summary, event log, report and JUnit.
+    Unchecked(String),
 }
 
 /// A stack under test.
@@ -220,14 +258,11 @@ pub trait Target: Send {
     /// What the run prints and records once the target is up.
     fn started(&self) -> Started;
 
-    /// `Some(reason)` when this target cannot check invariant `id` here; such invariants are
-    /// left out of its runs, and the run says so.
-    fn unchecked(&self, _id: InvariantId) -> Option<String> {
-        None
-    }
+    /// Whether this target checks invariant `id` here. Match `id` exhaustively (no `_` arm).
+    fn coverage(&self, id: InvariantId) -> Coverage;
 
     /// `Err(reason)` when this target cannot execute `op` here (the engine skips it, says why,
-    /// and runs the rest of the plan).
+    /// and runs the rest of the plan). Match the op's kind exhaustively (no `_` arm).
     fn supports(&self, op: &Op) -> Result<(), String>;
 
     /// Executes `op`, which takes the stack from `before` to `after` in the model. A target may

@@ -140,14 +140,16 @@ impl ApiWorkload {
     /// Backup `b` of the API's data was taken while writes from `start` (an `acked_len()`) on
     /// were acknowledged: the write in flight as it ended may be in it too.
     pub fn backup_taken(&mut self, b: BackupId, start: usize) {
-        self.marks.backups.insert(b, (start, self.acked_len() + 1));
+        let end = self.acked_len() + 1;
+        self.marks.backup_taken(b, start, end);
     }
 
     /// A restore of the API's data from `b` begins (`ends` later). With `restart_watches` every
     /// watch starts a new session from a fresh LIST, now and when it ends, as its client does
     /// once the apiservers were restarted around the restore.
     pub fn restore_begins(&mut self, b: BackupId, restart_watches: bool) {
-        self.marks.restores.push((b, self.acked_len(), usize::MAX));
+        let start = self.acked_len();
+        self.marks.restore_begins(b, start);
         if restart_watches {
             self.rec.end_watch_sessions();
         }
@@ -156,9 +158,7 @@ impl ApiWorkload {
     /// The restore begun last is over (or failed): revisions start again from the backup's.
     pub fn restore_ends(&mut self, restart_watches: bool) {
         let end = self.acked_len();
-        if let Some(last) = self.marks.restores.last_mut() {
-            last.2 = end;
-        }
+        self.marks.restore_ends(end);
         if restart_watches {
             self.rec.end_watch_sessions();
         }

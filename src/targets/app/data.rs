@@ -142,12 +142,14 @@ impl Writer {
 
     /// Backup `b` was asked for at position `start` and done at `end`.
     pub fn mark_backup(&self, b: BackupId, start: usize, end: usize) {
-        self.log.lock().unwrap().marks.backups.insert(b, (start, end));
+        self.log.lock().unwrap().marks.backup_taken(b, start, end);
     }
 
     /// Backup `b` was restored: asked for at position `start`, done at `end`.
     pub fn mark_restore(&self, b: BackupId, start: usize, end: usize) {
-        self.log.lock().unwrap().marks.restores.push((b, start, end));
+        let mut l = self.log.lock().unwrap();
+        l.marks.restore_begins(b, start);
+        l.marks.restore_ends(end);
     }
 
     async fn read_command(&self) -> Result<BTreeMap<String, String>, String> {

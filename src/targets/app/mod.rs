@@ -44,7 +44,7 @@ use shakedown_invariants::{AppInventory, AppObservation, AppWorkload, InvariantI
 
 use super::exec::exec;
 use super::kube::{OPT_IN, RUN_LABEL};
-use super::{StartContext, Started, Target, TargetError};
+use super::{Coverage, StartContext, Started, Target, TargetError};
 use crate::exit::Fatal;
 use data::{is_ready, ready_pod, Writer};
 use spec::{fill, AppSpec, GroupCut, HttpProbe, ObjectProbe, ProbeCheck, ResourceOp};
@@ -1334,15 +1334,29 @@ impl Target for AppTarget {
         }
     }
 
-    fn unchecked(&self, id: InvariantId) -> Option<String> {
+    #[deny(clippy::wildcard_enum_match_arm)]
+    fn coverage(&self, id: InvariantId) -> Coverage {
         match id {
-            InvariantId::Leaks | InvariantId::AppReady => None,
-            InvariantId::AppDurability if self.spec.app_profile.data.is_some() => None,
-            InvariantId::AppDurability => Some("needs [data] write and read commands in the app profile".into()),
-            _ => Some("the app target checks the application (app-ready, app-durability, leaks), not an etcd or API stack".into()),
+            InvariantId::Leaks | InvariantId::AppReady => Coverage::Checked,
+            InvariantId::AppDurability if self.spec.app_profile.data.is_some() => Coverage::Checked,
+            InvariantId::AppDurability => Coverage::Unchecked("needs [data] write and read commands in the app profile".into()),
+            InvariantId::Membership
+            | InvariantId::Members
+            | InvariantId::Quorum
+            | InvariantId::Consistency
+            | InvariantId::Reachability
+            | InvariantId::Durability
+            | InvariantId::Watch
+            | InvariantId::Leases
+            | InvariantId::ApiReachability
+            | InvariantId::ApiDurability
+            | InvariantId::ApiWatch => Coverage::Unchecked(
+                "the app target checks the application (app-ready, app-durability, leaks), not an etcd or API stack".into(),
+            ),
         }
     }
 
+    #[deny(clippy::wildcard_enum_match_arm)]
     fn supports(&self, op: &Op) -> Result<(), String> {
         let p = &self.spec.app_profile;
         match op.kind() {
@@ -1364,10 +1378,21 @@ impl Target for AppTarget {
             OpKind::Backup => Err("the app profile has no [backup] (the operator's backup custom resource)".into()),
             OpKind::Restore if p.restore.is_some() => Ok(()),
             OpKind::Restore => Err("the app profile has no [restore] (the operator's restore custom resource)".into()),
-            k => Err(format!("{k} is not an application op")),
+            k @ (OpKind::Crash
+            | OpKind::Restart
+            | OpKind::Pause
+            | OpKind::Resume
+            | OpKind::RollingUpgrade
+            | OpKind::RollingReplace
+            | OpKind::SiteOutage
+            | OpKind::SiteRecover
+            | OpKind::DiskDetach
+            | OpKind::DiskReattach
+            | OpKind::DiskReplace) => Err(format!("{k} is not an application op")),
         }
     }
 
+    #[deny(clippy::wildcard_enum_match_arm)]
     async fn execute(&mut self, op: &Op, _before: &Model, after: &Model) -> Result<(), TargetError> {
         match *op {
             Op::PodKill { member } => self.pod_kill(member).await,
@@ -1382,7 +1407,17 @@ impl Target for AppTarget {
             Op::PartitionGroupsHeal { pick } => self.partition_groups_heal(pick).await,
             Op::Backup => self.backup(after).await,
             Op::Restore { backup } => self.restore(backup).await,
-            _ => Err(TargetError::Unsupported(format!("{op} is not an application op"))),
+            Op::Crash { .. }
+            | Op::Restart { .. }
+            | Op::Pause { .. }
+            | Op::Resume { .. }
+            | Op::RollingUpgrade { .. }
+            | Op::RollingReplace
+            | Op::SiteOutage { .. }
+            | Op::SiteRecover { .. }
+            | Op::DiskDetach { .. }
+            | Op::DiskReattach { .. }
+            | Op::DiskReplace { .. } => Err(TargetError::Unsupported(format!("{op} is not an application op"))),
         }
     }
 

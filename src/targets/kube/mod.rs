@@ -54,7 +54,7 @@ use self::client::{CapiVersion, RequestCounter};
 use self::command::run_command;
 use self::ops::TEARDOWN_BOUND;
 use self::profile::KubeProfile;
-use super::{StartContext, Started, Target, TargetError};
+use super::{Coverage, StartContext, Started, Target, TargetError};
 use crate::events::Event;
 use crate::exit::Fatal;
 pub use spec::{KubeOptions, KubeSpec};
@@ -319,20 +319,25 @@ impl Target for KubeTarget {
         Started { line: format!("members {}", bindings.join(" ")), fields: json!({"bindings": bindings}), notes: self.notes.clone() }
     }
 
-    fn unchecked(&self, id: InvariantId) -> Option<String> {
+    #[deny(clippy::wildcard_enum_match_arm)]
+    fn coverage(&self, id: InvariantId) -> Coverage {
         let p = &self.cfg.profile;
         match id {
+            InvariantId::Membership | InvariantId::Leaks | InvariantId::Members | InvariantId::Quorum => Coverage::Checked,
             InvariantId::Consistency | InvariantId::Durability | InvariantId::Watch | InvariantId::Leases => {
-                Some("needs etcd access, which the kube target does not have".into())
+                Coverage::Unchecked("needs etcd access, which the kube target does not have".into())
             }
-            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch => self.api.as_ref().err().cloned(),
+            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch => match &self.api {
+                Ok(_) => Coverage::Checked,
+                Err(why) => Coverage::Unchecked(why.clone()),
+            },
             InvariantId::AppReady | InvariantId::AppDurability => {
-                Some("only the application target (--target app) checks an application".into())
+                Coverage::Unchecked("only the application target (--target app) checks an application".into())
             }
             InvariantId::Reachability if p.probes.is_empty() && p.commands.is_empty() && p.conditions.is_empty() => {
-                Some("needs [[probes]], [[commands]] or [[conditions]] in the kube profile".into())
+                Coverage::Unchecked("needs [[probes]], [[commands]] or [[conditions]] in the kube profile".into())
             }
-            _ => None,
+            InvariantId::Reachability => Coverage::Checked,
         }
     }
 

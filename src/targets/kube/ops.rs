@@ -14,11 +14,12 @@ use super::client::capi;
 use super::conditions::rollout;
 use super::profile::Hook;
 use super::*;
-use crate::targets::{Target, TargetError};
+use crate::targets::TargetError;
 
 impl KubeTarget {
     /// Whether this Cluster can run `op` (hooks win; otherwise what Cluster API, the workload
     /// cluster and Velero make possible), with the reason when not.
+    #[deny(clippy::wildcard_enum_match_arm)]
     pub(super) fn supports_op(&self, op: &Op) -> Result<(), String> {
         if self.cfg.profile.hooks.contains_key(&op.kind()) {
             return Ok(());
@@ -460,6 +461,7 @@ impl KubeTarget {
         }
     }
 
+    #[deny(clippy::wildcard_enum_match_arm)]
     pub(super) async fn execute_op(&mut self, op: &Op, after: &Model) -> Result<(), TargetError> {
         if let Some(hook) = self.cfg.profile.hooks.get(&op.kind()).cloned() {
             return self.run_hook(op, &hook).await;
@@ -537,8 +539,23 @@ impl KubeTarget {
                 let n = after.restores.len().saturating_sub(1);
                 self.velero_run("Restore", &format!("r{n}"), Some(&backup.to_string())).await
             }
-            other => Err(TargetError::Unsupported(
-                self.supports(other).err().unwrap_or_else(|| format!("{other} is not supported by the kube target")),
+            // Without a hook (which ran above), these have no Cluster API counterpart: the engine
+            // skipped them already (supports_op); reaching here is a caller's mistake.
+            Op::Pause { .. }
+            | Op::Resume { .. }
+            | Op::SiteOutage { mode: OutageMode::Isolate, .. }
+            | Op::DiskReplace { .. }
+            | Op::PodKill { .. }
+            | Op::OperatorRestart
+            | Op::PvcLoss { .. }
+            | Op::Partition { .. }
+            | Op::PartitionHeal { .. }
+            | Op::PodKillSelected { .. }
+            | Op::NodeDrain { .. }
+            | Op::PodFailure { .. }
+            | Op::PartitionGroups { .. }
+            | Op::PartitionGroupsHeal { .. } => Err(TargetError::Unsupported(
+                self.supports_op(op).err().unwrap_or_else(|| format!("{op} is not supported by the kube target")),
             )),
         }
     }

@@ -21,12 +21,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::json;
-use shakedown_faults::{Model, Op, OutageMode, Profile};
+use shakedown_faults::{Model, Op, OpKind, OutageMode, Profile};
 use shakedown_invariants::{InvariantId, Marks, Observation};
 
 use crate::exit::Fatal;
 pub use crate::targets::TargetError as LocalError;
-use crate::targets::{StartContext, Started, Target};
+use crate::targets::{Coverage, StartContext, Started, Target};
 pub use bugs::PlantedBug;
 pub use disk::DiskMode;
 use sampler::Sampler;
@@ -187,15 +187,29 @@ impl Target for LocalTarget {
         }
     }
 
-    fn unchecked(&self, id: InvariantId) -> Option<String> {
+    #[deny(clippy::wildcard_enum_match_arm)]
+    fn coverage(&self, id: InvariantId) -> Coverage {
         match id {
-            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch if self.api.is_none() => {
-                Some("needs a Kubernetes API: the profile's stack = \"control-plane\"".into())
+            InvariantId::Membership
+            | InvariantId::Leaks
+            | InvariantId::Members
+            | InvariantId::Quorum
+            | InvariantId::Consistency
+            | InvariantId::Reachability
+            | InvariantId::Durability => Coverage::Checked,
+            InvariantId::Watch if self.workload.watchers() > 0 => Coverage::Checked,
+            InvariantId::Watch => {
+                Coverage::Unchecked("the workload runs no watches (workload.kind = \"kube\" with workload.watches > 0 does)".into())
+            }
+            InvariantId::Leases if self.workload.lease_prefix().is_some() => Coverage::Checked,
+            InvariantId::Leases => Coverage::Unchecked("the workload grants no leases (workload.kind = \"kube\" does)".into()),
+            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch if self.api.is_some() => Coverage::Checked,
+            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch => {
+                Coverage::Unchecked("needs a Kubernetes API: the profile's stack = \"control-plane\"".into())
             }
             InvariantId::AppReady | InvariantId::AppDurability => {
-                Some("only the application target (--target app) checks an application".into())
+                Coverage::Unchecked("only the application target (--target app) checks an application".into())
             }
-            _ => None,
         }
     }
 
@@ -210,17 +224,40 @@ impl Target for LocalTarget {
         v
     }
 
+    #[deny(clippy::wildcard_enum_match_arm)]
     fn supports(&self, op: &Op) -> Result<(), String> {
-        match op {
-            _ if op.kind().app_only() => Err("an application op: it runs on --target app".into()),
-            Op::SiteOutage { mode: OutageMode::Isolate, .. } if self.testbed.cfg.disks != DiskMode::Loop => {
+        let root = self.testbed.cfg.disks == DiskMode::Loop;
+        match op.kind() {
+            OpKind::SiteOutage if matches!(op, Op::SiteOutage { mode: OutageMode::Isolate, .. }) && !root => {
                 Err("site isolation needs root (nftables and per-site group ids)".into())
             }
-            Op::SiteOutage { mode: OutageMode::Isolate, .. } => nft::available(),
-            Op::DiskDetach { .. } | Op::DiskReattach { .. } | Op::DiskReplace { .. } if self.testbed.cfg.disks != DiskMode::Loop => {
+            OpKind::SiteOutage if matches!(op, Op::SiteOutage { mode: OutageMode::Isolate, .. }) => nft::available(),
+            OpKind::DiskDetach | OpKind::DiskReattach | OpKind::DiskReplace if !root => {
                 Err("disk faults need loop-mounted disks (root)".into())
             }
-            _ => Ok(()),
+            OpKind::Crash
+            | OpKind::Restart
+            | OpKind::Pause
+            | OpKind::Resume
+            | OpKind::RollingUpgrade
+            | OpKind::RollingReplace
+            | OpKind::SiteOutage
+            | OpKind::SiteRecover
+            | OpKind::DiskDetach
+            | OpKind::DiskReattach
+            | OpKind::Backup
+            | OpKind::Restore
+            | OpKind::DiskReplace => Ok(()),
+            OpKind::PodKill
+            | OpKind::OperatorRestart
+            | OpKind::PvcLoss
+            | OpKind::Partition
+            | OpKind::PartitionHeal
+            | OpKind::PodKillSelected
+            | OpKind::NodeDrain
+            | OpKind::PodFailure
+            | OpKind::PartitionGroups
+            | OpKind::PartitionGroupsHeal => Err("an application op: it runs on --target app".into()),
         }
     }
 

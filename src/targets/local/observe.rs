@@ -247,7 +247,7 @@ impl LocalTarget {
         obs.leases = leases;
         obs.inventory = inventory;
         if wants(InvariantId::Watch) {
-            obs.watches = self.workload.watch_sessions();
+            obs.watches = Some(self.workload.watch_sessions());
         }
         if let Some(api) = &self.api {
             if [InvariantId::ApiReachability, InvariantId::ApiDurability, InvariantId::ApiWatch].iter().any(|i| invariants.contains(i)) {

@@ -398,7 +398,7 @@ impl LocalTarget {
                     // acknowledged just after: it is the next position, so the snapshot's window ends
                     // after it (seen as a false "restore did not restore" with a 2 ms workload interval).
                     // A failed attempt before this one only widens the window (it starts earlier).
-                    self.marks.backups.insert(b, (start, self.workload.acked_len() + 1));
+                    self.marks.backup_taken(b, start, self.workload.acked_len() + 1);
                     if let (Some(api), Some(api_start)) = (&mut self.api, api_start) {
                         // The API's writes are etcd writes under /registry: in the snapshot too.
                         api.workload.backup_taken(b, api_start);
@@ -440,7 +440,7 @@ impl LocalTarget {
         })?;
         // Recorded before anything stops, open-ended until the stack is back: if the restore
         // fails or is cut short, every write from its start on is uncertain.
-        self.marks.restores.push((b, self.workload.acked_len(), usize::MAX));
+        self.marks.restore_begins(b, self.workload.acked_len());
         // The apiservers are stopped for the restore and started after it (kubeadm's procedure):
         // every watch through them breaks, and its client relists. With the planted bug
         // restore-keeps-apiservers nothing breaks them.
@@ -452,9 +452,7 @@ impl LocalTarget {
         // restored store has the backup's revisions and lease table.
         self.workload.restored(self.bug(PlantedBug::RestoreKeepsWatches));
         let res = self.restore_cluster(&tool, &path, b).await;
-        if let Some(last) = self.marks.restores.last_mut() {
-            last.2 = self.workload.acked_len();
-        }
+        self.marks.restore_ends(self.workload.acked_len());
         if let Some(api) = &mut self.api {
             api.workload.restore_ends(api_restarted);
         }

@@ -51,6 +51,8 @@ pub struct Workload {
     /// The keys of this run (`/shakedown/<run>/w/`).
     pub prefix: String,
     kind: WorkloadKind,
+    /// How many long-lived watches run (0 for `puts`).
+    watchers: u32,
     rec: Arc<Recorder>,
     clients: Clients,
 }
@@ -68,7 +70,16 @@ impl Workload {
             }
             WorkloadKind::Kube => clients.extend(kube::start(&endpoint, members, &prefix, cfg, bugs, &rec, &stopped)),
         };
-        Workload { prefix, kind: cfg.kind, rec, clients }
+        let watchers = match cfg.kind {
+            WorkloadKind::Puts => 0,
+            WorkloadKind::Kube => cfg.watches,
+        };
+        Workload { prefix, kind: cfg.kind, watchers, rec, clients }
+    }
+
+    /// How many long-lived watches this workload runs.
+    pub fn watchers(&self) -> u32 {
+        self.watchers
     }
 
     /// The keys whose values `durability` reads back.

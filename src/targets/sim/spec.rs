@@ -1,0 +1,181 @@
+//! What a seed record says about a simulated stack (its bugs), and the `--sim-bug` flag.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use shakedown_faults::OpKind;
+
+use crate::exit::Fatal;
+
+/// A misbehaviour of the simulated stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SimBugKind {
+    /// The store drops the last write it acknowledged in the step (`durability`, definite).
+    LoseWrite,
+    /// A member serves the store as it was before the step's writes while reporting the same
+    /// applied index as the others (`consistency`, definite).
+    StaleMember,
+    /// A member answers only from the step's fourth observation on (`members` fails, then the
+    /// checks converge).
+    SlowConverge,
+    /// A member stops answering for good (`members` until the converge bound: a violation).
+    NeverConverge,
+    /// The op fails (a stack error: liveness, unless an invariant names it first).
+    OpFails,
+    /// The op fails for an environment reason (exit 4).
+    EnvError,
+    /// The target panics while executing the op (exit 5; teardown still runs).
+    Panic,
+    /// From this op on, observations leave out the data read-back although the target checks
+    /// `durability` (exit 5: shakedown's own bug).
+    Unobserved,
+    /// The target refuses ops of this kind (`supports`): the engine skips them and what
+    /// depended on them.
+    Unsupported,
+    /// Not a bug of the stack: the workload acknowledges no write at this op (a paused client, a
+    /// stack that served nothing), so marks around it fall on the same acknowledgement count.
+    Quiet,
+}
+
+impl SimBugKind {
+    pub const ALL: [SimBugKind; 10] = [
+        SimBugKind::LoseWrite,
+        SimBugKind::StaleMember,
+        SimBugKind::SlowConverge,
+        SimBugKind::NeverConverge,
+        SimBugKind::OpFails,
+        SimBugKind::EnvError,
+        SimBugKind::Panic,
+        SimBugKind::Unobserved,
+        SimBugKind::Unsupported,
+        SimBugKind::Quiet,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SimBugKind::LoseWrite => "lose-write",
+            SimBugKind::StaleMember => "stale-member",
+            SimBugKind::SlowConverge => "slow-converge",
+            SimBugKind::NeverConverge => "never-converge",
+            SimBugKind::OpFails => "op-fails",
+            SimBugKind::EnvError => "env-error",
+            SimBugKind::Panic => "panic",
+            SimBugKind::Unobserved => "unobserved",
+            SimBugKind::Unsupported => "unsupported",
+            SimBugKind::Quiet => "quiet",
+        }
+    }
+}
+
+/// When a bug fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// At the N-th op the target executes (1-based; heal ops count, skipped ops do not).
+    Op(usize),
+    /// At every op of this kind.
+    Kind(OpKind),
+}
+
+impl Trigger {
+    pub fn fires(self, executed: usize, kind: Option<OpKind>) -> bool {
+        match self {
+            Trigger::Op(n) => n == executed,
+            Trigger::Kind(k) => kind == Some(k),
+        }
+    }
+
+    /// Whether ops of `kind` are meant (an `@N` trigger names no kind).
+    pub fn matches_kind(self, kind: OpKind) -> bool {
+        matches!(self, Trigger::Kind(k) if k == kind)
+    }
+}
+
+/// A bug and when it fires: `lose-write@crash`, `op-fails@3`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimBug {
+    pub kind: SimBugKind,
+    pub at: Trigger,
+}
+
+impl fmt::Display for SimBug {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.at {
+            Trigger::Op(n) => write!(f, "{}@{n}", self.kind.name()),
+            Trigger::Kind(k) => write!(f, "{}@{k}", self.kind.name()),
+        }
+    }
+}
+
+impl FromStr for SimBug {
+    type Err = String;
+    fn from_str(s: &str) -> Result<SimBug, String> {
+        let names = || SimBugKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ");
+        let (kind, at) = s.split_once('@').ok_or_else(|| format!("{s:?}: expected BUG@N or BUG@OP-KIND, e.g. lose-write@crash"))?;
+        let kind = SimBugKind::ALL
+            .into_iter()
+            .find(|k| k.name() == kind)
+            .ok_or_else(|| format!("unknown sim bug {kind:?}; known: {}", names()))?;
+        let at = match at.parse::<usize>() {
+            Ok(0) => return Err(format!("{s:?}: ops are counted from 1")),
+            Ok(n) => Trigger::Op(n),
+            Err(_) => Trigger::Kind(at.parse::<OpKind>().map_err(|e| format!("{s:?}: {e}"))?),
+        };
+        Ok(SimBug { kind, at })
+    }
+}
+
+impl Serialize for SimBug {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for SimBug {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<SimBug, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A simulated stack as a seed record names it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimSpec {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bugs: Vec<SimBug>,
+}
+
+impl SimSpec {
+    /// A new run's spec from the flags, or the recorded one (flags given replace its bugs).
+    pub fn from_options(opts: &SimOptions, recorded: Option<&SimSpec>) -> SimSpec {
+        match (opts.sim_bug.is_empty(), recorded) {
+            (true, Some(r)) => r.clone(),
+            _ => SimSpec { bugs: opts.sim_bug.clone() },
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self.bugs.is_empty() {
+            true => "sim".into(),
+            false => format!("sim · bugs {}", self.bugs.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", ")),
+        }
+    }
+}
+
+/// The simulated target's command-line options.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SimOptions {
+    /// sim target (shakedown's own tests): switch on a misbehaviour of the simulated stack,
+    /// BUG@N (the N-th op executed) or BUG@OP-KIND (every op of that kind); BUG is one of
+    /// lose-write, stale-member, slow-converge, never-converge, op-fails, env-error, panic,
+    /// unobserved, unsupported, quiet (repeatable).
+    #[arg(long = "sim-bug", value_name = "BUG@WHEN")]
+    pub sim_bug: Vec<SimBug>,
+}
+
+impl SimOptions {
+    pub fn refuse_for(&self, target: &str) -> Result<(), Fatal> {
+        let given: Vec<&str> = if self.sim_bug.is_empty() { vec![] } else { vec!["--sim-bug"] };
+        crate::targets::refuse_options(&given, "sim", target)
+    }
+}
