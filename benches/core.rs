@@ -206,7 +206,7 @@ fn main() {
         ),
     ];
     println!("shakedown core benchmark · {runs} stack runs · disks: {disk_note}");
-    println!("{:<36} {:<44} {}", "measure", "result", "target");
+    println!("{:<36} {:<44} target", "measure", "result");
     for (a, b, c) in &rows {
         println!("{a:<36} {b:<44} {c}");
     }

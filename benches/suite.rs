@@ -218,7 +218,7 @@ async fn random_crashes(cfg: TestbedConfig, seed: u64) -> (bool, f64) {
         x ^= x >> 7;
         x ^= x << 17;
         let m = MemberId((x % 3) as u32);
-        let _ = target.testbed.kill(m);
+        let _ = target.testbed.kill(m).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         let cluster = target.testbed.initial_cluster();
         let _ = target.testbed.spawn_member(m, &cluster, "existing");
@@ -767,7 +767,7 @@ fn main() {
         let _ = writeln!(table, "{a:<w0$}  {b:<w1$}  {c}");
     }
     println!("shakedown benchmark suite · {} · disks {:?}\n{table}", shakedown::record::now_rfc3339(), disks);
-    let mut md = format!("| measure | result | target |\n|---|---|---|\n");
+    let mut md = "| measure | result | target |\n|---|---|---|\n".to_string();
     for [a, b, c] in &r.rows {
         let _ = writeln!(md, "| {a} | {b} | {c} |");
     }

@@ -214,6 +214,7 @@ pub enum Command {
     },
 }
 
+#[allow(clippy::large_enum_variant, reason = "one value per run or per line of the event log: boxing saves nothing that matters")]
 #[derive(Subcommand, Debug)]
 pub enum TestbedAction {
     /// Start the stack and leave it running; prints the endpoint.

@@ -109,6 +109,7 @@ pub enum RunOutcome {
 }
 
 /// One event of a run.
+#[allow(clippy::large_enum_variant, reason = "one value per run or per line of the event log: boxing saves nothing that matters")]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum Event {

@@ -304,8 +304,8 @@ fn with_workload_kind(mut t: toml::Table) -> toml::Table {
     t
 }
 
-/// A format-1 record in today's shape: `target = "local"` + `testbed_bug` or `target = "kube"`
-/// + `[kube]` become the `[target]` table. Anything else a format-1 record cannot hold is an
+/// A format-1 record in today's shape: `target = "local"` and `testbed_bug`, or `target =
+/// "kube"` and `[kube]`, become the `[target]` table. Anything else a format-1 record cannot hold is an
 /// error naming it.
 fn from_format_1(mut t: toml::Table) -> Result<SeedRecord, String> {
     let kind = match t.remove("target") {

@@ -1,6 +1,7 @@
 //! The kube target against a real kube-apiserver (1.20, built by scripts/build-kube-apiserver.sh)
 //! with the real Cluster API CRDs, and a test-side stand-in for the Cluster API controllers
 //! (tests/kube_common/standin.rs). One apiserver per test; each test tears it down on drop.
+#![allow(clippy::await_holding_lock, reason = "a std Mutex serializes the tests that share the machine: held across awaits on purpose")]
 
 mod kube_common;
 

@@ -3,6 +3,7 @@
 //! provisioner, the scheduler — brought up, used, and torn down with nothing left behind.
 //! Needs the binaries of `./scripts/build-kube-apiserver.sh` (a missing one fails the test with
 //! that command, it never passes silently).
+#![allow(clippy::await_holding_lock, reason = "a std Mutex serializes the tests that share the machine: held across awaits on purpose")]
 
 use std::collections::BTreeMap;
 use std::process::Command;

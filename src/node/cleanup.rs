@@ -166,8 +166,8 @@ fn other_nodes_up(l: &Layout) -> bool {
             return false;
         };
         // SAFETY: flock on a file descriptor we own.
-        let held = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0;
-        held
+
+        (unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0)
     })
 }
 

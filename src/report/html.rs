@@ -64,9 +64,11 @@ pub fn run_report(run_dir: &Path) -> Result<String, String> {
 
 fn read_run(dir: &Path) -> Result<RunData, String> {
     let lines = events::read(&dir.join("events.jsonl"))?;
-    let mut d = RunData::default();
-    d.plan = std::fs::read_to_string(dir.join("plan.toml")).ok().and_then(|t| toml::from_str(&t).ok());
-    d.profile = std::fs::read_to_string(dir.join("profile.toml")).ok().and_then(|t| Profile::from_toml(&t).ok());
+    let mut d = RunData {
+        plan: std::fs::read_to_string(dir.join("plan.toml")).ok().and_then(|t| toml::from_str(&t).ok()),
+        profile: std::fs::read_to_string(dir.join("profile.toml")).ok().and_then(|t| Profile::from_toml(&t).ok()),
+        ..RunData::default()
+    };
     for line in lines {
         let ts = line.ts_ms;
         if d.t0 == 0 {

@@ -53,6 +53,7 @@ pub enum TargetKind {
 
 /// What a seed record says about the stack its plan ran on: enough to run the same plan on the
 /// same kind of stack again. Serialized as the record's `[target]` table, tagged by `kind`.
+#[allow(clippy::large_enum_variant, reason = "one value per run or per line of the event log: boxing saves nothing that matters")]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum TargetSpec {
@@ -201,6 +202,7 @@ impl TargetSpec {
 }
 
 /// A spec whose machine-side needs were checked by [`prepare`], with what the check found.
+#[allow(clippy::large_enum_variant, reason = "one value per run or per line of the event log: boxing saves nothing that matters")]
 pub enum Prepared {
     /// The local target's binaries and disk mode.
     Local(local::LocalSpec, local::Environment),

@@ -13,6 +13,7 @@
 //!   rolled), `RollingOut` False, `Available` True;
 //! - with `nodes`, the workload cluster's Nodes (on the same apiserver): a Node per Machine,
 //!   `status.nodeRef` set, the Node deleted once its Machine is being deleted.
+//!
 //! Status writes use the resourceVersion read (a conflict is retried on the next pass).
 //!
 //! Also here: [`attacher`], a stand-in for the attach/detach controller plus a CSI attacher (it

@@ -153,9 +153,9 @@ impl LocalTarget {
 }
 
 /// Joins futures concurrently, in order (a tiny join_all, to avoid a dependency for one call).
-async fn futures_join_all<F: std::future::Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output>
+async fn futures_join_all<F>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = futs.into_iter().map(tokio::spawn).collect();

@@ -183,7 +183,7 @@ impl LocalTarget {
             let again = answered.iter().cloned().map(|(name, url)| async move {
                 (name, etcd::status(&url, request).await.ok().and_then(|s| s.header().map(|h| h.revision())))
             });
-            let hashes = answered.iter().cloned().filter(|_| lowest.is_some()).map(|(name, url)| async move {
+            let hashes = answered.iter().filter(|&_| lowest.is_some()).cloned().map(|(name, url)| async move {
                 let rev = lowest.unwrap_or(0);
                 let r = async {
                     let mut c = etcd::connect(&url, request).await?;

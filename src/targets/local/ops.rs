@@ -135,7 +135,7 @@ impl LocalTarget {
                         Ok((etcd_id, added.member_list().to_vec()))
                     }
                 },
-                |list| list.iter().find(|m| m.peer_urls().iter().any(|u| *u == peer)).map(|m| (m.id(), list.to_vec())),
+                |list| list.iter().find(|m| m.peer_urls().contains(&peer)).map(|m| (m.id(), list.to_vec())),
                 |error, list| self.unstartable_voters(error, list, &peer),
             )
             .await

@@ -78,12 +78,15 @@ fn spawn_watcher(url: &str, t0: Instant, every: Duration, watched: &Arc<Mutex<BT
     }
 }
 
+/// The membership the sampler saw, by instant: (ms since the step began, member name → URL).
+type MembershipLog = Vec<(u64, BTreeMap<String, String>)>;
+
 async fn sample_serving(
     initial: Vec<(String, String)>,
     t0: Instant,
     every: Duration,
     stop: watch::Receiver<bool>,
-    membership: Arc<Mutex<Vec<(u64, BTreeMap<String, String>)>>>,
+    membership: Arc<Mutex<MembershipLog>>,
     watched: Arc<Mutex<BTreeMap<String, Flips>>>,
 ) {
     let mut names: BTreeMap<String, String> = initial.iter().map(|(n, u)| (u.clone(), n.clone())).collect();
@@ -165,7 +168,7 @@ pub(super) struct Sampler {
     pub(super) t0: Instant,
     stop: watch::Sender<bool>,
     every: Duration,
-    membership: Arc<Mutex<Vec<(u64, BTreeMap<String, String>)>>>,
+    membership: Arc<Mutex<MembershipLog>>,
     watched: Arc<Mutex<BTreeMap<String, Flips>>>,
     task: tokio::task::JoinHandle<()>,
 }
