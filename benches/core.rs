@@ -85,7 +85,7 @@ fn main() {
         for _ in 0..100 {
             let t = Instant::now();
             let obs = target.observe(&model, &InvariantId::ALL).await;
-            let failures = check_all(&InvariantId::ALL, &model, &obs);
+            let failures = check_all(&shakedown::targets::checked(&target), &model, &obs);
             checks.push(t.elapsed().as_secs_f64() * 1000.0);
             assert!(failures.is_empty(), "healthy stack fails: {failures:?}");
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -108,7 +108,7 @@ fn main() {
                 let t = Instant::now();
                 loop {
                     let obs = target.observe(model, &InvariantId::ALL).await;
-                    if check_all(&InvariantId::ALL, model, &obs).is_empty() {
+                    if check_all(&shakedown::targets::checked(&*target), model, &obs).is_empty() {
                         break;
                     }
                     assert!(t.elapsed() < Duration::from_secs(60), "did not converge");

@@ -630,7 +630,8 @@ fn main() {
         std::fs::write(dir.join("profile.toml"), p.to_toml()).unwrap();
         let t0 = 1_800_000_000_000u64;
         let mut ev = String::new();
-        let inv: Vec<Judged> = InvariantId::ALL.iter().map(|&i| Judged { invariant: i, verdict: "pass".into(), us: 12 }).collect();
+        let inv: Vec<Judged> =
+            InvariantId::ALL.iter().map(|&i| Judged { invariant: i, verdict: shakedown::events::JudgedVerdict::Pass, us: 12 }).collect();
         let mut line = |ts_ms: u64, event: Event| {
             let _ = writeln!(ev, "{}", serde_json::to_string(&Line { v: shakedown::events::SCHEMA, ts_ms, event }).unwrap());
         };

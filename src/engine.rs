@@ -9,7 +9,7 @@ use shakedown_invariants::{all_serving, InvariantId, Observation, Verdict};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::events::{Check, CheckVerdict, Event, EventLog, Judged};
+use crate::events::{Check, CheckVerdict, Event, EventLog, Judged, JudgedVerdict};
 use crate::record::{now_rfc3339, Failure, FailureKind};
 use crate::targets::{Target, TargetError};
 
@@ -90,7 +90,7 @@ fn judge(invariants: &[InvariantId], model: &Model, obs: &Observation) -> (Vec<(
         let t = std::time::Instant::now();
         let v = id.check(model, obs);
         let us = t.elapsed().as_micros() as u64;
-        verdicts.push(Judged { invariant: id, verdict: v.name().into(), us });
+        verdicts.push(Judged { invariant: id, verdict: JudgedVerdict::of(&v), us });
         if !v.is_pass() {
             failures.push((id, v));
         }

@@ -34,12 +34,46 @@ pub enum CheckVerdict {
     Fail,
 }
 
+/// What one invariant said (the kind of `shakedown_invariants::Verdict`, without its message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JudgedVerdict {
+    Pass,
+    /// Broken, may still converge.
+    Fail,
+    /// Broken for good.
+    Definite,
+    /// No input for it in the observation.
+    Unobserved,
+}
+
+impl JudgedVerdict {
+    pub fn of(v: &shakedown_invariants::Verdict) -> JudgedVerdict {
+        use shakedown_invariants::Verdict;
+        match v {
+            Verdict::Pass => JudgedVerdict::Pass,
+            Verdict::Fail(_) => JudgedVerdict::Fail,
+            Verdict::Definite(_) => JudgedVerdict::Definite,
+            Verdict::Unobserved(_) => JudgedVerdict::Unobserved,
+        }
+    }
+
+    /// The name in the event log and the report's CSS class.
+    pub fn name(self) -> &'static str {
+        match self {
+            JudgedVerdict::Pass => "pass",
+            JudgedVerdict::Fail => "fail",
+            JudgedVerdict::Definite => "definite",
+            JudgedVerdict::Unobserved => "unobserved",
+        }
+    }
+}
+
 /// One invariant's verdict on the last observation of a check, and how long judging it took.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Judged {
     pub invariant: InvariantId,
-    /// `pass`, `fail` (may converge) or `definite` (cannot).
-    pub verdict: String,
+    pub verdict: JudgedVerdict,
     /// Judging time in microseconds.
     pub us: u64,
 }

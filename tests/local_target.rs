@@ -626,7 +626,10 @@ fn restore_refuses_a_damaged_backup_and_leaves_the_cluster_untouched() {
             let mut failures = vec![];
             for _ in 0..50 {
                 let obs = target.observe(&model, &InvariantId::ALL).await;
-                failures = check_all(&InvariantId::ALL, &model, &obs).into_iter().filter(|(i, _)| *i != InvariantId::Durability).collect();
+                failures = check_all(&shakedown::targets::checked(&target), &model, &obs)
+                    .into_iter()
+                    .filter(|(i, _)| *i != InvariantId::Durability)
+                    .collect();
                 if failures.is_empty() {
                     break;
                 }
@@ -677,7 +680,7 @@ fn a_backup_right_after_the_leaders_disk_detach_comes_from_a_healthy_member() {
         let mut failures = vec![];
         for _ in 0..50 {
             let obs = target.observe(&model, &InvariantId::ALL).await;
-            failures = check_all(&InvariantId::ALL, &model, &obs);
+            failures = check_all(&shakedown::targets::checked(&target), &model, &obs);
             if failures.is_empty() {
                 break;
             }
@@ -786,95 +789,6 @@ fn a_panic_tears_the_stack_down() {
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 }
 
-/// `replay DIR` replays a corpus against each record's expectation and exits 1 on a mismatch.
-#[test]
-fn corpus_replay_checks_each_records_expectation() {
-    use shakedown::record::{Expect, Failure, FailureKind, SeedRecord, FORMAT};
-    let _l = lock();
-    let d = dirs();
-    std::fs::create_dir_all(&d.seeds).unwrap();
-    let mut profile = shakedown::profiles::load("smoke").unwrap();
-    profile.steps = 2;
-    let plan = generate(3, &profile);
-    let record = |bug: Option<PlantedBug>, expect: Expect| SeedRecord {
-        format: FORMAT,
-        shakedown_version: "0.1.0".into(),
-        seed: 3,
-        run_id: "sd-corpus".into(),
-        started: "2026-11-30T00:00:00Z".into(),
-        expect,
-        versions: Default::default(),
-        failure: Failure {
-            kind: FailureKind::Violation,
-            step: 0,
-            op: "bring-up".into(),
-            invariant: Some(shakedown::invariants::InvariantId::Durability),
-            also: vec![],
-            message: "x".into(),
-            at: "2026-11-30T00:00:01Z".into(),
-        },
-        profile: profile.clone(),
-        plan: plan.clone(),
-        duration_ms: None,
-        shrunk: None,
-        matching: None,
-        reproduction: Vec::new(),
-        target: shakedown::targets::TargetSpec::Local(shakedown::targets::local::LocalSpec { testbed_bug: bug }),
-    };
-    // ack-before-write fails at the bring-up check (step 0) every time; without it the plan passes.
-    std::fs::write(d.seeds.join("a-detects.toml"), record(Some(PlantedBug::AckBeforeWrite), Expect::Fail).to_toml()).unwrap();
-    std::fs::write(d.seeds.join("b-fixed.toml"), record(None, Expect::Pass).to_toml()).unwrap();
-    let out = run(&["replay", d.seeds.to_str().unwrap()], &d);
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}");
-    assert!(stdout.contains("2 records, 2 as expected, 0 mismatched"), "{stdout}");
-    // A record still expected to fail whose bug is gone is a mismatch.
-    std::fs::write(d.seeds.join("b-fixed.toml"), record(None, Expect::Fail).to_toml()).unwrap();
-    let out = run(&["replay", d.seeds.to_str().unwrap()], &d);
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("1 mismatched") && stdout.contains("mismatch: ") && stdout.contains("b-fixed.toml"), "{stdout}");
-    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
-}
-
-/// Issue 10: a seed above 2^63 (TOML integers end there) runs, records and replays. Before the
-/// fix such a seed ended every run in `plans serialize: OutOfRange` (exit 5).
-#[test]
-fn a_seed_above_i64_max_runs_records_and_replays() {
-    let _l = lock();
-    let d = dirs();
-    let seed = u64::MAX;
-    let seed_s = seed.to_string();
-    let out = run(
-        &[
-            "run",
-            "--seed",
-            &seed_s,
-            "--steps",
-            "2",
-            "--profile",
-            &quick_profile(&d, PlantedBug::AckBeforeWrite),
-            "--testbed-bug",
-            "ack-before-write",
-        ],
-        &d,
-    );
-    assert_eq!(out.status.code(), Some(1), "caught as a violation: {}", text(&out.stderr));
-    assert!(text(&out.stdout).contains(&format!("FAIL: seed {seed_s}")));
-    let run_dir = only_run_dir(&d.runs);
-    let plan_text = std::fs::read_to_string(run_dir.join("plan.toml")).unwrap();
-    assert!(plan_text.contains("seed = \"18446744073709551615\""), "{plan_text}");
-    let records = seed_records(&d.seeds);
-    assert_eq!(records.len(), 1);
-    let record = SeedRecord::load(&records[0]).unwrap();
-    assert_eq!(record.seed, seed);
-    assert_eq!(record.plan.seed, seed);
-    let out = run(&["replay", records[0].to_str().unwrap()], &d);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("reproduced 1 of 1 (100%)"), "{}", text(&out.stdout));
-    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
-}
-
 /// Applies `op` to the model and executes it, as the engine does.
 async fn step(target: &mut shakedown::targets::local::LocalTarget, model: &mut shakedown::faults::Model, op: Op) {
     use shakedown::targets::Target;
@@ -973,7 +887,7 @@ async fn converged(
     let mut failures = vec![];
     for _ in 0..50 {
         let obs = target.observe(model, &InvariantId::ALL).await;
-        failures = check_all(&InvariantId::ALL, model, &obs);
+        failures = check_all(&shakedown::targets::checked(&*target), model, &obs);
         if failures.is_empty() {
             return Ok(obs.members.iter().map(|m| (m.name.clone(), m.revision)).collect());
         }

@@ -8,9 +8,11 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use common::{dirs, run, seed_records, text};
+use common::{dirs, junit_counts, run, seed_records, spawn, text, wait_exit, wait_line};
+use shakedown::faults::{generate, Op};
 use shakedown::record::SeedRecord;
 
 /// A profile with short bounds, so a check that never converges fails in a fraction of a
@@ -221,4 +223,320 @@ fn a_restore_after_a_backup_with_no_write_between_is_judged_in_op_order() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains("replay 1/1: did not reproduce: every invariant held"), "{stdout}");
+}
+
+/// `replay DIR` replays a corpus against each record's expectation and exits 1 on a mismatch.
+/// (Moved here from the local target's tests: replaying a corpus is shakedown's own logic.)
+#[test]
+fn corpus_replay_checks_each_records_expectation() {
+    use shakedown::faults::generate;
+    use shakedown::record::{Expect, Failure, FailureKind, FORMAT};
+    use shakedown::targets::sim::{SimBug, SimSpec};
+    let d = dirs();
+    std::fs::create_dir_all(&d.seeds).unwrap();
+    let mut profile = shakedown::profiles::load("smoke").unwrap();
+    profile.steps = 4;
+    let plan = generate(3, &profile);
+    let record = |bugs: Vec<SimBug>, expect: Expect| SeedRecord {
+        format: FORMAT,
+        shakedown_version: "0.1.0".into(),
+        seed: 3,
+        run_id: "sd-corpus".into(),
+        started: "2026-11-30T00:00:00Z".into(),
+        expect,
+        versions: Default::default(),
+        failure: Failure {
+            kind: FailureKind::Violation,
+            step: 1,
+            op: plan.ops[0].to_string(),
+            invariant: Some(shakedown::invariants::InvariantId::Durability),
+            also: vec![],
+            message: "x".into(),
+            at: "2026-11-30T00:00:01Z".into(),
+        },
+        profile: profile.clone(),
+        plan: plan.clone(),
+        duration_ms: None,
+        shrunk: None,
+        matching: None,
+        reproduction: Vec::new(),
+        target: shakedown::targets::TargetSpec::Sim(SimSpec { bugs }),
+    };
+    // lose-write at the first op fails there every time; without it the plan passes.
+    let lose = vec!["lose-write@1".parse().unwrap()];
+    std::fs::write(d.seeds.join("a-detects.toml"), record(lose, Expect::Fail).to_toml()).unwrap();
+    std::fs::write(d.seeds.join("b-fixed.toml"), record(vec![], Expect::Pass).to_toml()).unwrap();
+    let out = run(&["replay", d.seeds.to_str().unwrap()], &d);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("2 records, 2 as expected, 0 mismatched"), "{stdout}");
+    // A record still expected to fail whose bug is gone is a mismatch.
+    std::fs::write(d.seeds.join("b-fixed.toml"), record(vec![], Expect::Fail).to_toml()).unwrap();
+    let out = run(&["replay", d.seeds.to_str().unwrap()], &d);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("1 mismatched") && stdout.contains("mismatch: ") && stdout.contains("b-fixed.toml"), "{stdout}");
+}
+
+/// Issue 10: a seed above 2^63 (TOML integers end there) runs, records and replays. Before the
+/// fix such a seed ended every run in `plans serialize: OutOfRange` (exit 5). (Moved here from
+/// the local target's tests: seeds on the wire are shakedown's own.)
+#[test]
+fn a_seed_above_i64_max_runs_records_and_replays() {
+    let d = dirs();
+    let seed_s = u64::MAX.to_string();
+    let out = sim(&["--seed", &seed_s, "--steps", "2", "--sim-bug", "lose-write@1"], &d);
+    assert_eq!(out.status.code(), Some(1), "caught as a violation: {}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(&format!("FAIL: seed {seed_s}")));
+    let plan_text = std::fs::read_to_string(only_run_dir(&d.runs).join("plan.toml")).unwrap();
+    assert!(plan_text.contains("seed = \"18446744073709551615\""), "{plan_text}");
+    let records = seed_records(&d.seeds);
+    assert_eq!(records.len(), 1);
+    let record = SeedRecord::load(&records[0]).unwrap();
+    assert_eq!((record.seed, record.plan.seed), (u64::MAX, u64::MAX));
+    let out = run(&["replay", records[0].to_str().unwrap()], &d);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("reproduced 1 of 1 (100%)"), "{}", text(&out.stdout));
+}
+
+/// A stop request ends the run before its next step, every step so far checked (the engine,
+/// called from the library on a simulated stack: no process, no signal).
+#[test]
+fn a_stop_request_ends_the_run_after_the_current_step() {
+    use shakedown::engine::{Engine, Options, Outcome};
+    use shakedown::events::EventLog;
+    use shakedown::targets::sim::{SimSpec, SimTarget};
+    use shakedown::targets::{StartContext, TargetOptions};
+    let d = dirs();
+    std::fs::create_dir_all(&d.runs).unwrap();
+    let mut profile = shakedown::profiles::load("default").unwrap();
+    profile.steps = 10;
+    let plan = shakedown::faults::generate(1, &profile);
+    let model = profile.initial_model();
+    let options = TargetOptions::default();
+    let ctx = StartContext { run_id: "sd-stop", run_dir: &d.runs, profile: &profile, model: &model, options: &options };
+    let mut target = SimTarget::start_spec(&SimSpec::default(), &ctx).unwrap();
+    let (tx, rx) = tokio::sync::watch::channel(0u32);
+    let mut events = EventLog::create(&d.runs.join("events.jsonl"));
+    let mut lines = Vec::new();
+    let mut progress = |l: &str| {
+        lines.push(l.to_string());
+        // Ask to stop once step 3 is checked.
+        if l.starts_with("[ 3/10]") {
+            tx.send_replace(1);
+        }
+    };
+    let invariants = [shakedown::invariants::InvariantId::Durability, shakedown::invariants::InvariantId::Quorum];
+    let opts = Options { stop: Some(rx), ..Options::default() };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let outcome = rt.block_on(async {
+        let mut engine = Engine::new(&mut target, &profile, &invariants, &mut events, &mut progress, &opts);
+        engine.execute(&plan).await
+    });
+    assert_eq!(outcome.unwrap(), Outcome::Stopped { steps: 3 });
+    assert!(lines.iter().any(|l| l.contains("stopped on request after 3 checked steps")), "{lines:?}");
+}
+
+/// A 30-step smoke plan in which the first restore comes late, so there is plenty to shrink
+/// away.
+fn seed_with_late_restore() -> u64 {
+    let mut profile = shakedown::profiles::load("smoke").unwrap();
+    profile.steps = 30;
+    (1..20_000u64)
+        .find(|&s| generate(s, &profile).ops.iter().position(|o| matches!(o, Op::Restore { .. })).is_some_and(|i| (15..25).contains(&i)))
+        .expect("a seed with a late restore")
+}
+
+#[test]
+fn a_failure_shrinks_interrupted_and_resumed_to_a_handful_of_steps_and_the_shrunk_record_replays() {
+    let d = dirs();
+    let seed = seed_with_late_restore().to_string();
+    // A write lost at every restore, each restore taking 300 ms, so a shrink is still running
+    // when the test interrupts it.
+    let bugs = ["--sim-bug", "lose-write@restore", "--sim-bug", "slow-op@restore"];
+    let mut args = vec!["run", "--target", "sim", "--seed", &seed, "--steps", "30", "--profile", "smoke"];
+    args.extend(bugs);
+    let out = run(&args, &d);
+    assert_eq!(out.status.code(), Some(1), "the lost write is caught");
+    let file = seed_records(&d.seeds).pop().unwrap();
+    let f = file.to_str().unwrap();
+    let original = SeedRecord::load(&file).unwrap();
+    assert!(original.failure.step >= 15, "{:?}", original.failure);
+    assert!(original.duration_ms.is_some());
+
+    // Interrupted half-way: the original plan and failure are untouched; what was found so far
+    // is kept, marked incomplete.
+    let (mut child, rx) = spawn(&["shrink", f], &d);
+    wait_line(&rx, "run   1 ·", Duration::from_secs(120));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    assert_eq!(wait_exit(&mut child, Duration::from_secs(60)), 130);
+    let after = SeedRecord::load(&file).expect("the record still loads after an interrupted shrink");
+    assert_eq!((&after.plan, &after.failure), (&original.plan, &original.failure));
+    assert!(after.shrunk.as_ref().is_none_or(|s| !s.complete), "{:?}", after.shrunk);
+
+    // Shrinking again goes on from there, to a handful of steps.
+    let out = run(&["shrink", f, "--max-runs", "40"], &d);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("shrunk 30 → "), "{stdout}");
+    let shrunk = SeedRecord::load(&file).unwrap();
+    let s = shrunk.shrunk.as_ref().expect("a shrunk plan");
+    assert!(s.ops.len() <= 4, "shrunk to {} ops: {:?}", s.ops.len(), s.ops);
+    assert!(s.ops.iter().any(|o| matches!(o, Op::Restore { .. })), "the trigger stays: {:?}", s.ops);
+    assert_eq!(s.failure.invariant, original.failure.invariant);
+    assert_eq!(shrunk.plan, original.plan, "the original plan stays beside the shrunk one");
+    assert_eq!(stdout.lines().last().unwrap(), format!("shakedown replay {f}"));
+
+    // replay runs the shrunk plan; --original the recorded one.
+    let out = run(&["replay", f], &d);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains(&format!("shrunk plan, {} of 30 ops", s.ops.len())) && stdout.contains("reproduced 1 of 1"), "{stdout}");
+    let out = run(&["replay", f, "--original"], &d);
+    assert!(text(&out.stdout).contains("· 30 ops ·") && text(&out.stdout).contains("reproduced 1 of 1"), "{}", text(&out.stdout));
+}
+
+fn soak_dir(runs: &Path) -> PathBuf {
+    std::fs::read_dir(runs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("soak-"))
+        .expect("a soak directory")
+}
+
+#[test]
+fn soak_records_every_failure_and_writes_summary_junit_and_html() {
+    let d = dirs();
+    // A write lost at the first op: every seed fails there.
+    let out = run(
+        &[
+            "soak",
+            "--target",
+            "sim",
+            "--for",
+            "2m",
+            "--profile",
+            "smoke",
+            "--seed",
+            "40",
+            "--max-failures",
+            "2",
+            "--sim-bug",
+            "lose-write@1",
+        ],
+        &d,
+    );
+    assert_eq!(out.status.code(), Some(1), "violations exit 1");
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("soak summary") && stdout.contains("--max-failures reached"), "{stdout}");
+    assert!(stdout.contains("seeds          2: 40 … 41 (0 passed, 2 failed, 0 cut short)"), "{stdout}");
+    assert!(stdout.contains("failures       durability 2"), "{stdout}");
+    let records = seed_records(&d.seeds);
+    assert_eq!(records.len(), 2);
+    let dir = soak_dir(&d.runs);
+    let (tests, failures, _, messages) = junit_counts(&dir.join("junit.xml"));
+    assert_eq!((tests, failures), (2, 2));
+    for r in &records {
+        let replay = format!("replay: shakedown replay {}", r.display());
+        assert!(messages.iter().any(|m| m.ends_with(&replay)), "no failure message ends with {replay:?}: {messages:?}");
+    }
+    let index = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(index.contains("seed 40") && index.contains("seed 41") && index.contains("/report.html\">report</a>"), "{index}");
+    assert_eq!(std::fs::read_to_string(dir.join("soak.jsonl")).unwrap().lines().count(), 2);
+    // Each run has its own report (with the plot) and forensics.
+    for run_dir in std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()) {
+        let html = std::fs::read_to_string(run_dir.join("report.html")).unwrap();
+        assert!(html.contains("<svg") && html.contains("FAIL"), "{}", run_dir.display());
+        assert!(run_dir.join("forensics/observation.json").is_file());
+        let (t, f, _, _) = junit_counts(&run_dir.join("junit.xml"));
+        assert_eq!((t, f), (1, 1));
+    }
+}
+
+#[test]
+fn soak_passes_the_smoke_tier_and_ctrl_c_stops_it_cleanly_with_a_summary() {
+    let d = dirs();
+    let out = run(&["soak", "--target", "sim", "--for", "2s", "--profile", "smoke", "--seed", "7"], &d);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("(time is up)") && stdout.contains("failures       none"), "{stdout}");
+    let (tests, failures, _, _) = junit_counts(&soak_dir(&d.runs).join("junit.xml"));
+    assert!(tests >= 1 && failures == 0);
+    assert!(seed_records(&d.seeds).is_empty());
+
+    let d = dirs();
+    let (mut child, rx) =
+        spawn(&["soak", "--target", "sim", "--for", "10m", "--profile", "smoke", "--seed", "70", "--sim-bug", "slow-op@crash"], &d);
+    // Wait until the soak started its first run, then interrupt it mid-seed.
+    let t0 = Instant::now();
+    while !d.runs.exists() || std::fs::read_dir(&d.runs).unwrap().count() == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the soak started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    assert_eq!(wait_exit(&mut child, Duration::from_secs(60)), 130);
+    let lines: Vec<String> = rx.try_iter().collect();
+    assert!(lines.iter().any(|l| l.contains("ran for") && l.contains("(interrupted)")), "{lines:?}");
+}
+
+/// Issue 12: `--write-rate` appends the measured rate to the record (atomically, keeping what
+/// was there); a corpus replays a record with a rate below 1 until the first reproduction.
+#[test]
+fn replay_writes_the_rate_into_the_record_and_a_timing_bound_record_stops_at_the_first_reproduction() {
+    use shakedown::record::{Match, WhichPlan};
+    let d = dirs();
+    // A record of a failure caught at the first op every time.
+    let made = dirs();
+    let out = sim(&["--seed", "1", "--steps", "3", "--sim-bug", "lose-write@1"], &made);
+    assert_eq!(out.status.code(), Some(1));
+    std::fs::create_dir_all(&d.seeds).unwrap();
+    let file = d.seeds.join("seed-1.toml");
+    std::fs::copy(seed_records(&made.seeds).pop().unwrap(), &file).unwrap();
+    let f = file.to_str().unwrap();
+    let before = SeedRecord::load(&file).unwrap();
+    assert!(before.reproduction.is_empty());
+
+    let out = run(&["replay", f, "--times", "2", "--write-rate"], &d);
+    assert_eq!(out.status.code(), Some(1), "the lost write is caught");
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("reproduced 2 of 2 (100%), 95% interval 34–100%"), "{stdout}");
+    assert!(stdout.contains("rate written into"), "{stdout}");
+    let after = SeedRecord::load(&file).unwrap();
+    assert_eq!(after.reproduction.len(), 1, "{:?}", after.reproduction);
+    let m = &after.reproduction[0];
+    assert_eq!((m.runs, m.reproduced, m.matched, m.plan), (2, 2, Match::Step, WhichPlan::Original), "an unshrunk record replays its plan");
+    assert!(m.versions.contains_key("sim"), "the versions the replays ran with: {:?}", m.versions);
+    assert_eq!(
+        (&after.plan, &after.failure, &after.shrunk, after.matching),
+        (&before.plan, &before.failure, &before.shrunk, None),
+        "the rest is kept"
+    );
+    assert!(std::fs::read_to_string(&file).unwrap().contains("[[reproduction]]"));
+
+    // A second measurement is appended; counted at any step, it sets the record's match.
+    let out = run(&["replay", f, "--match", "invariant", "--write-rate"], &d);
+    assert_eq!(out.status.code(), Some(1));
+    let after = SeedRecord::load(&file).unwrap();
+    assert_eq!(after.reproduction.len(), 2);
+    assert_eq!(after.reproduction[0], m.clone(), "older measurements stay");
+    assert_eq!((after.reproduction[1].runs, after.reproduction[1].matched), (1, Match::Invariant));
+    assert_eq!(after.matching, Some(Match::Invariant));
+    assert!(seed_records(&d.seeds).len() == 1, "replaying writes no new record (and leaves no temp file)");
+
+    // In a corpus, a rate below 1 makes the record timing-bound: up to 5 replays at 1 of 2,
+    // stopping at the first that reproduces.
+    let mut rated = after.clone();
+    rated.reproduction[1].reproduced = 1;
+    rated.reproduction[1].runs = 2;
+    let corpus = d.runs.parent().unwrap().join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    rated.rewrite(&corpus.join("seed-1.toml")).unwrap();
+    let out = run(&["replay", corpus.to_str().unwrap()], &d);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("timing-bound (reproduced in 50% of replays when measured, match invariant): up to 5 replays"), "{stdout}");
+    assert!(stdout.contains("replay 1/5: reproduced") && !stdout.contains("replay 2/5"), "{stdout}");
+    assert!(stdout.contains("1 records, 1 as expected, 0 mismatched"), "{stdout}");
 }

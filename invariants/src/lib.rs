@@ -138,15 +138,6 @@ impl Verdict {
             Verdict::Fail(m) | Verdict::Definite(m) | Verdict::Unobserved(m) => Some(m),
         }
     }
-    /// The verdict's name in events and reports.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Verdict::Pass => "pass",
-            Verdict::Fail(_) => "fail",
-            Verdict::Definite(_) => "definite",
-            Verdict::Unobserved(_) => "unobserved",
-        }
-    }
 }
 
 /// A broken invariant.

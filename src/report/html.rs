@@ -475,7 +475,7 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
             .map(|c| {
                 c.invariants
                     .iter()
-                    .map(|j| format!(r#"<span class="inv {0}" title="{1}: {0} ({2}µs)"></span>"#, j.verdict, j.invariant, j.us))
+                    .map(|j| format!(r#"<span class="inv {0}" title="{1}: {0} ({2}µs)"></span>"#, j.verdict.name(), j.invariant, j.us))
                     .collect()
             })
             .unwrap_or_default();

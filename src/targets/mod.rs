@@ -246,6 +246,12 @@ pub enum Coverage {
     Unchecked(String),
 }
 
+/// The invariants `target` checks here (its coverage says `Checked`), in checking order: what a
+/// caller that drives a target itself (a test, a benchmark) judges.
+pub fn checked(target: &dyn Target) -> Vec<InvariantId> {
+    InvariantId::ALL.into_iter().filter(|&id| target.coverage(id) == Coverage::Checked).collect()
+}
+
 /// A stack under test.
 ///
 /// Architecture invariant: a target never decides whether an invariant holds; it executes ops

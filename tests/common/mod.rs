@@ -1,8 +1,10 @@
 //! Helpers for tests that run the real `shakedown` binary.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 pub fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_shakedown"));
@@ -93,4 +95,71 @@ pub fn seed_records(seeds: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "toml")).collect();
     v.sort();
     v
+}
+
+/// Parses an XML file with Python's XML parser (a real parser, not a string match) and returns
+/// (tests, failures, skipped) of its first test suite and every failure message.
+pub fn junit_counts(path: &Path) -> (u32, u32, u32, Vec<String>) {
+    let script = r#"
+import sys, xml.etree.ElementTree as E
+s = E.parse(sys.argv[1]).getroot().find('testsuite')
+print(s.get('tests'), s.get('failures'), s.get('skipped'))
+for f in s.iter('failure'):
+    print(f.get('message'))
+"#;
+    let out = std::process::Command::new("python3").arg("-c").arg(script).arg(path).output().expect("python3 runs");
+    assert!(out.status.success(), "{} is not valid XML: {}", path.display(), text(&out.stderr));
+    let s = text(&out.stdout);
+    let mut lines = s.lines();
+    let counts: Vec<u32> = lines.next().unwrap().split_whitespace().map(|n| n.parse().unwrap()).collect();
+    (counts[0], counts[1], counts[2], lines.map(str::to_string).collect())
+}
+
+/// Starts a shakedown command; returns the child and a receiver of its stdout lines.
+pub fn spawn(args: &[&str], d: &Dirs) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let mut child = bin()
+        .args(args)
+        .arg("--runs-dir")
+        .arg(&d.runs)
+        .arg("--seeds-dir")
+        .arg(&d.seeds)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            eprintln!("| {line}");
+            let _ = tx.send(line);
+        }
+    });
+    (child, rx)
+}
+
+pub fn wait_line(rx: &std::sync::mpsc::Receiver<String>, needle: &str, limit: Duration) -> Vec<String> {
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    while t0.elapsed() < limit {
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+            let hit = l.contains(needle);
+            seen.push(l);
+            if hit {
+                return seen;
+            }
+        }
+    }
+    panic!("no line containing {needle:?} within {limit:?}; saw {seen:?}");
+}
+
+pub fn wait_exit(child: &mut std::process::Child, limit: Duration) -> i32 {
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s.code().unwrap_or(-1);
+        }
+        assert!(t0.elapsed() < limit, "did not exit within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

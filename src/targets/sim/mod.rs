@@ -33,6 +33,9 @@ pub const WRITES_PER_STEP: usize = 3;
 /// How many observations a `slow-converge` step shows its member down before it answers.
 pub const SLOW_OBSERVATIONS: u32 = 3;
 
+/// How long an op of a `slow-op` trigger takes.
+pub const SLOW_OP: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// The keys the simulated workload writes (round robin), so later writes overwrite earlier ones.
 const KEYS: usize = 5;
 
@@ -224,6 +227,7 @@ impl Target for SimTarget {
                 | SimBugKind::Unobserved
                 | SimBugKind::Unsupported
                 | SimBugKind::Quiet => {}
+                SimBugKind::SlowOp => tokio::time::sleep(SLOW_OP).await,
             }
         }
         match *op {
@@ -278,7 +282,12 @@ impl Target for SimTarget {
                 SimBugKind::SlowConverge => self.slow = self.answering_member(),
                 SimBugKind::NeverConverge => self.deaf = self.answering_member(),
                 SimBugKind::Unobserved => self.blind = true,
-                SimBugKind::Panic | SimBugKind::OpFails | SimBugKind::EnvError | SimBugKind::Unsupported | SimBugKind::Quiet => {}
+                SimBugKind::Panic
+                | SimBugKind::OpFails
+                | SimBugKind::EnvError
+                | SimBugKind::Unsupported
+                | SimBugKind::Quiet
+                | SimBugKind::SlowOp => {}
             }
         }
         Ok(())

@@ -36,10 +36,13 @@ pub enum SimBugKind {
     /// Not a bug of the stack: the workload acknowledges no write at this op (a paused client, a
     /// stack that served nothing), so marks around it fall on the same acknowledgement count.
     Quiet,
+    /// Not a bug either: the op takes [`super::SLOW_OP`] (the simulated stack's one use of time,
+    /// so that a test's signal lands in the middle of a run).
+    SlowOp,
 }
 
 impl SimBugKind {
-    pub const ALL: [SimBugKind; 10] = [
+    pub const ALL: [SimBugKind; 11] = [
         SimBugKind::LoseWrite,
         SimBugKind::StaleMember,
         SimBugKind::SlowConverge,
@@ -50,6 +53,7 @@ impl SimBugKind {
         SimBugKind::Unobserved,
         SimBugKind::Unsupported,
         SimBugKind::Quiet,
+        SimBugKind::SlowOp,
     ];
 
     pub fn name(self) -> &'static str {
@@ -64,6 +68,7 @@ impl SimBugKind {
             SimBugKind::Unobserved => "unobserved",
             SimBugKind::Unsupported => "unsupported",
             SimBugKind::Quiet => "quiet",
+            SimBugKind::SlowOp => "slow-op",
         }
     }
 }
@@ -168,7 +173,7 @@ pub struct SimOptions {
     /// sim target (shakedown's own tests): switch on a misbehaviour of the simulated stack,
     /// BUG@N (the N-th op executed) or BUG@OP-KIND (every op of that kind); BUG is one of
     /// lose-write, stale-member, slow-converge, never-converge, op-fails, env-error, panic,
-    /// unobserved, unsupported, quiet (repeatable).
+    /// unobserved, unsupported, quiet, slow-op (repeatable).
     #[arg(long = "sim-bug", value_name = "BUG@WHEN")]
     pub sim_bug: Vec<SimBug>,
 }
