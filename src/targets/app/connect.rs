@@ -11,7 +11,7 @@ use shakedown_faults::Stack;
 
 use super::data::Writer;
 use super::resources::resource_kinds;
-use super::spec::AppSpec;
+use super::spec::{AppProfile, AppSpec};
 use super::{bounded, opted_in, AppTarget, FIRST_ACK_BOUND};
 use crate::exit::Fatal;
 use crate::targets::kube::{OPT_IN, RUN_LABEL};
@@ -90,16 +90,9 @@ impl AppTarget {
         // The run's object, for `reap --kube` after a kill -9: which process runs, and the
         // operator's replicas to scale it back to.
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
-        let mut data = serde_json::json!({"app": p.statefulset, "pid": std::process::id().to_string(), "host": host, "started": crate::record::now_rfc3339()});
-        if let (Some(op), Some(r)) = (&p.operator, operator_replicas) {
-            data["app-operator"] = op.clone().into();
-            data["app-operator-replicas"] = r.to_string().into();
-        }
-        let kinds = resource_kinds(p);
-        if !kinds.is_empty() {
-            // The operator's objects this run may create (`backup`, `restore`), for `reap --kube`.
-            data["app-resources"] = kinds.iter().map(|(v, k)| format!("{v}/{k}")).collect::<Vec<_>>().join(",").into();
-        }
+        let started = crate::record::now_rfc3339();
+        let mut data = serde_json::json!({"app": p.statefulset, "pid": std::process::id().to_string(), "host": host, "started": started});
+        RunRecord::of(p, operator_replicas).write(&mut data);
         let cm: ConfigMap = serde_json::from_value(serde_json::json!({
             "metadata": {"name": format!("shakedown-{}", ctx.run_id), "labels": {RUN_LABEL: ctx.run_id, "app.kubernetes.io/managed-by": "shakedown"}},
             "data": data,
@@ -130,5 +123,72 @@ impl AppTarget {
             probe_jobs: Default::default(),
             torn_down: false,
         })
+    }
+}
+
+/// What an application-target run writes in its ConfigMap beside the process (`app`, `host`,
+/// `pid`, `started`): what its cleanup undoes, read back by `reap --kube` after a kill -9.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunRecord {
+    /// The operator's Deployment and the replicas it goes back to (`app-operator`,
+    /// `app-operator-replicas`).
+    pub operator: Option<(String, i32)>,
+    /// The kinds (`group/version/Kind`) of the operator's objects the run may create: its
+    /// `[backup]` and `[restore]` (`app-resources`).
+    pub resources: Vec<String>,
+}
+
+impl RunRecord {
+    /// The record of a run of app profile `p` whose operator had `operator_replicas` at its start.
+    pub fn of(p: &AppProfile, operator_replicas: Option<i32>) -> RunRecord {
+        RunRecord {
+            operator: p.operator.clone().zip(operator_replicas),
+            resources: resource_kinds(p).iter().map(|(v, k)| format!("{v}/{k}")).collect(),
+        }
+    }
+
+    /// Its keys, into a ConfigMap's `data`.
+    fn write(&self, data: &mut serde_json::Value) {
+        if let Some((op, r)) = &self.operator {
+            data["app-operator"] = op.clone().into();
+            data["app-operator-replicas"] = r.to_string().into();
+        }
+        if !self.resources.is_empty() {
+            data["app-resources"] = self.resources.join(",").into();
+        }
+    }
+
+    /// The record in a run's ConfigMap data, if an application-target run wrote it (it has `app`).
+    pub fn read(data: &BTreeMap<String, String>) -> Option<RunRecord> {
+        let replicas = data.get("app-operator-replicas").and_then(|r| r.parse::<i32>().ok());
+        data.contains_key("app").then(|| RunRecord {
+            operator: data.get("app-operator").cloned().zip(replicas),
+            resources: data
+                .get("app-resources")
+                .map(|r| r.split(',').filter(|k| !k.is_empty()).map(String::from).collect())
+                .unwrap_or_default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a run writes is what `reap --kube` reads back; a kube-target run's ConfigMap is none.
+    #[test]
+    fn a_run_record_reads_back_as_written() {
+        for record in [
+            RunRecord::default(),
+            RunRecord { operator: Some(("etcd-operator".into(), 2)), resources: vec![] },
+            RunRecord { operator: None, resources: vec!["etcd.example/v1/EtcdBackup".into(), "etcd.example/v1/EtcdRestore".into()] },
+        ] {
+            let mut data = serde_json::json!({"app": "etcd", "pid": "1", "host": "h", "started": "now"});
+            record.write(&mut data);
+            let data: BTreeMap<String, String> = serde_json::from_value(data).unwrap();
+            assert_eq!(RunRecord::read(&data), Some(record));
+        }
+        let kube_run = BTreeMap::from([("cluster".to_string(), "c".to_string()), ("pid".to_string(), "1".to_string())]);
+        assert_eq!(RunRecord::read(&kube_run), None);
     }
 }

@@ -55,7 +55,8 @@ use crate::exit::Fatal;
 use data::Writer;
 use spec::AppSpec;
 
-pub use cleanup::restore_failed_pods;
+pub use cleanup::{clean_up, Cleaned};
+pub use connect::RunRecord;
 pub use drain::{cordon_patch, cordoned_by};
 pub use pods::{failed_by, failure_patch, own_images};
 pub use resources::{resource_api_of, resource_kinds};

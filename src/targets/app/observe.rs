@@ -100,7 +100,7 @@ impl AppTarget {
     }
 
     /// The nodes this run cordoned that are still cordoned.
-    pub(super) async fn cordoned_nodes(&self) -> Vec<String> {
+    async fn cordoned_nodes(&self) -> Vec<String> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let list = bounded("nodes", nodes.list(&ListParams::default())).await.map(|l| l.items).unwrap_or_default();
         list.into_iter()

@@ -76,7 +76,7 @@ impl AppTarget {
     }
 
     /// The API of a custom resource kind (its plural from discovery).
-    pub(super) async fn resource_api(&self, r: &ResourceOp, section: &str) -> Result<Api<DynamicObject>, TargetError> {
+    async fn resource_api(&self, r: &ResourceOp, section: &str) -> Result<Api<DynamicObject>, TargetError> {
         let (api_version, kind) = r.kind(section).map_err(TargetError::Environment)?;
         bounded(&format!("discover {api_version} {kind}"), resource_api_of(&self.client, self.ns(), &format!("{api_version}/{kind}")))
             .await
