@@ -94,7 +94,10 @@ impl AppTarget {
         let mut data = serde_json::json!({"app": p.statefulset, "pid": std::process::id().to_string(), "host": host, "started": started});
         RunRecord::of(p, operator_replicas).write(&mut data);
         let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": format!("shakedown-{}", ctx.run_id), "labels": {RUN_LABEL: ctx.run_id, "app.kubernetes.io/managed-by": "shakedown"}},
+            "metadata": {
+                "name": format!("shakedown-{}", ctx.run_id),
+                "labels": {RUN_LABEL: ctx.run_id, "app.kubernetes.io/managed-by": "shakedown"},
+            },
             "data": data,
         }))
         .map_err(|e| Fatal::internal(e.to_string()))?;

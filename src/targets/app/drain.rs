@@ -30,7 +30,8 @@ impl AppTarget {
         let node = bounded("get node", nodes.get(&node_name)).await.map_err(env)?;
         if !opted_in(node.metadata.annotations.as_ref()) {
             return Err(TargetError::Environment(format!(
-                "node {node_name} (of {pod}) has not opted in to chaos: a drain evicts every pod on it, of every namespace; annotate it with {OPT_IN}=\"true\" (kubectl annotate node {node_name} {OPT_IN}=true) or leave node-drain out of the profile"
+                "node {node_name} (of {pod}) has not opted in to chaos: a drain evicts every pod on it, of every namespace; annotate it \
+                with {OPT_IN}=\"true\" (kubectl annotate node {node_name} {OPT_IN}=true) or leave node-drain out of the profile"
             )));
         }
         if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
@@ -50,7 +51,10 @@ impl AppTarget {
         // Verified: schedulable again.
         self.wait(&format!("node {node_name} schedulable again"), || {
             let (nodes, node_name) = (nodes.clone(), node_name.clone());
-            async move { nodes.get(&node_name).await.ok().filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)).map(|_| ()) }
+            async move {
+                let node = nodes.get(&node_name).await.ok()?;
+                (node.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)).then_some(())
+            }
         })
         .await?;
         let (evicted, last) = evicted;
@@ -94,7 +98,8 @@ impl AppTarget {
                         refused += 1;
                         if Instant::now() > deadline {
                             result = Err(TargetError::Stack(format!(
-                                "the drain of node {node} is blocked: evicting {ns}/{name} was refused for {}s ({}) — a PodDisruptionBudget that the pods already evicted cannot satisfy again while the node is cordoned",
+                                "the drain of node {node} is blocked: evicting {ns}/{name} was refused for {}s ({}) — a \
+                                PodDisruptionBudget that the pods already evicted cannot satisfy again while the node is cordoned",
                                 self.spec.app_profile.op_timeout.as_secs(),
                                 r.message
                             )));
@@ -115,7 +120,12 @@ impl AppTarget {
         }
         self.events.push(crate::events::Event::Target {
             kind: "app-drain".into(),
-            detail: serde_json::json!({"node": node, "evictable": names, "refused-evictions": refused, "error": result.as_ref().err().map(|e| e.to_string())}),
+            detail: serde_json::json!({
+                "node": node,
+                "evictable": names,
+                "refused-evictions": refused,
+                "error": result.as_ref().err().map(|e| e.to_string()),
+            }),
         });
         result?;
         // Verified: every evicted pod is gone from the node (its replacement, if any, is another

@@ -264,7 +264,8 @@ impl Target for AppTarget {
     }
 
     fn interrupted(&self) -> &'static str {
-        "interrupted: the run's NetworkPolicies, backups and restores were removed, its cordons lifted, its failed pods given their own images back and the operator scaled back"
+        "interrupted: the run's NetworkPolicies, backups and restores were removed, its cordons lifted, its failed pods given their own \
+        images back and the operator scaled back"
     }
 
     async fn teardown(&mut self) {

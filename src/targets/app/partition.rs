@@ -51,7 +51,8 @@ fn group_policy(name: &str, run_id: &str, own: &Labels, other: &Labels, other_na
         .map(|(k, v)| serde_json::json!({"podSelector": {"matchExpressions": [{"key": k, "operator": "NotIn", "values": [v]}]}}))
         .collect();
     if let Some(ns) = other_namespaces_than {
-        from.push(serde_json::json!({"namespaceSelector": {"matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": [ns]}]}}));
+        let others = serde_json::json!({"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": [ns]});
+        from.push(serde_json::json!({"namespaceSelector": {"matchExpressions": [others]}}));
     }
     serde_json::json!({
         "metadata": {"name": name, "labels": {RUN_LABEL: run_id, "app.kubernetes.io/managed-by": "shakedown"}},
@@ -116,7 +117,9 @@ impl AppTarget {
             if Instant::now() >= deadline {
                 let said: String = format!("{} {}", out.stderr.trim(), out.stdout.trim()).trim().chars().take(300).collect();
                 return Err(TargetError::Environment(format!(
-                    "the [partition] probe does not connect from {from} to {to} ({ip}) before any policy is made (exit {}{}): a probe that never connects cannot show a cut, so the partition would verify nothing; fix the probe (its command, its port, a container that has the command); no policy was created",
+                    "the [partition] probe does not connect from {from} to {to} ({ip}) before any policy is made (exit {}{}): a probe that \
+                    never connects cannot show a cut, so the partition would verify nothing; fix the probe (its command, its port, a \
+                    container that has the command); no policy was created",
                     out.code,
                     if said.is_empty() { String::new() } else { format!(": {said}") }
                 )));
@@ -137,7 +140,8 @@ impl AppTarget {
         let pod = bounded("get pod", pods.get(&target)).await.map_err(env)?;
         if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
             return Err(TargetError::Environment(format!(
-                "{target} runs on the host's network (hostNetwork: true): a NetworkPolicy cannot cut it off on any network plugin, so partition cannot be done to this application; no policy was created"
+                "{target} runs on the host's network (hostNetwork: true): a NetworkPolicy cannot cut it off on any network plugin, so \
+                partition cannot be done to this application; no policy was created"
             )));
         }
         let (from, ip) = self.probe_ends(m).await?;
@@ -155,14 +159,20 @@ impl AppTarget {
         loop {
             match self.probe_to(m).await {
                 Ok(false) => {
-                    tracing::info!("partition({m}): {target} cut off by NetworkPolicy {name}: the partition probe no longer connects to it ({:.1}s after the policy was created)", t0.elapsed().as_secs_f64());
+                    tracing::info!(
+                        "partition({m}): {target} cut off by NetworkPolicy {name}: the partition probe no longer connects to it ({:.1}s \
+                        after the policy was created)",
+                        t0.elapsed().as_secs_f64()
+                    );
                     return Ok(());
                 }
                 Ok(true) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(500)).await,
                 Ok(true) => {
                     let _ = bounded("delete NetworkPolicy", api.delete(&name, &DeleteParams::default())).await;
                     return Err(TargetError::Environment(format!(
-                        "this cluster does not enforce NetworkPolicy: {}s after NetworkPolicy {name} cut {target} off, the partition probe still connects to it (a CNI without a policy engine, such as the bridge plugin, ignores policies); the policy was removed and the partition counts as not done",
+                        "this cluster does not enforce NetworkPolicy: {}s after NetworkPolicy {name} cut {target} off, the partition probe \
+                        still connects to it (a CNI without a policy engine, such as the bridge plugin, ignores policies); the policy was \
+                        removed and the partition counts as not done",
                         PARTITION_SETTLE.as_secs()
                     )));
                 }
@@ -266,7 +276,8 @@ impl AppTarget {
         }
         if let Some(p) = in_a.iter().chain(&in_b).find(|p| p.spec.as_ref().and_then(|s| s.host_network) == Some(true)) {
             return Err(TargetError::Environment(format!(
-                "{} runs on the host's network (hostNetwork: true): a NetworkPolicy cannot cut it off on any network plugin, so partition-groups cannot be done to these groups; no policy was created",
+                "{} runs on the host's network (hostNetwork: true): a NetworkPolicy cannot cut it off on any network plugin, so \
+                partition-groups cannot be done to these groups; no policy was created",
                 name(p)
             )));
         }
@@ -311,7 +322,9 @@ impl AppTarget {
                         .collect::<Vec<_>>()
                         .join(" and ");
                     return Err(undo(TargetError::Environment(format!(
-                        "this cluster does not enforce NetworkPolicy: {}s after the policies of partition-groups(pick {pick}) were created, the partition probe still connects {ways} (a CNI without a policy engine, such as the bridge plugin, ignores policies); the policies were removed and the partition counts as not done",
+                        "this cluster does not enforce NetworkPolicy: {}s after the policies of partition-groups(pick {pick}) were \
+                        created, the partition probe still connects {ways} (a CNI without a policy engine, such as the bridge plugin, \
+                        ignores policies); the policies were removed and the partition counts as not done",
                         PARTITION_SETTLE.as_secs()
                     )))
                     .await);
@@ -339,7 +352,8 @@ impl AppTarget {
                         Ok(false) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(500)).await,
                         Ok(false) => {
                             return Err(undo(TargetError::Environment(format!(
-                                "partition-groups(pick {pick}) cut more than the two groups: {c}, in neither, no longer reaches {end} (the policies admit it; the network plugin does not); the policies were removed"
+                                "partition-groups(pick {pick}) cut more than the two groups: {c}, in neither, no longer reaches {end} (the \
+                                policies admit it; the network plugin does not); the policies were removed"
                             )))
                             .await)
                         }
@@ -362,12 +376,22 @@ impl AppTarget {
             if named {
                 ""
             } else {
-                "; pods of other namespaces are cut off from both groups too (namespaces here carry no kubernetes.io/metadata.name label: Kubernetes before 1.21)"
+                "; pods of other namespaces are cut off from both groups too (namespaces here carry no kubernetes.io/metadata.name label: \
+                Kubernetes before 1.21)"
             }
         );
         self.events.push(crate::events::Event::Target {
             kind: "app-partition-groups".into(),
-            detail: serde_json::json!({"pick": pick, "a": cut.a, "b": cut.b, "a-pods": a_pods, "b-pods": b_pods, "cut-after-ms": cut_after.as_millis() as u64, "outside": outside, "other-namespaces-admitted": named}),
+            detail: serde_json::json!({
+                "pick": pick,
+                "a": cut.a,
+                "b": cut.b,
+                "a-pods": a_pods,
+                "b-pods": b_pods,
+                "cut-after-ms": cut_after.as_millis() as u64,
+                "outside": outside,
+                "other-namespaces-admitted": named,
+            }),
         });
         Ok(())
     }

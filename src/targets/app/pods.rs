@@ -156,7 +156,15 @@ impl AppTarget {
         );
         self.events.push(crate::events::Event::Target {
             kind: "app-pod-failure".into(),
-            detail: serde_json::json!({"pod": name, "image": pf.image, "own-images": own, "not-ready-after-ms": not_ready_ms, "failed-for-ms": pf.duration.as_millis() as u64, "ready-again-after-ms": ready_ms, "same-pod": same}),
+            detail: serde_json::json!({
+                "pod": name,
+                "image": pf.image,
+                "own-images": own,
+                "not-ready-after-ms": not_ready_ms,
+                "failed-for-ms": pf.duration.as_millis() as u64,
+                "ready-again-after-ms": ready_ms,
+                "same-pod": same,
+            }),
         });
         Ok(())
     }

@@ -122,7 +122,12 @@ impl AppTarget {
             .and_then(|done| done);
         self.events.push(crate::events::Event::Target {
             kind: format!("app-{section}"),
-            detail: serde_json::json!({"object": name, "kind": body.get("kind"), "ms": t.elapsed().as_millis() as u64, "error": waited.as_ref().err().map(|e| e.to_string())}),
+            detail: serde_json::json!({
+                "object": name,
+                "kind": body.get("kind"),
+                "ms": t.elapsed().as_millis() as u64,
+                "error": waited.as_ref().err().map(|e| e.to_string()),
+            }),
         });
         waited
     }
