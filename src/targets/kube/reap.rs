@@ -3,9 +3,8 @@
 //! KubeadmControlPlane paused by it (annotated with the run id), the Velero Backups and
 //! Restores it created (labelled with the run id), and its API workload's namespace (or
 //! ConfigMaps) in the workload cluster (labelled with the run id). An application-target run
-//! leaves its ConfigMap in the application's namespace, its partitions' NetworkPolicies
-//! (labelled with the run id) and perhaps the operator scaled down (the ConfigMap says to what
-//! it goes back).
+//! leaves its ConfigMap in the application's namespace and what its teardown would have undone:
+//! `app::clean_up` undoes it, from the record in the ConfigMap (`app::RunRecord`).
 
 use std::path::Path;
 
@@ -15,6 +14,7 @@ use serde_json::json;
 
 use super::client::{self, capi, discover_capi};
 use super::{velero_ar, KubeError, CAPI_PAUSED, PAUSED_BY, RUN_LABEL};
+use crate::targets::app::{clean_up, RunRecord};
 
 /// What a reap removed.
 #[derive(Debug, Default)]
@@ -25,78 +25,10 @@ pub struct Reaped {
     pub velero: Vec<String>,
     /// The API workload's namespaces and ConfigMaps deleted in workload clusters.
     pub api: Vec<String>,
-    /// What dead application-target runs left: NetworkPolicies deleted, operators scaled back.
+    /// What dead application-target runs left, undone (`app::Cleaned::done`): NetworkPolicies
+    /// and Jobs deleted, operators scaled back, failed pods' images put back, nodes uncordoned,
+    /// backup and restore objects deleted.
     pub app: Vec<String>,
-}
-
-/// Deletes the objects of `api` labelled with run `run`, each named in `out` (one already gone
-/// is no error).
-async fn delete_run_objects<K>(api: &Api<K>, what: &str, ns: &str, run: &str, out: &mut Vec<String>) -> Result<(), String>
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
-{
-    let list =
-        api.list(&ListParams::default().labels(&format!("{RUN_LABEL}={run}"))).await.map_err(|e| format!("listing {what} in {ns}: {e}"))?;
-    for o in list.items {
-        let name = o.meta().name.clone().unwrap_or_default();
-        // In the background: a Job's pods go with it.
-        match api.delete(&name, &DeleteParams::background()).await {
-            Ok(_) => out.push(format!("deleted {what} {ns}/{name}")),
-            Err(kube::Error::Api(r)) if r.code == 404 => {}
-            Err(e) => return Err(format!("deleting {what} {ns}/{name}: {e}")),
-        }
-    }
-    Ok(())
-}
-
-/// A dead application-target run's leftovers in its namespace: its partitions' NetworkPolicies,
-/// its checker Jobs, pods a pod-failure left failed, the operator's objects it created (backups, restores), nodes it cordoned, and the operator if
-/// the run left it scaled below the replicas it recorded.
-async fn reap_app(
-    client: &kube::Client,
-    ns: &str,
-    run: &str,
-    data: &std::collections::BTreeMap<String, String>,
-    out: &mut Reaped,
-) -> Result<(), String> {
-    use k8s_openapi::api::apps::v1::Deployment;
-    use k8s_openapi::api::networking::v1::NetworkPolicy;
-    delete_run_objects(&Api::<NetworkPolicy>::namespaced(client.clone(), ns), "NetworkPolicy", ns, run, &mut out.app).await?;
-    delete_run_objects(&Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), ns), "Job", ns, run, &mut out.app).await?;
-    // Pods a pod-failure left on the failure image: their own images back.
-    for name in crate::targets::app::restore_failed_pods(client, ns, run).await? {
-        out.app.push(format!("gave pod {ns}/{name} its own images back"));
-    }
-    // Nodes the run cordoned for a drain and left so (a listing refused to a namespaced
-    // account: the run could not have cordoned one either).
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-    for n in nodes.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
-        if crate::targets::app::cordoned_by(&n) == Some(run) {
-            let name = n.metadata.name.clone().unwrap_or_default();
-            nodes
-                .patch(&name, &PatchParams::default(), &Patch::Merge(crate::targets::app::cordon_patch(None)))
-                .await
-                .map_err(|e| format!("uncordoning node {name}: {e}"))?;
-            out.app.push(format!("uncordoned node {name}"));
-        }
-    }
-    // The operator's objects the run created (backups, restores).
-    for gvk in data.get("app-resources").map(|r| r.split(',').filter(|k| !k.is_empty()).collect::<Vec<_>>()).unwrap_or_default() {
-        let api = crate::targets::app::resource_api_of(client, ns, gvk).await?;
-        delete_run_objects(&api, gvk, ns, run, &mut out.app).await?;
-    }
-    if let (Some(op), Some(replicas)) = (data.get("app-operator"), data.get("app-operator-replicas").and_then(|r| r.parse::<i32>().ok())) {
-        let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
-        if let Some(d) = deps.get_opt(op).await.map_err(|e| format!("reading Deployment {ns}/{op}: {e}"))? {
-            if d.spec.and_then(|s| s.replicas).unwrap_or(1) < replicas {
-                deps.patch(op, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": replicas}})))
-                    .await
-                    .map_err(|e| format!("scaling Deployment {ns}/{op} back: {e}"))?;
-                out.app.push(format!("scaled the operator {ns}/{op} back to {replicas}"));
-            }
-        }
-    }
-    Ok(())
 }
 
 fn alive(host: &str, pid: &str) -> bool {
@@ -132,8 +64,13 @@ pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: O
                 dead_clusters.push((run.clone(), ns.clone(), cluster.clone()));
             }
         }
-        if let Some(run) = cm.metadata.labels.as_ref().and_then(|l| l.get(RUN_LABEL)).filter(|_| data.contains_key("app")) {
-            reap_app(&client, &ns, run, &data, &mut out).await.map_err(|e| KubeError::Environment(format!("{e} on {server}")))?;
+        // A dead application-target run: the same cleanup as its teardown, from its record.
+        if let (Some(run), Some(record)) = (cm.metadata.labels.as_ref().and_then(|l| l.get(RUN_LABEL)), RunRecord::read(&data)) {
+            let cleaned = clean_up(&client, &ns, run, &record).await;
+            out.app.extend(cleaned.done);
+            if !cleaned.errors.is_empty() {
+                return Err(KubeError::Environment(format!("{} on {server}", cleaned.errors.join("; "))));
+            }
         }
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
         // In the background: a Job's pods go with it.

@@ -1,0 +1,197 @@
+//! The start of a run: the connection (the kube target's kubeconfig and context), the checks of
+//! the application, the data workload's first write, and the run's ConfigMap (what `reap
+//! --kube` reads after a kill -9).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, PostParams};
+use shakedown_faults::Stack;
+
+use super::data::Writer;
+use super::resources::resource_kinds;
+use super::spec::{AppProfile, AppSpec};
+use super::{bounded, opted_in, AppTarget, FIRST_ACK_BOUND};
+use crate::exit::Fatal;
+use crate::targets::kube::{OPT_IN, RUN_LABEL};
+use crate::targets::StartContext;
+
+impl AppTarget {
+    /// Connects to the cluster and checks the application (the namespace's opt-in, the
+    /// StatefulSet's replicas against the profile's members, the operator), starts the data
+    /// workload and awaits its first acknowledged write, then creates the run's ConfigMap.
+    pub(super) async fn connect(spec: &AppSpec, ctx: &StartContext<'_>) -> Result<AppTarget, Fatal> {
+        let p = &spec.app_profile;
+        if ctx.profile.stack != Stack::App {
+            return Err(Fatal::usage(format!(
+                "--target app runs profiles with stack = \"app\" (the application ops); profile {} has stack = {:?}",
+                ctx.profile.name, ctx.profile.stack
+            )));
+        }
+        let config = crate::targets::kube::client::load_config(ctx.options.kube.kubeconfig.as_deref(), spec.context.as_deref())
+            .await
+            .map_err(crate::targets::kube::spec::fatal)?;
+        let counter = crate::targets::kube::client::RequestCounter::default();
+        let (client, server) = crate::targets::kube::client::build(config.clone(), &counter).map_err(Fatal::environment)?;
+        // Evictions answer 429 when a PodDisruptionBudget refuses them: that answer is the
+        // drain's to see, not kube-rs's own retry's (429, 503, 504; on by default).
+        let mut no_retry = config;
+        no_retry.default_retry = false;
+        let (evict_client, _) = crate::targets::kube::client::build(no_retry, &counter).map_err(Fatal::environment)?;
+        let ns: Api<Namespace> = Api::all(client.clone());
+        let namespace = bounded(&format!("namespace {}", p.namespace), ns.get_opt(&p.namespace))
+            .await
+            .map_err(|e| Fatal::environment(format!("{server}: {e}")))?;
+        let Some(namespace) = namespace else { return Err(Fatal::usage(format!("namespace {} does not exist on {server}", p.namespace))) };
+        if !opted_in(namespace.metadata.annotations.as_ref()) {
+            return Err(Fatal::environment(format!(
+                "namespace {} has not opted in to chaos: annotate it with {OPT_IN}=\"true\" (kubectl annotate namespace {} {OPT_IN}=true)",
+                p.namespace, p.namespace
+            )));
+        }
+        let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &p.namespace);
+        let set = bounded("statefulset", sts.get_opt(&p.statefulset))
+            .await
+            .map_err(Fatal::environment)?
+            .ok_or_else(|| Fatal::usage(format!("StatefulSet {}/{} does not exist", p.namespace, p.statefulset)))?;
+        let replicas = set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let sts_selector = set
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.match_labels.clone())
+            .unwrap_or_default()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        if replicas as u32 != ctx.profile.members {
+            return Err(Fatal::usage(format!(
+                "StatefulSet {}/{} has {replicas} replicas; the profile {} has members = {}: they must match",
+                p.namespace, p.statefulset, ctx.profile.name, ctx.profile.members
+            )));
+        }
+        let operator_replicas = match &p.operator {
+            Some(name) => {
+                let d: Api<Deployment> = Api::namespaced(client.clone(), &p.namespace);
+                let dep = bounded("operator", d.get_opt(name))
+                    .await
+                    .map_err(Fatal::environment)?
+                    .ok_or_else(|| Fatal::usage(format!("the operator's Deployment {}/{name} does not exist", p.namespace)))?;
+                Some(dep.spec.and_then(|s| s.replicas).unwrap_or(1).max(1))
+            }
+            None => None,
+        };
+        let version = client.apiserver_version().await.map(|v| v.git_version).unwrap_or_else(|_| "unknown".into());
+        let mut notes = vec![];
+        if p.data.is_none() {
+            notes.push("app-durability not checked: the app profile has no [data] commands".into());
+        }
+        // The run's object, for `reap --kube` after a kill -9: which process runs, and the
+        // operator's replicas to scale it back to.
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
+        let started = crate::record::now_rfc3339();
+        let mut data = serde_json::json!({"app": p.statefulset, "pid": std::process::id().to_string(), "host": host, "started": started});
+        RunRecord::of(p, operator_replicas).write(&mut data);
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": format!("shakedown-{}", ctx.run_id),
+                "labels": {RUN_LABEL: ctx.run_id, "app.kubernetes.io/managed-by": "shakedown"},
+            },
+            "data": data,
+        }))
+        .map_err(|e| Fatal::internal(e.to_string()))?;
+        // The data workload writes before the first fault: durability is checked on writes made
+        // before it and under it, not on nothing.
+        let writer = p.data.clone().map(|d| Writer::start(client.clone(), &p.namespace, d, ctx.run_id));
+        if let Some(w) = &writer {
+            w.first_ack(p.op_timeout.min(FIRST_ACK_BOUND)).await.map_err(Fatal::environment)?;
+        }
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &p.namespace);
+        bounded("create the run's ConfigMap", cms.create(&PostParams::default(), &cm)).await.map_err(Fatal::environment)?;
+        Ok(AppTarget {
+            client,
+            evict_client,
+            server,
+            spec: spec.clone(),
+            run_id: ctx.run_id.to_string(),
+            operator_replicas,
+            sts_selector,
+            writer,
+            notes,
+            version,
+            events: vec![],
+            backups: BTreeMap::new(),
+            restores: 0,
+            probe_jobs: Default::default(),
+            torn_down: false,
+        })
+    }
+}
+
+/// What an application-target run writes in its ConfigMap beside the process (`app`, `host`,
+/// `pid`, `started`): what its cleanup undoes, read back by `reap --kube` after a kill -9.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunRecord {
+    /// The operator's Deployment and the replicas it goes back to (`app-operator`,
+    /// `app-operator-replicas`).
+    pub operator: Option<(String, i32)>,
+    /// The kinds (`group/version/Kind`) of the operator's objects the run may create: its
+    /// `[backup]` and `[restore]` (`app-resources`).
+    pub resources: Vec<String>,
+}
+
+impl RunRecord {
+    /// The record of a run of app profile `p` whose operator had `operator_replicas` at its start.
+    pub fn of(p: &AppProfile, operator_replicas: Option<i32>) -> RunRecord {
+        RunRecord {
+            operator: p.operator.clone().zip(operator_replicas),
+            resources: resource_kinds(p).iter().map(|(v, k)| format!("{v}/{k}")).collect(),
+        }
+    }
+
+    /// Its keys, into a ConfigMap's `data`.
+    fn write(&self, data: &mut serde_json::Value) {
+        if let Some((op, r)) = &self.operator {
+            data["app-operator"] = op.clone().into();
+            data["app-operator-replicas"] = r.to_string().into();
+        }
+        if !self.resources.is_empty() {
+            data["app-resources"] = self.resources.join(",").into();
+        }
+    }
+
+    /// The record in a run's ConfigMap data, if an application-target run wrote it (it has `app`).
+    pub fn read(data: &BTreeMap<String, String>) -> Option<RunRecord> {
+        let replicas = data.get("app-operator-replicas").and_then(|r| r.parse::<i32>().ok());
+        data.contains_key("app").then(|| RunRecord {
+            operator: data.get("app-operator").cloned().zip(replicas),
+            resources: data
+                .get("app-resources")
+                .map(|r| r.split(',').filter(|k| !k.is_empty()).map(String::from).collect())
+                .unwrap_or_default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a run writes is what `reap --kube` reads back; a kube-target run's ConfigMap is none.
+    #[test]
+    fn a_run_record_reads_back_as_written() {
+        for record in [
+            RunRecord::default(),
+            RunRecord { operator: Some(("etcd-operator".into(), 2)), resources: vec![] },
+            RunRecord { operator: None, resources: vec!["etcd.example/v1/EtcdBackup".into(), "etcd.example/v1/EtcdRestore".into()] },
+        ] {
+            let mut data = serde_json::json!({"app": "etcd", "pid": "1", "host": "h", "started": "now"});
+            record.write(&mut data);
+            let data: BTreeMap<String, String> = serde_json::from_value(data).unwrap();
+            assert_eq!(RunRecord::read(&data), Some(record));
+        }
+        let kube_run = BTreeMap::from([("cluster".to_string(), "c".to_string()), ("pid".to_string(), "1".to_string())]);
+        assert_eq!(RunRecord::read(&kube_run), None);
+    }
+}

@@ -1,0 +1,173 @@
+//! `node-drain`: the node of a replica cordoned with the run's annotation (the node must have
+//! opted in), its pods evicted through the eviction API, verified gone, uncordoned.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
+use shakedown_faults::MemberId;
+
+use super::{bounded, env, opted_in, AppTarget, CORDONED_BY, REQUEST_BOUND};
+use crate::targets::kube::OPT_IN;
+use crate::targets::TargetError;
+
+impl AppTarget {
+    /// `node-drain(m)`: the node of `m`'s pod cordoned (annotated with the run), every pod on it
+    /// but DaemonSets' and static ones evicted through the eviction API — an eviction a
+    /// PodDisruptionBudget refuses (429) is tried again every second until the op's bound, then
+    /// the op fails naming it — verified drained (those pods gone), then uncordoned (verified).
+    pub(super) async fn node_drain(&mut self, m: MemberId) -> Result<(), TargetError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let pod = self.pod_name(m);
+        let node_name = bounded("get pod", pods.get(&pod))
+            .await
+            .map_err(env)?
+            .spec
+            .and_then(|s| s.node_name)
+            .ok_or_else(|| TargetError::Stack(format!("pod {pod} is not on a node")))?;
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = bounded("get node", nodes.get(&node_name)).await.map_err(env)?;
+        if !opted_in(node.metadata.annotations.as_ref()) {
+            return Err(TargetError::Environment(format!(
+                "node {node_name} (of {pod}) has not opted in to chaos: a drain evicts every pod on it, of every namespace; annotate it \
+                with {OPT_IN}=\"true\" (kubectl annotate node {node_name} {OPT_IN}=true) or leave node-drain out of the profile"
+            )));
+        }
+        if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+            return Err(TargetError::Environment(format!(
+                "node {node_name} is already cordoned, not by this run: draining it is someone else's maintenance"
+            )));
+        }
+        bounded("cordon", nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(cordon_patch(Some(&self.run_id)))))
+            .await
+            .map_err(env)?;
+        let drained = self.evict_all(&node_name).await;
+        // Uncordoned whatever the drain came to (a blocked drain must not leave the node out).
+        let uncordoned =
+            bounded("uncordon", nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(cordon_patch(None)))).await.map_err(env);
+        let evicted = drained?;
+        uncordoned?;
+        // Verified: schedulable again.
+        self.wait(&format!("node {node_name} schedulable again"), || {
+            let (nodes, node_name) = (nodes.clone(), node_name.clone());
+            async move {
+                let node = nodes.get(&node_name).await.ok()?;
+                (node.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)).then_some(())
+            }
+        })
+        .await?;
+        let (evicted, last) = evicted;
+        let last =
+            last.map(|(pod, ms)| format!("; the last gone {:.1}s after its eviction: {pod}", ms as f64 / 1000.0)).unwrap_or_default();
+        tracing::info!("node-drain({m}): node {node_name} drained ({} pods evicted{last}) and uncordoned", evicted.len());
+        Ok(())
+    }
+
+    /// Evicts every pod of `node` a drain evicts and waits until they are gone: the pods, or why not.
+    /// With the pods, the one that took longest to go after the evictions, and how long (ms).
+    async fn evict_all(&mut self, node: &str) -> Result<(Vec<String>, Option<(String, u64)>), TargetError> {
+        let all: Api<Pod> = Api::all(self.client.clone());
+        let on_node = bounded("pods on the node", all.list(&ListParams::default().fields(&format!("spec.nodeName={node}"))))
+            .await
+            .map_err(env)?
+            .items;
+        // What `kubectl drain --ignore-daemonsets` evicts: not a DaemonSet's pod (its controller
+        // ignores the cordon), not a static pod (its mirror cannot be evicted), nothing finished.
+        let evictable: Vec<(String, String, Option<String>)> = on_node
+            .iter()
+            .filter(|p| !p.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|o| o.kind == "DaemonSet")))
+            .filter(|p| !p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")))
+            .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
+            .map(|p| {
+                (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default(), p.metadata.uid.clone())
+            })
+            .collect();
+        let names: Vec<String> = evictable.iter().map(|(ns, n, _)| format!("{ns}/{n}")).collect();
+        let deadline = Instant::now() + self.spec.app_profile.op_timeout;
+        let mut refused = 0u32;
+        let mut result = Ok(());
+        'pods: for (ns, name, _) in &evictable {
+            let api: Api<Pod> = Api::namespaced(self.evict_client.clone(), ns);
+            loop {
+                match tokio::time::timeout(REQUEST_BOUND, api.evict(name, &EvictParams::default())).await {
+                    Ok(Ok(_)) => break,
+                    Ok(Err(kube::Error::Api(r))) if r.code == 404 => break,
+                    // A PodDisruptionBudget would be violated: what `kubectl drain` retries.
+                    Ok(Err(kube::Error::Api(r))) if r.code == 429 => {
+                        refused += 1;
+                        if Instant::now() > deadline {
+                            result = Err(TargetError::Stack(format!(
+                                "the drain of node {node} is blocked: evicting {ns}/{name} was refused for {}s ({}) — a \
+                                PodDisruptionBudget that the pods already evicted cannot satisfy again while the node is cordoned",
+                                self.spec.app_profile.op_timeout.as_secs(),
+                                r.message
+                            )));
+                            break 'pods;
+                        }
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    Ok(Err(e)) => {
+                        result = Err(env(format!("evicting {ns}/{name}: {e}")));
+                        break 'pods;
+                    }
+                    Err(_) => {
+                        result = Err(env(format!("evicting {ns}/{name}: no answer within {}s", REQUEST_BOUND.as_secs())));
+                        break 'pods;
+                    }
+                }
+            }
+        }
+        self.events.push(crate::events::Event::Target {
+            kind: "app-drain".into(),
+            detail: serde_json::json!({
+                "node": node,
+                "evictable": names,
+                "refused-evictions": refused,
+                "error": result.as_ref().err().map(|e| e.to_string()),
+            }),
+        });
+        result?;
+        // Verified: every evicted pod is gone from the node (its replacement, if any, is another
+        // pod). When each went is kept: a pod whose kubelet takes long to remove it holds the
+        // whole drain, and the event log names it.
+        let wanted = evictable.clone();
+        let evicted_at = Instant::now();
+        let gone: std::sync::Arc<std::sync::Mutex<BTreeMap<String, u64>>> = Default::default();
+        self.wait(&format!("node {node} drained ({} pods evicted)", wanted.len()), || {
+            let (all, wanted, gone) = (all.clone(), wanted.clone(), gone.clone());
+            let node = node.to_string();
+            async move {
+                let now = all.list(&ListParams::default().fields(&format!("spec.nodeName={node}"))).await.ok()?.items;
+                let mut gone = gone.lock().unwrap();
+                for (ns, name, uid) in &wanted {
+                    if !now.iter().any(|p| {
+                        p.metadata.namespace.as_ref() == Some(ns) && p.metadata.name.as_ref() == Some(name) && p.metadata.uid == *uid
+                    }) {
+                        gone.entry(format!("{ns}/{name}")).or_insert(evicted_at.elapsed().as_millis() as u64);
+                    }
+                }
+                (gone.len() == wanted.len()).then_some(())
+            }
+        })
+        .await?;
+        let gone = gone.lock().unwrap().clone();
+        let last = gone.iter().max_by_key(|(_, ms)| **ms).map(|(p, ms)| (p.clone(), *ms));
+        self.events.push(crate::events::Event::Target {
+            kind: "app-drained".into(),
+            detail: serde_json::json!({"node": node, "gone-after-ms": gone}),
+        });
+        Ok((names, last))
+    }
+}
+
+/// The merge patch that cordons a node for run `run` (annotated with it), or with `None`
+/// uncordons it (and drops the annotation).
+pub fn cordon_patch(run: Option<&str>) -> serde_json::Value {
+    serde_json::json!({"metadata": {"annotations": {CORDONED_BY: run}}, "spec": {"unschedulable": run.map(|_| true)}})
+}
+
+/// The run that cordoned node `n` for a drain, if one did.
+pub fn cordoned_by(n: &Node) -> Option<&str> {
+    n.metadata.annotations.as_ref().and_then(|a| a.get(CORDONED_BY)).map(String::as_str)
+}

@@ -1,0 +1,190 @@
+//! The operator and its custom resources: `operator-restart` (scaled to zero, its pods gone,
+//! back, available on new pods), `backup` and `restore(b)` (an object from the app profile's
+//! template, its kind's plural by discovery, done when its `done` field says so; the data
+//! workload marks where each falls).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use kube::Client;
+use shakedown_faults::{BackupId, Model};
+
+use super::data::{is_ready, Writer};
+use super::spec::{self, ResourceOp};
+use super::{bounded, env, AppTarget};
+use crate::targets::TargetError;
+
+impl AppTarget {
+    pub(super) async fn operator_restart(&mut self) -> Result<(), TargetError> {
+        let (Some(name), Some(replicas)) = (self.spec.app_profile.operator.clone(), self.operator_replicas) else {
+            return Err(TargetError::Unsupported("the app profile names no operator".into()));
+        };
+        let deps: Api<Deployment> = Api::namespaced(self.client.clone(), self.ns());
+        let dep = bounded("get operator", deps.get(&name)).await.map_err(env)?;
+        let selector = dep
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.match_labels.clone())
+            .unwrap_or_default()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let before: BTreeSet<String> = bounded("operator pods", pods.list(&ListParams::default().labels(&selector)))
+            .await
+            .map_err(env)?
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.uid)
+            .collect();
+        let scale = |n: i32| serde_json::json!({"spec": {"replicas": n}});
+        bounded("scale the operator to 0", deps.patch(&name, &PatchParams::default(), &Patch::Merge(scale(0)))).await.map_err(env)?;
+        // Verified: every operator pod is gone.
+        let gone = self
+            .wait(&format!("the operator {name}'s pods gone"), || {
+                let pods = pods.clone();
+                let selector = selector.clone();
+                async move { pods.list(&ListParams::default().labels(&selector)).await.ok().filter(|l| l.items.is_empty()).map(|_| ()) }
+            })
+            .await;
+        bounded("scale the operator back", deps.patch(&name, &PatchParams::default(), &Patch::Merge(scale(replicas))))
+            .await
+            .map_err(env)?;
+        gone?;
+        // Verified: available again, on new pods.
+        self.wait(&format!("the operator {name} available again"), || {
+            let (deps, pods, name, selector, before) = (deps.clone(), pods.clone(), name.clone(), selector.clone(), before.clone());
+            async move {
+                let d = deps.get(&name).await.ok()?;
+                let available = d.status.and_then(|s| s.available_replicas).unwrap_or(0);
+                let fresh = pods
+                    .list(&ListParams::default().labels(&selector))
+                    .await
+                    .ok()?
+                    .items
+                    .iter()
+                    .filter(|p| is_ready(p) && !p.metadata.uid.as_ref().is_some_and(|u| before.contains(u)))
+                    .count();
+                (available >= replicas && fresh as i32 >= replicas).then_some(())
+            }
+        })
+        .await
+    }
+
+    /// The API of a custom resource kind (its plural from discovery).
+    async fn resource_api(&self, r: &ResourceOp, section: &str) -> Result<Api<DynamicObject>, TargetError> {
+        let (api_version, kind) = r.kind(section).map_err(TargetError::Environment)?;
+        bounded(&format!("discover {api_version} {kind}"), resource_api_of(&self.client, self.ns(), &format!("{api_version}/{kind}")))
+            .await
+            .map_err(|e| {
+                TargetError::Environment(format!(
+                    "the [{section}] template's kind is not served by {}: {e} (is the operator's CRD installed?)",
+                    self.server
+                ))
+            })
+    }
+
+    /// Creates `r`'s object named `name` and waits until its `done` field says so (its
+    /// `failed` field, or the op bound, fails the op).
+    async fn resource_op(&mut self, r: &ResourceOp, section: &str, name: &str, vars: BTreeMap<&str, String>) -> Result<(), TargetError> {
+        let api = self.resource_api(r, section).await?;
+        let mut vars = vars;
+        vars.insert("namespace", self.ns().to_string());
+        vars.insert("statefulset", self.spec.app_profile.statefulset.clone());
+        let body = r.object(name, &self.run_labels(), &vars);
+        let obj: DynamicObject =
+            serde_json::from_value(body.clone()).map_err(|e| TargetError::Environment(format!("[{section}.template]: {e}")))?;
+        let t = Instant::now();
+        bounded(&format!("create {name}"), api.create(&PostParams::default(), &obj)).await.map_err(env)?;
+        // Verified: the operator says it is done; a failure it reports ends the wait at once.
+        let what = format!("the operator's {section} {name} done ({} = {:?})", r.done.field, r.done.equals);
+        let waited = self
+            .wait(&what, || {
+                let (api, r) = (api.clone(), r.clone());
+                async move {
+                    let got = serde_json::to_value(api.get_opt(name).await.ok()??).ok()?;
+                    match r.failed.as_ref().filter(|f| f.matches(&got)) {
+                        Some(f) => Some(Err(TargetError::Stack(format!(
+                            "the operator failed {section} {name}: {} = {:?}; status: {}",
+                            f.field,
+                            f.equals,
+                            got.get("status").map(|s| s.to_string()).unwrap_or_default()
+                        )))),
+                        None => r.done.matches(&got).then_some(Ok(())),
+                    }
+                }
+            })
+            .await
+            .and_then(|done| done);
+        self.events.push(crate::events::Event::Target {
+            kind: format!("app-{section}"),
+            detail: serde_json::json!({
+                "object": name,
+                "kind": body.get("kind"),
+                "ms": t.elapsed().as_millis() as u64,
+                "error": waited.as_ref().err().map(|e| e.to_string()),
+            }),
+        });
+        waited
+    }
+
+    /// `backup`: the operator's backup object; the data workload marks what the backup may hold
+    /// (writes acknowledged before it was asked for must be in it).
+    pub(super) async fn backup(&mut self, after: &Model) -> Result<(), TargetError> {
+        let Some(r) = self.spec.app_profile.backup.clone() else {
+            return Err(TargetError::Unsupported("the app profile has no [backup]".into()));
+        };
+        // The model numbers backups as it takes them: this one is the newest.
+        let b =
+            *after.backups.iter().next_back().ok_or_else(|| TargetError::Environment("the model holds no backup after backup".into()))?;
+        let name = format!("shakedown-{}-{b}", self.run_id.trim_start_matches("sd-"));
+        let start = self.writer.as_ref().map(Writer::position);
+        self.resource_op(&r, "backup", &name, BTreeMap::new()).await?;
+        if let (Some(w), Some(start)) = (&self.writer, start) {
+            w.mark_backup(b, start, w.position());
+        }
+        self.backups.insert(b, name);
+        Ok(())
+    }
+
+    /// `restore(b)`: the operator's restore object naming backup `b`'s; the data workload then
+    /// expects the backup's writes and not those acknowledged after it (`app-durability`).
+    pub(super) async fn restore(&mut self, b: BackupId) -> Result<(), TargetError> {
+        let Some(r) = self.spec.app_profile.restore.clone() else {
+            return Err(TargetError::Unsupported("the app profile has no [restore]".into()));
+        };
+        let backup = self.backups.get(&b).cloned().ok_or_else(|| TargetError::Environment(format!("{b} was not taken by this run")))?;
+        self.restores += 1;
+        let name = format!("shakedown-{}-restore-{}", self.run_id.trim_start_matches("sd-"), self.restores);
+        let start = self.writer.as_ref().map(Writer::position);
+        self.resource_op(&r, "restore", &name, BTreeMap::from([("backup", backup)])).await?;
+        if let (Some(w), Some(start)) = (&self.writer, start) {
+            w.mark_restore(b, start, w.position());
+        }
+        Ok(())
+    }
+}
+
+/// The (apiVersion, kind) of the app profile's `[backup]` and `[restore]` objects.
+pub fn resource_kinds(p: &spec::AppProfile) -> BTreeSet<(String, String)> {
+    [("backup", &p.backup), ("restore", &p.restore)].into_iter().filter_map(|(s, r)| r.as_ref().and_then(|r| r.kind(s).ok())).collect()
+}
+
+/// The API of `apiVersion/kind` (`group/version/Kind`, as `reap` reads it from a run's
+/// ConfigMap) by discovery.
+pub async fn resource_api_of(client: &Client, ns: &str, gvk: &str) -> Result<Api<DynamicObject>, String> {
+    let mut parts = gvk.rsplitn(2, '/');
+    let (kind, api_version) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+    // `v1/Pod`: the core group.
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    if version.is_empty() || kind.is_empty() {
+        return Err(format!("{gvk}: not group/version/Kind"));
+    }
+    let (ar, _): (ApiResource, _) =
+        kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await.map_err(|e| format!("{gvk}: {e}"))?;
+    Ok(Api::namespaced_with(client.clone(), ns, &ar))
+}
