@@ -7,14 +7,16 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, PostParams};
-use shakedown_faults::Stack;
+use kube::Client;
+use shakedown_faults::{Profile, Stack};
 
 use super::data::Writer;
 use super::resources::resource_kinds;
 use super::spec::{AppProfile, AppSpec};
-use super::{bounded, opted_in, AppTarget, FIRST_ACK_BOUND};
+use super::{bounded, opted_in, selector_of, AppTarget, FIRST_ACK_BOUND};
 use crate::exit::Fatal;
-use crate::targets::kube::{OPT_IN, RUN_LABEL};
+use crate::targets::kube::spec::fatal;
+use crate::targets::kube::{client, OPT_IN, RUN_LABEL};
 use crate::targets::StartContext;
 
 impl AppTarget {
@@ -29,78 +31,16 @@ impl AppTarget {
                 ctx.profile.name, ctx.profile.stack
             )));
         }
-        let config = crate::targets::kube::client::load_config(ctx.options.kube.kubeconfig.as_deref(), spec.context.as_deref())
-            .await
-            .map_err(crate::targets::kube::spec::fatal)?;
-        let counter = crate::targets::kube::client::RequestCounter::default();
-        let (client, server) = crate::targets::kube::client::build(config.clone(), &counter).map_err(Fatal::environment)?;
-        // Evictions answer 429 when a PodDisruptionBudget refuses them: that answer is the
-        // drain's to see, not kube-rs's own retry's (429, 503, 504; on by default).
-        let mut no_retry = config;
-        no_retry.default_retry = false;
-        let (evict_client, _) = crate::targets::kube::client::build(no_retry, &counter).map_err(Fatal::environment)?;
-        let ns: Api<Namespace> = Api::all(client.clone());
-        let namespace = bounded(&format!("namespace {}", p.namespace), ns.get_opt(&p.namespace))
-            .await
-            .map_err(|e| Fatal::environment(format!("{server}: {e}")))?;
-        let Some(namespace) = namespace else { return Err(Fatal::usage(format!("namespace {} does not exist on {server}", p.namespace))) };
-        if !opted_in(namespace.metadata.annotations.as_ref()) {
-            return Err(Fatal::environment(format!(
-                "namespace {} has not opted in to chaos: annotate it with {OPT_IN}=\"true\" (kubectl annotate namespace {} {OPT_IN}=true)",
-                p.namespace, p.namespace
-            )));
-        }
-        let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &p.namespace);
-        let set = bounded("statefulset", sts.get_opt(&p.statefulset))
-            .await
-            .map_err(Fatal::environment)?
-            .ok_or_else(|| Fatal::usage(format!("StatefulSet {}/{} does not exist", p.namespace, p.statefulset)))?;
-        let replicas = set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-        let sts_selector = set
-            .spec
-            .as_ref()
-            .and_then(|s| s.selector.match_labels.clone())
-            .unwrap_or_default()
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        if replicas as u32 != ctx.profile.members {
-            return Err(Fatal::usage(format!(
-                "StatefulSet {}/{} has {replicas} replicas; the profile {} has members = {}: they must match",
-                p.namespace, p.statefulset, ctx.profile.name, ctx.profile.members
-            )));
-        }
-        let operator_replicas = match &p.operator {
-            Some(name) => {
-                let d: Api<Deployment> = Api::namespaced(client.clone(), &p.namespace);
-                let dep = bounded("operator", d.get_opt(name))
-                    .await
-                    .map_err(Fatal::environment)?
-                    .ok_or_else(|| Fatal::usage(format!("the operator's Deployment {}/{name} does not exist", p.namespace)))?;
-                Some(dep.spec.and_then(|s| s.replicas).unwrap_or(1).max(1))
-            }
-            None => None,
-        };
+        let (client, evict_client, server) = clients(spec, ctx).await?;
+        check_namespace(&client, &server, p).await?;
+        let sts_selector = check_statefulset(&client, p, ctx.profile).await?;
+        let operator_replicas = operator_replicas(&client, p).await?;
         let version = client.apiserver_version().await.map(|v| v.git_version).unwrap_or_else(|_| "unknown".into());
         let mut notes = vec![];
         if p.data.is_none() {
             notes.push("app-durability not checked: the app profile has no [data] commands".into());
         }
-        // The run's object, for `reap --kube` after a kill -9: which process runs, and the
-        // operator's replicas to scale it back to.
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
-        let started = crate::record::now_rfc3339();
-        let mut data = serde_json::json!({"app": p.statefulset, "pid": std::process::id().to_string(), "host": host, "started": started});
-        RunRecord::of(p, operator_replicas).write(&mut data);
-        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-            "metadata": {
-                "name": format!("shakedown-{}", ctx.run_id),
-                "labels": {RUN_LABEL: ctx.run_id, "app.kubernetes.io/managed-by": "shakedown"},
-            },
-            "data": data,
-        }))
-        .map_err(|e| Fatal::internal(e.to_string()))?;
+        let cm = run_configmap(ctx.run_id, p, operator_replicas)?;
         // The data workload writes before the first fault: durability is checked on writes made
         // before it and under it, not on nothing.
         let writer = p.data.clone().map(|d| Writer::start(client.clone(), &p.namespace, d, ctx.run_id));
@@ -127,6 +67,82 @@ impl AppTarget {
             torn_down: false,
         })
     }
+}
+
+/// The clients of the kubeconfig's cluster: the target's, one without kube-rs's retry (for
+/// evictions), and the server's address.
+async fn clients(spec: &AppSpec, ctx: &StartContext<'_>) -> Result<(Client, Client, String), Fatal> {
+    let config = client::load_config(ctx.options.kube.kubeconfig.as_deref(), spec.context.as_deref()).await.map_err(fatal)?;
+    let counter = client::RequestCounter::default();
+    let (client, server) = client::build(config.clone(), &counter).map_err(Fatal::environment)?;
+    // Evictions answer 429 when a PodDisruptionBudget refuses them: that answer is the
+    // drain's to see, not kube-rs's own retry's (429, 503, 504; on by default).
+    let mut no_retry = config;
+    no_retry.default_retry = false;
+    let (evict_client, _) = client::build(no_retry, &counter).map_err(Fatal::environment)?;
+    Ok((client, evict_client, server))
+}
+
+/// The app's namespace exists and has opted in to chaos.
+async fn check_namespace(client: &Client, server: &str, p: &AppProfile) -> Result<(), Fatal> {
+    let ns: Api<Namespace> = Api::all(client.clone());
+    let namespace = bounded(&format!("namespace {}", p.namespace), ns.get_opt(&p.namespace))
+        .await
+        .map_err(|e| Fatal::environment(format!("{server}: {e}")))?;
+    let Some(namespace) = namespace else { return Err(Fatal::usage(format!("namespace {} does not exist on {server}", p.namespace))) };
+    if !opted_in(namespace.metadata.annotations.as_ref()) {
+        return Err(Fatal::environment(format!(
+            "namespace {} has not opted in to chaos: annotate it with {OPT_IN}=\"true\" (kubectl annotate namespace {} {OPT_IN}=true)",
+            p.namespace, p.namespace
+        )));
+    }
+    Ok(())
+}
+
+/// The StatefulSet exists with as many replicas as the profile has members: its selector.
+async fn check_statefulset(client: &Client, p: &AppProfile, profile: &Profile) -> Result<String, Fatal> {
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &p.namespace);
+    let set = bounded("statefulset", sts.get_opt(&p.statefulset))
+        .await
+        .map_err(Fatal::environment)?
+        .ok_or_else(|| Fatal::usage(format!("StatefulSet {}/{} does not exist", p.namespace, p.statefulset)))?;
+    let replicas = set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let sts_selector = selector_of(set.spec.as_ref().map(|s| &s.selector));
+    if replicas as u32 != profile.members {
+        return Err(Fatal::usage(format!(
+            "StatefulSet {}/{} has {replicas} replicas; the profile {} has members = {}: they must match",
+            p.namespace, p.statefulset, profile.name, profile.members
+        )));
+    }
+    Ok(sts_selector)
+}
+
+/// The replicas of the operator the profile names (at least 1), which it goes back to.
+async fn operator_replicas(client: &Client, p: &AppProfile) -> Result<Option<i32>, Fatal> {
+    let Some(name) = &p.operator else { return Ok(None) };
+    let d: Api<Deployment> = Api::namespaced(client.clone(), &p.namespace);
+    let dep = bounded("operator", d.get_opt(name))
+        .await
+        .map_err(Fatal::environment)?
+        .ok_or_else(|| Fatal::usage(format!("the operator's Deployment {}/{name} does not exist", p.namespace)))?;
+    Ok(Some(dep.spec.and_then(|s| s.replicas).unwrap_or(1).max(1)))
+}
+
+/// The run's object, for `reap --kube` after a kill -9: which process runs (`host`, `pid`), and
+/// its [`RunRecord`] — the operator's replicas to scale it back to, the kinds of objects to delete.
+fn run_configmap(run_id: &str, p: &AppProfile, operator_replicas: Option<i32>) -> Result<ConfigMap, Fatal> {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
+    let started = crate::record::now_rfc3339();
+    let mut data = serde_json::json!({"app": p.statefulset, "pid": std::process::id().to_string(), "host": host, "started": started});
+    RunRecord::of(p, operator_replicas).write(&mut data);
+    serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": format!("shakedown-{run_id}"),
+            "labels": {RUN_LABEL: run_id, "app.kubernetes.io/managed-by": "shakedown"},
+        },
+        "data": data,
+    }))
+    .map_err(|e| Fatal::internal(e.to_string()))
 }
 
 /// What an application-target run writes in its ConfigMap beside the process (`app`, `host`,

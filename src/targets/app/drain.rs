@@ -12,6 +12,9 @@ use super::{bounded, env, opted_in, AppTarget, CORDONED_BY, REQUEST_BOUND};
 use crate::targets::kube::OPT_IN;
 use crate::targets::TargetError;
 
+/// A pod a drain evicts: its namespace, name and UID.
+type PodRef = (String, String, Option<String>);
+
 impl AppTarget {
     /// `node-drain(m)`: the node of `m`'s pod cordoned (annotated with the run), every pod on it
     /// but DaemonSets' and static ones evicted through the eviction API — an eviction a
@@ -74,7 +77,7 @@ impl AppTarget {
             .items;
         // What `kubectl drain --ignore-daemonsets` evicts: not a DaemonSet's pod (its controller
         // ignores the cordon), not a static pod (its mirror cannot be evicted), nothing finished.
-        let evictable: Vec<(String, String, Option<String>)> = on_node
+        let evictable: Vec<PodRef> = on_node
             .iter()
             .filter(|p| !p.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|o| o.kind == "DaemonSet")))
             .filter(|p| !p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")))
@@ -84,40 +87,7 @@ impl AppTarget {
             })
             .collect();
         let names: Vec<String> = evictable.iter().map(|(ns, n, _)| format!("{ns}/{n}")).collect();
-        let deadline = Instant::now() + self.spec.app_profile.op_timeout;
-        let mut refused = 0u32;
-        let mut result = Ok(());
-        'pods: for (ns, name, _) in &evictable {
-            let api: Api<Pod> = Api::namespaced(self.evict_client.clone(), ns);
-            loop {
-                match tokio::time::timeout(REQUEST_BOUND, api.evict(name, &EvictParams::default())).await {
-                    Ok(Ok(_)) => break,
-                    Ok(Err(kube::Error::Api(r))) if r.code == 404 => break,
-                    // A PodDisruptionBudget would be violated: what `kubectl drain` retries.
-                    Ok(Err(kube::Error::Api(r))) if r.code == 429 => {
-                        refused += 1;
-                        if Instant::now() > deadline {
-                            result = Err(TargetError::Stack(format!(
-                                "the drain of node {node} is blocked: evicting {ns}/{name} was refused for {}s ({}) — a \
-                                PodDisruptionBudget that the pods already evicted cannot satisfy again while the node is cordoned",
-                                self.spec.app_profile.op_timeout.as_secs(),
-                                r.message
-                            )));
-                            break 'pods;
-                        }
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                    Ok(Err(e)) => {
-                        result = Err(env(format!("evicting {ns}/{name}: {e}")));
-                        break 'pods;
-                    }
-                    Err(_) => {
-                        result = Err(env(format!("evicting {ns}/{name}: no answer within {}s", REQUEST_BOUND.as_secs())));
-                        break 'pods;
-                    }
-                }
-            }
-        }
+        let (refused, result) = self.evict(node, &evictable).await;
         self.events.push(crate::events::Event::Target {
             kind: "app-drain".into(),
             detail: serde_json::json!({
@@ -128,10 +98,55 @@ impl AppTarget {
             }),
         });
         result?;
-        // Verified: every evicted pod is gone from the node (its replacement, if any, is another
-        // pod). When each went is kept: a pod whose kubelet takes long to remove it holds the
-        // whole drain, and the event log names it.
-        let wanted = evictable.clone();
+        let gone = self.wait_gone(node, &evictable).await?;
+        let last = gone.iter().max_by_key(|(_, ms)| **ms).map(|(p, ms)| (p.clone(), *ms));
+        self.events.push(crate::events::Event::Target {
+            kind: "app-drained".into(),
+            detail: serde_json::json!({"node": node, "gone-after-ms": gone}),
+        });
+        Ok((names, last))
+    }
+
+    /// Evicts the pods one after the other through the eviction API (on the client without
+    /// kube-rs's retry), an eviction a PodDisruptionBudget refuses (429) tried again every second
+    /// until the op's bound: how many times one was refused, and whether all were evicted.
+    async fn evict(&self, node: &str, pods: &[PodRef]) -> (u32, Result<(), TargetError>) {
+        let deadline = Instant::now() + self.spec.app_profile.op_timeout;
+        let mut refused = 0u32;
+        for (ns, name, _) in pods {
+            let api: Api<Pod> = Api::namespaced(self.evict_client.clone(), ns);
+            loop {
+                match tokio::time::timeout(REQUEST_BOUND, api.evict(name, &EvictParams::default())).await {
+                    Ok(Ok(_)) => break,
+                    Ok(Err(kube::Error::Api(r))) if r.code == 404 => break,
+                    // A PodDisruptionBudget would be violated: what `kubectl drain` retries.
+                    Ok(Err(kube::Error::Api(r))) if r.code == 429 => {
+                        refused += 1;
+                        if Instant::now() > deadline {
+                            let blocked = TargetError::Stack(format!(
+                                "the drain of node {node} is blocked: evicting {ns}/{name} was refused for {}s ({}) — a \
+                                PodDisruptionBudget that the pods already evicted cannot satisfy again while the node is cordoned",
+                                self.spec.app_profile.op_timeout.as_secs(),
+                                r.message
+                            ));
+                            return (refused, Err(blocked));
+                        }
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    Ok(Err(e)) => return (refused, Err(env(format!("evicting {ns}/{name}: {e}")))),
+                    Err(_) => return (refused, Err(env(format!("evicting {ns}/{name}: no answer within {}s", REQUEST_BOUND.as_secs())))),
+                }
+            }
+        }
+        (refused, Ok(()))
+    }
+
+    /// Verified: every evicted pod is gone from the node (its replacement, if any, is another
+    /// pod). When each went (ms after the evictions) is kept: a pod whose kubelet takes long to
+    /// remove it holds the whole drain, and the event log names it.
+    async fn wait_gone(&self, node: &str, evicted: &[PodRef]) -> Result<BTreeMap<String, u64>, TargetError> {
+        let all: Api<Pod> = Api::all(self.client.clone());
+        let wanted = evicted.to_vec();
         let evicted_at = Instant::now();
         let gone: std::sync::Arc<std::sync::Mutex<BTreeMap<String, u64>>> = Default::default();
         self.wait(&format!("node {node} drained ({} pods evicted)", wanted.len()), || {
@@ -152,12 +167,7 @@ impl AppTarget {
         })
         .await?;
         let gone = gone.lock().unwrap().clone();
-        let last = gone.iter().max_by_key(|(_, ms)| **ms).map(|(p, ms)| (p.clone(), *ms));
-        self.events.push(crate::events::Event::Target {
-            kind: "app-drained".into(),
-            detail: serde_json::json!({"node": node, "gone-after-ms": gone}),
-        });
-        Ok((names, last))
+        Ok(gone)
     }
 }
 

@@ -45,6 +45,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Client;
 use shakedown_faults::{BackupId, MemberId, Model, Op, OpKind};
 use shakedown_invariants::{InvariantId, Observation};
@@ -124,6 +125,12 @@ async fn bounded<T, E: std::fmt::Display>(what: &str, f: impl std::future::Futur
 /// node a drain may cordon).
 fn opted_in(annotations: Option<&BTreeMap<String, String>>) -> bool {
     annotations.and_then(|a| a.get(OPT_IN)).map(String::as_str) == Some("true")
+}
+
+/// A label selector's `matchLabels` as `k=v,…` (none: empty).
+fn selector_of(selector: Option<&LabelSelector>) -> String {
+    let labels = selector.and_then(|s| s.match_labels.as_ref());
+    labels.into_iter().flatten().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
 }
 
 impl AppTarget {

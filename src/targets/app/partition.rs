@@ -249,24 +249,21 @@ impl AppTarget {
         Ok(())
     }
 
-    /// `partition-groups(pick)`: the pods of the cut's two groups no longer reach each other,
-    /// other traffic flows on. A NetworkPolicy on each side admits every peer but the other
-    /// side; verified with the `[partition]` probe both ways between the groups (cut) and from
-    /// a StatefulSet replica outside both to each (still flowing), when there is one.
-    pub(super) async fn partition_groups(&mut self, pick: u32) -> Result<(), TargetError> {
-        let (cut, a, b) = self.group_cut(pick)?;
+    /// The live pods of the namespace and the names of those in each group of `cut`, refusing a
+    /// group with no pod, a pod in both, and a group pod on the host's network.
+    async fn group_pods(&self, cut: &GroupCut, a: &Labels, b: &Labels) -> Result<(Vec<Pod>, Vec<String>, Vec<String>), TargetError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
         let listed = bounded("pods", pods.list(&ListParams::default())).await.map_err(env)?.items;
-        let live: Vec<&Pod> = listed.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+        let live: Vec<Pod> = listed.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
         let name = |p: &Pod| p.metadata.name.clone().unwrap_or_default();
         let (in_a, in_b): (Vec<&Pod>, Vec<&Pod>) =
-            (live.iter().copied().filter(|p| has_labels(p, &a)).collect(), live.iter().copied().filter(|p| has_labels(p, &b)).collect());
+            (live.iter().filter(|p| has_labels(p, a)).collect(), live.iter().filter(|p| has_labels(p, b)).collect());
         for (side, members) in [(&cut.a, &in_a), (&cut.b, &in_b)] {
             if members.is_empty() {
                 return Err(TargetError::Stack(format!("no pod of {} matches {side}", self.ns())));
             }
         }
-        if let Some(p) = in_a.iter().find(|p| has_labels(p, &b)) {
+        if let Some(p) = in_a.iter().find(|p| has_labels(p, b)) {
             return Err(TargetError::Environment(format!(
                 "pod {} is in both groups ({} and {}): a pod cannot be cut off from itself; no policy was created",
                 name(p),
@@ -281,6 +278,63 @@ impl AppTarget {
                 name(p)
             )));
         }
+        let (a_pods, b_pods) = (in_a.iter().map(|p| name(p)).collect(), in_b.iter().map(|p| name(p)).collect());
+        Ok((live, a_pods, b_pods))
+    }
+
+    /// Verified: `cut`'s groups no longer reach each other either way (policies may apply
+    /// after a moment, up to [`PARTITION_SETTLE`]); how long that took.
+    async fn verify_groups_cut(&self, pick: u32, cut: &GroupCut) -> Result<Duration, TargetError> {
+        let t0 = Instant::now();
+        loop {
+            match self.probe_groups(cut).await? {
+                (false, false) => return Ok(t0.elapsed()),
+                (ab, ba) if Instant::now() >= t0 + PARTITION_SETTLE => {
+                    let ways = [(ab, format!("from {} to {}", cut.a, cut.b)), (ba, format!("from {} to {}", cut.b, cut.a))]
+                        .into_iter()
+                        .filter(|(c, _)| *c)
+                        .map(|(_, w)| w)
+                        .collect::<Vec<_>>()
+                        .join(" and ");
+                    return Err(TargetError::Environment(format!(
+                        "this cluster does not enforce NetworkPolicy: {}s after the policies of partition-groups(pick {pick}) were \
+                        created, the partition probe still connects {ways} (a CNI without a policy engine, such as the bridge plugin, \
+                        ignores policies); the policies were removed and the partition counts as not done",
+                        PARTITION_SETTLE.as_secs()
+                    )));
+                }
+                _ => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
+    }
+
+    /// Verified: other traffic flows on — replica `outside`, in neither group, still reaches a
+    /// Ready pod of each (up to [`PARTITION_SETTLE`] each).
+    async fn verify_outside_flows(&self, pick: u32, cut: &GroupCut, outside: &str) -> Result<(), TargetError> {
+        let ends = [self.group_end(&cut.a).await?, self.group_end(&cut.b).await?];
+        for (end, ip) in &ends {
+            let deadline = Instant::now() + PARTITION_SETTLE;
+            while !self.probe_between(outside, ip).await? {
+                if Instant::now() >= deadline {
+                    return Err(TargetError::Environment(format!(
+                        "partition-groups(pick {pick}) cut more than the two groups: {outside}, in neither, no longer reaches {end} (the \
+                        policies admit it; the network plugin does not); the policies were removed"
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// `partition-groups(pick)`: the pods of the cut's two groups no longer reach each other,
+    /// other traffic flows on. A NetworkPolicy on each side admits every peer but the other
+    /// side; verified with the `[partition]` probe both ways between the groups (cut) and from
+    /// a StatefulSet replica outside both to each (still flowing), when there is one. The
+    /// policies are removed when the verification fails.
+    pub(super) async fn partition_groups(&mut self, pick: u32) -> Result<(), TargetError> {
+        let (cut, a, b) = self.group_cut(pick)?;
+        let (live, a_pods, b_pods) = self.group_pods(&cut, &a, &b).await?;
         // Pods of other namespaces are admitted by the namespace's name label, which the
         // apiserver sets from Kubernetes 1.21; without it they are cut off from both groups too.
         let nss: Api<Namespace> = Api::all(self.client.clone());
@@ -304,65 +358,26 @@ impl AppTarget {
                 return Err(env(e));
             }
         }
-        let me: &AppTarget = self;
-        let undo = |e: TargetError| async move {
-            let _ = me.delete_group_policies(pick).await;
-            e
-        };
-        // Verified: cut both ways (policies may apply after a moment).
-        let t0 = Instant::now();
-        let cut_after = loop {
-            match self.probe_groups(&cut).await {
-                Ok((false, false)) => break t0.elapsed(),
-                Ok((ab, ba)) if Instant::now() >= t0 + PARTITION_SETTLE => {
-                    let ways = [(ab, format!("from {} to {}", cut.a, cut.b)), (ba, format!("from {} to {}", cut.b, cut.a))]
-                        .into_iter()
-                        .filter(|(c, _)| *c)
-                        .map(|(_, w)| w)
-                        .collect::<Vec<_>>()
-                        .join(" and ");
-                    return Err(undo(TargetError::Environment(format!(
-                        "this cluster does not enforce NetworkPolicy: {}s after the policies of partition-groups(pick {pick}) were \
-                        created, the partition probe still connects {ways} (a CNI without a policy engine, such as the bridge plugin, \
-                        ignores policies); the policies were removed and the partition counts as not done",
-                        PARTITION_SETTLE.as_secs()
-                    )))
-                    .await);
-                }
-                Ok(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-                Err(e) => return Err(undo(e).await),
-            }
-        };
-        // Verified: other traffic flows on — a replica in neither group still reaches both.
+        // A replica in neither group, to show other traffic flowing on.
         let outside = live
             .iter()
             .filter(|p| is_ready(p) && has_labels(p, &self.sts_labels()) && !has_labels(p, &a) && !has_labels(p, &b))
-            .map(|p| name(p))
+            .map(|p| p.metadata.name.clone().unwrap_or_default())
             .min();
-        if let Some(c) = &outside {
-            let ends = match (self.group_end(&cut.a).await, self.group_end(&cut.b).await) {
-                (Ok(x), Ok(y)) => [x, y],
-                (Err(e), _) | (_, Err(e)) => return Err(undo(e).await),
-            };
-            for (end, ip) in &ends {
-                let deadline = Instant::now() + PARTITION_SETTLE;
-                loop {
-                    match self.probe_between(c, ip).await {
-                        Ok(true) => break,
-                        Ok(false) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(500)).await,
-                        Ok(false) => {
-                            return Err(undo(TargetError::Environment(format!(
-                                "partition-groups(pick {pick}) cut more than the two groups: {c}, in neither, no longer reaches {end} (the \
-                                policies admit it; the network plugin does not); the policies were removed"
-                            )))
-                            .await)
-                        }
-                        Err(e) => return Err(undo(e).await),
-                    }
-                }
+        let verified = async {
+            let cut_after = self.verify_groups_cut(pick, &cut).await?;
+            if let Some(c) = &outside {
+                self.verify_outside_flows(pick, &cut, c).await?;
             }
-        }
-        let (a_pods, b_pods): (Vec<String>, Vec<String>) = (in_a.iter().map(|p| name(p)).collect(), in_b.iter().map(|p| name(p)).collect());
+            Ok(cut_after)
+        };
+        let cut_after = match verified.await {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = self.delete_group_policies(pick).await;
+                return Err(e);
+            }
+        };
         tracing::info!(
             "partition-groups(pick {pick}): {} ({}) cut from {} ({}) {:.1}s after the policies were created; {}{}",
             cut.a,

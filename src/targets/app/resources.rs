@@ -14,7 +14,7 @@ use shakedown_faults::{BackupId, Model};
 
 use super::data::{is_ready, Writer};
 use super::spec::{self, ResourceOp};
-use super::{bounded, env, AppTarget};
+use super::{bounded, env, selector_of, AppTarget};
 use crate::targets::TargetError;
 
 impl AppTarget {
@@ -24,15 +24,7 @@ impl AppTarget {
         };
         let deps: Api<Deployment> = Api::namespaced(self.client.clone(), self.ns());
         let dep = bounded("get operator", deps.get(&name)).await.map_err(env)?;
-        let selector = dep
-            .spec
-            .as_ref()
-            .and_then(|s| s.selector.match_labels.clone())
-            .unwrap_or_default()
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let selector = selector_of(dep.spec.as_ref().map(|s| &s.selector));
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
         let before: BTreeSet<String> = bounded("operator pods", pods.list(&ListParams::default().labels(&selector)))
             .await
