@@ -371,25 +371,26 @@ impl Target for KubeTarget {
         self.model = before.clone();
         self.rebind();
         // Backups and restores that act on the API's data move the API workload's marks.
-        let api_start = match (&mut self.api, op) {
-            (Ok(api), Op::Backup | Op::Restore { .. }) if api.restores_api => {
+        let marks_api = matches!(op, Op::Backup | Op::Restore { .. });
+        let api_start = match &mut self.api {
+            Ok(api) if marks_api && api.restores_api => {
                 let at = api.workload.acked_len();
                 if let Op::Restore { backup } = op {
                     api.workload.restore_begins(*backup, true);
                 }
                 Some(at)
             }
-            _ => None,
+            Ok(_) | Err(_) => None,
         };
         let res = self.execute_op(op, after).await;
         if let (Ok(api), Some(start)) = (&mut self.api, api_start) {
-            match op {
-                Op::Backup => {
-                    if let (Ok(()), Some(b)) = (&res, after.backups.last()) {
-                        api.workload.backup_taken(*b, start);
-                    }
+            // Only a backup or a restore set `api_start`.
+            if let Op::Backup = op {
+                if let (Ok(()), Some(b)) = (&res, after.backups.last()) {
+                    api.workload.backup_taken(*b, start);
                 }
-                _ => api.workload.restore_ends(true),
+            } else {
+                api.workload.restore_ends(true);
             }
         }
         self.model = after.clone();

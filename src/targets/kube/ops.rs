@@ -447,7 +447,26 @@ impl KubeTarget {
             }
             Op::Restore { backup } => env.push(("SHAKEDOWN_BACKUP".into(), backup.to_string())),
             Op::Backup => env.push(("SHAKEDOWN_BACKUP".into(), format!("b{}", self.model.backups.len()))),
-            _ => {}
+            // A member op's variables are set above; the rest have none of their own.
+            Op::Crash { .. }
+            | Op::Restart { .. }
+            | Op::Pause { .. }
+            | Op::Resume { .. }
+            | Op::RollingUpgrade { .. }
+            | Op::RollingReplace
+            | Op::DiskDetach { .. }
+            | Op::DiskReattach { .. }
+            | Op::DiskReplace { .. }
+            | Op::PodKill { .. }
+            | Op::OperatorRestart
+            | Op::PvcLoss { .. }
+            | Op::Partition { .. }
+            | Op::PartitionHeal { .. }
+            | Op::PodKillSelected { .. }
+            | Op::NodeDrain { .. }
+            | Op::PodFailure { .. }
+            | Op::PartitionGroups { .. }
+            | Op::PartitionGroupsHeal { .. } => {}
         }
         if self.cfg.dry_run {
             println!("dry-run: hook {op}: {:?}", hook.command);
