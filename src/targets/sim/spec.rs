@@ -8,68 +8,38 @@ use shakedown_faults::OpKind;
 
 use crate::exit::Fatal;
 
-/// A misbehaviour of the simulated stack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SimBugKind {
-    /// The store drops the last write it acknowledged in the step (`durability`, definite).
-    LoseWrite,
-    /// A member serves the store as it was before the step's writes while reporting the same
-    /// applied index as the others (`consistency`, definite).
-    StaleMember,
-    /// A member answers only from the step's fourth observation on (`members` fails, then the
-    /// checks converge).
-    SlowConverge,
-    /// A member stops answering for good (`members` until the converge bound: a violation).
-    NeverConverge,
-    /// The op fails (a stack error: liveness, unless an invariant names it first).
-    OpFails,
-    /// The op fails for an environment reason (exit 4).
-    EnvError,
-    /// The target panics while executing the op (exit 5; teardown still runs).
-    Panic,
-    /// From this op on, observations leave out the data read-back although the target checks
-    /// `durability` (exit 5: shakedown's own bug).
-    Unobserved,
-    /// The target refuses ops of this kind (`supports`): the engine skips them and what
-    /// depended on them.
-    Unsupported,
-    /// Not a bug of the stack: the workload acknowledges no write at this op (a paused client, a
-    /// stack that served nothing), so marks around it fall on the same acknowledgement count.
-    Quiet,
-    /// Not a bug either: the op takes [`super::SLOW_OP`] (the simulated stack's one use of time,
-    /// so that a test's signal lands in the middle of a run).
-    SlowOp,
-}
-
-impl SimBugKind {
-    pub const ALL: [SimBugKind; 11] = [
-        SimBugKind::LoseWrite,
-        SimBugKind::StaleMember,
-        SimBugKind::SlowConverge,
-        SimBugKind::NeverConverge,
-        SimBugKind::OpFails,
-        SimBugKind::EnvError,
-        SimBugKind::Panic,
-        SimBugKind::Unobserved,
-        SimBugKind::Unsupported,
-        SimBugKind::Quiet,
-        SimBugKind::SlowOp,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            SimBugKind::LoseWrite => "lose-write",
-            SimBugKind::StaleMember => "stale-member",
-            SimBugKind::SlowConverge => "slow-converge",
-            SimBugKind::NeverConverge => "never-converge",
-            SimBugKind::OpFails => "op-fails",
-            SimBugKind::EnvError => "env-error",
-            SimBugKind::Panic => "panic",
-            SimBugKind::Unobserved => "unobserved",
-            SimBugKind::Unsupported => "unsupported",
-            SimBugKind::Quiet => "quiet",
-            SimBugKind::SlowOp => "slow-op",
-        }
+shakedown_faults::registry! {
+    /// A misbehaviour of the simulated stack.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum SimBugKind: "sim bug" {
+        /// The store drops the last write it acknowledged in the step (`durability`, definite).
+        LoseWrite => "lose-write",
+        /// A member serves the store as it was before the step's writes while reporting the same
+        /// applied index as the others (`consistency`, definite).
+        StaleMember => "stale-member",
+        /// A member answers only from the step's fourth observation on (`members` fails, then the
+        /// checks converge).
+        SlowConverge => "slow-converge",
+        /// A member stops answering for good (`members` until the converge bound: a violation).
+        NeverConverge => "never-converge",
+        /// The op fails (a stack error: liveness, unless an invariant names it first).
+        OpFails => "op-fails",
+        /// The op fails for an environment reason (exit 4).
+        EnvError => "env-error",
+        /// The target panics while executing the op (exit 5; teardown still runs).
+        Panic => "panic",
+        /// From this op on, observations leave out the data read-back although the target checks
+        /// `durability` (exit 5: shakedown's own bug).
+        Unobserved => "unobserved",
+        /// The target refuses ops of this kind (`supports`): the engine skips them and what
+        /// depended on them.
+        Unsupported => "unsupported",
+        /// Not a bug of the stack: the workload acknowledges no write at this op (a paused client, a
+        /// stack that served nothing), so marks around it fall on the same acknowledgement count.
+        Quiet => "quiet",
+        /// Not a bug either: the op takes [`super::SLOW_OP`] (the simulated stack's one use of time,
+        /// so that a test's signal lands in the middle of a run).
+        SlowOp => "slow-op",
     }
 }
 
@@ -106,8 +76,8 @@ pub struct SimBug {
 impl fmt::Display for SimBug {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.at {
-            Trigger::Op(n) => write!(f, "{}@{n}", self.kind.name()),
-            Trigger::Kind(k) => write!(f, "{}@{k}", self.kind.name()),
+            Trigger::Op(n) => write!(f, "{}@{n}", self.kind),
+            Trigger::Kind(k) => write!(f, "{}@{k}", self.kind),
         }
     }
 }
@@ -115,12 +85,8 @@ impl fmt::Display for SimBug {
 impl FromStr for SimBug {
     type Err = String;
     fn from_str(s: &str) -> Result<SimBug, String> {
-        let names = || SimBugKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ");
         let (kind, at) = s.split_once('@').ok_or_else(|| format!("{s:?}: expected BUG@N or BUG@OP-KIND, e.g. lose-write@crash"))?;
-        let kind = SimBugKind::ALL
-            .into_iter()
-            .find(|k| k.name() == kind)
-            .ok_or_else(|| format!("unknown sim bug {kind:?}; known: {}", names()))?;
+        let kind: SimBugKind = kind.parse()?;
         let at = match at.parse::<usize>() {
             Ok(0) => return Err(format!("{s:?}: ops are counted from 1")),
             Ok(n) => Trigger::Op(n),
