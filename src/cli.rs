@@ -243,6 +243,13 @@ pub enum NodeAction {
     Up {
         #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
         runs_dir: PathBuf,
+        /// Set the process-wide sysctls kubelet needs (vm.overcommit_memory=1,
+        /// vm.panic_on_oom=0, kernel.panic=10, kernel.panic_on_oops=1,
+        /// kernel.keys.root_maxkeys=1000000, kernel.keys.root_maxbytes=25000000) for the node's
+        /// life, restored by `node down` or `reap`. Without it, a machine whose values differ is
+        /// refused (exit 4) with the command that sets them.
+        #[arg(long)]
+        set_kernel_tunables: bool,
     },
     /// Show the running node: Ready, pods, memory.
     Status {
@@ -260,6 +267,16 @@ pub enum NodeAction {
         /// The node's directory (`<run dir>/node`).
         #[arg(long)]
         node_dir: PathBuf,
+    },
+    /// The host's forward to the node's apiserver (bring-up starts it; not for use by hand).
+    #[command(hide = true)]
+    Forward {
+        /// The node's directory (`<run dir>/node`).
+        #[arg(long)]
+        node_dir: PathBuf,
+        /// The node's network namespace (`/proc/<pid>/ns/net` of its holder process).
+        #[arg(long)]
+        netns: PathBuf,
     },
 }
 

@@ -21,7 +21,10 @@ use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use shakedown::node::config::BUSYBOX_IMAGE;
-use shakedown::node::{Node, NodeBinaries};
+use shakedown::node::{Node, NodeBinaries, NodeOptions};
+
+#[path = "common/hostnet.rs"]
+mod hostnet;
 
 const APP_PROFILE: &str = r#"
 namespace = "app"
@@ -142,8 +145,13 @@ fn shakedown(args: &[&str], files: &Path) -> (i32, String, String) {
 async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_and_replayed() {
     let bins = NodeBinaries::find().unwrap_or_else(|e| panic!("the node's binaries: {e}"));
     let dir = tempfile::tempdir().unwrap();
-    let mut node =
-        Node::up(&format!("sd-apptest{}", std::process::id()), dir.path(), &bins).await.unwrap_or_else(|e| panic!("node up: {e}"));
+    // The host's network, compared after the node's teardown: every run of the app target
+    // below (partitions, policies, pod kills, drains) happened inside the node's namespace.
+    let net_before = hostnet::snapshot();
+    let tunables = NodeOptions { set_kernel_tunables: true };
+    let mut node = Node::up(&format!("sd-apptest{}", std::process::id()), dir.path(), &bins, &tunables)
+        .await
+        .unwrap_or_else(|e| panic!("node up: {e}"));
     let client = node.client().await.unwrap();
     deploy(&client, &dir.path().join("backups")).await;
     let mut operator = start_operator(client.clone(), None);
@@ -910,7 +918,9 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
         "says what the write answered: {out}\n{err}"
     );
 
+    hostnet::assert_same(&net_before, &hostnet::snapshot(), "while the app target's runs were on the node");
     operator.abort();
     let left = node.teardown();
     assert!(left.is_empty(), "left behind: {left}");
+    hostnet::assert_same(&net_before, &hostnet::snapshot(), "by the app target's runs and the node's teardown");
 }

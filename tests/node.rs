@@ -3,6 +3,11 @@
 //! provisioner, the scheduler — brought up, used, and torn down with nothing left behind.
 //! Needs the binaries of `./scripts/build-kube-apiserver.sh` (a missing one fails the test with
 //! that command, it never passes silently).
+//!
+//! The node's network lives in a namespace of its own: every test here compares the host's
+//! network state (links, addresses, routes, the nftables ruleset, the network sysctls) before,
+//! while the node runs, and after — for `node up` / `node down`, for a node torn down by its
+//! owner, and for a node whose owner was killed, reaped.
 #![allow(clippy::await_holding_lock, reason = "a std Mutex serializes the tests that share the machine: held across awaits on purpose")]
 
 use std::collections::BTreeMap;
@@ -16,8 +21,15 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::Client;
 use serde_json::json;
-use shakedown::node::{cleanup, layout::SYSCTLS, Node, NodeBinaries};
+use shakedown::node::{cleanup, layout::KERNEL_TUNABLES, Node, NodeBinaries, NodeOptions};
 use shakedown::targets::exec::exec;
+
+#[path = "common/hostnet.rs"]
+mod hostnet;
+
+/// The tests set kubelet's kernel tunables explicitly (a fresh machine's defaults do not suit
+/// it), and check that they are put back.
+const SET_TUNABLES: NodeOptions = NodeOptions { set_kernel_tunables: true };
 
 /// One node at a time: each takes about 200 MiB and a core for its bring-up.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -27,7 +39,10 @@ fn binaries() -> NodeBinaries {
 }
 
 fn sysctls() -> BTreeMap<String, String> {
-    SYSCTLS.iter().map(|s| (s.to_string(), std::fs::read_to_string(format!("/proc/sys/{s}")).unwrap().trim().to_string())).collect()
+    KERNEL_TUNABLES
+        .iter()
+        .map(|(s, _)| (s.to_string(), std::fs::read_to_string(format!("/proc/sys/{s}")).unwrap().trim().to_string()))
+        .collect()
 }
 
 fn obj<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
@@ -75,10 +90,11 @@ async fn a_node_runs_real_pods_and_leaves_nothing_behind() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let bins = binaries();
     let before = sysctls();
+    let net_before = hostnet::snapshot();
     let host_paths_before: Vec<bool> = shakedown::node::layout::HOST_PATHS.iter().map(|p| std::path::Path::new(p).exists()).collect();
     let dir = tempfile::tempdir().unwrap();
     let run_id = format!("sd-nodetest{}", std::process::id());
-    let mut node = Node::up(&run_id, dir.path(), &bins).await.unwrap_or_else(|e| panic!("node up: {e}"));
+    let mut node = Node::up(&run_id, dir.path(), &bins, &SET_TUNABLES).await.unwrap_or_else(|e| panic!("node up: {e}"));
     let memory = node.memory();
     println!("node Ready in {} ms; memory {:?}", node.ready_ms, memory);
     for component in ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet"] {
@@ -179,11 +195,15 @@ async fn a_node_runs_real_pods_and_leaves_nothing_behind() {
 
     // Nothing tried to leave the machine (kubelet's metadata lookup is off; the guard counts).
     assert_eq!(cleanup::guard_drops(&node.layout), 0, "packets dropped by the off-machine guard");
+    // A node with pods, a claim and policies came and went, and the host's network is as it
+    // was: the bridge, the pods' veths, the table and its chains are all in the node's namespace.
+    hostnet::assert_same(&net_before, &hostnet::snapshot(), "while a node runs pods");
     let t0 = Instant::now();
     let left = node.teardown();
     println!("teardown in {} ms", t0.elapsed().as_millis());
     assert!(left.is_empty(), "left behind: {left}");
     assert_eq!(sysctls(), before, "the sysctls kubelet set are restored");
+    hostnet::assert_same(&net_before, &hostnet::snapshot(), "by a node's life and teardown");
     let host_paths_after: Vec<bool> = shakedown::node::layout::HOST_PATHS.iter().map(|p| std::path::Path::new(p).exists()).collect();
     assert_eq!(
         host_paths_after,
@@ -193,8 +213,28 @@ async fn a_node_runs_real_pods_and_leaves_nothing_behind() {
     );
 }
 
+/// Puts a sysctl back to the value it had when this was made.
+struct RestoreSysctl(&'static str, String);
+impl RestoreSysctl {
+    fn set(name: &'static str, value: &str) -> RestoreSysctl {
+        let path = format!("/proc/sys/{name}");
+        let was = std::fs::read_to_string(&path).unwrap().trim().to_string();
+        std::fs::write(&path, value).unwrap();
+        RestoreSysctl(name, was)
+    }
+}
+impl Drop for RestoreSysctl {
+    fn drop(&mut self) {
+        let _ = std::fs::write(format!("/proc/sys/{}", self.0), &self.1);
+    }
+}
+
 /// `node up`, `node status` and `node down` as a user runs them; `down` works from the node
-/// directory alone (the process that brought the node up is gone).
+/// directory alone (the process that brought the node up is gone). kubelet's kernel tunables
+/// are not changed behind the user's back: with one that does not suit, `node up` refuses
+/// before it makes anything, naming the sysctl and the command; with `--set-kernel-tunables` it
+/// sets it for the node's life and `node down` puts it back. The host's network is the same
+/// before, while the node is up, and after.
 #[test]
 fn node_up_status_down_from_the_command_line() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -204,10 +244,27 @@ fn node_up_status_down_from_the_command_line() {
         let out = Command::new(env!("CARGO_BIN_EXE_shakedown")).args(args).arg("--runs-dir").arg(runs.path()).output().unwrap();
         (out.status.code(), String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string())
     };
+    let net_before = hostnet::snapshot();
+    let tunables = sysctls();
+    let lowered = RestoreSysctl::set("kernel/keys/root_maxkeys", "200");
     let (code, out, err) = sd(&["node", "up"]);
+    assert_eq!(code, Some(4), "a kernel tunable kubelet needs differs: refused (exit 4): {out}{err}");
+    assert!(
+        err.contains("kernel.keys.root_maxkeys=1000000 (this machine has kernel.keys.root_maxkeys=200)")
+            && err.contains("sysctl -w kernel.keys.root_maxkeys=1000000")
+            && err.contains("--set-kernel-tunables"),
+        "{err}"
+    );
+    assert!(!runs.path().join("current-node").exists(), "nothing was made");
+    let (code, out, err) = sd(&["node", "up", "--set-kernel-tunables"]);
     let reap_on_failure = scopeguard(runs.path());
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(out.contains("Ready in") && out.contains("kubeconfig"), "{out}");
+    assert_eq!(std::fs::read_to_string("/proc/sys/kernel/keys/root_maxkeys").unwrap().trim(), "1000000", "set for the node's life");
+    hostnet::assert_same(&net_before, &hostnet::snapshot(), "by `node up`");
+    // The host reaches the apiserver on the forward's loopback address, as kubectl would.
+    let kubeconfig = std::fs::read_to_string(out.lines().find_map(|l| l.strip_prefix("kubeconfig  ")).unwrap().trim()).unwrap();
+    assert!(kubeconfig.contains("server: https://127.213."), "{kubeconfig}");
     let (code, out, err) = sd(&["node", "up"]);
     assert_eq!(code, Some(2), "a second node up in the same runs dir is refused: {out}{err}");
     let (code, out, err) = sd(&["node", "status"]);
@@ -227,13 +284,17 @@ fn node_up_status_down_from_the_command_line() {
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(out.contains("nothing left behind"), "{out}");
     std::mem::forget(reap_on_failure);
+    assert_eq!(std::fs::read_to_string("/proc/sys/kernel/keys/root_maxkeys").unwrap().trim(), "200", "`node down` put it back");
+    drop(lowered);
+    assert_eq!(sysctls(), tunables);
+    hostnet::assert_same(&net_before, &hostnet::snapshot(), "by `node up` and `node down`");
     let (code, _, err) = sd(&["node", "status"]);
     assert_eq!(code, Some(2), "no node: {err}");
     assert!(err.contains("node up"), "{err}");
 
     // A node whose run is gone (no `current-node` pointer: as after a `kill -9` of a run that
     // brought one up): `reap` takes it down from its directory alone.
-    let (code, out, err) = sd(&["node", "up"]);
+    let (code, out, err) = sd(&["node", "up", "--set-kernel-tunables"]);
     let reap_on_failure = scopeguard(runs.path());
     assert_eq!(code, Some(0), "{out}\n{err}");
     let run_dir = std::fs::read_to_string(runs.path().join("current-node")).unwrap();
@@ -246,6 +307,7 @@ fn node_up_status_down_from_the_command_line() {
     let left = cleanup::leftovers(&layout);
     assert!(left.is_empty(), "left behind after reap: {left}");
     std::mem::forget(reap_on_failure);
+    hostnet::assert_same(&net_before, &hostnet::snapshot(), "by a node reaped from its directory");
 }
 
 /// Takes the node of `runs` down if the test fails half-way (a node outlives `node up`).
@@ -271,7 +333,8 @@ fn helper_node_up_and_wait() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let run_id = format!("sd-killed{}", std::process::id());
-        let node = Node::up(&run_id, std::path::Path::new(&dir), &binaries()).await.unwrap_or_else(|e| panic!("node up: {e}"));
+        let node =
+            Node::up(&run_id, std::path::Path::new(&dir), &binaries(), &SET_TUNABLES).await.unwrap_or_else(|e| panic!("node up: {e}"));
         println!("node-up {}", node.layout.dir.display());
         tokio::time::sleep(Duration::from_secs(600)).await;
     });
@@ -286,6 +349,8 @@ fn a_node_whose_owner_was_killed_is_reaped() {
     use std::io::{BufRead, BufReader};
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     binaries();
+    let net_before = hostnet::snapshot();
+    let tunables = sysctls();
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "helper_node_up_and_wait", "--ignored", "--nocapture"])
@@ -318,7 +383,8 @@ fn a_node_whose_owner_was_killed_is_reaped() {
     unsafe { libc::kill(guard.0.id() as i32, libc::SIGKILL) };
     let _ = guard.0.wait();
     let left = cleanup::leftovers(&layout);
-    assert!(!left.processes.is_empty() && left.links == [layout.bridge.clone()], "a SIGKILL leaves the node running: {left}");
+    assert!(!left.processes.is_empty(), "a SIGKILL leaves the node running: {left}");
+    hostnet::assert_same(&net_before, &hostnet::snapshot(), "by a node whose owner was killed");
     let runs = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--runs-dir"]).arg(runs.path()).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -328,4 +394,6 @@ fn a_node_whose_owner_was_killed_is_reaped() {
     assert!(left.is_empty(), "left behind after reap: {left}");
     let out = Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--runs-dir"]).arg(runs.path()).output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stdout).contains("stray"), "a reaped node is not reaped twice");
+    hostnet::assert_same(&net_before, &hostnet::snapshot(), "by a killed node's owner and `reap`");
+    assert_eq!(sysctls(), tunables, "`reap` put kubelet's tunables back");
 }

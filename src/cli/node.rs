@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::exit::{Exit, Fatal};
-use crate::node::{cleanup, layout::Layout, Node, NodeBinaries};
+use crate::node::{cleanup, layout::Layout, Node, NodeBinaries, NodeOptions};
 use k8s_openapi::api::core::v1::{Node as KNode, Pod};
 use kube::api::Api;
 
@@ -29,7 +29,7 @@ fn mib(b: u64) -> String {
 
 pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
     match action {
-        NodeAction::Up { runs_dir } => {
+        NodeAction::Up { runs_dir, set_kernel_tunables } => {
             if let Ok(dir) = current_node(&runs_dir) {
                 if dir.join("node/node.json").exists() {
                     return Err(Fatal::usage(format!("a node is already up in {}: `shakedown node down` first", dir.display())));
@@ -38,8 +38,9 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
             let bins = NodeBinaries::find()?;
             let run_id = new_run_id();
             let run_dir = create_run_dir(&runs_dir, &run_id)?;
-            let node =
-                Node::up(&run_id, &run_dir, &bins).await.map_err(|e| Fatal::environment(format!("cannot bring the node up: {e}")))?;
+            let node = Node::up(&run_id, &run_dir, &bins, &NodeOptions { set_kernel_tunables })
+                .await
+                .map_err(|e| Fatal::environment(format!("cannot bring the node up: {e}")))?;
             std::fs::write(runs_dir.join("current-node"), run_dir.to_string_lossy().as_bytes())
                 .map_err(|e| Fatal::environment(e.to_string()))?;
             let mem = node.memory();
@@ -52,8 +53,16 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
                     run_dir.display()
                 ),
                 format!("kubeconfig  {}", node.kubeconfig.display()),
-                format!("apiserver   {}", node.layout.server()),
-                format!("pod network {}/24 on bridge {}", node.layout.net.subnet(), node.layout.bridge),
+                format!(
+                    "apiserver   {} (forwarded into the node's network namespace, where it is {})",
+                    node.layout.host_server(),
+                    node.layout.server()
+                ),
+                format!(
+                    "pod network {}/24 on bridge {}, inside the node's network namespace (the host's network is untouched)",
+                    node.layout.net.subnet(),
+                    node.layout.bridge
+                ),
                 format!(
                     "policies    NetworkPolicy enforced by the node's engine (shakedown node policy-agent; log {})",
                     node.layout.logs().join("policy-agent.log").display()
@@ -89,8 +98,10 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
                     .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
                     .map(|c| c.status == "True")
                     .unwrap_or(false),
-                Ok(Err(e)) => return Err(Fatal::environment(format!("the node's apiserver {}: {e}", layout.server()))),
-                Err(_) => return Err(Fatal::environment(format!("the node's apiserver {} did not answer within 10s", layout.server()))),
+                Ok(Err(e)) => return Err(Fatal::environment(format!("the node's apiserver {}: {e}", layout.host_server()))),
+                Err(_) => {
+                    return Err(Fatal::environment(format!("the node's apiserver {} did not answer within 10s", layout.host_server())))
+                }
             };
             let pods: Api<Pod> = Api::all(client);
             let pods = pods.list(&Default::default()).await.map(|l| l.items.len()).unwrap_or(0);
@@ -108,6 +119,10 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
         }
         NodeAction::PolicyAgent { node_dir } => {
             crate::node::netpol::agent(&node_dir).await.map_err(Fatal::environment)?;
+            Ok(Exit::Pass)
+        }
+        NodeAction::Forward { node_dir, netns } => {
+            crate::node::forward::run(&node_dir, &netns).await.map_err(Fatal::environment)?;
             Ok(Exit::Pass)
         }
         NodeAction::Down { runs_dir } => {

@@ -2,6 +2,12 @@
 //! `kill -9`) works from the node directory and what the machine shows (/proc, cgroupfs,
 //! `ip link`, nftables), never from a running shakedown's bookkeeping; [`leftovers`] lists what
 //! of the node is still on the machine.
+//!
+//! The node's network (bridge, address, pods' veths, nftables table, network sysctls) lives in a
+//! network namespace its holder process made, and the pods' namespaces hang off it: once every
+//! process of the node is gone, so is all of it, with nothing to delete. What `leftovers` checks
+//! in the host's namespace (a link named like the node's bridge, a table named like its) is the
+//! proof that the host's was not used.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -19,7 +25,9 @@ use crate::command::{run, run_bounded, COMMAND_BOUND};
 pub struct Leftovers {
     pub processes: Vec<(i32, String)>,
     pub cgroups: Vec<PathBuf>,
+    /// Links of the node's names in the host's network namespace (a node never makes any).
     pub links: Vec<String>,
+    /// A table of the node's name in the host's ruleset (a node never makes one).
     pub nft_table: bool,
     pub mounts: Vec<String>,
     pub sysctls: Vec<String>,
@@ -54,7 +62,7 @@ impl fmt::Display for Leftovers {
             parts.push(format!("links {:?}", self.links));
         }
         if self.nft_table {
-            parts.push("the nftables table".into());
+            parts.push("an nftables table in the host's ruleset".into());
         }
         if !self.mounts.is_empty() {
             parts.push(format!("mounts {:?}", self.mounts));
@@ -146,8 +154,28 @@ fn bridge_ports(bridge: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether the host's network namespace has a link of this name.
 pub(crate) fn link_exists(name: &str) -> bool {
     Path::new("/sys/class/net").join(name).exists()
+}
+
+/// The pid of the node's holder process (`tail -f <node dir>/holder`), whose namespaces every
+/// component shares.
+pub fn holder_pid(l: &Layout) -> Option<i32> {
+    let file = l.holder_file().display().to_string();
+    crate::targets::local::reap::processes_of(&l.dir)
+        .into_iter()
+        .find(|(_, cmd)| cmd.starts_with("tail ") && cmd.ends_with(&file))
+        .map(|(p, _)| p)
+}
+
+/// Runs `program args` inside the node's network namespace (bounded).
+pub fn in_netns(l: &Layout, program: &str, args: &[&str]) -> Result<std::process::Output, String> {
+    let pid = holder_pid(l).ok_or_else(|| format!("the node's holder process ({}) is not running", l.holder_file().display()))?;
+    let pid = pid.to_string();
+    let mut all = vec!["-t", &pid, "-n", "--", program];
+    all.extend_from_slice(args);
+    run_bounded("nsenter", &all, COMMAND_BOUND)
 }
 
 /// Whether another node is up on this machine (a held slot lock): it may be using the host
@@ -241,15 +269,18 @@ pub fn sweep(l: &Layout) -> Leftovers {
             let _ = run_bounded("umount", &["-l", point], COMMAND_BOUND);
         }
     }
-    // The pods' veths go with their network namespaces (which the holder's mounts kept);
-    // whatever is still attached is deleted with the bridge.
-    let ports = bridge_ports(&l.bridge);
-    let _ = run_bounded("ip", &["link", "del", &l.bridge], COMMAND_BOUND);
-    while ports.iter().any(|p| link_exists(p)) && Instant::now() < deadline {
-        for p in ports.iter().filter(|p| link_exists(p)) {
-            let _ = run_bounded("ip", &["link", "del", p], COMMAND_BOUND);
+    // The node's network namespace, its bridge, veths and nftables table went with its last
+    // process. A node of an earlier shakedown made its bridge and table in the host's
+    // namespace: those are deleted here (nothing of the kind exists for a node of this one).
+    if link_exists(&l.bridge) {
+        let ports = bridge_ports(&l.bridge);
+        let _ = run_bounded("ip", &["link", "del", &l.bridge], COMMAND_BOUND);
+        while ports.iter().any(|p| link_exists(p)) && Instant::now() < deadline {
+            for p in ports.iter().filter(|p| link_exists(p)) {
+                let _ = run_bounded("ip", &["link", "del", p], COMMAND_BOUND);
+            }
+            std::thread::sleep(POLL);
         }
-        std::thread::sleep(POLL);
     }
     // Cgroups, deepest first; a cgroup empties a moment after its last process died.
     loop {
@@ -262,7 +293,9 @@ pub fn sweep(l: &Layout) -> Leftovers {
         }
         std::thread::sleep(POLL);
     }
-    let _ = run_bounded("nft", &["delete", "table", "inet", &l.nft_table], COMMAND_BOUND);
+    if host_has_table(l) {
+        let _ = run_bounded("nft", &["delete", "table", "inet", &l.nft_table], COMMAND_BOUND);
+    }
     let record: HostRecord = std::fs::read_to_string(l.host_record()).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
     for (k, v) in &record.sysctls {
         let _ = std::fs::write(Path::new("/proc/sys").join(k), v);
@@ -278,7 +311,13 @@ pub fn sweep(l: &Layout) -> Leftovers {
     for d in l.data_dirs() {
         let _ = std::fs::remove_dir_all(&d);
     }
-    leftovers(l)
+    let left = leftovers(l);
+    // Put back once: a later sweep of this node (`reap` over its runs directory) must not write
+    // the record's values over what the machine has since (another node's, the user's own).
+    if left.sysctls.is_empty() && left.host_dirs.is_empty() && l.host_record().exists() {
+        let _ = std::fs::rename(l.host_record(), l.dir.join("host.restored.json"));
+    }
+    left
 }
 
 /// What of the node is on the machine now.
@@ -301,20 +340,19 @@ pub fn leftovers(l: &Layout) -> Leftovers {
         })
         .collect();
     let host_dirs = if other_nodes_up(l) { vec![] } else { record.created.iter().filter(|p| p.exists()).cloned().collect() };
-    Leftovers {
-        processes: processes(l),
-        cgroups: cgroup_dirs(l),
-        links,
-        nft_table: run_bounded("nft", &["list", "table", "inet", &l.nft_table], COMMAND_BOUND).map(|o| o.status.success()).unwrap_or(false),
-        mounts,
-        sysctls,
-        host_dirs,
-    }
+    Leftovers { processes: processes(l), cgroups: cgroup_dirs(l), links, nft_table: host_has_table(l), mounts, sysctls, host_dirs }
 }
 
-/// The guard: an nftables table that drops (and counts) link-local traffic from this machine
-/// (the cloud metadata address) and anything from the pods' /24 to outside it.
-pub async fn guard(l: &Layout) -> Result<(), String> {
+/// Whether the host's ruleset has a table named like the node's.
+fn host_has_table(l: &Layout) -> bool {
+    run_bounded("nft", &["list", "table", "inet", &l.nft_table], COMMAND_BOUND).map(|o| o.status.success()).unwrap_or(false)
+}
+
+/// The guard, in the network namespace of the node's holder `holder`: an nftables table that
+/// drops (and counts) link-local traffic (the cloud metadata address) and anything from the
+/// pods' /24 to outside it. The namespace has no way out (no uplink, no default route); the
+/// guard is the proof that nothing tried.
+pub async fn guard(l: &Layout, holder: u32) -> Result<(), String> {
     let subnet = format!("{}/24", l.net.subnet());
     let rules = format!(
         "table inet {t} {{\n  chain output {{ type filter hook output priority 0; ip daddr 169.254.0.0/16 counter drop; }}\n  chain forward {{ type filter hook forward priority 0; ip saddr {subnet} ip daddr != {subnet} counter drop; ip daddr 169.254.0.0/16 counter drop; }}\n{policy}}}\n",
@@ -323,7 +361,7 @@ pub async fn guard(l: &Layout) -> Result<(), String> {
     );
     let file = l.dir.join("guard.nft");
     std::fs::write(&file, &rules).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    let out = run("nft", &["-f", &file.display().to_string()], COMMAND_BOUND).await?;
+    let out = run("nsenter", &["-t", &holder.to_string(), "-n", "--", "nft", "-f", &file.display().to_string()], COMMAND_BOUND).await?;
     if !out.status.success() {
         return Err(format!("nft -f {}: {}", file.display(), String::from_utf8_lossy(&out.stderr).trim()));
     }
@@ -335,7 +373,7 @@ pub async fn guard(l: &Layout) -> Result<(), String> {
 pub fn guard_drops(l: &Layout) -> u64 {
     ["output", "forward"]
         .iter()
-        .filter_map(|chain| run_bounded("nft", &["list", "chain", "inet", &l.nft_table, chain], COMMAND_BOUND).ok())
+        .filter_map(|chain| in_netns(l, "nft", &["list", "chain", "inet", &l.nft_table, chain]).ok())
         .map(|out| {
             String::from_utf8_lossy(&out.stdout)
                 .split("counter packets ")

@@ -112,6 +112,7 @@ volumePluginDir: {flex}
 resolvConf: {resolv}
 serializeImagePulls: false
 makeIPTablesUtilChains: false
+protectKernelDefaults: true
 nodeStatusUpdateFrequency: 4s
 syncFrequency: 10s
 featureGates:
@@ -147,7 +148,9 @@ current-context: shakedown-node
     )
 }
 
-/// The node's addresses: a private /24 per slot, the node itself at `.1` on its bridge.
+/// The node's addresses: a private /24 per slot, the node itself at `.1` on its bridge (all of it
+/// inside the node's network namespace), and a loopback address of the host's for the forward
+/// to its apiserver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeNet {
     pub slot: u8,
@@ -162,5 +165,10 @@ impl NodeNet {
     }
     pub fn node_ip(&self) -> Ipv4Addr {
         self.host(1)
+    }
+    /// Where the host reaches the apiserver: `127.213.<slot>.1:6443` (all of 127/8 is the
+    /// loopback's, so no address is added anywhere).
+    pub fn forward(&self) -> std::net::SocketAddrV4 {
+        std::net::SocketAddrV4::new(Ipv4Addr::new(127, 213, self.slot, 1), super::layout::API_PORT)
     }
 }

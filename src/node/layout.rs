@@ -13,8 +13,22 @@ use super::config::NodeNet;
 pub const HOST_PATHS: &[&str] =
     &["/run/containerd", "/var/lib/cni", "/var/log/pods", "/var/log/containers", "/var/lib/kubelet", "/tmp/hostpath_pv"];
 
-/// Host sysctls kubelet sets at start (`setupKernelTunables`): recorded before, restored after.
-pub const SYSCTLS: &[&str] = &["vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"];
+/// The process-wide sysctls kubelet wants (`setupKernelTunables`) and the values it wants. The
+/// node's kubelet runs with `protectKernelDefaults`: it checks them and never changes them.
+/// Bring-up checks them first and refuses with the command that sets them, unless `node up
+/// --set-kernel-tunables` asked it to set them for the node's life (recorded, restored).
+pub const KERNEL_TUNABLES: &[(&str, &str)] = &[
+    ("vm/overcommit_memory", "1"),
+    ("vm/panic_on_oom", "0"),
+    ("kernel/panic", "10"),
+    ("kernel/panic_on_oops", "1"),
+    ("kernel/keys/root_maxkeys", "1000000"),
+    ("kernel/keys/root_maxbytes", "25000000"),
+];
+
+/// The port of the node's apiserver, inside the node's network namespace and on the host's
+/// loopback forward.
+pub const API_PORT: u16 = 6443;
 
 #[derive(Debug, Clone)]
 pub struct Layout {
@@ -23,11 +37,12 @@ pub struct Layout {
     pub run_id: String,
     /// The Node's name (also kubelet's `--hostname-override` and its token's user).
     pub node_name: String,
-    /// The bridge pods attach to (at most 15 characters).
+    /// The bridge pods attach to, inside the node's network namespace (at most 15 characters).
     pub bridge: String,
     /// The cgroup root of kubelet and its pods, in every hierarchy (no leading slash).
     pub cgroup_root: String,
-    /// The nftables table of the off-machine guard.
+    /// The nftables table of the off-machine guard and the policy chains, inside the node's
+    /// network namespace.
     pub nft_table: String,
     pub net: NodeNet,
     /// Where the CNI plugins are.
@@ -107,7 +122,8 @@ impl Layout {
     pub fn host_path_dir(&self, host: &str) -> PathBuf {
         self.dir.join("host").join(host.trim_start_matches('/').replace('/', "_"))
     }
-    /// The record of what bring-up changed on the host (sysctls, created mount points).
+    /// The record of what bring-up changed on the host (sysctls, created mount points), until a
+    /// teardown has put it back (then it is `host.restored.json`).
     pub fn host_record(&self) -> PathBuf {
         self.dir.join("host.json")
     }
@@ -115,8 +131,19 @@ impl Layout {
     pub fn data_dirs(&self) -> Vec<PathBuf> {
         ["containerd", "kubelet", "etcd", "host", "cni/ipam", "flex", "images"].iter().map(|d| self.dir.join(d)).collect()
     }
+    /// The apiserver as the node's components (inside its network namespace) reach it.
     pub fn server(&self) -> String {
-        format!("https://{}:6443", self.net.node_ip())
+        format!("https://{}:{API_PORT}", self.net.node_ip())
+    }
+    /// The apiserver as the host reaches it: the node's forward on a loopback address (the
+    /// admin's kubeconfig names it; inside the namespace the apiserver answers there too).
+    pub fn host_server(&self) -> String {
+        format!("https://{}", self.net.forward())
+    }
+    /// The file the node's mount and network namespaces are held by: `tail -f` of it is the
+    /// holder process.
+    pub fn holder_file(&self) -> PathBuf {
+        self.dir.join("holder")
     }
 }
 

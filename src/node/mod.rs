@@ -19,6 +19,7 @@
 
 pub mod cleanup;
 pub mod config;
+pub mod forward;
 pub mod images;
 pub mod layout;
 pub mod netpol;
@@ -38,7 +39,7 @@ use kube::Client;
 use crate::command::{run, run_bounded, COMMAND_BOUND};
 use crate::exit::Fatal;
 use crate::targets::local::apiserver::ApiPki;
-use layout::{Layout, HOST_PATHS, SYSCTLS};
+use layout::{Layout, HOST_PATHS, KERNEL_TUNABLES};
 
 /// How long a node may take from nothing to Node Ready (measured ≈ 20 s here).
 pub const NODE_READY_BOUND: Duration = Duration::from_secs(120);
@@ -196,6 +197,32 @@ fn is_static_elf(b: &[u8]) -> bool {
     (0..num).all(|i| b.get(phoff + i * size..phoff + i * size + 4) != Some(&3u32.to_le_bytes()[..]))
 }
 
+/// How a node may treat the host.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeOptions {
+    /// Set the sysctls kubelet needs ([`KERNEL_TUNABLES`]) for the node's life, restored at
+    /// teardown; without it a machine whose values differ is refused before anything is made.
+    pub set_kernel_tunables: bool,
+}
+
+/// The kernel tunables kubelet needs that this machine has otherwise: `(sysctl, now, wanted)`.
+pub fn unsuitable_kernel_tunables() -> Result<Vec<(String, String, String)>, String> {
+    let mut out = vec![];
+    for (s, want) in KERNEL_TUNABLES {
+        let now = read_sysctl(s)?;
+        if now != *want {
+            out.push((s.to_string(), now, want.to_string()));
+        }
+    }
+    Ok(out)
+}
+
+fn read_sysctl(s: &str) -> Result<String, String> {
+    std::fs::read_to_string(Path::new("/proc/sys").join(s))
+        .map(|v| v.trim().to_string())
+        .map_err(|e| format!("cannot read sysctl {s}: {e}"))
+}
+
 /// A running node.
 pub struct Node {
     pub layout: Layout,
@@ -212,19 +239,22 @@ pub struct Node {
 impl Node {
     /// Brings a node up in `<run_dir>/node` and waits for Node Ready (bounded). On failure,
     /// everything made so far is removed before the error returns.
-    pub async fn up(run_id: &str, run_dir: &Path, bins: &NodeBinaries) -> Result<Node, String> {
+    pub async fn up(run_id: &str, run_dir: &Path, bins: &NodeBinaries, opts: &NodeOptions) -> Result<Node, String> {
         let t0 = Instant::now();
-        let (slot, lock) = take_slot()?;
-        let layout = Layout::new(run_dir, run_id, slot, &bins.cni_bin);
-        // Checked before anything is made: a failed bring-up's teardown deletes the bridge of
-        // its name, which here would be another node's (or a killed run's, which the user may
-        // want to look at first).
-        if cleanup::link_exists(&layout.bridge) {
+        // Checked before anything is made: kubelet runs with protectKernelDefaults, and would
+        // refuse to start on these much later.
+        let unsuitable = unsuitable_kernel_tunables()?;
+        if !unsuitable.is_empty() && !opts.set_kernel_tunables {
+            let dotted = |s: &str| s.replace('/', ".");
             return Err(format!(
-                "a network link named {} already exists: a node of run {run_id} is up, or a run of that id was killed before its teardown (`shakedown node down` removes a node started by `node up`; otherwise `ip link del {}`)",
-                layout.bridge, layout.bridge
+                "kubelet needs {} (this machine has {}): set them with `sysctl -w {}`, or let the node set them for its life and restore them at teardown with `shakedown node up --set-kernel-tunables`",
+                unsuitable.iter().map(|(s, _, want)| format!("{}={want}", dotted(s))).collect::<Vec<_>>().join(", "),
+                unsuitable.iter().map(|(s, now, _)| format!("{}={now}", dotted(s))).collect::<Vec<_>>().join(", "),
+                unsuitable.iter().map(|(s, _, want)| format!("{}={want}", dotted(s))).collect::<Vec<_>>().join(" "),
             ));
         }
+        let (slot, lock) = take_slot()?;
+        let layout = Layout::new(run_dir, run_id, slot, &bins.cni_bin);
         // The slot's lock file names the node while its owner holds it: once the owner is gone
         // without a teardown (killed), `cleanup::reap_strays` finds the node by it.
         register(&lock, &layout);
@@ -265,11 +295,12 @@ impl Node {
         // What bring-up changes on the host, recorded before it changes it.
         let record = HostRecord::take()?;
         write(&l.host_record(), &serde_json::to_string(&record).unwrap_or_default())?;
-        cleanup::guard(&l).await?;
+        for (s, want) in KERNEL_TUNABLES {
+            if record.sysctls.get(*s).is_some_and(|now| now != want) {
+                write(&Path::new("/proc/sys").join(s), want)?;
+            }
+        }
         let ip = l.net.node_ip();
-        sh("ip", &["link", "add", &l.bridge, "type", "bridge"]).await?;
-        sh("ip", &["addr", "add", &format!("{ip}/24"), "dev", &l.bridge]).await?;
-        sh("ip", &["link", "set", &l.bridge, "up"]).await?;
         for c in cleanup::hierarchies() {
             let dir = c.join(&l.cgroup_root);
             std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create the cgroup {}: {e}", dir.display()))?;
@@ -280,15 +311,33 @@ impl Node {
                 }
             }
         }
-        // The mount namespace: a holder process whose command line names the node directory;
-        // every component runs inside its namespace (nsenter), its mounts vanish with it.
-        let keep = l.dir.join("holder");
-        write(&keep, "the node's mount namespace lives as long as the process tailing this file\n")?;
-        let holder =
-            spawn(&l, "holder", Command::new("unshare").args(["-m", "--propagation", "shared", "--", "tail", "-f"]).arg(&keep), None)?;
-        // nsenter must find the holder in its own namespace: right after the spawn it may not
-        // have called unshare(2) yet, and a bind mount made then would land in the host's.
-        wait_own_namespace(holder).await?;
+        // The mount and network namespaces: a holder process whose command line names the node
+        // directory; every component runs inside both (nsenter), and they vanish with it. The
+        // host's network namespace is never touched: the bridge, the node's address, the
+        // nftables table and the network sysctls all live in the node's.
+        let keep = l.holder_file();
+        write(&keep, "the node's mount and network namespaces live as long as the process tailing this file\n")?;
+        let holder = spawn(
+            &l,
+            "holder",
+            Command::new("unshare").args(["-m", "-n", "--propagation", "shared", "--", "tail", "-f"]).arg(&keep),
+            None,
+        )?;
+        // nsenter must find the holder in its own namespaces: right after the spawn it may not
+        // have called unshare(2) yet, and a bind mount or a link made then would land in the host's.
+        wait_own_namespaces(holder).await?;
+        let net =
+            |args: &[&str]| -> Vec<String> { ["-t", &holder.to_string(), "-n", "--"].iter().chain(args).map(|a| a.to_string()).collect() };
+        for args in [
+            vec!["ip", "link", "set", "lo", "up"],
+            vec!["ip", "link", "add", &l.bridge, "type", "bridge"],
+            vec!["ip", "addr", "add", &format!("{ip}/24"), "dev", &l.bridge],
+            vec!["ip", "link", "set", &l.bridge, "up"],
+        ] {
+            let args = net(&args);
+            sh("nsenter", &args.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+        }
+        cleanup::guard(&l, holder).await?;
         for host in HOST_PATHS {
             let own = l.host_path_dir(host);
             std::fs::create_dir_all(&own).map_err(|e| format!("cannot create {}: {e}", own.display()))?;
@@ -302,7 +351,7 @@ impl Node {
         // Control plane: etcd, then the apiserver, the controller manager, the scheduler.
         let pki = ApiPki::create(&l.dir, &l.run_id).map_err(|e| e.to_string())?;
         let ns = |c: &mut Command| {
-            c.args(["-t", &holder.to_string(), "-m", "--"]);
+            c.args(["-t", &holder.to_string(), "-m", "-n", "--"]);
         };
         let etcd_url = format!("http://{ip}:2379");
         let mut c = Command::new("nsenter");
@@ -326,7 +375,8 @@ impl Node {
             "",
         ]);
         spawn(&l, "etcd", &mut c, None)?;
-        wait_tcp(&format!("{ip}:2379"), CONTROL_PLANE_BOUND).await.map_err(|e| format!("etcd: {e}"))?;
+        let netns = PathBuf::from(format!("/proc/{holder}/ns/net"));
+        forward::wait_tcp_in(&netns, (ip, 2379).into(), CONTROL_PLANE_BOUND).await.map_err(|e| format!("etcd: {e}"))?;
 
         let tokens = [
             ("kubelet", format!("system:node:{}", l.node_name), "system:nodes"),
@@ -338,11 +388,17 @@ impl Node {
             let token = pki.add_token(user, group).map_err(|e| e.to_string())?;
             token_of.insert(*who, (user.clone(), token));
         }
-        let (cert, key) = pki.serving_cert("apiserver", ip, ip).map_err(|e| e.to_string())?;
+        // Its certificate names the host's loopback forward too; it listens on every address of
+        // the node's namespace, so that the admin's kubeconfig (the forward's address, which is
+        // the namespace's loopback too) serves inside it as well as on the host.
+        let (cert, key) = pki.serving_cert("apiserver", ip, *l.net.forward().ip()).map_err(|e| e.to_string())?;
         let mut flags = pki.flags("apiserver", ip, &etcd_url, &cert, &key);
         for f in flags.iter_mut() {
             if f.starts_with("--authorization-mode=") {
                 *f = "--authorization-mode=Node,RBAC".into();
+            }
+            if f.starts_with("--bind-address=") {
+                *f = "--bind-address=0.0.0.0".into();
             }
         }
         flags.extend([
@@ -354,9 +410,13 @@ impl Node {
         ns(&mut c);
         c.arg(&bins.kube_apiserver).args(&flags);
         spawn(&l, "kube-apiserver", &mut c, None)?;
+        // The host's way in: shakedown's own forward from a loopback address of the host's.
+        let mut c = Command::new(&bins.shakedown);
+        c.args(["node", "forward", "--node-dir"]).arg(&l.dir).arg("--netns").arg(format!("/proc/{holder}/ns/net"));
+        spawn(&l, "forward", &mut c, Some(("RUST_LOG", "info")))?;
         let ca = pki.ca_file().display().to_string();
         let server = l.server();
-        write(&l.admin_kubeconfig(), &config::kubeconfig(&server, &ca, "shakedown-admin", &pki.token))?;
+        write(&l.admin_kubeconfig(), &config::kubeconfig(&l.host_server(), &ca, "shakedown-admin", &pki.token))?;
         let mut kubeconfigs = BTreeMap::new();
         for (who, (user, token)) in &token_of {
             let path = l.dir.join(format!("{who}.kubeconfig"));
@@ -365,13 +425,17 @@ impl Node {
         }
         let client = admin_client(&l.admin_kubeconfig()).await?;
         wait_apiserver(&client, CONTROL_PLANE_BOUND).await?;
-        // The NetworkPolicy engine (the bridge plugin has none): bridged pod traffic must reach
-        // nftables (br_netfilter; recorded in the host record, restored at teardown).
+        // The NetworkPolicy engine (the bridge plugin has none), inside the node's namespaces:
+        // bridged pod traffic must reach nftables (br_netfilter's sysctl, which is the network
+        // namespace's own).
         let bridge_nf = Path::new("/proc/sys").join(netpol::BRIDGE_NF);
         if bridge_nf.exists() {
-            write(&bridge_nf, "1")?;
-            let mut c = Command::new(&bins.shakedown);
-            c.args(["node", "policy-agent", "--node-dir"]).arg(&l.dir);
+            let set = format!("echo 1 > {}", bridge_nf.display());
+            let args = net(&["sh", "-c", &set]);
+            sh("nsenter", &args.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+            let mut c = Command::new("nsenter");
+            ns(&mut c);
+            c.arg(&bins.shakedown).args(["node", "policy-agent", "--node-dir"]).arg(&l.dir);
             self.policy_agent = Some(spawn(&l, "policy-agent", &mut c, Some(("RUST_LOG", "info")))?);
         } else {
             tracing::warn!("{} does not exist (no br_netfilter): this node will not enforce NetworkPolicy", bridge_nf.display());
@@ -463,7 +527,7 @@ impl Node {
         let flush = format!("flush chain inet {t} netpol-egress\nflush chain inet {t} netpol-ingress\n");
         let file = self.layout.dir.join("policy-off.nft");
         write(&file, &flush)?;
-        let out = run_bounded("nft", &["-f", &file.display().to_string()], COMMAND_BOUND)?;
+        let out = cleanup::in_netns(&self.layout, "nft", &["-f", &file.display().to_string()])?;
         if !out.status.success() {
             return Err(format!("nft -f {}: {}", file.display(), String::from_utf8_lossy(&out.stderr).trim()));
         }
@@ -513,8 +577,9 @@ impl Drop for Node {
     }
 }
 
-/// What bring-up changes on the host, to put back: the sysctls kubelet sets, and the mount
-/// points it had to create for the bind mounts.
+/// What bring-up changes on the host, to put back: the kernel tunables kubelet needs (when asked
+/// to set them), and the mount points it had to create for the bind mounts. (The network is not
+/// the host's: nothing of it is recorded.)
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct HostRecord {
     pub sysctls: BTreeMap<String, String>,
@@ -524,13 +589,8 @@ pub struct HostRecord {
 impl HostRecord {
     fn take() -> Result<HostRecord, String> {
         let mut r = HostRecord::default();
-        for s in SYSCTLS {
-            let v = std::fs::read_to_string(Path::new("/proc/sys").join(s)).map_err(|e| format!("cannot read sysctl {s}: {e}"))?;
-            r.sysctls.insert(s.to_string(), v.trim().to_string());
-        }
-        // Set for the NetworkPolicy engine when br_netfilter is there (it is optional).
-        if let Ok(v) = std::fs::read_to_string(Path::new("/proc/sys").join(netpol::BRIDGE_NF)) {
-            r.sysctls.insert(netpol::BRIDGE_NF.to_string(), v.trim().to_string());
+        for (s, _) in KERNEL_TUNABLES {
+            r.sysctls.insert(s.to_string(), read_sysctl(s)?);
         }
         // Deepest first, so that removal can go in order.
         for host in HOST_PATHS {
@@ -564,13 +624,11 @@ pub(crate) fn slots_dir() -> PathBuf {
     std::env::temp_dir().join("shakedown-node-slots")
 }
 
-/// A node slot (the /24 10.213.N.0): a lock file held for the node's life.
+/// A node slot (the /24 10.213.N.0 inside its namespace, 127.213.N.1 for its forward on the
+/// host): a lock file held for the node's life.
 fn take_slot() -> Result<(u8, File), String> {
     let dir = slots_dir();
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let routes = run_bounded("ip", &["-4", "-o", "addr", "show"], COMMAND_BOUND)
-        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-        .unwrap_or_default();
     for slot in 1..=250u8 {
         let path = dir.join(format!("slot-{slot}.lock"));
         let Ok(file) = OpenOptions::new().create(true).truncate(false).write(true).open(&path) else {
@@ -580,7 +638,9 @@ fn take_slot() -> Result<(u8, File), String> {
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             continue;
         }
-        if routes.contains(&format!(" 10.213.{slot}.")) {
+        // The forward's address must be free (a killed run's forward may still hold it until
+        // `reap`; the probe's socket closes at once).
+        if std::net::TcpListener::bind(config::NodeNet { slot }.forward()).is_err() {
             continue;
         }
         return Ok((slot, file));
@@ -621,33 +681,24 @@ async fn sh(program: &str, args: &[&str]) -> Result<(), String> {
     }
 }
 
-/// Waits (bounded) until process `pid` is in a mount namespace other than ours.
-async fn wait_own_namespace(pid: u32) -> Result<(), String> {
-    let ours = std::fs::read_link("/proc/self/ns/mnt").map_err(|e| format!("cannot read our mount namespace: {e}"))?;
+/// Waits (bounded) until process `pid` is in a mount and a network namespace other than ours.
+async fn wait_own_namespaces(pid: u32) -> Result<(), String> {
+    let ns_of = |who: &str, kind: &str| std::fs::read_link(format!("/proc/{who}/ns/{kind}"));
+    let ours = (ns_of("self", "mnt"), ns_of("self", "net"));
+    let (Ok(our_mnt), Ok(our_net)) = ours else {
+        return Err("cannot read our own namespaces in /proc/self/ns".into());
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        match std::fs::read_link(format!("/proc/{pid}/ns/mnt")) {
-            Ok(ns) if ns != ours => return Ok(()),
-            Ok(_) => {}
-            Err(e) => return Err(format!("the mount namespace holder (pid {pid}) is gone: {e}")),
+        match (ns_of(&pid.to_string(), "mnt"), ns_of(&pid.to_string(), "net")) {
+            (Ok(mnt), Ok(net)) if mnt != our_mnt && net != our_net => return Ok(()),
+            (Ok(_), Ok(_)) => {}
+            (Err(e), _) | (_, Err(e)) => return Err(format!("the namespaces' holder (pid {pid}) is gone: {e}")),
         }
         if Instant::now() > deadline {
-            return Err(format!("the mount namespace holder (pid {pid}) did not leave our mount namespace within 10s"));
+            return Err(format!("the namespaces' holder (pid {pid}) did not leave our mount and network namespaces within 10s"));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-async fn wait_tcp(addr: &str, bound: Duration) -> Result<(), String> {
-    let deadline = Instant::now() + bound;
-    loop {
-        if tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr)).await.is_ok_and(|r| r.is_ok()) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("{addr} did not accept connections within {}s", bound.as_secs()));
-        }
-        tokio::time::sleep(POLL).await;
     }
 }
 
