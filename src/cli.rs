@@ -475,7 +475,7 @@ fn worse(a: Exit, b: Exit) -> Exit {
         Exit::Environment => 3,
         Exit::Internal => 4,
         Exit::Violation => 5,
-        Exit::Interrupted => 6,
+        Exit::Interrupted | Exit::BrokenPipe => 6,
     };
     if rank(b) > rank(a) {
         b

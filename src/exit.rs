@@ -21,6 +21,10 @@ pub enum Exit {
     Internal = 5,
     /// Interrupted by Ctrl-C or SIGTERM; the stack was torn down.
     Interrupted = 130,
+    /// Standard output was closed by its reader (`shakedown plan | head`): the command stopped
+    /// quietly, as a program killed by SIGPIPE reports in a shell (128 + 13); anything it had
+    /// started was torn down.
+    BrokenPipe = 141,
 }
 
 impl Exit {

@@ -12,6 +12,7 @@ pub mod engine;
 pub mod events;
 pub mod exit;
 pub mod node;
+pub mod private;
 pub mod profiles;
 pub mod rate;
 pub mod record;

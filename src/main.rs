@@ -21,6 +21,18 @@ fn main() -> ExitCode {
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
         unsafe { libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS) };
     }
+    // A print to a closed stdout panics in Rust's std (SIGPIPE is ignored, so the write fails
+    // with EPIPE): that panic is not a bug, and ends the command quietly (exit 141) once it has
+    // unwound through whatever the command had started (its teardown runs on the way).
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let text = info.payload().downcast_ref::<String>().map(String::as_str).or_else(|| info.payload().downcast_ref::<&str>().copied());
+        if text.is_some_and(is_broken_pipe) {
+            BROKEN_PIPE.store(true, std::sync::atomic::Ordering::SeqCst);
+            return;
+        }
+        default_hook(info)
+    }));
     let args = cli::Cli::parse();
     cli::init_logging(args.log_format);
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
@@ -39,9 +51,18 @@ fn main() -> ExitCode {
             eprintln!("error: {}", fatal.message);
             fatal.exit.into()
         }
+        Err(_) if BROKEN_PIPE.load(std::sync::atomic::Ordering::SeqCst) => shakedown::exit::Exit::BrokenPipe.into(),
         Err(_) => {
-            eprintln!("error: internal error (a bug in shakedown; the message is above); the stack was torn down");
+            eprintln!("error: internal error (a bug in shakedown; the message is above); anything it had started was torn down");
             shakedown::exit::Exit::Internal.into()
         }
     }
+}
+
+/// Set by the panic hook when a print found stdout closed.
+static BROKEN_PIPE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a panic's message is std's for a print to a closed pipe.
+fn is_broken_pipe(message: &str) -> bool {
+    message.starts_with("failed printing to stdout") && message.contains("Broken pipe")
 }

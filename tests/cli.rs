@@ -469,3 +469,43 @@ fn help_documents_match_write_rate_and_needs() {
         assert!(s.contains(w), "missing {w:?} in\n{s}");
     }
 }
+
+/// Issue 32: a reader that closes stdout early (`shakedown plan | head -5`) once made a panic
+/// (exit 5, "the stack was torn down" with no stack). It ends quietly with the SIGPIPE
+/// convention, 141. (The plan is larger than a pipe's buffer, so the write meets the closed
+/// pipe whatever the timing.)
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let mut child = bin()
+        .args(["plan", "--seed", "1", "--steps", "20000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(141), "{}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("panicked") && !text(&out.stderr).contains("internal error"), "{}", text(&out.stderr));
+}
+
+/// Issue 32: profile weights whose sum overflows u32 once panicked in generation; every weight
+/// pinned to 0 once planned every kind at weight 1. Both are refused with the reason (exit 2).
+#[test]
+fn weights_that_overflow_or_disable_everything_are_refused() {
+    let d = dirs();
+    let huge = d.runs.parent().unwrap().join("huge.toml");
+    std::fs::write(&huge, "name = \"huge\"\nsteps = 5\nversions = [\"3.4\"]\n[weights]\ncrash = 4294967295\nrestart = 4294967295\n")
+        .unwrap();
+    let out = bin().args(["plan", "--seed", "1", "--profile"]).arg(&huge).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("weights.crash = 4294967295 is more than 1000000"), "{}", text(&out.stderr));
+    let zero = d.runs.parent().unwrap().join("zero.toml");
+    std::fs::write(
+        &zero,
+        "name = \"zero\"\nsteps = 5\nversions = [\"3.4\"]\nops = [\"crash\", \"restart\"]\n[weights]\ncrash = 0\nrestart = 0\n",
+    )
+    .unwrap();
+    let out = bin().args(["plan", "--seed", "1", "--profile"]).arg(&zero).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("every op kind this tier may use has weight 0"), "{}", text(&out.stderr));
+}

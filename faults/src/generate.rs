@@ -67,7 +67,8 @@ fn draw<S: Strategy>(runner: &mut TestRunner, strategy: &S) -> S::Value {
 }
 
 /// The weights for a plan: pinned ones from the profile, the rest drawn from the seed.
-/// If every weight ends up 0, every kind gets weight 1.
+/// If every weight ends up 0 (the drawn ones all drew 0), every kind the profile did not pin
+/// to 0 gets weight 1: a pinned 0 disables its kind whatever the draw.
 pub fn draw_weights(runner: &mut TestRunner, profile: &Profile) -> Weights {
     // Only the kinds of the profile's stack have a weight (an etcd tier's plans and records
     // never mention the application ops, and the other way round).
@@ -84,7 +85,7 @@ pub fn draw_weights(runner: &mut TestRunner, profile: &Profile) -> Weights {
         })
         .collect();
     if weights.values().all(|&w| w == 0) {
-        weights.iter_mut().filter(|(k, _)| profile.allows(**k)).for_each(|(_, w)| *w = 1);
+        weights.iter_mut().filter(|(k, _)| profile.allows(**k) && profile.weights.get(*k) != Some(&0)).for_each(|(_, w)| *w = 1);
     }
     weights
 }

@@ -13,6 +13,10 @@ use crate::op::OpKind;
 /// plan this long already runs for days.
 pub const MAX_STEPS: usize = 100_000;
 
+/// The largest weight a profile may pin: weights are relative, and the sum of every kind's must
+/// fit the planner's u32 (with this cap it does for any number of kinds below 4,000).
+pub const MAX_WEIGHT: u32 = 1_000_000;
+
 /// A named tier: which ops with which weights, how long plans are, the bounds of every wait,
 /// and which invariants are checked.
 ///
@@ -335,6 +339,25 @@ impl Profile {
             if let Some((k, _)) = self.weights.iter().find(|(k, w)| **w > 0 && !ops.contains(k)) {
                 return bad(format!("weights.{k} is set but {k} is not in ops"));
             }
+        }
+        if let Some((k, w)) = self.weights.iter().find(|(_, w)| **w > MAX_WEIGHT) {
+            return bad(format!(
+                "weights.{k} = {w} is more than {MAX_WEIGHT}: weights are relative (crash = 8 beside restart = 1 makes crash 8 times as likely)"
+            ));
+        }
+        // A weight of 0 disables a kind: with every kind disabled there is nothing to plan
+        // (not, as it once was, every kind at weight 1).
+        let allowed: Vec<OpKind> = OpKind::ALL.into_iter().filter(|k| self.allows(*k)).collect();
+        if allowed.is_empty() {
+            let stack = match self.stack {
+                Stack::Etcd => "etcd",
+                Stack::ControlPlane => "control-plane",
+                Stack::App => "app",
+            };
+            return bad(format!("ops names no op kind the {stack} stack can run: nothing would be planned"));
+        }
+        if allowed.iter().all(|k| self.weights.get(k) == Some(&0)) {
+            return bad("every op kind this tier may use has weight 0 (a weight of 0 disables a kind): nothing would be planned".into());
         }
         if self.sites == 0 || self.members == 0 {
             return bad("sites and members must be at least 1".into());

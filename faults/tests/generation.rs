@@ -204,6 +204,13 @@ fn profile_errors_are_clear() {
     assert!(err.contains("max_down is 0"), "{err}");
     let err = Profile::from_toml("name = \"x\"\nsteps = 3\nversions = [\"3.4\"]\n[timeouts]\nconverge = \"soon\"").unwrap_err().to_string();
     assert!(err.contains("invalid duration"), "{err}");
+    // Weights whose sum overflows the planner's u32 once panicked in generation.
+    let err = Profile::from_toml("name = \"x\"\nsteps = 3\nversions = [\"3.4\"]\n[weights]\ncrash = 4294967295").unwrap_err().to_string();
+    assert!(err.contains("weights.crash = 4294967295 is more than 1000000"), "{err}");
+    // Every kind pinned to 0 once planned every kind at weight 1.
+    let all_zero: String = OpKind::ALL.into_iter().filter(|k| !k.app_only()).map(|k| format!("{k} = 0\n")).collect();
+    let err = Profile::from_toml(&format!("name = \"x\"\nsteps = 3\nversions = [\"3.4\"]\n[weights]\n{all_zero}")).unwrap_err().to_string();
+    assert!(err.contains("every op kind this tier may use has weight 0"), "{err}");
 }
 
 #[test]
@@ -409,4 +416,58 @@ fn a_group_partition_is_one_partition_at_a_time() {
     m.apply(&Op::Partition { member: MemberId(0) }).unwrap();
     assert_eq!(m.check(&Op::PartitionGroups { pick: 0 }), Err(PreconditionError::PartitionInPlace("partition(m0)".into())));
     assert_eq!(Op::PartitionGroups { pick: 0 }.to_string(), "partition-groups(pick 0)");
+}
+
+/// Any numbers at all in a profile's file: pinned weights anywhere (0, u32's largest, beyond it,
+/// negative) on any subset of kinds, extreme plan lengths, members, sites and max_down. The
+/// loader either refuses the file with a reason or accepts a profile the planner plans without
+/// a panic; a kind pinned to 0 never appears in its plans.
+fn arb_extreme_profile_text() -> impl Strategy<Value = String> {
+    let n = |v: Vec<i64>| proptest::sample::select(v);
+    let weight = prop_oneof![n(vec![0, 1, u32::MAX as i64, u32::MAX as i64 / 2, 1_000_000, 1_000_001, -1, i64::MAX]), 0i64..20];
+    let weights = proptest::collection::btree_map(proptest::sample::select(OpKind::ALL.to_vec()), weight, 0..OpKind::ALL.len());
+    let steps = prop_oneof![n(vec![0, 1, 100_000, 100_001, i64::MAX, -1]), 2i64..40];
+    let members = prop_oneof![n(vec![0, 10, u32::MAX as i64, i64::MAX]), 1i64..10];
+    let sites = prop_oneof![n(vec![0, 255, 256]), 1i64..10];
+    let max_down = proptest::option::of(prop_oneof![n(vec![i64::MAX]), 0i64..10]);
+    (weights, steps, members, sites, max_down, any::<bool>()).prop_map(|(weights, steps, members, sites, max_down, listed)| {
+        let mut t: toml::Table = toml::from_str(&profile(0).to_toml()).unwrap();
+        let mut w = toml::Table::new();
+        for (k, v) in &weights {
+            w.insert(k.to_string(), toml::Value::Integer(*v));
+        }
+        if listed {
+            t.insert("ops".into(), toml::Value::Array(weights.keys().map(|k| toml::Value::String(k.to_string())).collect()));
+        }
+        t.insert("weights".into(), toml::Value::Table(w));
+        t.insert("steps".into(), toml::Value::Integer(steps));
+        t.insert("members".into(), toml::Value::Integer(members));
+        t.insert("sites".into(), toml::Value::Integer(sites));
+        if let Some(d) = max_down {
+            t.insert("max_down".into(), toml::Value::Integer(d));
+        }
+        toml::to_string(&t).unwrap()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn any_numbers_in_a_profile_are_refused_or_planned_never_a_panic(seed in any::<u64>(), text in arb_extreme_profile_text()) {
+        let Ok(loaded) = Profile::from_toml(&text) else {
+            return Ok(());
+        };
+        // Only plans of a sensible length are drawn here (100,000 steps plan in seconds).
+        prop_assume!(loaded.steps <= 40);
+        let plan = generate(seed, &loaded);
+        prop_assert!(plan.ops.len() <= loaded.steps);
+        let again = Profile::from_toml(&loaded.to_toml());
+        prop_assert_eq!(again.as_ref().ok(), Some(&loaded), "a loaded profile round-trips");
+        for (k, w) in &loaded.weights {
+            if *w == 0 {
+                prop_assert!(plan.ops.iter().all(|op| op.kind() != *k), "{k} pinned to 0 was planned: {:?}", plan.ops);
+            }
+        }
+    }
 }

@@ -180,7 +180,8 @@ pub fn new_run_id() -> String {
 
 pub fn create_run_dir(runs_dir: &Path, run_id: &str) -> Result<PathBuf, Fatal> {
     let dir = runs_dir.join(run_id);
-    std::fs::create_dir_all(&dir).map_err(|e| Fatal::environment(format!("cannot create run directory {}: {e}", dir.display())))?;
+    // 0700: it holds the run's keys and tokens (a stack's admin token while it runs).
+    crate::private::dir(&dir).map_err(|e| Fatal::environment(format!("cannot create run directory {}: {e}", dir.display())))?;
     let dir = dir.canonicalize().map_err(|e| Fatal::environment(format!("cannot resolve {}: {e}", dir.display())))?;
     let owner =
         json!({"run_id": run_id, "pid": std::process::id(), "started": now_rfc3339(), "shakedown_version": env!("CARGO_PKG_VERSION")});

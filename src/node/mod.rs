@@ -416,11 +416,11 @@ impl Node {
         spawn(&l, "forward", &mut c, Some(("RUST_LOG", "info")))?;
         let ca = pki.ca_file().display().to_string();
         let server = l.server();
-        write(&l.admin_kubeconfig(), &config::kubeconfig(&l.host_server(), &ca, "shakedown-admin", &pki.token))?;
+        write_private(&l.admin_kubeconfig(), &config::kubeconfig(&l.host_server(), &ca, "shakedown-admin", &pki.token))?;
         let mut kubeconfigs = BTreeMap::new();
         for (who, (user, token)) in &token_of {
             let path = l.dir.join(format!("{who}.kubeconfig"));
-            write(&path, &config::kubeconfig(&server, &ca, user, token))?;
+            write_private(&path, &config::kubeconfig(&server, &ca, user, token))?;
             kubeconfigs.insert(*who, path.display().to_string());
         }
         let client = admin_client(&l.admin_kubeconfig()).await?;
@@ -646,6 +646,11 @@ fn take_slot() -> Result<(u8, File), String> {
         return Ok((slot, file));
     }
     Err("no free node slot (10.213.1-250.0/24): too many nodes on this machine?".into())
+}
+
+/// A kubeconfig (its token is a credential): its owner's alone.
+fn write_private(path: &Path, text: &str) -> Result<(), String> {
+    crate::private::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 fn write(path: &Path, text: &str) -> Result<(), String> {

@@ -38,7 +38,7 @@ fn write_kubeconfig(pki: &ApiPki, server: &str, run_id: &str) -> Result<PathBuf,
         ca = pki.ca_file().display(),
         token = pki.token,
     );
-    std::fs::write(&path, text).map_err(|e| LocalError::Environment(format!("cannot write {}: {e}", path.display())))?;
+    crate::private::write(&path, text).map_err(|e| LocalError::Environment(format!("cannot write {}: {e}", path.display())))?;
     Ok(path)
 }
 

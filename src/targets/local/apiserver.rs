@@ -33,7 +33,7 @@ impl ApiPki {
     /// Makes the run's CA, service-account key pair and token file under `run_dir/api`.
     pub fn create(run_dir: &Path, run_id: &str) -> Result<ApiPki, LocalError> {
         let dir = run_dir.join("api");
-        std::fs::create_dir_all(&dir).map_err(|e| env(format!("cannot create {}: {e}", dir.display())))?;
+        crate::private::dir(&dir).map_err(|e| env(format!("cannot create {}: {e}", dir.display())))?;
         let ca_key = KeyPair::generate().map_err(|e| env(format!("cannot make the run's CA key: {e}")))?;
         let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| env(e.to_string()))?;
         params.distinguished_name.push(DnType::CommonName, format!("shakedown {run_id} CA"));
@@ -84,7 +84,7 @@ impl ApiPki {
             params.subject_alt_names.push(SanType::IpAddress(a.into()));
         }
         let cert = params.signed_by(&key, &self.ca).map_err(|e| env(format!("cannot sign {name}'s serving certificate: {e}")))?;
-        std::fs::create_dir_all(&dir).map_err(|e| env(format!("cannot create {}: {e}", dir.display())))?;
+        crate::private::dir(&dir).map_err(|e| env(format!("cannot create {}: {e}", dir.display())))?;
         write(&c, &cert.pem())?;
         write(&k, &key.serialize_pem())?;
         Ok((c, k))
@@ -128,8 +128,10 @@ pub fn lb_addr(slot: u8) -> SocketAddrV4 {
     SocketAddrV4::new(Ipv4Addr::new(127, slot, 0, 1), API_PORT)
 }
 
+/// Every file of the PKI is its owner's alone (keys, the token file; the certificates too,
+/// which costs nothing).
 fn write(path: &Path, text: &str) -> Result<(), LocalError> {
-    std::fs::write(path, text).map_err(|e| env(format!("cannot write {}: {e}", path.display())))
+    crate::private::write(path, text).map_err(|e| env(format!("cannot write {}: {e}", path.display())))
 }
 
 fn env(s: String) -> LocalError {
@@ -143,4 +145,32 @@ fn random_hex(n: usize) -> Result<String, LocalError> {
         .and_then(|mut f| f.read_exact(&mut buf))
         .map_err(|e| env(format!("cannot read /dev/urandom: {e}")))?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    /// A run's PKI — the CA, the service-account signing key, the token file with the admin's
+    /// token, each serving key, the kubeconfig — is readable by its owner alone, in a run
+    /// directory only its owner may enter.
+    #[test]
+    fn the_run_pki_is_readable_by_its_owner_alone() {
+        let runs = tempfile::tempdir().unwrap();
+        let run_dir = crate::cli::session::create_run_dir(runs.path(), "sd-modes").unwrap();
+        assert_eq!(mode(&run_dir), 0o700, "the run directory");
+        let pki = ApiPki::create(&run_dir, "sd-modes").unwrap();
+        pki.add_token("someone", "").unwrap();
+        let (cert, key) = pki.serving_cert("m0", Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2)).unwrap();
+        assert_eq!(mode(&pki.dir), 0o700, "{}", pki.dir.display());
+        assert_eq!(mode(key.parent().unwrap()), 0o700);
+        for f in [pki.dir.join("sa.key"), pki.dir.join("tokens.csv"), pki.dir.join("ca.crt"), key, cert] {
+            assert_eq!(mode(&f), 0o600, "{}", f.display());
+        }
+    }
 }
