@@ -13,6 +13,11 @@ pub fn dir(dir: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(dir, Permissions::from_mode(0o700))
 }
 
+/// The permission bits of `path` (`0o600`).
+pub fn mode(path: &Path) -> std::io::Result<u32> {
+    Ok(std::fs::metadata(path)?.permissions().mode() & 0o777)
+}
+
 /// Writes `contents` to `path`, readable by its owner only (an existing file is narrowed to 0600
 /// before it is truncated and written).
 pub fn write(path: &Path, contents: impl AsRef<[u8]>) -> std::io::Result<()> {
@@ -27,7 +32,7 @@ mod tests {
     use super::*;
 
     fn mode(p: &Path) -> u32 {
-        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+        super::mode(p).unwrap()
     }
 
     #[test]

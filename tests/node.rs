@@ -100,8 +100,7 @@ async fn a_node_runs_real_pods_and_leaves_nothing_behind() {
     for component in ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet"] {
         assert!(memory.contains_key(component), "{component} runs: {memory:?}");
     }
-    use std::os::unix::fs::PermissionsExt;
-    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let mode = |p: &std::path::Path| shakedown::private::mode(p).unwrap();
     assert_eq!(mode(&node.kubeconfig), 0o600, "the admin's kubeconfig holds its token");
     assert_eq!(mode(&node.layout.dir.join("api/tokens.csv")), 0o600);
     let client = node.client().await.unwrap();

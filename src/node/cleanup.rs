@@ -155,7 +155,7 @@ fn bridge_ports(bridge: &str) -> Vec<String> {
 }
 
 /// Whether the host's network namespace has a link of this name.
-pub(crate) fn link_exists(name: &str) -> bool {
+fn link_exists(name: &str) -> bool {
     Path::new("/sys/class/net").join(name).exists()
 }
 
@@ -169,13 +169,18 @@ pub fn holder_pid(l: &Layout) -> Option<i32> {
         .map(|(p, _)| p)
 }
 
+/// `nsenter`'s arguments that run `argv` in the network namespace of process `holder`.
+pub(crate) fn netns_args<'a>(holder: &'a str, argv: &[&'a str]) -> Vec<&'a str> {
+    let mut all = vec!["-t", holder, "-n", "--"];
+    all.extend_from_slice(argv);
+    all
+}
+
 /// Runs `program args` inside the node's network namespace (bounded).
 pub fn in_netns(l: &Layout, program: &str, args: &[&str]) -> Result<std::process::Output, String> {
     let pid = holder_pid(l).ok_or_else(|| format!("the node's holder process ({}) is not running", l.holder_file().display()))?;
     let pid = pid.to_string();
-    let mut all = vec!["-t", &pid, "-n", "--", program];
-    all.extend_from_slice(args);
-    run_bounded("nsenter", &all, COMMAND_BOUND)
+    run_bounded("nsenter", &netns_args(&pid, &[&[program], args].concat()), COMMAND_BOUND)
 }
 
 /// Whether another node is up on this machine (a held slot lock): it may be using the host
@@ -361,7 +366,8 @@ pub async fn guard(l: &Layout, holder: u32) -> Result<(), String> {
     );
     let file = l.dir.join("guard.nft");
     std::fs::write(&file, &rules).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    let out = run("nsenter", &["-t", &holder.to_string(), "-n", "--", "nft", "-f", &file.display().to_string()], COMMAND_BOUND).await?;
+    let (holder, file_arg) = (holder.to_string(), file.display().to_string());
+    let out = run("nsenter", &netns_args(&holder, &["nft", "-f", &file_arg]), COMMAND_BOUND).await?;
     if !out.status.success() {
         return Err(format!("nft -f {}: {}", file.display(), String::from_utf8_lossy(&out.stderr).trim()));
     }

@@ -106,14 +106,13 @@ pub async fn serve(listen: SocketAddrV4, netns: &Path, to: SocketAddr) -> Result
                 }
                 Err(_) => return,
             };
-            let outbound = match outbound.set_nonblocking(true).and_then(|_| tokio::net::TcpStream::from_std(outbound)) {
+            let mut outbound = match outbound.set_nonblocking(true).and_then(|_| tokio::net::TcpStream::from_std(outbound)) {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::warn!("{e}");
                     return;
                 }
             };
-            let mut outbound = outbound;
             let _ = inbound.set_nodelay(true);
             let _ = outbound.set_nodelay(true);
             let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;

@@ -326,16 +326,16 @@ impl Node {
         // nsenter must find the holder in its own namespaces: right after the spawn it may not
         // have called unshare(2) yet, and a bind mount or a link made then would land in the host's.
         wait_own_namespaces(holder).await?;
-        let net =
-            |args: &[&str]| -> Vec<String> { ["-t", &holder.to_string(), "-n", "--"].iter().chain(args).map(|a| a.to_string()).collect() };
-        for args in [
-            vec!["ip", "link", "set", "lo", "up"],
-            vec!["ip", "link", "add", &l.bridge, "type", "bridge"],
-            vec!["ip", "addr", "add", &format!("{ip}/24"), "dev", &l.bridge],
-            vec!["ip", "link", "set", &l.bridge, "up"],
+        let holder_pid = holder.to_string();
+        let netns = PathBuf::from(format!("/proc/{holder}/ns/net"));
+        let address = format!("{ip}/24");
+        for argv in [
+            ["ip", "link", "set", "lo", "up"].as_slice(),
+            &["ip", "link", "add", &l.bridge, "type", "bridge"],
+            &["ip", "addr", "add", &address, "dev", &l.bridge],
+            &["ip", "link", "set", &l.bridge, "up"],
         ] {
-            let args = net(&args);
-            sh("nsenter", &args.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+            sh("nsenter", &cleanup::netns_args(&holder_pid, argv)).await?;
         }
         cleanup::guard(&l, holder).await?;
         for host in HOST_PATHS {
@@ -351,7 +351,7 @@ impl Node {
         // Control plane: etcd, then the apiserver, the controller manager, the scheduler.
         let pki = ApiPki::create(&l.dir, &l.run_id).map_err(|e| e.to_string())?;
         let ns = |c: &mut Command| {
-            c.args(["-t", &holder.to_string(), "-m", "-n", "--"]);
+            c.args(["-t", &holder_pid, "-m", "-n", "--"]);
         };
         let etcd_url = format!("http://{ip}:2379");
         let mut c = Command::new("nsenter");
@@ -375,7 +375,6 @@ impl Node {
             "",
         ]);
         spawn(&l, "etcd", &mut c, None)?;
-        let netns = PathBuf::from(format!("/proc/{holder}/ns/net"));
         forward::wait_tcp_in(&netns, (ip, 2379).into(), CONTROL_PLANE_BOUND).await.map_err(|e| format!("etcd: {e}"))?;
 
         let tokens = [
@@ -412,7 +411,7 @@ impl Node {
         spawn(&l, "kube-apiserver", &mut c, None)?;
         // The host's way in: shakedown's own forward from a loopback address of the host's.
         let mut c = Command::new(&bins.shakedown);
-        c.args(["node", "forward", "--node-dir"]).arg(&l.dir).arg("--netns").arg(format!("/proc/{holder}/ns/net"));
+        c.args(["node", "forward", "--node-dir"]).arg(&l.dir).arg("--netns").arg(&netns);
         spawn(&l, "forward", &mut c, Some(("RUST_LOG", "info")))?;
         let ca = pki.ca_file().display().to_string();
         let server = l.server();
@@ -431,8 +430,7 @@ impl Node {
         let bridge_nf = Path::new("/proc/sys").join(netpol::BRIDGE_NF);
         if bridge_nf.exists() {
             let set = format!("echo 1 > {}", bridge_nf.display());
-            let args = net(&["sh", "-c", &set]);
-            sh("nsenter", &args.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+            sh("nsenter", &cleanup::netns_args(&holder_pid, &["sh", "-c", &set])).await?;
             let mut c = Command::new("nsenter");
             ns(&mut c);
             c.arg(&bins.shakedown).args(["node", "policy-agent", "--node-dir"]).arg(&l.dir);

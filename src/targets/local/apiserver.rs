@@ -150,10 +150,9 @@ fn random_hex(n: usize) -> Result<String, LocalError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     fn mode(p: &Path) -> u32 {
-        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+        crate::private::mode(p).unwrap()
     }
 
     /// A run's PKI — the CA, the service-account signing key, the token file with the admin's
