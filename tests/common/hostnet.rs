@@ -1,7 +1,10 @@
 //! The host's network state, to compare before and after a node: links, addresses, routes (IPv4
 //! and IPv6, every table), the whole nftables ruleset and every network sysctl. What changes by
 //! itself is left out: address lifetimes and route expiry count down, rule counters count, and
-//! `nf_conntrack_count` is the number of connections tracked right now.
+//! `nf_conntrack_count` is the number of connections tracked right now. So are the local target's
+//! per-run tables (`inet shakedown_sd_…`, see `targets::local::nft`): the test runner runs the
+//! local stack's tests beside the node's, and a site isolation of theirs is not the node's change.
+//! The node's own table (`shakedown-node-…`) and everything else stay compared.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -54,6 +57,23 @@ fn sysctls(dir: &std::path::Path, out: &mut BTreeMap<String, String>) {
     }
 }
 
+/// The ruleset without the top-level blocks of local-target runs' tables (`table inet
+/// shakedown_sd_… { … }`, closed by a `}` in the first column).
+fn without_local_runs(ruleset: &str) -> String {
+    let mut kept = Vec::new();
+    let mut skipping = false;
+    for line in ruleset.lines() {
+        if !skipping && line.starts_with("table inet shakedown_sd_") {
+            skipping = true;
+        } else if skipping {
+            skipping = line != "}";
+        } else {
+            kept.push(line);
+        }
+    }
+    kept.join("\n")
+}
+
 pub fn snapshot() -> HostNet {
     let mut s = BTreeMap::new();
     sysctls(std::path::Path::new("/proc/sys/net"), &mut s);
@@ -64,7 +84,7 @@ pub fn snapshot() -> HostNet {
             &format!("{}{}", out("ip", &["-4", "route", "show", "table", "all"]), out("ip", &["-6", "route", "show", "table", "all"])),
             &["expires"],
         ),
-        ruleset: out("nft", &["--stateless", "list", "ruleset"]),
+        ruleset: without_local_runs(&out("nft", &["--stateless", "list", "ruleset"])),
         sysctls: s,
     }
 }
@@ -94,4 +114,12 @@ pub fn assert_same(before: &HostNet, now: &HostNet, when: &str) {
         diff.push(format!("sysctl {k} is gone"));
     }
     panic!("the host's network changed {when}:\n{}", diff.join("\n"));
+}
+
+/// Only a local run's table is left out: the node's own table and every other stay compared.
+#[test]
+fn a_local_runs_table_is_left_out_of_the_ruleset_and_nothing_else() {
+    let ruleset = "table inet shakedown_sd_1a2b3c4d {\n\tchain out {\n\t\ttype filter hook output priority filter; policy accept;\n\t}\n}\n\
+                   table inet shakedown-node-ab12 {\n\tchain output {\n\t}\n}\ntable ip nat {\n}\n";
+    assert_eq!(without_local_runs(ruleset), "table inet shakedown-node-ab12 {\n\tchain output {\n\t}\n}\ntable ip nat {\n}");
 }
