@@ -119,7 +119,8 @@ pub fn assert_same(before: &HostNet, now: &HostNet, when: &str) {
 /// Only a local run's table is left out: the node's own table and every other stay compared.
 #[test]
 fn a_local_runs_table_is_left_out_of_the_ruleset_and_nothing_else() {
-    let ruleset = "table inet shakedown_sd_1a2b3c4d {\n\tchain out {\n\t\ttype filter hook output priority filter; policy accept;\n\t}\n}\n\
+    let ruleset =
+        "table inet shakedown_sd_1a2b3c4d {\n\tchain out {\n\t\ttype filter hook output priority filter; policy accept;\n\t}\n}\n\
                    table inet shakedown-node-ab12 {\n\tchain output {\n\t}\n}\ntable ip nat {\n}\n";
     assert_eq!(without_local_runs(ruleset), "table inet shakedown-node-ab12 {\n\tchain output {\n\t}\n}\ntable ip nat {\n}");
 }
