@@ -60,8 +60,8 @@ fn main() {
             binaries: binaries.clone(),
             disks,
             bug: None,
-            heartbeat_ms: 50,
-            election_ms: 500,
+            heartbeat_ms: shakedown::targets::local::HEARTBEAT_MS,
+            election_ms: shakedown::targets::local::ELECTION_MS,
             stack: shakedown::faults::Stack::Etcd,
         }
     };

@@ -428,8 +428,8 @@ fn main() {
                             binaries: binaries.clone(),
                             disks,
                             bug: Some(bug),
-                            heartbeat_ms: 50,
-                            election_ms: 500,
+                            heartbeat_ms: shakedown::targets::local::HEARTBEAT_MS,
+                            election_ms: shakedown::targets::local::ELECTION_MS,
                             stack: bug.stack(),
                         };
                         random_crashes(cfg, seed)

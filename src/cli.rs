@@ -194,12 +194,14 @@ pub enum Command {
         /// Reap on the management cluster of the kubeconfig instead of this machine.
         #[arg(long)]
         kube: bool,
-        #[arg(long)]
+        /// With --kube: the kubeconfig (default: $KUBECONFIG, then ~/.kube/config).
+        #[arg(long, requires = "kube")]
         kubeconfig: Option<PathBuf>,
-        #[arg(long)]
+        /// With --kube: the kubeconfig's context (default: its current one).
+        #[arg(long, requires = "kube")]
         context: Option<String>,
-        /// Only this namespace (default: all namespaces).
-        #[arg(long)]
+        /// With --kube: only this namespace (default: all namespaces).
+        #[arg(long, requires = "kube")]
         namespace: Option<String>,
         /// Also runs that look alive or ran on another host.
         #[arg(long)]
@@ -321,7 +323,7 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
     match cli.command {
         Command::Plan { seed, profile, steps, format } => {
             let profile = with_steps(profiles::load(&profile)?, steps)?;
-            let plan = generate(seed, &profile);
+            let plan = planned(seed, &profile);
             match format {
                 PlanFormat::Toml => print!("{}", toml::to_string(&plan).expect("plans serialize")),
                 PlanFormat::Text => {
@@ -347,7 +349,7 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
                     exit = Exit::Interrupted;
                     break;
                 }
-                let plan = generate(part.seed(base, j), &profile);
+                let plan = planned(part.seed(base, j), &profile);
                 let r = match session::execute(&x, &spec, &profile, &plan).await {
                     Ok(r) => r,
                     Err(e) => {
@@ -499,6 +501,26 @@ fn write_junit_to(path: &std::path::Path, xml: &str) -> Result<(), Fatal> {
             .map_err(|e| Fatal::environment(format!("--junit {}: cannot create {}: {e}", path.display(), dir.display())))?;
     }
     std::fs::write(path, xml).map_err(|e| Fatal::environment(format!("--junit {}: cannot write it: {e}", path.display())))
+}
+
+/// The plan of `seed`, said out loud when it is shorter than the profile's steps: the ops the
+/// profile allows ran out (`ops = ["crash"]` stops once `max_down` members are down). Said once
+/// per process (a soak draws many seeds of one profile).
+pub fn planned(seed: u64, profile: &Profile) -> shakedown_faults::Plan {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let plan = generate(seed, profile);
+    if plan.ops.len() < profile.steps && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        let allowed: Vec<String> =
+            shakedown_faults::OpKind::ALL.into_iter().filter(|k| profile.allows(*k)).map(|k| k.to_string()).collect();
+        tracing::warn!(
+            "seed {seed}: the plan has {} of the {} steps asked for: after its last op none of the op kinds profile {} allows ({}) can run; allow the kinds that undo them (restart after crash, resume after pause, recover after isolate, …)",
+            plan.ops.len(),
+            profile.steps,
+            profile.name,
+            allowed.join(", ")
+        );
+    }
+    plan
 }
 
 fn with_steps(mut p: Profile, steps: Option<usize>) -> Result<Profile, Fatal> {

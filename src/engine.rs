@@ -1,6 +1,7 @@
 //! The run engine: executes a plan on a target, checking every invariant after every step with a
 //! bounded wait for convergence; then heals and requires convergence (liveness).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -195,6 +196,11 @@ impl<'a> Engine<'a> {
     async fn check_until(&mut self, quorum_throughout: bool, require_all_up: bool, limit: Duration) -> Checked {
         let deadline = Instant::now() + limit;
         let mut attempts = 0;
+        // How many observations in a row, up to the latest, each invariant has failed: at the
+        // bound the verdict leads with the one that failed longest, not with whichever of the
+        // last observation's failures comes first (a leader election in the last observation, on
+        // a loaded machine, once headed a verdict whose cause had failed for 30 s).
+        let mut streaks: BTreeMap<InvariantId, u32> = BTreeMap::new();
         loop {
             attempts += 1;
             let t_attempt = Instant::now();
@@ -212,25 +218,40 @@ impl<'a> Engine<'a> {
                     failures.push((InvariantId::Quorum, v));
                 }
             }
+            streaks.retain(|i, _| failures.iter().any(|(f, _)| f == i));
+            for (i, _) in &failures {
+                *streaks.entry(*i).or_default() += 1;
+            }
             if failures.is_empty() {
                 let samples = obs.serving_samples.iter().map(|s| (s.at_ms, s.serving.len(), s.cluster_size)).collect();
                 return Checked::Pass { attempts, samples, verdicts, last_ms: t_attempt.elapsed().as_millis() as u64 };
             }
             let definite = failures.iter().find(|(_, v)| matches!(v, Verdict::Definite(_)));
             if definite.is_some() || Instant::now() >= deadline {
-                let (invariant, verdict) = definite.unwrap_or(&failures[0]).clone();
+                let streak = |i: &InvariantId| streaks.get(i).copied().unwrap_or(0);
+                let longest = failures.iter().fold(&failures[0], |best, f| if streak(&f.0) > streak(&best.0) { f } else { best });
+                let (invariant, verdict) = definite.unwrap_or(longest).clone();
+                // Of the observations of this check, how many in a row up to the last one saw it fail.
+                let lately = |i: &InvariantId| {
+                    let n = streak(i);
+                    (definite.is_none() && n < attempts).then(|| format!("failing in the last {n} of {attempts} observations"))
+                };
                 let message = verdict.message().unwrap_or_default().to_string();
-                let message = if definite.is_none() && !limit.is_zero() {
-                    format!("{message} (still failing after {}s)", limit.as_secs_f32())
-                } else {
-                    message
+                let secs = limit.as_secs_f32();
+                let message = match lately(&invariant) {
+                    _ if definite.is_some() || limit.is_zero() => message,
+                    Some(lately) => format!("{message} ({lately} in {secs}s)"),
+                    None => format!("{message} (still failing after {secs}s)"),
                 };
                 // What else broke in the same check, so a consequence is reported with its cause
                 // (the write a diverged replica lost, with the hashes that show the divergence).
                 let also: Vec<String> = failures
                     .iter()
                     .filter(|(i, _)| *i != invariant)
-                    .map(|(i, v)| format!("{i}: {}", v.message().unwrap_or_default()))
+                    .map(|(i, v)| match lately(i) {
+                        Some(lately) => format!("{i} ({lately}): {}", v.message().unwrap_or_default()),
+                        None => format!("{i}: {}", v.message().unwrap_or_default()),
+                    })
                     .collect();
                 let message = if also.is_empty() { message } else { format!("{message}; in the same check {}", also.join("; ")) };
                 let also = failures.iter().map(|(i, _)| *i).filter(|i| *i != invariant).collect();

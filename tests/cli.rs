@@ -177,6 +177,45 @@ fn missing_etcd_binary_is_an_environment_error_naming_the_fix() {
     assert!(!d.runs.exists(), "nothing is created when the environment cannot run the stack");
 }
 
+/// Inputs that would change what runs without a word are refused before anything is created:
+/// an `--etcd` for a version the profile does not run (it was ignored and the run went ahead on
+/// the default binaries), two for one version, a reap filter without `--kube`.
+#[test]
+fn flags_that_would_be_ignored_are_refused_before_anything_runs() {
+    let d = dirs();
+    let out = run(&["run", "--seed", "1", "--steps", "2", "--etcd", "9.9=/bin/true"], &d);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("--etcd 9.9=: profile default does not run etcd 9.9 (its versions: 3.4, 3.5)"), "{err}");
+    assert!(!d.runs.exists(), "nothing is created for a refused flag");
+    let out = run(&["run", "--seed", "1", "--steps", "2", "--etcd", "3.5=/a/etcd", "--etcd", "3.5=/b/etcd"], &d);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--etcd 3.5= is given twice"), "{}", text(&out.stderr));
+    assert!(!d.runs.exists());
+    for filter in [["--namespace", "team-a"], ["--context", "prod"], ["--kubeconfig", "/tmp/kc"]] {
+        let out = bin().arg("reap").args(filter).arg("--runs-dir").arg(&d.runs).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "reap {filter:?} without --kube");
+        assert!(text(&out.stderr).contains("--kube"), "{}", text(&out.stderr));
+    }
+}
+
+/// A profile whose ops run out before its steps (only `crash`: once `max_down` members are
+/// down no op can run) plans a shorter plan, and says so instead of running it silently.
+#[test]
+fn a_plan_shorter_than_its_steps_is_said() {
+    let d = dirs();
+    std::fs::create_dir_all(&d.runs).unwrap();
+    let path = d.runs.join("crash-only.toml");
+    std::fs::write(&path, "name = \"crash-only\"\nsteps = 5\nversions = [\"3.4\"]\nops = [\"crash\"]\n").unwrap();
+    let out = bin().args(["plan", "--seed", "1", "--profile"]).arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("· 1 ops ·"), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(err.contains("seed 1: the plan has 1 of the 5 steps asked for") && err.contains("(crash)"), "{err}");
+    let out = bin().args(["plan", "--seed", "1"]).output().unwrap();
+    assert!(!text(&out.stderr).contains("steps asked for"), "a full plan says nothing: {}", text(&out.stderr));
+}
+
 #[test]
 fn missing_kube_apiserver_for_the_control_plane_stack_is_an_environment_error_naming_the_fix() {
     let d = dirs();

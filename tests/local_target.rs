@@ -570,8 +570,8 @@ fn library_run(
         binaries,
         disks,
         bug: None,
-        heartbeat_ms: 50,
-        election_ms: 500,
+        heartbeat_ms: shakedown::targets::local::HEARTBEAT_MS,
+        election_ms: shakedown::targets::local::ELECTION_MS,
         stack: shakedown::faults::Stack::Etcd,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();

@@ -148,6 +148,26 @@ fn checks_wait_for_convergence_within_the_bound_and_no_longer() {
     assert!(stdout.contains("(still failing after 0.3s)"), "{stdout}");
 }
 
+/// At the bound the verdict leads with what failed all along, not with the first of what the
+/// last observation also saw: a leader election at the end of a 30 s check on a loaded machine
+/// once headed a verdict (`members`) whose cause, an API load balancer sending requests to a
+/// dead apiserver, had failed in every observation. What failed only lately says so.
+#[test]
+fn a_verdict_at_the_bound_leads_with_what_failed_longest() {
+    let d = dirs();
+    let profile = quick_profile(&d.runs.join("../p"), 3, "");
+    let out = sim(&["--seed", "1", "--profile", &profile, "--sim-bug", "dead-endpoint@2", "--sim-bug", "late-leaderless@2"], &d);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("invariant reachability violated at step 2"), "{stdout}");
+    assert!(stdout.contains("sim: the endpoint refuses every read") && stdout.contains("(still failing after 0.3s)"), "{stdout}");
+    assert!(stdout.contains("in the same check members (failing in the last "), "{stdout}");
+    let records = seed_records(&d.seeds);
+    let record = SeedRecord::load(&records[0]).unwrap();
+    assert_eq!(record.failure.invariant, Some(shakedown::invariants::InvariantId::Reachability));
+    assert!(record.failure.also.contains(&shakedown::invariants::InvariantId::Members), "{:?}", record.failure);
+}
+
 /// An op whose own wait runs out is a liveness failure (exit 3); the machine failing is an
 /// environment failure (exit 4); a target that checks an invariant and observed nothing for it
 /// is shakedown's bug (exit 5), never a pass; so is a panic, after which nothing is left.

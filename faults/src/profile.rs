@@ -34,8 +34,9 @@ pub struct Profile {
     /// it for one command.
     pub steps: usize,
     /// How many sites (failure domains) the members are spread over, round-robin: member `i`
-    /// is in site `i mod sites`. A `site-outage` takes one site down. At least 1; the kube
-    /// target needs at least this many failure domains.
+    /// is in site `i mod sites`. A `site-outage` takes one site down. At least 1 and at most
+    /// `members` (a site without a member would be empty); the kube target needs at least this
+    /// many failure domains.
     #[serde(default = "default_three")]
     pub sites: u8,
     /// How many etcd members the stack starts with, 1 to 9 (kube: control-plane Machines,
@@ -381,6 +382,14 @@ impl Profile {
                 "max_down is 0 for {} members: no fault could run; set max_down = 1 or more (more than {} loses quorum: destructive plans)",
                 self.members,
                 self.members - (self.members / 2 + 1)
+            ));
+        }
+        if u32::from(self.sites) > self.members {
+            return bad(format!(
+                "sites = {} is more than the {} members: members go round-robin over the sites, so {} site(s) would be empty and an outage of one would take nothing down",
+                self.sites,
+                self.members,
+                u32::from(self.sites) - self.members
             ));
         }
         for (name, d) in [

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::engine::Outcome;
 use crate::exit::{Exit, Fatal};
-use crate::faults::{generate, OpKind, Profile};
+use crate::faults::{OpKind, Profile};
 use crate::record::FailureKind;
 use crate::report::{self, html::SoakSummary, Case};
 use crate::targets::TargetSpec;
@@ -131,7 +131,7 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
             break "--max-failures reached";
         }
         let seed = part.seed(first, tally.seeds);
-        let plan = generate(seed, &args.profile);
+        let plan = super::planned(seed, &args.profile);
         if let Some(b) = &bar {
             b.set_prefix(format!("seeds {} · steps {} · failures {} · seed {seed}", tally.seeds, tally.steps, tally.failed));
         }

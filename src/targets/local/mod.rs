@@ -31,7 +31,7 @@ pub use bugs::PlantedBug;
 pub use disk::DiskMode;
 use sampler::Sampler;
 pub use spec::{DiskArg, Environment, LocalOptions, LocalSpec};
-pub use testbed::{Testbed, TestbedConfig};
+pub use testbed::{Testbed, TestbedConfig, ELECTION_MS, HEARTBEAT_MS};
 use workload::Workload;
 
 /// How long the local stack may take to come up (every member healthy, HAProxy serving).

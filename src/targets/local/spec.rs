@@ -79,6 +79,7 @@ impl LocalOptions {
 
     /// The binaries and the disk mode, checked before anything is created.
     pub fn environment(&self, profile: &Profile) -> Result<Environment, Fatal> {
+        self.check_etcd_overrides(profile)?;
         let overrides = BinaryOverrides {
             etcd: self.etcd.iter().cloned().collect::<BTreeMap<_, _>>(),
             haproxy: self.haproxy.clone(),
@@ -109,6 +110,28 @@ impl LocalOptions {
             DiskArg::Plain => DiskMode::Plain,
         };
         Ok((binaries, disks))
+    }
+}
+
+impl LocalOptions {
+    /// An `--etcd` for a version the profile does not run would be ignored, and two for one
+    /// version would leave one unused: both are refused.
+    fn check_etcd_overrides(&self, profile: &Profile) -> Result<(), Fatal> {
+        let mut seen = std::collections::BTreeSet::new();
+        for (v, _) in &self.etcd {
+            if !seen.insert(*v) {
+                return Err(Fatal::usage(format!("--etcd {v}= is given twice: pass one binary per version")));
+            }
+            if !profile.versions.contains(v) {
+                let runs: Vec<String> = profile.versions.iter().map(|v| v.to_string()).collect();
+                return Err(Fatal::usage(format!(
+                    "--etcd {v}=: profile {} does not run etcd {v} (its versions: {}); the binary would be ignored",
+                    profile.name,
+                    runs.join(", ")
+                )));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -69,6 +69,10 @@ pub struct SimTarget {
     slow: Option<shakedown_faults::MemberId>,
     /// `unobserved` fired: observations leave out the data read-back from now on.
     blind: bool,
+    /// `dead-endpoint` fired: reads through the endpoint fail from now on.
+    dead_endpoint: bool,
+    /// `late-leaderless` fired at the current step.
+    leaderless: bool,
 }
 
 impl SimTarget {
@@ -88,6 +92,8 @@ impl SimTarget {
             deaf: None,
             slow: None,
             blind: false,
+            dead_endpoint: false,
+            leaderless: false,
         };
         // The workload's first write, before the bring-up check.
         t.write();
@@ -211,6 +217,7 @@ impl Target for SimTarget {
         self.kind = Some(op.kind());
         self.observed = 0;
         self.slow = None;
+        self.leaderless = false;
         self.model = after.clone();
         let firing: Vec<SimBugKind> = self.firing().collect();
         for bug in &firing {
@@ -222,6 +229,8 @@ impl Target for SimTarget {
                 | SimBugKind::StaleMember
                 | SimBugKind::SlowConverge
                 | SimBugKind::NeverConverge
+                | SimBugKind::DeadEndpoint
+                | SimBugKind::LateLeaderless
                 | SimBugKind::Unobserved
                 | SimBugKind::Unsupported
                 | SimBugKind::Quiet => {}
@@ -280,6 +289,8 @@ impl Target for SimTarget {
                 SimBugKind::SlowConverge => self.slow = self.answering_member(),
                 SimBugKind::NeverConverge => self.deaf = self.answering_member(),
                 SimBugKind::Unobserved => self.blind = true,
+                SimBugKind::DeadEndpoint => self.dead_endpoint = true,
+                SimBugKind::LateLeaderless => self.leaderless = true,
                 SimBugKind::Panic
                 | SimBugKind::OpFails
                 | SimBugKind::EnvError
@@ -298,6 +309,7 @@ impl Target for SimTarget {
         let wants = |id| invariants.contains(&id);
         let up = model.service_expected_up();
         let leader = model.members.values().find(|m| model.answers(m) == Answers::Yes).map(|m| Self::etcd_id(m.id));
+        let leader = leader.filter(|_| !(self.leaderless && self.observed > SLOW_OBSERVATIONS));
         let hash = Self::hash(&self.store.kv);
         let rev = self.store.revision;
         let members = model
@@ -335,7 +347,8 @@ impl Target for SimTarget {
                 .map(|&id| ListedMember { id: Some(Self::etcd_id(id)), name: id.to_string(), peer_urls: vec![format!("sim://{id}")] })
                 .collect()
         });
-        let probes = if wants(InvariantId::Reachability) && up { vec![Probe { latency_ms: 0, error: None }; 3] } else { vec![] };
+        let error = self.dead_endpoint.then(|| "sim: the endpoint refuses every read".to_string());
+        let probes = if wants(InvariantId::Reachability) && up { vec![Probe { latency_ms: 0, error }; 3] } else { vec![] };
         let durability = (wants(InvariantId::Durability) && up && !self.blind).then(|| Durability {
             acked: self.acked.clone().into(),
             unknown: vec![],

@@ -22,6 +22,12 @@ shakedown_faults::registry! {
         SlowConverge => "slow-converge",
         /// A member stops answering for good (`members` until the converge bound: a violation).
         NeverConverge => "never-converge",
+        /// Reads through the endpoint fail from this op on (`reachability` until the converge
+        /// bound: a violation).
+        DeadEndpoint => "dead-endpoint",
+        /// From the step's fourth observation on, no member sees a leader (`members` fails late
+        /// in the check: an election at the end of a check that something else failed all along).
+        LateLeaderless => "late-leaderless",
         /// The op fails (a stack error: liveness, unless an invariant names it first).
         OpFails => "op-fails",
         /// The op fails for an environment reason (exit 4).
@@ -138,8 +144,8 @@ impl SimSpec {
 pub struct SimOptions {
     /// sim target (shakedown's own tests): switch on a misbehaviour of the simulated stack,
     /// BUG@N (the N-th op executed) or BUG@OP-KIND (every op of that kind); BUG is one of
-    /// lose-write, stale-member, slow-converge, never-converge, op-fails, env-error, panic,
-    /// unobserved, unsupported, quiet, slow-op (repeatable).
+    /// lose-write, stale-member, slow-converge, never-converge, dead-endpoint, late-leaderless,
+    /// op-fails, env-error, panic, unobserved, unsupported, quiet, slow-op (repeatable).
     #[arg(long = "sim-bug", value_name = "BUG@WHEN")]
     pub sim_bug: Vec<SimBug>,
 }
