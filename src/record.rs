@@ -284,6 +284,15 @@ impl SeedRecord {
         if let Err((i, e)) = record.plan.validate(record.profile.initial_model()) {
             return Err(format!("the recorded plan is not valid: step {} ({}) breaks its precondition: {e}", i + 1, record.plan.ops[i]));
         }
+        // 0 is the bring-up, ops + 1 the check after healing: a step past that names no check.
+        let n = record.plan.ops.len();
+        if record.failure.step > n + 1 {
+            return Err(format!(
+                "failure.step = {} is past the recorded plan's {n} ops (0 is the bring-up, {} the check after healing)",
+                record.failure.step,
+                n + 1
+            ));
+        }
         let (shrunk, _) = record.to_replay(false);
         if let Err((i, e)) = shrunk.validate(record.profile.initial_model()) {
             return Err(format!("the shrunk plan is not valid: step {} ({}) breaks its precondition: {e}", i + 1, shrunk.ops[i]));

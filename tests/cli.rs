@@ -160,6 +160,21 @@ fn seed_record_from_another_format_version_is_rejected_clearly() {
     assert!(text(&out.stderr).contains("seed record format 9 is not supported"), "{}", text(&out.stderr));
 }
 
+/// A failure at a step the plan does not have (it once loaded, and replay judged a step that
+/// never runs).
+#[test]
+fn seed_record_whose_failure_step_is_past_its_plan_is_rejected() {
+    let good = good_record();
+    let ops = good.matches("[[plan.ops]]").count();
+    let (out, d) = replay_file(&good.replacen("step = 2\n", "step = 4000\n", 1));
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("failure.step = 4000 is past the recorded plan's {ops} ops")), "{err}");
+    assert!(!d.runs.exists(), "no run directory for a rejected record");
+    let healed = good.replacen("step = 2\n", &format!("step = {}\n", ops + 1), 1);
+    assert!(shakedown::record::SeedRecord::parse(&healed).is_ok(), "the check after healing is a step of the plan");
+}
+
 #[test]
 fn seed_record_whose_plan_breaks_a_precondition_is_rejected() {
     let bad = good_record().replacen("[[plan.ops]]", "[[plan.ops]]\nop = \"restart\"\nmember = 0\n\n[[plan.ops]]", 1);

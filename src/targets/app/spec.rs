@@ -435,9 +435,41 @@ impl GroupCut {
     }
 }
 
+/// What makes `name` no RFC 1123 label (the names of namespaces, and of StatefulSets whose pods
+/// carry their name in a label): `None` when it is one.
+fn dns_label_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        return Some("it is empty");
+    }
+    if name.len() > 63 {
+        return Some("more than 63 characters");
+    }
+    if !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+        return Some("only lowercase letters, digits and '-' are allowed");
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        return Some("it must start and end with a letter or digit");
+    }
+    None
+}
+
 impl AppProfile {
     pub fn from_toml(text: &str) -> Result<AppProfile, String> {
         let p: AppProfile = toml::from_str(text).map_err(|e| format!("app profile: {e}"))?;
+        // Names the apiserver would refuse (or, empty, a request for every object of a kind)
+        // are refused here, before anything connects.
+        for (field, name) in [
+            ("namespace", Some(&p.namespace)),
+            ("statefulset", Some(&p.statefulset)),
+            ("claim", p.claim.as_ref()),
+            ("operator", p.operator.as_ref()),
+        ] {
+            if let Some(name) = name {
+                if let Some(problem) = dns_label_problem(name) {
+                    return Err(format!("app profile: {field} = {name:?} is not a Kubernetes name: {problem}"));
+                }
+            }
+        }
         if p.data.as_ref().is_some_and(|d| d.write.is_empty() || d.read.is_empty()) {
             return Err("app profile: [data] needs a write and a read command".into());
         }
@@ -530,6 +562,22 @@ mod tests {
         }
         let err = AppProfile::from_toml(&format!("{base}[[partition.groups]]\na = \"x=y\"\nb = \"x==y\"\n")).unwrap_err();
         assert!(err.contains("the same group"), "{err}");
+    }
+
+    #[test]
+    fn names_the_apiserver_would_refuse_are_refused_offline() {
+        for (toml, want) in [
+            ("namespace = \"\"\nstatefulset = \"web\"\n", "namespace = \"\" is not a Kubernetes name: it is empty"),
+            ("namespace = \"web\"\nstatefulset = \"\"\n", "statefulset = \"\" is not a Kubernetes name: it is empty"),
+            ("namespace = \"Web\"\nstatefulset = \"web\"\n", "only lowercase letters"),
+            ("namespace = \"web\"\nstatefulset = \"web-\"\n", "start and end with a letter or digit"),
+            ("namespace = \"web\"\nstatefulset = \"web\"\noperator = \"\"\n", "operator = \"\""),
+        ] {
+            let err = AppProfile::from_toml(toml).unwrap_err();
+            assert!(err.contains(want), "{toml}: {err}");
+        }
+        assert!(AppProfile::from_toml(&format!("namespace = \"{}\"\nstatefulset = \"a\"\n", "n".repeat(64))).unwrap_err().contains("63"));
+        assert!(AppProfile::from_toml("namespace = \"team-a1\"\nstatefulset = \"etcd\"\noperator = \"etcd-operator\"\n").is_ok());
     }
 
     #[test]
