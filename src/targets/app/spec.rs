@@ -631,9 +631,15 @@ mod tests {
     }
 
     #[test]
-    fn the_readmes_app_profile_parses() {
+    fn the_documented_app_profiles_parse() {
+        // The README's quick start: a heredoc in a shell block.
         let readme = include_str!("../../../README.md");
-        let from = readme.find("2. Describe the application in an app profile").expect("the README's app profile step");
+        let short = readme.split("cat > app.toml <<'TOML'\n").nth(1).and_then(|b| b.split("\nTOML\n").next()).expect("the README's app.toml");
+        let p = AppProfile::from_toml(short).unwrap_or_else(|e| panic!("{e}\n{short}"));
+        assert!(p.data.is_some() && p.operator.is_some(), "{p:?}");
+        // The application target's page: the whole profile.
+        let readme = include_str!("../../../docs/app-target.md");
+        let from = readme.find("2. Describe the application in an app profile").expect("the app target page's app profile step");
         let block = readme[from..].split("```toml").nth(1).and_then(|b| b.split("```").next()).expect("its toml block");
         let text: String = block.lines().map(|l| l.strip_prefix("   ").unwrap_or(l)).collect::<Vec<_>>().join("\n");
         let p = AppProfile::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
