@@ -300,6 +300,30 @@ impl KubeProfile {
                 return Err(format!("kube profile: the {op} command is empty"));
             }
         }
+        // A bound of zero fails every wait at once, and a probe URL that is no URL fails only
+        // after connecting: both refused here, offline.
+        let t = &p.timeouts;
+        let bounds = [("[timeouts] rollout", t.rollout), ("[timeouts] sync", t.sync), ("[timeouts] unreachable", t.unreachable)]
+            .into_iter()
+            .map(|(n, d)| (n.to_string(), d))
+            .chain(p.hooks.iter().map(|(k, h)| (format!("[hooks.{k}] timeout"), h.timeout)))
+            .chain(p.commands.iter().map(|h| ("[[commands]] timeout".to_string(), h.timeout)))
+            .chain(p.probes.iter().map(|h| (format!("the timeout of probe {}", h.url), h.timeout)));
+        for (name, d) in bounds {
+            if d.is_zero() {
+                return Err(format!("kube profile: {name} must be more than zero"));
+            }
+        }
+        for probe in &p.probes {
+            let uri: Option<http::Uri> = probe.url.parse().ok();
+            let web = uri.as_ref().is_some_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some_and(|h| !h.is_empty()));
+            if !web {
+                return Err(format!(
+                    "kube profile: probe url = {:?} is not an http:// or https:// URL with a host (e.g. \"https://my-cluster.example:6443/readyz\")",
+                    probe.url
+                ));
+            }
+        }
         for c in &p.conditions {
             if c.name.is_some() == c.selector.is_some() {
                 return Err(format!("kube profile: condition check {} {} needs exactly one of name and selector", c.kind, c.type_));
@@ -331,6 +355,23 @@ impl KubeProfile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zero_bounds_and_probe_urls_that_are_no_urls_are_refused_offline() {
+        for (toml, want) in [
+            ("[timeouts]\nrollout = \"0s\"\n", "[timeouts] rollout must be more than zero"),
+            ("[timeouts]\nunreachable = \"0s\"\n", "[timeouts] unreachable must be more than zero"),
+            ("[[probes]]\nurl = \"https://a.example/readyz\"\ntimeout = \"0s\"\n", "the timeout of probe https://a.example/readyz"),
+            ("[[commands]]\ncommand = [\"true\"]\ntimeout = \"0s\"\n", "[[commands]] timeout must be more than zero"),
+            ("[[probes]]\nurl = \"not a url\"\n", "probe url = \"not a url\" is not an http:// or https:// URL"),
+            ("[[probes]]\nurl = \"ftp://a.example/\"\n", "is not an http:// or https:// URL"),
+            ("[[probes]]\nurl = \"/readyz\"\n", "is not an http:// or https:// URL"),
+        ] {
+            let err = KubeProfile::from_toml(toml).unwrap_err();
+            assert!(err.contains(want), "{toml}: {err}");
+        }
+        assert!(KubeProfile::from_toml("[[probes]]\nurl = \"http://127.0.0.1:8080/healthz\"\n").is_ok());
+    }
 
     #[test]
     fn parses_a_full_profile() {
