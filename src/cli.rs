@@ -338,6 +338,7 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
         Command::Run { kind, seed, count, partition, junit, steps, profile, opts } => {
             let profile = with_steps(profiles::load(&profile)?, steps)?;
             let spec = TargetSpec::from_options(kind, &opts.target, None)?;
+            writable_outputs(junit.as_deref(), &opts)?;
             let part = partitioned(partition, seed)?;
             let base = seed.unwrap_or_else(draw_seed);
             let interrupt = Interrupt::install(json_logs);
@@ -394,6 +395,7 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
         Command::Soak { kind, duration, seed, max_failures, partition, junit, profile, steps, opts } => {
             let profile = with_steps(profiles::load(&profile)?, steps)?;
             let spec = TargetSpec::from_options(kind, &opts.target, None)?;
+            writable_outputs(junit.as_deref(), &opts)?;
             if opts.target.kube.dry_run {
                 return Err(Fatal::usage("--dry-run is for `run --target kube`; a soak sends its writes"));
             }
@@ -484,6 +486,44 @@ fn worse(a: Exit, b: Exit) -> Exit {
     } else {
         a
     }
+}
+
+/// `--junit`, `--seeds-dir` and `--runs-dir` checked before anything runs, creating nothing: a
+/// path that cannot be written is found at the start, not after an 8-hour soak (exit 2).
+fn writable_outputs(junit: Option<&std::path::Path>, opts: &RunOpts) -> Result<(), Fatal> {
+    if let Some(j) = junit {
+        writable("--junit", j, false)?;
+    }
+    writable("--seeds-dir", &opts.seeds_dir, true)?;
+    writable("--runs-dir", &opts.runs_dir, true)
+}
+
+/// Whether `path` (a directory when `dir`, else a file) could be written: it is of the right
+/// kind if it exists, and it — or the nearest ancestor that exists, in which it would be
+/// created — is writable (`access(2)`: a read-only filesystem refuses root too).
+fn writable(flag: &str, path: &std::path::Path, dir: bool) -> Result<(), Fatal> {
+    let shown = path.display();
+    if path.is_dir() != dir && path.exists() {
+        let is = if dir { "a file, not a directory" } else { "a directory; give the file to write" };
+        return Err(Fatal::usage(format!("{flag} {shown}: it is {is}")));
+    }
+    let mut at = if path.exists() { path.to_path_buf() } else { path.parent().map(std::path::Path::to_path_buf).unwrap_or_default() };
+    while !at.as_os_str().is_empty() && !at.exists() {
+        at = at.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+    }
+    if at.as_os_str().is_empty() {
+        at = std::path::PathBuf::from(".");
+    }
+    if at != path && !at.is_dir() {
+        return Err(Fatal::usage(format!("{flag} {shown}: {} is not a directory", at.display())));
+    }
+    let c = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).map_err(|_| Fatal::usage(format!("{flag}: a path with a NUL byte")))?;
+    // SAFETY: access(2) reads a NUL-terminated path we own.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Fatal::usage(format!("{flag} {shown}: cannot write to {}: {e}", at.display())));
+    }
+    Ok(())
 }
 
 /// `--junit PATH`: the JUnit XML of the seeds run so far (parent directories created).

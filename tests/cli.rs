@@ -214,6 +214,31 @@ fn flags_that_would_be_ignored_are_refused_before_anything_runs() {
     }
 }
 
+/// Outputs that could not be written are found before anything runs, not when the run (or an
+/// 8-hour soak) ends.
+#[test]
+fn unwritable_outputs_are_refused_at_the_start() {
+    let d = dirs();
+    std::fs::create_dir_all(&d.seeds).unwrap();
+    let file = d.seeds.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let file_s = file.to_str().unwrap();
+    let under_file = file.join("junit.xml");
+    for (args, want) in [
+        (vec!["run", "--seed", "1", "--junit", under_file.to_str().unwrap()], format!("--junit {}: {file_s} is not a directory", under_file.display())),
+        (vec!["run", "--seed", "1", "--junit", d.seeds.to_str().unwrap()], "it is a directory; give the file to write".to_string()),
+        (vec!["soak", "--for", "1m", "--junit", under_file.to_str().unwrap()], "is not a directory".to_string()),
+    ] {
+        let out = run(&args, &d);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains(&want), "{args:?}: {}", text(&out.stderr));
+        assert!(!d.runs.exists(), "nothing created for {args:?}");
+    }
+    let out = bin().args(["run", "--seed", "1", "--runs-dir", file_s, "--seeds-dir"]).arg(&d.seeds).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(&format!("--runs-dir {file_s}: it is a file, not a directory")), "{}", text(&out.stderr));
+}
+
 /// A profile whose ops run out before its steps (only `crash`: once `max_down` members are
 /// down no op can run) plans a shorter plan, and says so instead of running it silently.
 #[test]
