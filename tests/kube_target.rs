@@ -307,6 +307,9 @@ async fn refusal_dry_run_reap_and_bad_input() {
     let (code, _, err) = call(run("chaos/c", vec!["--kubeconfig".into(), files.p("nobody")])).await;
     assert_eq!(code, 4);
     assert!(err.contains("forbidden"), "{err}");
+    // Of all these runs only the dry run started: the refused ones left no run directory.
+    let left: Vec<_> = std::fs::read_dir(&runs).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left.len(), 1, "only the dry run's directory: {left:?}");
 
     // Reap: a killed run's ConfigMap and the KCP it paused.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "chaos");

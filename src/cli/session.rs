@@ -189,6 +189,19 @@ pub fn create_run_dir(runs_dir: &Path, run_id: &str) -> Result<PathBuf, Fatal> {
     Ok(dir)
 }
 
+/// A run whose target did not start and wrote nothing into its directory — a kubeconfig that
+/// does not parse, an apiserver that does not answer, a Cluster that does not fit the profile —
+/// leaves no directory behind: it held only what the session wrote before the start (plan,
+/// profile, owner, an event log with `run-start`). A target that wrote anything (the local
+/// stack's logs of an etcd that would not start) keeps it, for the diagnosis.
+fn remove_if_unstarted(run_dir: &Path) {
+    const BEFORE_START: [&str; 4] = ["plan.toml", "profile.toml", "run.json", "events.jsonl"];
+    let Ok(entries) = std::fs::read_dir(run_dir) else { return };
+    if entries.flatten().all(|e| e.file_name().to_str().is_some_and(|n| BEFORE_START.contains(&n))) {
+        let _ = std::fs::remove_dir_all(run_dir);
+    }
+}
+
 pub fn weights_text(plan: &Plan) -> String {
     plan.weights.iter().map(|(k, w)| format!("{k}={w}")).collect::<Vec<_>>().join(" ")
 }
@@ -244,7 +257,13 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
     }
     let ctx = StartContext { run_id: &run_id, run_dir: &run_dir, profile, model: &model, options: &x.opts.target };
     let mut target = tokio::select! {
-        t = targets::start(prepared, &ctx) => t?,
+        t = targets::start(prepared, &ctx) => match t {
+            Ok(t) => t,
+            Err(e) => {
+                remove_if_unstarted(&run_dir);
+                return Err(e);
+            }
+        },
         _ = x.interrupt.count(1) => return Ok(result),
     };
     let up_ms = t0.elapsed().as_millis() as u64;
