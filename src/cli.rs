@@ -311,7 +311,11 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 pub fn init_logging(format: LogFormat) {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour only for a person at a terminal, and never under NO_COLOR (https://no-color.org):
+    // CI logs and files get plain text.
+    use std::io::IsTerminal;
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour);
     match format {
         LogFormat::Text => b.with_target(false).init(),
         LogFormat::Json => b.json().init(),

@@ -252,6 +252,7 @@ fn a_plan_shorter_than_its_steps_is_said() {
     assert!(text(&out.stdout).contains("· 1 ops ·"), "{}", text(&out.stdout));
     let err = text(&out.stderr);
     assert!(err.contains("seed 1: the plan has 1 of the 5 steps asked for") && err.contains("(crash)"), "{err}");
+    assert!(!err.contains('\u{1b}'), "no colour codes when stderr is not a terminal: {err:?}");
     let out = bin().args(["plan", "--seed", "1"]).output().unwrap();
     assert!(!text(&out.stderr).contains("steps asked for"), "a full plan says nothing: {}", text(&out.stderr));
 }
