@@ -35,10 +35,26 @@ fn main() -> ExitCode {
     }));
     let args = cli::Cli::parse();
     cli::init_logging(args.log_format);
+    // Under --log-format json every line of stderr is JSON, the last one (the error) included.
+    let json = matches!(args.log_format, cli::LogFormat::Json);
+    let fail = |message: &str, exit: shakedown::exit::Exit| {
+        if json {
+            // Written directly, not through the log filter: RUST_LOG must not hide the outcome.
+            let line = serde_json::json!({
+                "timestamp": shakedown::record::now_rfc3339(),
+                "level": "ERROR",
+                "fields": {"message": message, "exit": exit.code()},
+                "target": "shakedown",
+            });
+            eprintln!("{line}");
+        } else {
+            eprintln!("error: {message}");
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            fail(&format!("cannot start the async runtime: {e}"), shakedown::exit::Exit::Environment);
             return shakedown::exit::Exit::Environment.into();
         }
     };
@@ -48,12 +64,12 @@ fn main() -> ExitCode {
     match res {
         Ok(Ok(exit)) => exit.into(),
         Ok(Err(fatal)) => {
-            eprintln!("error: {}", fatal.message);
+            fail(&fatal.message, fatal.exit);
             fatal.exit.into()
         }
         Err(_) if BROKEN_PIPE.load(std::sync::atomic::Ordering::SeqCst) => shakedown::exit::Exit::BrokenPipe.into(),
         Err(_) => {
-            eprintln!("error: internal error (a bug in shakedown; the message is above); anything it had started was torn down");
+            fail("internal error (a bug in shakedown; the message is above); anything it had started was torn down", shakedown::exit::Exit::Internal);
             shakedown::exit::Exit::Internal.into()
         }
     }

@@ -214,6 +214,23 @@ fn flags_that_would_be_ignored_are_refused_before_anything_runs() {
     }
 }
 
+/// Under `--log-format json` every line of stderr is a JSON object, the final error included
+/// (it was plain text: a log pipeline dropped or mangled the one line that said why).
+#[test]
+fn json_logs_end_with_a_json_error() {
+    let out = bin().args(["--log-format", "json", "plan", "--seed", "1", "--profile", "no-such-profile"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    let last = err.lines().last().expect("an error line");
+    let v: serde_json::Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(v["level"], "ERROR", "{v}");
+    assert_eq!(v["fields"]["exit"], 2, "{v}");
+    assert!(v["fields"]["message"].as_str().unwrap().contains("no-such-profile"), "{v}");
+    for line in err.lines() {
+        assert!(serde_json::from_str::<serde_json::Value>(line).is_ok(), "not JSON: {line}");
+    }
+}
+
 /// Outputs that could not be written are found before anything runs, not when the run (or an
 /// 8-hour soak) ends.
 #[test]
