@@ -267,11 +267,19 @@ impl SeedRecord {
 
     pub fn parse(text: &str) -> Result<SeedRecord, String> {
         let value: toml::Table =
-            text.parse().map_err(|e: toml::de::Error| format!("not a valid seed record (malformed or truncated TOML): {}", e.message()))?;
+            text.parse().map_err(|e: toml::de::Error| located("not a valid seed record (malformed or truncated TOML)", text, &e))?;
         let record: SeedRecord = match value.get("format").and_then(|v| v.as_integer()) {
             None => return Err("not a shakedown seed record: no integer `format` key".into()),
             Some(1) => from_format_1(value)?,
-            Some(f) if f == FORMAT as i64 => toml::Value::Table(with_workload_kind(value)).try_into().map_err(|e: toml::de::Error| format!("not a valid seed record: {}", e.message()))?,
+            Some(f) if f == FORMAT as i64 => {
+                let filled = with_workload_kind(value.clone());
+                if filled == value {
+                    // Read from the text itself, so that an error says where.
+                    toml::from_str(text).map_err(|e: toml::de::Error| located("not a valid seed record", text, &e))?
+                } else {
+                    toml::Value::Table(filled).try_into().map_err(|e: toml::de::Error| format!("not a valid seed record: {}", e.message()))?
+                }
+            }
             Some(f) => {
                 return Err(format!(
                     "seed record format {f} is not supported by shakedown {} (it reads formats {OLDEST_FORMAT} to {FORMAT}); use the shakedown version that wrote it",
@@ -298,6 +306,19 @@ impl SeedRecord {
             return Err(format!("the shrunk plan is not valid: step {} ({}) breaks its precondition: {e}", i + 1, shrunk.ops[i]));
         }
         Ok(record)
+    }
+}
+
+/// A TOML error with the line and column it points at, as profile errors have.
+fn located(what: &str, text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("{what} at line {line}, column {column}: {}", e.message().trim_end())
+        }
+        None => format!("{what}: {}", e.message().trim_end()),
     }
 }
 

@@ -145,6 +145,19 @@ fn malformed_seed_record_is_a_usage_error_and_nothing_runs() {
     assert!(!d.runs.exists(), "no run directory for a rejected record");
 }
 
+/// A record's errors say where, as a profile's do (they lost the line and column).
+#[test]
+fn seed_record_errors_name_the_line_and_column() {
+    let (out, _d) = replay_file("format = 2\nseed = 3\nthis is [ not toml\n");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("(malformed or truncated TOML) at line 3, column"), "{}", text(&out.stderr));
+    let bad = good_record().replacen("step = 2\n", "step = \"two\"\n", 1);
+    let line = bad.lines().position(|l| l == "step = \"two\"").unwrap() + 1;
+    let (out, _d) = replay_file(&bad);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains(&format!("not a valid seed record at line {line}, column")), "{}", text(&out.stderr));
+}
+
 #[test]
 fn truncated_seed_record_is_rejected() {
     let full = good_record();
