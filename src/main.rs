@@ -10,7 +10,7 @@ use shakedown::cli;
 /// teardown); each new thread may get an arena of its own, and what an arena keeps after a seed
 /// shows as RSS growth that is not a leak: a heap profile of a 15-minute release-tier soak
 /// shows the live heap between seeds flat (158 → 180 KiB) while RSS grew. Two arenas keep the
-/// retained memory bounded (README, "Soak memory").
+/// retained memory bounded (docs/development.md, "Soak memory").
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const MALLOC_ARENAS: libc::c_int = 2;
 

@@ -26,7 +26,7 @@ pub struct AppSpec {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct AppOptions {
     /// app target: the application under test — its namespace, StatefulSet, operator, data
-    /// commands, probes (TOML; see the README). The kubeconfig is `--kubeconfig`.
+    /// commands, probes (TOML; see docs/app-target.md). The kubeconfig is `--kubeconfig`.
     #[arg(long, env = "SHAKEDOWN_APP_PROFILE", value_name = "FILE")]
     pub app_profile: Option<PathBuf>,
 }

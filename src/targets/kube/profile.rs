@@ -1,7 +1,7 @@
 //! The kube profile: what the kube target needs to know about a provider's stack beyond the
 //! plan's profile — Kubernetes versions for the plan's versions, failure domains in site order,
 //! command hooks for what only the provider can do, probes and profile-defined checks.
-//! TOML, `--kube-profile FILE`; see the README.
+//! TOML, `--kube-profile FILE`; see docs/kube-target.md.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -33,7 +33,7 @@ pub struct KubeOptions {
     /// annotation shakedown.dev/allow-chaos: "true".
     #[arg(long, env = "SHAKEDOWN_CLUSTER", value_name = "NAMESPACE/NAME")]
     pub cluster: Option<String>,
-    /// kube target: versions, failure domains, hooks, probes and checks (TOML; see the README).
+    /// kube target: versions, failure domains, hooks, probes and checks (TOML; see docs/kube-target.md).
     #[arg(long, env = "SHAKEDOWN_KUBE_PROFILE", value_name = "FILE")]
     pub kube_profile: Option<PathBuf>,
     /// kube target: print every write request the plan would make, and make none.

@@ -39,7 +39,7 @@ pub struct LocalOptions {
     /// local target: switch on a planted bug: upgrade-no-wait, replace-keeps-old-member,
     /// endpoint-no-health-check, ack-before-write, recover-leaves-rule,
     /// reattach-on-shutdown-disk, restore-partial, txn-ignores-conflict, watch-resume-from-now,
-    /// lease-keys-unattached, restore-mixed-backups, restore-keeps-watches (see the README).
+    /// lease-keys-unattached, restore-mixed-backups, restore-keeps-watches (see docs/local-target.md).
     #[arg(long, value_parser = parse_bug)]
     pub testbed_bug: Option<PlantedBug>,
     /// local target: an etcd binary for a version, e.g. --etcd 3.5=/opt/etcd-3.5/etcd (repeatable).
