@@ -39,7 +39,8 @@ pub struct LocalOptions {
     /// local target: switch on a planted bug: upgrade-no-wait, replace-keeps-old-member,
     /// endpoint-no-health-check, ack-before-write, recover-leaves-rule,
     /// reattach-on-shutdown-disk, restore-partial, txn-ignores-conflict, watch-resume-from-now,
-    /// lease-keys-unattached, restore-mixed-backups, restore-keeps-watches (see docs/local-target.md).
+    /// lease-keys-unattached, restore-mixed-backups, restore-keeps-watches, api-lb-no-health-check,
+    /// restore-keeps-apiservers (see docs/local-target.md).
     #[arg(long, value_parser = parse_bug)]
     pub testbed_bug: Option<PlantedBug>,
     /// local target: an etcd binary for a version, e.g. --etcd 3.5=/opt/etcd-3.5/etcd (repeatable).
@@ -145,6 +146,22 @@ impl LocalSpec {
         match self.testbed_bug {
             Some(b) => format!("local · planted bug {b}"),
             None => "local".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--testbed-bug`'s help names every planted bug (it named 12 of 14).
+    #[test]
+    fn the_testbed_bug_help_names_every_planted_bug() {
+        let cmd = <LocalOptions as clap::Args>::augment_args(clap::Command::new("run"));
+        let arg = cmd.get_arguments().find(|a| a.get_id() == "testbed_bug").expect("--testbed-bug");
+        let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+        for bug in PlantedBug::ALL {
+            assert!(help.contains(bug.name()), "--testbed-bug's help lacks {bug}: {help}");
         }
     }
 }

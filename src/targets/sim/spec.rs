@@ -156,3 +156,19 @@ impl SimOptions {
         crate::targets::refuse_options(&given, "sim", target)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--sim-bug`'s help names every simulated misbehaviour.
+    #[test]
+    fn the_sim_bug_help_names_every_sim_bug() {
+        let cmd = <SimOptions as clap::Args>::augment_args(clap::Command::new("run"));
+        let arg = cmd.get_arguments().find(|a| a.get_id() == "sim_bug").expect("--sim-bug");
+        let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+        for bug in SimBugKind::ALL {
+            assert!(help.contains(bug.name()), "--sim-bug's help lacks {bug}: {help}");
+        }
+    }
+}
