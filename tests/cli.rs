@@ -619,3 +619,84 @@ fn weights_that_overflow_or_disable_everything_are_refused() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("every op kind this tier may use has weight 0"), "{}", text(&out.stderr));
 }
+
+/// Every relative link of the README, ARCHITECTURE.md and docs/ points at a file that exists,
+/// and every `#anchor` at a heading of it (GitHub's slugs): the README's reference moved to
+/// docs/ and its links must follow it.
+#[test]
+fn every_relative_link_and_anchor_of_the_docs_resolves() {
+    fn slug(heading: &str) -> String {
+        heading
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect()
+    }
+    fn without_code_blocks(text: &str) -> String {
+        let mut fenced = false;
+        let mut out = String::new();
+        for line in text.lines() {
+            if line.starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            if !fenced {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+    fn anchors(text: &str) -> Vec<String> {
+        without_code_blocks(text).lines().filter(|l| l.starts_with('#')).map(|l| slug(l.trim_start_matches('#'))).collect()
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
+    files.extend(std::fs::read_dir(root.join("docs")).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "md")));
+    let link = regex_lite_links();
+    let mut broken = Vec::new();
+    for file in &files {
+        let text = without_code_blocks(&std::fs::read_to_string(file).unwrap());
+        for target in link(&text) {
+            if target.starts_with("http://") || target.starts_with("https://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = target.split_once('#').map_or((target.as_str(), None), |(p, a)| (p, Some(a)));
+            let resolved = if path.is_empty() { file.clone() } else { file.parent().unwrap().join(path) };
+            if !resolved.exists() {
+                broken.push(format!("{}: {target} (no such file)", file.display()));
+                continue;
+            }
+            if let Some(a) = anchor.filter(|_| resolved.extension().is_some_and(|x| x == "md")) {
+                if !anchors(&std::fs::read_to_string(&resolved).unwrap()).iter().any(|h| h == a) {
+                    broken.push(format!("{}: {target} (no such heading)", file.display()));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The targets of markdown links `[text](target)` in `text`, inline code left out.
+fn regex_lite_links() -> impl Fn(&str) -> Vec<String> {
+    |text: &str| {
+        let mut out = Vec::new();
+        for line in text.lines() {
+            // Inline code spans hold examples, not links.
+            let plain: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+            let mut rest = plain.as_str();
+            while let Some(i) = rest.find("](") {
+                let after = &rest[i + 2..];
+                let Some(end) = after.find(')') else { break };
+                let target = &after[..end];
+                if !target.contains(' ') && !target.is_empty() {
+                    out.push(target.to_string());
+                }
+                rest = &after[end..];
+            }
+        }
+        out
+    }
+}
