@@ -655,7 +655,7 @@ fn every_relative_link_and_anchor_of_the_docs_resolves() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
     files.extend(std::fs::read_dir(root.join("docs")).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "md")));
-    let link = regex_lite_links();
+    let link = markdown_links();
     let mut broken = Vec::new();
     for file in &files {
         let text = without_code_blocks(&std::fs::read_to_string(file).unwrap());
@@ -680,7 +680,7 @@ fn every_relative_link_and_anchor_of_the_docs_resolves() {
 }
 
 /// The targets of markdown links `[text](target)` in `text`, inline code left out.
-fn regex_lite_links() -> impl Fn(&str) -> Vec<String> {
+fn markdown_links() -> impl Fn(&str) -> Vec<String> {
     |text: &str| {
         let mut out = Vec::new();
         for line in text.lines() {
