@@ -313,7 +313,7 @@ impl SeedRecord {
 fn located(what: &str, text: &str, e: &toml::de::Error) -> String {
     match e.span() {
         Some(span) => {
-            let before = &text[..span.start.min(text.len())];
+            let before = text.get(..span.start).unwrap_or(text);
             let line = before.matches('\n').count() + 1;
             let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
             format!("{what} at line {line}, column {column}: {}", e.message().trim_end())
