@@ -521,7 +521,8 @@ fn writable(flag: &str, path: &std::path::Path, dir: bool) -> Result<(), Fatal> 
     if at != path && !at.is_dir() {
         return Err(Fatal::usage(format!("{flag} {shown}: {} is not a directory", at.display())));
     }
-    let c = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).map_err(|_| Fatal::usage(format!("{flag}: a path with a NUL byte")))?;
+    let c =
+        std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).map_err(|_| Fatal::usage(format!("{flag}: a path with a NUL byte")))?;
     // SAFETY: access(2) reads a NUL-terminated path we own.
     if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
         let e = std::io::Error::last_os_error();

@@ -69,7 +69,10 @@ fn main() -> ExitCode {
         }
         Err(_) if BROKEN_PIPE.load(std::sync::atomic::Ordering::SeqCst) => shakedown::exit::Exit::BrokenPipe.into(),
         Err(_) => {
-            fail("internal error (a bug in shakedown; the message is above); anything it had started was torn down", shakedown::exit::Exit::Internal);
+            fail(
+                "internal error (a bug in shakedown; the message is above); anything it had started was torn down",
+                shakedown::exit::Exit::Internal,
+            );
             shakedown::exit::Exit::Internal.into()
         }
     }

@@ -255,7 +255,10 @@ fn unwritable_outputs_are_refused_at_the_start() {
     let file_s = file.to_str().unwrap();
     let under_file = file.join("junit.xml");
     for (args, want) in [
-        (vec!["run", "--seed", "1", "--junit", under_file.to_str().unwrap()], format!("--junit {}: {file_s} is not a directory", under_file.display())),
+        (
+            vec!["run", "--seed", "1", "--junit", under_file.to_str().unwrap()],
+            format!("--junit {}: {file_s} is not a directory", under_file.display()),
+        ),
         (vec!["run", "--seed", "1", "--junit", d.seeds.to_str().unwrap()], "it is a directory; give the file to write".to_string()),
         (vec!["soak", "--for", "1m", "--junit", under_file.to_str().unwrap()], "is not a directory".to_string()),
     ] {
@@ -654,7 +657,9 @@ fn every_relative_link_and_anchor_of_the_docs_resolves() {
     }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
-    files.extend(std::fs::read_dir(root.join("docs")).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "md")));
+    files.extend(
+        std::fs::read_dir(root.join("docs")).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "md")),
+    );
     let link = markdown_links();
     let mut broken = Vec::new();
     for file in &files {

@@ -634,7 +634,8 @@ mod tests {
     fn the_documented_app_profiles_parse() {
         // The README's quick start: a heredoc in a shell block.
         let readme = include_str!("../../../README.md");
-        let short = readme.split("cat > app.toml <<'TOML'\n").nth(1).and_then(|b| b.split("\nTOML\n").next()).expect("the README's app.toml");
+        let short =
+            readme.split("cat > app.toml <<'TOML'\n").nth(1).and_then(|b| b.split("\nTOML\n").next()).expect("the README's app.toml");
         let p = AppProfile::from_toml(short).unwrap_or_else(|e| panic!("{e}\n{short}"));
         assert!(p.data.is_some() && p.operator.is_some(), "{p:?}");
         // The application target's page: the whole profile.

@@ -316,7 +316,8 @@ impl KubeProfile {
         }
         for probe in &p.probes {
             let uri: Option<http::Uri> = probe.url.parse().ok();
-            let web = uri.as_ref().is_some_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some_and(|h| !h.is_empty()));
+            let web =
+                uri.as_ref().is_some_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some_and(|h| !h.is_empty()));
             if !web {
                 return Err(format!(
                     "kube profile: probe url = {:?} is not an http:// or https:// URL with a host (e.g. \"https://my-cluster.example:6443/readyz\")",
