@@ -43,11 +43,11 @@ rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
 apt-get source -qq kubernetes >/dev/null 2>&1 || apt-get source kubernetes
-src="$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'kubernetes-*' | head -1)"
+src="$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'kubernetes-*' | sed -n 1p)"
 [ -n "$src" ] || { echo "apt-get source kubernetes produced no source tree" >&2; exit 1; }
 
 # 3. The vendored reflect2 v1.0.1 crashes under Go 1.19: replace it with Debian's 1.0.2.
-r2="$(dpkg -L golang-github-modern-go-reflect2-dev | grep '/github.com/modern-go/reflect2$' | head -1)"
+r2="$(dpkg -L golang-github-modern-go-reflect2-dev | grep '/github.com/modern-go/reflect2$' | sed -n 1p)"
 [ -n "$r2" ] || { echo "reflect2 source not found in golang-github-modern-go-reflect2-dev" >&2; exit 1; }
 rm -rf "$src/vendor/github.com/modern-go/reflect2"
 cp -rL "$r2" "$src/vendor/github.com/modern-go/reflect2"
@@ -61,7 +61,7 @@ export GOCACHE="$cache/gocache"
 # KUBE_GIT_VERSION: a source package has no git metadata.
 make WHAT="$(printf 'cmd/%s ' "${bins[@]}")" KUBE_GIT_VERSION=v1.20.2 KUBE_GIT_TREE_STATE=clean
 for b in "${bins[@]}"; do
-  out="$(find "$work/.go/src/k8s.io/kubernetes/_output" -type f -name "$b" -perm -u+x | head -1)"
+  out="$(find "$work/.go/src/k8s.io/kubernetes/_output" -type f -name "$b" -perm -u+x | sed -n 1p)"
   [ -n "$out" ] || { echo "build produced no $b" >&2; exit 1; }
   install -m 0755 "$out" "$cache/$b.tmp" && mv "$cache/$b.tmp" "$cache/$b"
   "$cache/$b" --version

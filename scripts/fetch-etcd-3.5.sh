@@ -32,9 +32,9 @@ if ! (cd "$work" && apt-get "${opts[@]}" download -qq "etcd-server=$pinned" "etc
 fi
 for deb in "$work"/etcd-server_*.deb "$work"/etcd-client_*.deb; do dpkg-deb -x "$deb" "$work/x"; done
 if ! fixed "$work/x/usr/bin/etcd"; then
-  echo "error: the fetched etcd is not 3.5.3 or later: $("$work/x/usr/bin/etcd" --version | head -1)" >&2
+  echo "error: the fetched etcd is not 3.5.3 or later: $("$work/x/usr/bin/etcd" --version | sed -n 1p)" >&2
   exit 1
 fi
 mkdir -p "$dest"
 for b in etcd etcdctl etcdutl; do install -m 0755 "$work/x/usr/bin/$b" "$dest/$b"; done
-"$dest/etcd" --version | head -1
+"$dest/etcd" --version | sed -n 1p

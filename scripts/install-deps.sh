@@ -47,7 +47,7 @@ fi
 # applied entries after crashes and disk losses: docs/findings.md, finding 1).
 "$(dirname "$0")/fetch-etcd-3.5.sh"
 if [ "$all" = 0 ]; then
-  echo "dependencies ok (the etcd stack): $(/usr/bin/etcd --version | head -1); $(/var/cache/shakedown/etcd-3.5/etcd --version | head -1); $(haproxy -v | head -1 | cut -d' ' -f1-3)"
+  echo "dependencies ok (the etcd stack): $(/usr/bin/etcd --version | sed -n 1p); $(/var/cache/shakedown/etcd-3.5/etcd --version | sed -n 1p); $(haproxy -v | sed -n 1p | cut -d' ' -f1-3)"
   echo "the tests, --profile control-plane and 'shakedown node up' need more: $0 --all"
   exit 0
 fi
@@ -100,7 +100,7 @@ if ! command -v kubectl >/dev/null; then
 fi
 # Debian's etcd-server package may start a system etcd on 127.0.0.1:2379; shakedown does not
 # need it (and never uses 127.0.0.1), so it is left alone.
-echo "dependencies ok: $(/usr/bin/etcd --version | head -1); $(/var/cache/shakedown/etcd-3.5/etcd --version | head -1); $(haproxy -v | head -1 | cut -d' ' -f1-3)"
+echo "dependencies ok: $(/usr/bin/etcd --version | sed -n 1p); $(/var/cache/shakedown/etcd-3.5/etcd --version | sed -n 1p); $(haproxy -v | sed -n 1p | cut -d' ' -f1-3)"
 # Kubernetes 1.20 (kube-apiserver for the kube target's tests; kubelet, controller-manager,
 # scheduler and pause for the local node): built from Debian's source once (about 12 minutes on
 # 2 cores), then cached. SHAKEDOWN_SKIP_KUBE_APISERVER=1 skips it (the kube and node tests then

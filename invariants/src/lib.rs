@@ -5,6 +5,7 @@
 mod app;
 mod consistency;
 mod durability;
+mod known;
 mod leaks;
 mod leases;
 mod members;

@@ -32,8 +32,9 @@ pub(crate) fn members(model: &Model, obs: &Observation) -> Verdict {
         }
     }
     if wrong.is_empty() {
-        Verdict::Pass
-    } else {
-        Verdict::Fail(wrong.join("; "))
+        return Verdict::Pass;
     }
+    let leaderless =
+        if wrong.iter().any(|w| w.ends_with("sees no leader")) { crate::known::leaderless(&obs.members) } else { String::new() };
+    Verdict::Fail(wrong.join("; ") + &leaderless)
 }

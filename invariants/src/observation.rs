@@ -212,6 +212,9 @@ pub struct MemberStatus {
     /// The raft applied index, read by etcd after `revision` in the same status answer.
     #[serde(default)]
     pub applied_index: u64,
+    /// The raft term etcd reports: a term that moved on during a step is an election.
+    #[serde(default)]
+    pub raft_term: Option<u64>,
     /// The revision of a second status request sent after the first answered: it reflects at
     /// least every entry up to `applied_index`.
     #[serde(default)]
@@ -235,6 +238,7 @@ impl MemberStatus {
             revision: 0,
             raft_index: 0,
             applied_index: 0,
+            raft_term: None,
             revision_after: None,
             version: None,
             hash: None,

@@ -77,10 +77,11 @@ pub(crate) fn quorum(model: &Model, obs: &Observation) -> Verdict {
     };
     if !reachable.iter().any(|m| sees_it(m)) {
         return Verdict::Fail(format!(
-            "no leader, although {} of {} members are expected up (quorum {})",
+            "no leader, although {} of {} members are expected up (quorum {}){}",
             model.up(),
             model.size(),
-            model.quorum()
+            model.quorum(),
+            crate::known::leaderless(&obs.members)
         ));
     };
     let healthy: Vec<&str> = reachable

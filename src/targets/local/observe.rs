@@ -147,6 +147,7 @@ impl LocalTarget {
                         revision: s.header().map(|h| h.revision()).unwrap_or(0),
                         raft_index: s.raft_index(),
                         applied_index: s.raft_applied_index(),
+                        raft_term: Some(s.raft_term()),
                         revision_after: None,
                         version: Some(s.version().to_string()),
                         hash: None,

@@ -1,0 +1,69 @@
+//! Known etcd behaviour that a leaderless verdict names: what shakedown has met and root-caused
+//! (`docs/findings.md`), told to the user beside the symptom instead of a check turned off.
+
+use crate::MemberStatus;
+
+/// For a verdict that found no leader: names raft without pre-vote when a reachable member runs
+/// an etcd release where `--pre-vote` is off by default (before 3.5), with every reachable
+/// member's raft term as the evidence of the elections. Empty when none does.
+///
+/// Without pre-vote, a member that was cut off (an isolated site, a paused member) campaigns at
+/// ever higher terms; when it is back its answer to the leader's heartbeat carries that term and
+/// the leader steps down. Its log is behind, so it cannot win, and its next campaigns reset the
+/// others' election timers: the cluster can stay leaderless for several election timeouts
+/// (etcd-io/etcd#9333, #12959). etcd 3.5 turns pre-vote on by default.
+pub(crate) fn leaderless(members: &[MemberStatus]) -> String {
+    let reachable: Vec<&MemberStatus> = members.iter().filter(|m| m.reachable).collect();
+    let without: Vec<String> = reachable
+        .iter()
+        .filter_map(|m| m.version.as_deref().filter(|v| pre_vote_off_by_default(v)).map(|v| format!("{} runs etcd {v}", m.name)))
+        .collect();
+    if without.is_empty() {
+        return String::new();
+    }
+    let terms: Vec<String> = reachable.iter().filter_map(|m| m.raft_term.map(|t| format!("{} {t}", m.name))).collect();
+    let terms = if terms.is_empty() { String::new() } else { format!(" Raft terms now: {}.", terms.join(", ")) };
+    format!(
+        ". Known etcd behaviour: {} — raft without pre-vote (--pre-vote is off by default before 3.5): a member back from isolation or a pause returns at a higher term, the leader steps down, and the returning member's campaigns can keep the cluster leaderless for several election timeouts (etcd-io/etcd#9333, #12959; docs/findings.md, finding 3); etcd 3.5, or --pre-vote=true, avoids it.{terms}",
+        without.join(", ")
+    )
+}
+
+/// etcd releases before 3.5 default `--pre-vote` to false (3.5.0 turned it on).
+fn pre_vote_off_by_default(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    matches!((parts.next(), parts.next()), (Some(Some(3)), Some(Some(minor))) if minor < 5)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(name: &str, version: &str, term: u64) -> MemberStatus {
+        MemberStatus {
+            reachable: true,
+            version: Some(version.into()),
+            raft_term: Some(term),
+            ..MemberStatus::without_status(name.into(), None)
+        }
+    }
+
+    #[test]
+    fn pre_vote_is_named_for_3_4_members_with_their_terms() {
+        let said = leaderless(&[status("m0", "3.4.23", 9), status("m1", "3.5.16", 9)]);
+        assert!(said.contains("m0 runs etcd 3.4.23") && !said.contains("m1 runs"), "{said}");
+        assert!(said.contains("etcd-io/etcd#9333") && said.contains("Raft terms now: m0 9, m1 9."), "{said}");
+    }
+
+    #[test]
+    fn nothing_is_named_on_3_5_or_an_unknown_version() {
+        assert_eq!(leaderless(&[status("m0", "3.5.16", 3), status("m1", "3.5.1", 3)]), "");
+        let mut unknown = status("m0", "x", 3);
+        unknown.version = None;
+        assert_eq!(leaderless(&[unknown, status("m1", "garbage", 1)]), "");
+        // An unreachable member's version is not what answered.
+        let mut gone = status("m2", "3.4.23", 1);
+        gone.reachable = false;
+        assert_eq!(leaderless(&[gone]), "");
+    }
+}
