@@ -38,6 +38,12 @@ const PEER_ANSWER_BOUND: Duration = Duration::from_secs(3);
 const EXIT_POLL: Duration = Duration::from_millis(5);
 /// How often bring-up asks a starting apiserver's `/readyz`.
 const READYZ_POLL: Duration = Duration::from_millis(200);
+/// How long the control-plane stack's kube-apiservers may take to answer `/readyz` with 200 once
+/// etcd is up, on top of the stack's own bring-up bound: three start at once, each bootstrapping
+/// its RBAC policy, and until that policy is written their `/readyz` refuses the anonymous probe
+/// (403). Beside CI's other test lanes on 2 cores that took longer than the 30 s the whole
+/// bring-up once had.
+pub const APISERVERS_READY_BOUND: Duration = Duration::from_secs(120);
 /// How often teardown's sweep checks whether the processes it killed are gone (100 times at most).
 pub const REAP_POLL: Duration = Duration::from_millis(10);
 
@@ -305,7 +311,7 @@ impl Testbed {
             for id in ids {
                 self.spawn_apiserver(id)?;
             }
-            self.wait_apiservers_ready(deadline).await?;
+            self.wait_apiservers_ready(Instant::now() + APISERVERS_READY_BOUND).await?;
         }
         Ok(())
     }
@@ -322,6 +328,9 @@ impl Testbed {
             loop {
                 let last = match prober.answer(&url, READYZ_POLL * 10).await {
                     Ok(a) if a.status == 200 => break,
+                    Ok(a) if a.status == 403 => {
+                        "status 403: the anonymous /readyz is refused until the apiserver's RBAC bootstrap has written its roles".into()
+                    }
                     Ok(a) => format!("status {}: {}", a.status, crate::targets::api::probe::failing_checks(&a.body)),
                     Err(e) => e,
                 };
