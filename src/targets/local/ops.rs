@@ -163,6 +163,17 @@ impl LocalTarget {
         (!away.is_empty()).then(|| format!("etcd's member list holds voting member(s) no process runs: {} — etcd counts them, so it will not allow the add until they are removed or started", away.join(", ")))
     }
 
+    /// On the control-plane stack, waits (within the op bound) until machine `id`'s apiserver is
+    /// ready, before a rolling op moves to the next machine: `kubeadm upgrade node` waits for its
+    /// restarted static pods, and KubeadmControlPlane for a new machine's control plane, before
+    /// the next. Without the wait every apiserver restarted within seconds of the others, and
+    /// the API was down through the load balancer for as long as their start-up took. Nothing to
+    /// wait for on the etcd stack.
+    pub(super) async fn wait_apiserver_ready(&mut self, id: MemberId, what: &str) -> Result<(), LocalError> {
+        let deadline = Instant::now() + self.bounds.op;
+        self.testbed.wait_apiserver_ready(id, deadline).await.map_err(|e| LocalError::Stack(format!("{what} {id}: {e}")))
+    }
+
     /// Waits until member `id` sees a leader and caught up with the others (bounded by the op
     /// bound), and tells the sampler it serves.
     pub(super) async fn wait_caught_up(&self, id: MemberId, what: &str) -> Result<(), LocalError> {
@@ -210,6 +221,7 @@ impl LocalTarget {
             self.testbed.spawn_member(id, &cluster, "existing")?;
             if !self.bug(PlantedBug::UpgradeNoWait) {
                 self.wait_caught_up(id, "upgraded").await?;
+                self.wait_apiserver_ready(id, "upgraded").await?;
             }
         }
         Ok(())
@@ -227,6 +239,7 @@ impl LocalTarget {
                 return Err(e);
             }
             self.wait_caught_up(new, "new member").await?;
+            self.wait_apiserver_ready(new, "new member").await?;
             self.move_leader_off(old).await;
             if !self.bug(PlantedBug::ReplaceKeepsOldMember) {
                 let old_id =
@@ -451,7 +464,17 @@ impl LocalTarget {
         // Watches start new sessions and the leases granted so far are no longer judged: the
         // restored store has the backup's revisions and lease table.
         self.workload.restored(self.bug(PlantedBug::RestoreKeepsWatches));
-        let res = self.restore_cluster(&tool, &path, b).await;
+        let mut res = self.restore_cluster(&tool, &path, b).await;
+        // A restore is done when the control plane serves again: its apiservers, restarted
+        // together (kubeadm's procedure), are waited for as bring-up waits for them.
+        if res.is_ok() && api_restarted {
+            for id in self.testbed.members.keys().copied().collect::<Vec<_>>() {
+                if let Err(e) = self.wait_apiserver_ready(id, "restored").await {
+                    res = Err(e);
+                    break;
+                }
+            }
+        }
         self.marks.restore_ends(self.workload.acked_len());
         if let Some(api) = &mut self.api {
             api.workload.restore_ends(api_restarted);

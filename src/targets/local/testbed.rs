@@ -319,31 +319,41 @@ impl Testbed {
     /// Waits (until `deadline`, polling every [`READYZ_POLL`]) for every apiserver's `/readyz`;
     /// one that exits fails at once.
     async fn wait_apiservers_ready(&mut self, deadline: Instant) -> Result<(), LocalError> {
-        let Some(api) = &self.api else { return Ok(()) };
-        let prober = crate::targets::kube::command::HttpProber::new(Some(&api.ca_file()), false).map_err(LocalError::Environment)?;
         let ids: Vec<MemberId> = self.members.keys().copied().collect();
         for id in ids {
-            let (name, url) = (id.to_string(), format!("{}/readyz", self.members[&id].api_url()));
-            let logs = format!("see {}/logs/{name}-apiserver.log", self.cfg.run_dir.display());
-            loop {
-                let last = match prober.answer(&url, READYZ_POLL * 10).await {
-                    Ok(a) if a.status == 200 => break,
-                    Ok(a) if a.status == 403 => {
-                        "status 403: the anonymous /readyz is refused until the apiserver's RBAC bootstrap has written its roles".into()
-                    }
-                    Ok(a) => format!("status {}: {}", a.status, crate::targets::api::probe::failing_checks(&a.body)),
-                    Err(e) => e,
-                };
-                if Instant::now() > deadline {
-                    return Err(LocalError::Environment(format!("{name}'s kube-apiserver not ready at bring-up ({last}); {logs}")));
-                }
-                if let Some(Ok(Some(status))) = self.members.get_mut(&id).and_then(|m| m.apiserver.as_mut()).map(|c| c.try_wait()) {
-                    return Err(LocalError::Environment(format!("{name}'s kube-apiserver exited ({status}); {logs}")));
-                }
-                tokio::time::sleep(READYZ_POLL).await;
-            }
+            self.wait_apiserver_ready(id, deadline).await?;
         }
         Ok(())
+    }
+
+    /// Waits (until `deadline`, polling every [`READYZ_POLL`]) for machine `id`'s apiserver to
+    /// answer `/readyz` with 200, as kubeadm waits for a restarted static pod before it moves
+    /// to the next machine; one that exits fails at once. Nothing to wait for without apiservers.
+    pub async fn wait_apiserver_ready(&mut self, id: MemberId, deadline: Instant) -> Result<(), LocalError> {
+        let Some(api) = &self.api else { return Ok(()) };
+        if !self.start_apiservers || !self.members.contains_key(&id) {
+            return Ok(());
+        }
+        let prober = crate::targets::kube::command::HttpProber::new(Some(&api.ca_file()), false).map_err(LocalError::Environment)?;
+        let (name, url) = (id.to_string(), format!("{}/readyz", self.members[&id].api_url()));
+        let logs = format!("see {}/logs/{name}-apiserver.log", self.cfg.run_dir.display());
+        loop {
+            let last = match prober.answer(&url, READYZ_POLL * 10).await {
+                Ok(a) if a.status == 200 => return Ok(()),
+                Ok(a) if a.status == 403 => {
+                    "status 403: the anonymous /readyz is refused until the apiserver's RBAC bootstrap has written its roles".into()
+                }
+                Ok(a) => format!("status {}: {}", a.status, crate::targets::api::probe::failing_checks(&a.body)),
+                Err(e) => e,
+            };
+            if Instant::now() > deadline {
+                return Err(LocalError::Environment(format!("{name}'s kube-apiserver not ready ({last}); {logs}")));
+            }
+            if let Some(Ok(Some(status))) = self.members.get_mut(&id).and_then(|m| m.apiserver.as_mut()).map(|c| c.try_wait()) {
+                return Err(LocalError::Environment(format!("{name}'s kube-apiserver exited ({status}); {logs}")));
+            }
+            tokio::time::sleep(READYZ_POLL).await;
+        }
     }
 
     /// The API load balancer, `https://127.S.0.1:6443` (the control-plane stack).
