@@ -560,3 +560,26 @@ fn replay_writes_the_rate_into_the_record_and_a_timing_bound_record_stops_at_the
     assert!(stdout.contains("replay 1/5: reproduced") && !stdout.contains("replay 2/5"), "{stdout}");
     assert!(stdout.contains("1 records, 1 as expected, 0 mismatched"), "{stdout}");
 }
+
+/// A test that fails keeps its runs' files for whoever reads the failure (the temporary
+/// directory goes with the test), leaving disk images out, and says where.
+#[test]
+fn a_failed_test_keeps_its_run_directories_without_disk_images() {
+    let kept = std::sync::Mutex::new(None);
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let d = dirs();
+        let run = d.runs.join("sd-kept");
+        std::fs::create_dir_all(run.join("disks")).unwrap();
+        std::fs::write(run.join("events.jsonl"), "{}\n").unwrap();
+        std::fs::write(run.join("disks/m0.img"), "not kept").unwrap();
+        let name = d.runs.parent().unwrap().file_name().unwrap().to_owned();
+        *kept.lock().unwrap() = Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("failed-tests").join(name));
+        panic!("a failing test, on purpose");
+    }));
+    assert!(res.is_err());
+    let kept = kept.into_inner().unwrap().expect("the test ran");
+    let run = kept.join("runs/sd-kept");
+    assert_eq!(std::fs::read_to_string(run.join("events.jsonl")).unwrap(), "{}\n");
+    assert!(!run.join("disks/m0.img").exists(), "disk images are left out");
+    std::fs::remove_dir_all(&kept).unwrap();
+}

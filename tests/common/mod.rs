@@ -35,6 +35,43 @@ pub fn dirs() -> Dirs {
     Dirs { runs, seeds, _tmp: tmp }
 }
 
+/// A failed test keeps what its runs wrote (event logs, reports, member logs, seed records: no
+/// disk images, nothing on another filesystem) in `target/tmp/failed-tests/<its directory>`, and
+/// says where: its temporary directory goes with it, and a flake that cannot be read afterwards
+/// cannot be root-caused.
+impl Drop for Dirs {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let Some(name) = self._tmp.path().file_name() else { return };
+        let to = Path::new(env!("CARGO_TARGET_TMPDIR")).join("failed-tests").join(name);
+        let Ok(root) = std::fs::metadata(self._tmp.path()) else { return };
+        keep(self._tmp.path(), &to, std::os::unix::fs::MetadataExt::dev(&root));
+        eprintln!("the failed test's run directories are kept in {}", to.display());
+    }
+}
+
+/// Copies the regular files under `from` to `to`, leaving out disk images, files over 64 MiB,
+/// symbolic links and other filesystems (a member's mounted disk); never fails.
+fn keep(from: &Path, to: &Path, dev: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(from) else { return };
+    let _ = std::fs::create_dir_all(to);
+    for e in entries.flatten() {
+        let Ok(meta) = std::fs::symlink_metadata(e.path()) else { continue };
+        if meta.dev() != dev {
+            continue;
+        }
+        let target = to.join(e.file_name());
+        if meta.is_dir() {
+            keep(&e.path(), &target, dev);
+        } else if meta.is_file() && meta.len() <= 64 << 20 && e.path().extension().is_none_or(|x| x != "img") {
+            let _ = std::fs::copy(e.path(), &target);
+        }
+    }
+}
+
 /// Everything of a run still on the machine: processes naming the path, mounts and loop devices
 /// under it.
 pub fn leftovers(root: &Path) -> Vec<String> {
