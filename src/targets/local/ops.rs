@@ -468,12 +468,8 @@ impl LocalTarget {
         // A restore is done when the control plane serves again: its apiservers, restarted
         // together (kubeadm's procedure), are waited for as bring-up waits for them.
         if res.is_ok() && api_restarted {
-            for id in self.testbed.members.keys().copied().collect::<Vec<_>>() {
-                if let Err(e) = self.wait_apiserver_ready(id, "restored").await {
-                    res = Err(e);
-                    break;
-                }
-            }
+            let deadline = Instant::now() + self.bounds.op;
+            res = self.testbed.wait_apiservers_ready(deadline).await.map_err(|e| LocalError::Stack(format!("restored: {e}")));
         }
         self.marks.restore_ends(self.workload.acked_len());
         if let Some(api) = &mut self.api {

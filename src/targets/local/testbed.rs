@@ -43,7 +43,7 @@ const READYZ_POLL: Duration = Duration::from_millis(200);
 /// its RBAC policy, and until that policy is written their `/readyz` refuses the anonymous probe
 /// (403). Beside CI's other test lanes on 2 cores that took longer than the 30 s the whole
 /// bring-up once had.
-pub const APISERVERS_READY_BOUND: Duration = Duration::from_secs(120);
+const APISERVERS_READY_BOUND: Duration = Duration::from_secs(120);
 /// How often teardown's sweep checks whether the processes it killed are gone (100 times at most).
 pub const REAP_POLL: Duration = Duration::from_millis(10);
 
@@ -318,7 +318,7 @@ impl Testbed {
 
     /// Waits (until `deadline`, polling every [`READYZ_POLL`]) for every apiserver's `/readyz`;
     /// one that exits fails at once.
-    async fn wait_apiservers_ready(&mut self, deadline: Instant) -> Result<(), LocalError> {
+    pub async fn wait_apiservers_ready(&mut self, deadline: Instant) -> Result<(), LocalError> {
         let ids: Vec<MemberId> = self.members.keys().copied().collect();
         for id in ids {
             self.wait_apiserver_ready(id, deadline).await?;
