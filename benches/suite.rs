@@ -758,7 +758,7 @@ fn main() {
     r.json.insert("lanes".into(), json!(lanes));
     r.json.insert("seeds".into(), json!(seeds));
     r.json.insert("disks".into(), json!(format!("{disks:?}").to_lowercase()));
-    r.json.insert("when".into(), json!(shakedown::record::now_rfc3339()));
+    r.json.insert("when".into(), json!(shakedown::clock::now_rfc3339()));
 
     let w0 = r.rows.iter().map(|x| x[0].chars().count()).max().unwrap_or(0);
     let w1 = r.rows.iter().map(|x| x[1].chars().count()).max().unwrap_or(0);
@@ -767,7 +767,7 @@ fn main() {
     for [a, b, c] in &r.rows {
         let _ = writeln!(table, "{a:<w0$}  {b:<w1$}  {c}");
     }
-    println!("shakedown benchmark suite · {} · disks {:?}\n{table}", shakedown::record::now_rfc3339(), disks);
+    println!("shakedown benchmark suite · {} · disks {:?}\n{table}", shakedown::clock::now_rfc3339(), disks);
     let mut md = "| measure | result | target |\n|---|---|---|\n".to_string();
     for [a, b, c] in &r.rows {
         let _ = writeln!(md, "| {a} | {b} | {c} |");

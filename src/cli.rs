@@ -417,7 +417,7 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
         Command::Testbed { action } => testbed::testbed(action).await,
         Command::Node { action } => node::node(action).await,
         Command::Reap { kube: true, kubeconfig, context, namespace, all, .. } => {
-            let r = crate::targets::kube::reap::reap(kubeconfig.as_deref(), context.as_deref(), namespace.as_deref(), all)
+            let r = crate::targets::reap::reap_kube(kubeconfig.as_deref(), context.as_deref(), namespace.as_deref(), all)
                 .await
                 .map_err(crate::targets::kube::spec::fatal)?;
             for c in &r.configmaps {

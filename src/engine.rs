@@ -10,8 +10,9 @@ use shakedown_invariants::{all_serving, InvariantId, Observation, Verdict};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::clock::now_rfc3339;
 use crate::events::{Check, CheckVerdict, Event, EventLog, Judged, JudgedVerdict};
-use crate::record::{now_rfc3339, Failure, FailureKind};
+use crate::record::{Failure, FailureKind};
 use crate::targets::{Target, TargetError};
 
 /// Why a plan execution could not end in an [`Outcome`].
@@ -352,8 +353,8 @@ impl<'a> Engine<'a> {
             }
             let t_op = Instant::now();
             let executed = self.target.execute(op, &before, &self.model).await;
-            for e in self.target.take_events() {
-                self.events.emit(e);
+            for n in self.target.take_notes() {
+                self.events.emit(Event::from(n));
             }
             let op_ms = t_op.elapsed().as_millis();
             match executed {

@@ -13,7 +13,6 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -219,6 +218,12 @@ pub enum Event {
     },
 }
 
+impl From<crate::targets::Note> for Event {
+    fn from(n: crate::targets::Note) -> Event {
+        Event::Target { kind: n.kind, detail: n.detail }
+    }
+}
+
 /// One line of `events.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Line {
@@ -251,7 +256,7 @@ impl EventLog {
     /// Appends the event and flushes, so a crash loses nothing.
     pub fn emit(&mut self, event: Event) {
         let Some(out) = self.out.as_mut() else { return };
-        let ts_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        let ts_ms = crate::clock::unix_ms();
         let line = Line { v: SCHEMA, ts_ms, event };
         let res = serde_json::to_writer(&mut *out, &line)
             .map_err(std::io::Error::from)

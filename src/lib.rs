@@ -7,12 +7,16 @@
 
 pub mod binaries;
 pub mod cli;
+pub mod clock;
 pub mod command;
 pub mod engine;
 pub mod events;
 pub mod exit;
+pub mod k8s;
 pub mod node;
+pub mod pki;
 pub mod private;
+pub mod procs;
 pub mod profiles;
 pub mod rate;
 pub mod record;

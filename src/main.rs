@@ -41,7 +41,7 @@ fn main() -> ExitCode {
         if json {
             // Written directly, not through the log filter: RUST_LOG must not hide the outcome.
             let line = serde_json::json!({
-                "timestamp": shakedown::record::now_rfc3339(),
+                "timestamp": shakedown::clock::now_rfc3339(),
                 "level": "ERROR",
                 "fields": {"message": message, "exit": exit.code()},
                 "target": "shakedown",

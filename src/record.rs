@@ -363,11 +363,6 @@ fn from_format_1(mut t: toml::Table) -> Result<SeedRecord, String> {
     with_workload_kind(t).try_into().map_err(|e: toml::de::Error| format!("not a valid seed record (format 1): {}", e.message()))
 }
 
-/// Now as RFC 3339 UTC (seconds).
-pub fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

@@ -15,7 +15,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube_common::{cluster, namespace, require_apiserver, standin, KubeEnv};
 use serde_json::{json, Value};
 use shakedown::faults::{Model, Op, Profile, Version};
-use shakedown::targets::kube::client::{capi, CapiVersion};
+use shakedown::targets::kube::capi::{capi, CapiVersion};
 use shakedown::targets::kube::profile::KubeProfile;
 use shakedown::targets::kube::{KubeConfig, KubeTarget};
 use shakedown::targets::Target;
@@ -60,8 +60,7 @@ async fn measure_requests_while_waiting_and_notice_latency() {
         model.apply(&op).unwrap();
         let t0 = Instant::now();
         target.execute(&op, &before, &model).await.expect("op");
-        for e in target.take_events() {
-            let shakedown::events::Event::Target { kind, detail: v } = e else { continue };
+        for shakedown::targets::Note { kind, detail: v } in target.take_notes() {
             if kind == "kube-wait" {
                 println!("{:<26} wait {:>6}ms  non-watch requests while waiting: {}", op.to_string(), v["ms"], v["non_watch_requests"]);
             }

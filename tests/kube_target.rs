@@ -14,7 +14,7 @@ use kube::Client;
 use kube_common::standin::{self, Bug};
 use kube_common::{cluster, namespace, require_apiserver, shakedown, shakedown_spawn, shakedown_wait, CrdVersions, KubeEnv, NOBODY_TOKEN};
 use serde_json::{json, Value};
-use shakedown::targets::kube::client::{capi, CapiVersion};
+use shakedown::targets::kube::capi::{capi, CapiVersion};
 use shakedown::targets::kube::conditions::{condition, rollout, ETCD_CLUSTER_HEALTHY, ETCD_MEMBER_HEALTHY};
 use shakedown::targets::kube::{CAPI_PAUSED, PAUSED_BY, RUN_LABEL};
 

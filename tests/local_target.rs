@@ -385,7 +385,7 @@ fn an_apiserver_that_exits_is_restarted_as_kubelet_would() {
         let mut notes = vec![];
         let back = loop {
             let obs = target.observe(&model, &[InvariantId::ApiReachability]).await;
-            notes.extend(target.take_events().into_iter().map(|e| format!("{e:?}")));
+            notes.extend(target.take_notes().into_iter().map(|e| format!("{e:?}")));
             let failures = check_all(&[InvariantId::ApiReachability], &model, &obs);
             if !failures.is_empty() {
                 let f = format!("{failures:?}");
@@ -983,7 +983,7 @@ fn disk_cycle(
             ok => ok,
         };
         let notes =
-            target.take_events().into_iter().map(|e| serde_json::to_string(&e).unwrap()).filter(|e| e.contains("local-note")).collect();
+            target.take_notes().into_iter().filter(|n| n.kind == "local-note").map(|n| format!("local-note: {}", n.detail)).collect();
         target.teardown().await;
         DiskCycle { id_before, id_after, want, served, notes, revisions, run_dir }
     })

@@ -21,8 +21,8 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::Client;
 use serde_json::json;
+use shakedown::k8s::exec::exec;
 use shakedown::node::{cleanup, layout::KERNEL_TUNABLES, Node, NodeBinaries, NodeOptions};
-use shakedown::targets::exec::exec;
 
 #[path = "common/hostnet.rs"]
 mod hostnet;
@@ -81,7 +81,7 @@ async fn ready_pods(client: &Client, ns: &str, selector: &str, n: usize) -> Vec<
     .await
 }
 
-async fn sh(client: &Client, ns: &str, pod: &str, cmd: &str) -> shakedown::targets::exec::ExecOutput {
+async fn sh(client: &Client, ns: &str, pod: &str, cmd: &str) -> shakedown::k8s::exec::ExecOutput {
     exec(client, ns, pod, None, &["sh", "-c", cmd], Duration::from_secs(30)).await.unwrap()
 }
 

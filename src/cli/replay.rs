@@ -6,10 +6,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::clock::now_rfc3339;
 use crate::engine::Outcome;
 use crate::exit::{Exit, Fatal};
 use crate::rate;
-use crate::record::{now_rfc3339, Expect, Match, Reproduction, SeedRecord};
+use crate::record::{Expect, Match, Reproduction, SeedRecord};
 use crate::targets::TargetSpec;
 
 use super::session::{describe, execute, exit_for, Exec, Interrupted};

@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::clock::now_rfc3339;
 use crate::engine::{self, Engine, EngineError, Outcome};
 use crate::events::{Event, EventLog, RunOutcome};
 use crate::exit::{Exit, Fatal};
 use crate::faults::{Plan, Profile};
 use crate::invariants::InvariantId;
 use crate::profiles;
-use crate::record::{now_rfc3339, Expect, Failure, FailureKind, SeedRecord, FORMAT};
+use crate::record::{Expect, Failure, FailureKind, SeedRecord, FORMAT};
 use crate::report::{self, Case, CaseOutcome};
 use crate::targets::{self, Coverage, StartContext, TargetError, TargetSpec};
 use serde_json::json;
@@ -309,8 +310,8 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
     };
     let t_down = std::time::Instant::now();
     target.teardown().await;
-    for e in target.take_events() {
-        events.emit(e);
+    for n in target.take_notes() {
+        events.emit(Event::from(n));
     }
     events.emit(Event::Teardown { ms: t_down.elapsed().as_millis() as u64, workload: target.workload_stats() });
     result.elapsed = t0.elapsed();

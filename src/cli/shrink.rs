@@ -4,10 +4,11 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::clock::now_rfc3339;
 use crate::engine::Outcome;
 use crate::exit::{Exit, Fatal};
 use crate::faults::{Op, Plan, Shrinker};
-use crate::record::{now_rfc3339, Failure, FailureKind, Match, SeedRecord, Shrunk};
+use crate::record::{Failure, FailureKind, Match, SeedRecord, Shrunk};
 use crate::targets::TargetSpec;
 use tokio::time::Instant;
 

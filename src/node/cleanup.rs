@@ -119,7 +119,7 @@ fn cgroup_dirs(l: &Layout) -> Vec<PathBuf> {
 /// Every process of the node: by the node directory on its command line (the components, the
 /// holder, containerd's shims) and by the node's cgroup (the pods' processes).
 pub fn processes(l: &Layout) -> Vec<(i32, String)> {
-    let mut pids: BTreeSet<i32> = crate::targets::local::reap::processes_of(&l.dir).into_iter().map(|(p, _)| p).collect();
+    let mut pids: BTreeSet<i32> = crate::procs::processes_of(&l.dir).into_iter().map(|(p, _)| p).collect();
     for d in cgroup_dirs(l) {
         if let Ok(procs) = std::fs::read_to_string(d.join("cgroup.procs")) {
             pids.extend(procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()));
@@ -163,10 +163,7 @@ fn link_exists(name: &str) -> bool {
 /// component shares.
 pub fn holder_pid(l: &Layout) -> Option<i32> {
     let file = l.holder_file().display().to_string();
-    crate::targets::local::reap::processes_of(&l.dir)
-        .into_iter()
-        .find(|(_, cmd)| cmd.starts_with("tail ") && cmd.ends_with(&file))
-        .map(|(p, _)| p)
+    crate::procs::processes_of(&l.dir).into_iter().find(|(_, cmd)| cmd.starts_with("tail ") && cmd.ends_with(&file)).map(|(p, _)| p)
 }
 
 /// `nsenter`'s arguments that run `argv` in the network namespace of process `holder`.
@@ -394,7 +391,7 @@ pub fn guard_drops(l: &Layout) -> u64 {
 /// `pods`).
 pub fn memory(l: &Layout) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    let by_cmdline: BTreeSet<i32> = crate::targets::local::reap::processes_of(&l.dir).into_iter().map(|(p, _)| p).collect();
+    let by_cmdline: BTreeSet<i32> = crate::procs::processes_of(&l.dir).into_iter().map(|(p, _)| p).collect();
     for (pid, cmd) in processes(l) {
         let rss = std::fs::read_to_string(format!("/proc/{pid}/statm"))
             .ok()

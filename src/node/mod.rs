@@ -38,7 +38,7 @@ use kube::Client;
 
 use crate::command::{run, run_bounded, COMMAND_BOUND};
 use crate::exit::Fatal;
-use crate::targets::local::apiserver::ApiPki;
+use crate::pki::ApiPki;
 use layout::{Layout, HOST_PATHS, KERNEL_TUNABLES};
 
 /// How long a node may take from nothing to Node Ready (measured ≈ 20 s here).
@@ -511,7 +511,7 @@ impl Node {
             // An `nft -f …/policy.nft` it had started finishes on its own: wait for it (and the
             // agent) to be gone before emptying the chains, or it could refill them.
             let deadline = Instant::now() + TEARDOWN_BOUND;
-            while crate::targets::local::reap::processes_of(&self.layout.dir)
+            while crate::procs::processes_of(&self.layout.dir)
                 .iter()
                 .any(|(_, cmd)| cmd.contains("policy-agent") || cmd.contains("policy.nft"))
             {
@@ -717,10 +717,7 @@ async fn wait_socket(path: &Path, bound: Duration) -> Result<(), String> {
 }
 
 pub async fn admin_client(kubeconfig: &Path) -> Result<Client, String> {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| format!("cannot read {}: {e}", kubeconfig.display()))?;
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .map_err(|e| format!("kubeconfig {}: {e}", kubeconfig.display()))?;
+    let cfg = crate::k8s::client::config_of_file(kubeconfig).await.map_err(|e| e.to_string())?;
     Client::try_from(cfg).map_err(|e| format!("kube client: {e}"))
 }
 

@@ -28,7 +28,7 @@ use kube::runtime::watcher::Config as WatchConfig;
 
 use super::layout::Layout;
 use crate::command::{run, COMMAND_BOUND};
-use crate::targets::kube::client::Watched;
+use crate::k8s::client::Watched;
 
 /// The sysctl that sends bridged IPv4 traffic through the IP hooks (`br_netfilter`): without it
 /// the engine sees no pod-to-pod packet.
@@ -348,7 +348,7 @@ pub fn status_file(l: &Layout) -> std::path::PathBuf {
 
 /// `node status`'s line about the engine: running or not, and what it last applied.
 pub fn describe(l: &Layout) -> String {
-    let running = crate::targets::local::reap::processes_of(&l.dir).iter().any(|(_, cmd)| cmd.contains("policy-agent"));
+    let running = crate::procs::processes_of(&l.dir).iter().any(|(_, cmd)| cmd.contains("policy-agent"));
     let status: Option<Status> = std::fs::read_to_string(status_file(l)).ok().and_then(|s| serde_json::from_str(&s).ok());
     match (running, status) {
         (false, _) => "NetworkPolicy engine not running: policies are not enforced".to_string(),

@@ -7,9 +7,9 @@
 
 pub mod api;
 pub mod app;
-pub mod exec;
 pub mod kube;
 pub mod local;
+pub mod reap;
 pub mod recorder;
 pub mod sim;
 
@@ -20,8 +20,22 @@ use serde::{Deserialize, Serialize};
 use shakedown_faults::{Model, Op, Profile};
 use shakedown_invariants::{InvariantId, Observation};
 
-use crate::events::Event;
 use crate::exit::Fatal;
+
+/// Something a target did that the run's event log keeps (a hook's output, the pods a kill took):
+/// `kind` names it (`hook`, `app-kill`, `local-note`, …), `detail` is its JSON. The engine and the
+/// session write each as a `target` event; a target knows nothing of the event log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Note {
+    pub kind: String,
+    pub detail: serde_json::Value,
+}
+
+impl Note {
+    pub fn new(kind: &str, detail: serde_json::Value) -> Note {
+        Note { kind: kind.to_string(), detail }
+    }
+}
 
 /// Why a target could not do what was asked.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -36,6 +50,12 @@ pub enum TargetError {
     /// The target does not support the op here (with the reason).
     #[error("{0}")]
     Unsupported(String),
+}
+
+impl From<crate::pki::PkiError> for TargetError {
+    fn from(e: crate::pki::PkiError) -> TargetError {
+        TargetError::Environment(e.0)
+    }
 }
 
 /// The kinds of target, as `--target` names them.
@@ -289,9 +309,9 @@ pub trait Target: Send {
     /// One-line workload statistics for progress output and the event log.
     fn workload_stats(&self) -> serde_json::Value;
 
-    /// Events the target recorded since the last call (hook output, request counts), for the
-    /// run's event log ([`Event::Target`]).
-    fn take_events(&mut self) -> Vec<Event> {
+    /// Notes the target recorded since the last call (hook output, request counts), which the
+    /// engine writes into the run's event log as `target` events.
+    fn take_notes(&mut self) -> Vec<Note> {
         Vec::new()
     }
 

@@ -228,9 +228,7 @@ pub(crate) async fn pause(d: Duration, stopped: &mut signal::Receiver<bool>) {
     }
 }
 
-pub(crate) fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
+pub(crate) use crate::clock::unix_ms;
 
 /// A small fast generator for the clients' choices (not part of the seed: the load is not
 /// replayed request by request, the plan is).

@@ -27,9 +27,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::json;
+use shakedown::k8s::exec::exec;
 use shakedown::node::config::ETCD_IMAGE;
 use shakedown::targets::app::data::is_ready;
-use shakedown::targets::exec::exec;
 
 pub const NS: &str = "kv";
 /// The replica that is a delayed standby (never to be promoted).

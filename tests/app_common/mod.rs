@@ -22,8 +22,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::json;
+use shakedown::k8s::exec::exec;
 use shakedown::node::config::{BUSYBOX_IMAGE, ETCD_IMAGE};
-use shakedown::targets::exec::exec;
 
 pub const NS: &str = "app";
 

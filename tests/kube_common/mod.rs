@@ -17,7 +17,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
-use shakedown::targets::kube::client::{capi, CapiVersion};
+use shakedown::targets::kube::capi::{capi, CapiVersion};
 
 /// Where the kube-apiserver binary is: `SHAKEDOWN_KUBE_APISERVER`, else the cache of
 /// scripts/build-kube-apiserver.sh.

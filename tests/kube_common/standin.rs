@@ -32,7 +32,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::runtime::{reflector, watcher};
 use kube::Client;
 use serde_json::{json, Value};
-use shakedown::targets::kube::client::{capi, CapiVersion};
+use shakedown::targets::kube::capi::{capi, CapiVersion};
 use shakedown::targets::kube::conditions::{condition, ETCD_MEMBER_HEALTHY};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use super::drain::{cordon_patch, cordoned_by};
 use super::pods::{failed_by, failure_patch};
 use super::resources::resource_api_of;
 use super::{bounded, AppTarget, OWN_IMAGES, REQUEST_BOUND};
-use crate::targets::kube::RUN_LABEL;
+use crate::k8s::{delete_if_present, RUN_LABEL};
 
 /// What a cleanup undid (each as `reap --kube` prints it) and what it could not.
 #[derive(Debug, Default)]
@@ -26,10 +26,10 @@ pub struct Cleaned {
 }
 
 impl Cleaned {
-    fn add(&mut self, step: Result<String, String>) {
+    fn add(&mut self, step: Result<String, impl std::fmt::Display>) {
         match step {
             Ok(done) => self.done.push(done),
-            Err(e) => self.errors.push(e),
+            Err(e) => self.errors.push(e.to_string()),
         }
     }
 }
@@ -57,7 +57,7 @@ pub async fn clean_up(client: &Client, ns: &str, run: &str, record: &RunRecord) 
         let discovered = tokio::time::timeout(REQUEST_BOUND, resource_api_of(client, ns, gvk)).await;
         match discovered.unwrap_or_else(|_| Err(format!("{gvk}: no answer within {}s", REQUEST_BOUND.as_secs()))) {
             Ok(api) => delete_run_objects(&api, gvk, ns, run, &mut out).await,
-            Err(e) => out.errors.push(e),
+            Err(e) => out.errors.push(e.to_string()),
         }
     }
     out
@@ -71,16 +71,16 @@ where
     let listed = bounded(&format!("listing {what} in {ns}"), api.list(&ListParams::default().labels(&format!("{RUN_LABEL}={run}")))).await;
     let list = match listed {
         Ok(l) => l.items,
-        Err(e) => return out.errors.push(e),
+        Err(e) => return out.errors.push(e.to_string()),
     };
     for o in list {
         let name = o.meta().name.clone().unwrap_or_default();
         // In the background: a Job's pods go with it.
-        match tokio::time::timeout(REQUEST_BOUND, api.delete(&name, &DeleteParams::background())).await {
-            Ok(Ok(_)) => out.done.push(format!("deleted {what} {ns}/{name}")),
-            Ok(Err(kube::Error::Api(r))) if r.code == 404 => {}
-            Ok(Err(e)) => out.errors.push(format!("deleting {what} {ns}/{name}: {e}")),
-            Err(_) => out.errors.push(format!("deleting {what} {ns}/{name}: no answer within {}s", REQUEST_BOUND.as_secs())),
+        let deleting = format!("deleting {what} {ns}/{name}");
+        match delete_if_present(api, &name, &DeleteParams::background(), &deleting, REQUEST_BOUND).await {
+            Ok(true) => out.done.push(format!("deleted {what} {ns}/{name}")),
+            Ok(false) => {}
+            Err(e) => out.errors.push(e.to_string()),
         }
     }
 }
@@ -95,7 +95,7 @@ async fn scale_back(client: &Client, ns: &str, op: &str, replicas: i32, out: &mu
             out.add(scaled.map(|_| format!("scaled the operator {ns}/{op} back to {replicas}")));
         }
         Ok(_) => {}
-        Err(e) => out.errors.push(e),
+        Err(e) => out.errors.push(e.to_string()),
     }
 }
 
@@ -109,7 +109,7 @@ async fn restore_failed_pods(client: &Client, ns: &str, run: &str, out: &mut Cle
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let listed = match bounded(&format!("listing pods in {ns}"), pods.list(&ListParams::default())).await {
         Ok(l) => l.items,
-        Err(e) => return out.errors.push(e),
+        Err(e) => return out.errors.push(e.to_string()),
     };
     for p in listed.iter().filter(|p| failed_by(p) == Some(run)) {
         let name = p.metadata.name.clone().unwrap_or_default();

@@ -15,8 +15,7 @@ use super::resources::resource_kinds;
 use super::spec::{AppProfile, AppSpec};
 use super::{bounded, opted_in, selector_of, AppTarget, FIRST_ACK_BOUND};
 use crate::exit::Fatal;
-use crate::targets::kube::spec::fatal;
-use crate::targets::kube::{client, OPT_IN, RUN_LABEL};
+use crate::k8s::{client, OPT_IN, RUN_LABEL};
 use crate::targets::StartContext;
 
 impl AppTarget {
@@ -45,10 +44,12 @@ impl AppTarget {
         // before it and under it, not on nothing.
         let writer = p.data.clone().map(|d| Writer::start(client.clone(), &p.namespace, d, ctx.run_id));
         if let Some(w) = &writer {
-            w.first_ack(p.op_timeout.min(FIRST_ACK_BOUND)).await.map_err(Fatal::environment)?;
+            w.first_ack(p.op_timeout.min(FIRST_ACK_BOUND)).await.map_err(|e| Fatal::environment(e.to_string()))?;
         }
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &p.namespace);
-        bounded("create the run's ConfigMap", cms.create(&PostParams::default(), &cm)).await.map_err(Fatal::environment)?;
+        bounded("create the run's ConfigMap", cms.create(&PostParams::default(), &cm))
+            .await
+            .map_err(|e| Fatal::environment(e.to_string()))?;
         Ok(AppTarget {
             client,
             evict_client,
@@ -60,7 +61,7 @@ impl AppTarget {
             writer,
             notes,
             version,
-            events: vec![],
+            log: vec![],
             backups: BTreeMap::new(),
             restores: 0,
             probe_jobs: Default::default(),
@@ -72,14 +73,14 @@ impl AppTarget {
 /// The clients of the kubeconfig's cluster: the target's, one without kube-rs's retry (for
 /// evictions), and the server's address.
 async fn clients(spec: &AppSpec, ctx: &StartContext<'_>) -> Result<(Client, Client, String), Fatal> {
-    let config = client::load_config(ctx.options.kube.kubeconfig.as_deref(), spec.context.as_deref()).await.map_err(fatal)?;
+    let config = client::load_config(ctx.options.kube.kubeconfig.as_deref(), spec.context.as_deref()).await.map_err(Fatal::from)?;
     let counter = client::RequestCounter::default();
-    let (client, server) = client::build(config.clone(), &counter).map_err(Fatal::environment)?;
+    let (client, server) = client::build(config.clone(), &counter).map_err(Fatal::from)?;
     // Evictions answer 429 when a PodDisruptionBudget refuses them: that answer is the
     // drain's to see, not kube-rs's own retry's (429, 503, 504; on by default).
     let mut no_retry = config;
     no_retry.default_retry = false;
-    let (evict_client, _) = client::build(no_retry, &counter).map_err(Fatal::environment)?;
+    let (evict_client, _) = client::build(no_retry, &counter).map_err(Fatal::from)?;
     Ok((client, evict_client, server))
 }
 
@@ -104,7 +105,7 @@ async fn check_statefulset(client: &Client, p: &AppProfile, profile: &Profile) -
     let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &p.namespace);
     let set = bounded("statefulset", sts.get_opt(&p.statefulset))
         .await
-        .map_err(Fatal::environment)?
+        .map_err(|e| Fatal::environment(e.to_string()))?
         .ok_or_else(|| Fatal::usage(format!("StatefulSet {}/{} does not exist", p.namespace, p.statefulset)))?;
     let replicas = set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let sts_selector = selector_of(set.spec.as_ref().map(|s| &s.selector));
@@ -123,7 +124,7 @@ async fn operator_replicas(client: &Client, p: &AppProfile) -> Result<Option<i32
     let d: Api<Deployment> = Api::namespaced(client.clone(), &p.namespace);
     let dep = bounded("operator", d.get_opt(name))
         .await
-        .map_err(Fatal::environment)?
+        .map_err(|e| Fatal::environment(e.to_string()))?
         .ok_or_else(|| Fatal::usage(format!("the operator's Deployment {}/{name} does not exist", p.namespace)))?;
     Ok(Some(dep.spec.and_then(|s| s.replicas).unwrap_or(1).max(1)))
 }
@@ -132,7 +133,7 @@ async fn operator_replicas(client: &Client, p: &AppProfile) -> Result<Option<i32
 /// its [`RunRecord`] — the operator's replicas to scale it back to, the kinds of objects to delete.
 fn run_configmap(run_id: &str, p: &AppProfile, operator_replicas: Option<i32>) -> Result<ConfigMap, Fatal> {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
-    let started = crate::record::now_rfc3339();
+    let started = crate::clock::now_rfc3339();
     let mut data = serde_json::json!({"app": p.statefulset, "pid": std::process::id().to_string(), "host": host, "started": started});
     RunRecord::of(p, operator_replicas).write(&mut data);
     serde_json::from_value(serde_json::json!({

@@ -13,7 +13,7 @@ use shakedown_faults::BackupId;
 use shakedown_invariants::{AppData, Marks};
 
 use super::spec::{fill, DataCommands};
-use crate::targets::exec::exec;
+use crate::k8s::exec::exec;
 
 /// How long one write or read command may take.
 pub const DATA_COMMAND_BOUND: Duration = Duration::from_secs(15);

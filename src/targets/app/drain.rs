@@ -9,7 +9,7 @@ use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
 use shakedown_faults::MemberId;
 
 use super::{bounded, env, opted_in, AppTarget, CORDONED_BY, REQUEST_BOUND};
-use crate::targets::kube::OPT_IN;
+use crate::k8s::OPT_IN;
 use crate::targets::TargetError;
 
 /// A pod a drain evicts: its namespace, name and UID.
@@ -88,7 +88,7 @@ impl AppTarget {
             .collect();
         let names: Vec<String> = evictable.iter().map(|(ns, n, _)| format!("{ns}/{n}")).collect();
         let (refused, result) = self.evict(node, &evictable).await;
-        self.events.push(crate::events::Event::Target {
+        self.log.push(crate::targets::Note {
             kind: "app-drain".into(),
             detail: serde_json::json!({
                 "node": node,
@@ -100,10 +100,8 @@ impl AppTarget {
         result?;
         let gone = self.wait_gone(node, &evictable).await?;
         let last = gone.iter().max_by_key(|(_, ms)| **ms).map(|(p, ms)| (p.clone(), *ms));
-        self.events.push(crate::events::Event::Target {
-            kind: "app-drained".into(),
-            detail: serde_json::json!({"node": node, "gone-after-ms": gone}),
-        });
+        self.log
+            .push(crate::targets::Note { kind: "app-drained".into(), detail: serde_json::json!({"node": node, "gone-after-ms": gone}) });
         Ok((names, last))
     }
 

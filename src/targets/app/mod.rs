@@ -50,9 +50,9 @@ use kube::Client;
 use shakedown_faults::{BackupId, MemberId, Model, Op, OpKind};
 use shakedown_invariants::{InvariantId, Observation};
 
-use super::kube::{OPT_IN, RUN_LABEL};
 use super::{Coverage, StartContext, Started, Target, TargetError};
 use crate::exit::Fatal;
+use crate::k8s::{OPT_IN, RUN_LABEL};
 use data::Writer;
 use spec::AppSpec;
 
@@ -99,7 +99,7 @@ pub struct AppTarget {
     notes: Vec<String>,
     version: String,
     /// What the ops did beyond their name (the pods `pod-kill-selected` chose), for the event log.
-    events: Vec<crate::events::Event>,
+    log: Vec<crate::targets::Note>,
     /// The backups' objects by the plan's backup ids.
     backups: BTreeMap<BackupId, String>,
     /// How many restores the run has asked for (their objects' names).
@@ -113,12 +113,9 @@ fn env(e: impl std::fmt::Display) -> TargetError {
     TargetError::Environment(e.to_string())
 }
 
-async fn bounded<T, E: std::fmt::Display>(what: &str, f: impl std::future::Future<Output = Result<T, E>>) -> Result<T, String> {
-    match tokio::time::timeout(REQUEST_BOUND, f).await {
-        Ok(Ok(t)) => Ok(t),
-        Ok(Err(e)) => Err(format!("{what}: {e}")),
-        Err(_) => Err(format!("{what}: no answer within {}s", REQUEST_BOUND.as_secs())),
-    }
+/// A request to the API, bounded by [`REQUEST_BOUND`]; its error keeps the API's answer.
+async fn bounded<T>(what: &str, f: impl std::future::Future<Output = Result<T, kube::Error>>) -> Result<T, crate::k8s::CallError> {
+    crate::k8s::bounded(what, REQUEST_BOUND, f).await
 }
 
 /// Whether an object's annotations opt it in to chaos (`OPT_IN` = "true": the namespace, and a
@@ -287,8 +284,8 @@ impl Target for AppTarget {
         }
     }
 
-    fn take_events(&mut self) -> Vec<crate::events::Event> {
-        std::mem::take(&mut self.events)
+    fn take_notes(&mut self) -> Vec<crate::targets::Note> {
+        std::mem::take(&mut self.log)
     }
 
     async fn end_step(&mut self) {}

@@ -14,7 +14,7 @@ use super::drain::cordoned_by;
 use super::partition::{group_policy_pick, has_labels};
 use super::pods::failed_by;
 use super::{bounded, AppTarget};
-use crate::targets::kube::RUN_LABEL;
+use crate::k8s::RUN_LABEL;
 
 impl AppTarget {
     /// What `observe` returns: the workloads' Ready replicas, the probes, the data read-back (for

@@ -14,8 +14,8 @@ use shakedown_faults::MemberId;
 use super::data::{is_ready, ready_pod};
 use super::spec::{fill, GroupCut};
 use super::{bounded, env, AppTarget, Labels, PARTITION_SETTLE};
-use crate::targets::exec::{exec, ExecOutput};
-use crate::targets::kube::RUN_LABEL;
+use crate::k8s::exec::{exec, ExecOutput};
+use crate::k8s::RUN_LABEL;
 use crate::targets::TargetError;
 
 /// The label the apiserver gives every namespace, its name (Kubernetes 1.21 and later).
@@ -189,7 +189,7 @@ impl AppTarget {
         let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
         match bounded("delete NetworkPolicy", api.delete(&name, &DeleteParams::default())).await {
             Ok(_) => {}
-            Err(e) if e.contains("NotFound") || e.contains("not found") => {}
+            Err(e) if e.is_not_found() => {}
             Err(e) => return Err(env(e)),
         }
         // Verified: traffic flows again.
@@ -242,7 +242,7 @@ impl AppTarget {
         for side in ['a', 'b'] {
             match bounded("delete NetworkPolicy", api.delete(&group_policy_name(pick, side), &DeleteParams::default())).await {
                 Ok(_) => {}
-                Err(e) if e.contains("NotFound") || e.contains("not found") => {}
+                Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(env(e)),
             }
         }
@@ -395,7 +395,7 @@ impl AppTarget {
                 Kubernetes before 1.21)"
             }
         );
-        self.events.push(crate::events::Event::Target {
+        self.log.push(crate::targets::Note {
             kind: "app-partition-groups".into(),
             detail: serde_json::json!({
                 "pick": pick,

@@ -63,7 +63,7 @@ impl AppTarget {
             chosen.join(", ")
         );
         tracing::info!("{text}");
-        self.events.push(crate::events::Event::Target {
+        self.log.push(crate::targets::Note {
             kind: "app-kill".into(),
             detail: serde_json::json!({"selector": sel.selector, "matching": names, "killed": chosen, "ready-before": ready_before}),
         });
@@ -80,7 +80,7 @@ impl AppTarget {
         for r in futures::future::join_all(deletes).await {
             // A pod already gone counts as killed; anything else is the environment's.
             if let Err(e) = r {
-                if !e.contains("NotFound") && !e.contains("not found") {
+                if !e.is_not_found() {
                     return Err(env(e));
                 }
             }
@@ -154,7 +154,7 @@ impl AppTarget {
             ready_ms as f64 / 1000.0,
             if same { "" } else { " (on a new pod: something replaced the failed one)" }
         );
-        self.events.push(crate::events::Event::Target {
+        self.log.push(crate::targets::Note {
             kind: "app-pod-failure".into(),
             detail: serde_json::json!({
                 "pod": name,

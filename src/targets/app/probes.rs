@@ -13,7 +13,7 @@ use super::data::ready_pod;
 use super::resources::resource_api_of;
 use super::spec::{self, HttpProbe, ObjectProbe, ProbeCheck};
 use super::{bounded, AppTarget, POLL, PROBE_BOUND, PROBE_JOB_BOUND};
-use crate::targets::exec::exec;
+use crate::k8s::exec::exec;
 
 impl AppTarget {
     pub(super) async fn probes(&self) -> Vec<(String, Option<String>)> {
@@ -86,7 +86,7 @@ impl AppTarget {
         };
         let jobs: Api<Job> = Api::namespaced(self.client.clone(), self.ns());
         if let Err(e) = bounded(&format!("create Job {name}"), jobs.create(&PostParams::default(), &job)).await {
-            return Some(e);
+            return Some(e.to_string());
         }
         let deadline = Instant::now() + PROBE_JOB_BOUND;
         let result = loop {
@@ -131,7 +131,7 @@ impl AppTarget {
             Err(e) => return Some(e),
         };
         match bounded(&what, api.get_opt(&o.name)).await {
-            Err(e) => Some(e),
+            Err(e) => Some(e.to_string()),
             Ok(None) => Some(format!("{what} does not exist")),
             Ok(Some(obj)) => {
                 let value = serde_json::to_value(&obj).unwrap_or_default();

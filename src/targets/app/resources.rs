@@ -14,7 +14,7 @@ use shakedown_faults::{BackupId, Model};
 
 use super::data::{is_ready, Writer};
 use super::spec::{self, ResourceOp};
-use super::{bounded, env, selector_of, AppTarget};
+use super::{bounded, env, selector_of, AppTarget, REQUEST_BOUND};
 use crate::targets::TargetError;
 
 impl AppTarget {
@@ -70,8 +70,11 @@ impl AppTarget {
     /// The API of a custom resource kind (its plural from discovery).
     async fn resource_api(&self, r: &ResourceOp, section: &str) -> Result<Api<DynamicObject>, TargetError> {
         let (api_version, kind) = r.kind(section).map_err(TargetError::Environment)?;
-        bounded(&format!("discover {api_version} {kind}"), resource_api_of(&self.client, self.ns(), &format!("{api_version}/{kind}")))
+        let gvk = format!("{api_version}/{kind}");
+        let discovered = resource_api_of(&self.client, self.ns(), &gvk);
+        tokio::time::timeout(REQUEST_BOUND, discovered)
             .await
+            .unwrap_or_else(|_| Err(format!("discover {api_version} {kind}: no answer within {}s", REQUEST_BOUND.as_secs())))
             .map_err(|e| {
                 TargetError::Environment(format!(
                     "the [{section}] template's kind is not served by {}: {e} (is the operator's CRD installed?)",
@@ -112,7 +115,7 @@ impl AppTarget {
             })
             .await
             .and_then(|done| done);
-        self.events.push(crate::events::Event::Target {
+        self.log.push(crate::targets::Note {
             kind: format!("app-{section}"),
             detail: serde_json::json!({
                 "object": name,

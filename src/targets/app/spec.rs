@@ -9,8 +9,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use shakedown_faults::profile::duration_schema;
 
+use crate::clock::human;
 use crate::exit::Fatal;
-use crate::targets::kube::profile::human;
 
 /// An application on a Kubernetes cluster and how it was driven (the kubeconfig is given
 /// again on replay).

@@ -9,10 +9,10 @@ use serde_json::Value;
 use shakedown_invariants::ServingSample;
 use tokio::sync::watch;
 
-use super::client::Watched;
 use super::conditions::{condition, deleting, failure_domain, ETCD_MEMBER_HEALTHY};
 use super::workload::Workload;
 use super::*;
+use crate::k8s::client::Watched;
 
 /// Serving samples taken from the Machine watch during a step.
 #[derive(Default)]

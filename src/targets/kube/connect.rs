@@ -12,10 +12,12 @@ use shakedown_invariants::ServingSample;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::client::{capi, discover_capi, Discovery, Watched};
+use super::capi::{capi, discover_capi, Discovery};
 use super::command::{error_chain, HttpProber};
 use super::workload::Workload;
 use super::*;
+use crate::k8s::client;
+use crate::k8s::client::Watched;
 
 impl KubeTarget {
     /// Connects, checks the opt-in and the Cluster's shape, fills the watch caches, takes the
@@ -273,7 +275,7 @@ impl KubeTarget {
             bindings: BTreeMap::new(),
             model: model.clone(),
             sampler,
-            events: vec![],
+            log: vec![],
             paused: false,
             versions,
             op_timeout,

@@ -25,7 +25,7 @@
 
 pub mod api;
 mod cache;
-pub mod client;
+pub mod capi;
 pub mod command;
 pub mod conditions;
 mod connect;
@@ -50,19 +50,16 @@ use shakedown_invariants::{InvariantId, Observation};
 use tokio::time::Instant;
 
 use self::cache::{cp_machines, Cache, CpMachine, Sampler};
-use self::client::{CapiVersion, RequestCounter};
+use self::capi::CapiVersion;
 use self::command::run_command;
 use self::ops::TEARDOWN_BOUND;
 use self::profile::KubeProfile;
 use super::{Coverage, StartContext, Started, Target, TargetError};
-use crate::events::Event;
 use crate::exit::Fatal;
+use crate::k8s::client::RequestCounter;
 pub use spec::{KubeOptions, KubeSpec};
 
-/// The opt-in: shakedown acts only on a Cluster annotated (or labelled) with this, set to "true".
-pub const OPT_IN: &str = "shakedown.dev/allow-chaos";
-/// Every object shakedown creates carries its run id under this label.
-pub const RUN_LABEL: &str = "shakedown.dev/run-id";
+pub use crate::k8s::{OPT_IN, RUN_LABEL};
 /// Set with the run id on a KubeadmControlPlane shakedown paused (so `reap` can resume it).
 pub const PAUSED_BY: &str = "shakedown.dev/paused-by";
 /// Cluster API's pause annotation: controllers leave the object alone while it is set.
@@ -84,6 +81,15 @@ pub enum KubeError {
     /// The management cluster cannot be reached, or denies a request (exit 4).
     #[error("{0}")]
     Environment(String),
+}
+
+impl From<crate::k8s::client::ConnectError> for KubeError {
+    fn from(e: crate::k8s::client::ConnectError) -> KubeError {
+        match e {
+            crate::k8s::client::ConnectError::Usage(m) => KubeError::Usage(m),
+            crate::k8s::client::ConnectError::Environment(m) => KubeError::Environment(m),
+        }
+    }
 }
 
 /// What to connect to and how.
@@ -201,7 +207,7 @@ pub struct KubeTarget {
     bindings: BTreeMap<MemberId, String>,
     model: Model,
     sampler: Arc<Mutex<Sampler>>,
-    events: Vec<Event>,
+    log: Vec<crate::targets::Note>,
     paused: bool,
     versions: BTreeMap<String, String>,
     op_timeout: Duration,
@@ -395,7 +401,7 @@ impl Target for KubeTarget {
         }
         self.model = after.clone();
         self.rebind();
-        self.events.push(Event::Target {
+        self.log.push(crate::targets::Note {
             kind: "kube-requests".into(),
             detail: json!({"op": op.to_string(), "non_watch_requests": self.counter.non_watch_since(&counts)}),
         });
@@ -431,8 +437,8 @@ impl Target for KubeTarget {
         v
     }
 
-    fn take_events(&mut self) -> Vec<Event> {
-        std::mem::take(&mut self.events)
+    fn take_notes(&mut self) -> Vec<crate::targets::Note> {
+        std::mem::take(&mut self.log)
     }
 
     fn lost(&self) -> Option<String> {

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use shakedown_faults::{Answers, MemberId, Model, Op, OutageMode, SiteId};
 use tokio::time::Instant;
 
-use super::client::capi;
+use super::capi::capi;
 use super::conditions::rollout;
 use super::profile::Hook;
 use super::*;
@@ -134,7 +134,7 @@ impl KubeTarget {
         let body = json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": self.lock_name(), "namespace": self.cfg.namespace, "labels": {RUN_LABEL: self.cfg.run_id, "app.kubernetes.io/managed-by": "shakedown"}},
-            "data": {"cluster": self.cfg.name, "pid": std::process::id().to_string(), "host": host, "started": crate::record::now_rfc3339()}
+            "data": {"cluster": self.cfg.name, "pid": std::process::id().to_string(), "host": host, "started": crate::clock::now_rfc3339()}
         });
         self.send(Write::Create { ar: Self::configmap_ar(), ns: self.cfg.namespace.clone(), body }).await?;
         self.lock_created = !self.cfg.dry_run;
@@ -204,7 +204,7 @@ impl KubeTarget {
             }
         }
         let requests = self.counter.non_watch_since(&before);
-        self.events.push(Event::Target {
+        self.log.push(crate::targets::Note {
             kind: "kube-wait".into(),
             detail: json!({"until": what, "ms": t0.elapsed().as_millis() as u64, "non_watch_requests": requests}),
         });
@@ -473,7 +473,7 @@ impl KubeTarget {
             return Ok(());
         }
         let res = run_command(&hook.command, &env, hook.timeout).await;
-        self.events.push(Event::Target { kind: "hook".into(), detail: json!({"op": op.to_string(), "command": hook.command, "exit": res.exit, "ms": res.ms, "stdout": res.stdout, "stderr": res.stderr, "error": res.error})});
+        self.log.push(crate::targets::Note { kind: "hook".into(), detail: json!({"op": op.to_string(), "command": hook.command, "exit": res.exit, "ms": res.ms, "stdout": res.stdout, "stderr": res.stderr, "error": res.error})});
         match res.error {
             None => Ok(()),
             Some(e) => Err(TargetError::Environment(format!("hook for {op} ({}): {e}", hook.command.join(" ")))),

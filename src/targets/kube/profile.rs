@@ -280,17 +280,7 @@ fn default_true() -> String {
     "True".into()
 }
 
-pub(crate) mod human {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&humantime::format_duration(*d))
-    }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s).map_err(serde::de::Error::custom)
-    }
-}
+pub(crate) use crate::clock::human;
 
 impl KubeProfile {
     pub fn from_toml(text: &str) -> Result<KubeProfile, String> {

@@ -1,85 +1,37 @@
-//! `shakedown reap --kube`: what killed kube runs left behind. A run leaves at most its
-//! ConfigMap (labelled with the run id) and, if killed between a crash and its restart, a
-//! KubeadmControlPlane paused by it (annotated with the run id), the Velero Backups and
-//! Restores it created (labelled with the run id), and its API workload's namespace (or
-//! ConfigMaps) in the workload cluster (labelled with the run id). An application-target run
-//! leaves its ConfigMap in the application's namespace and what its teardown would have undone:
-//! `app::clean_up` undoes it, from the record in the ConfigMap (`app::RunRecord`).
-
-use std::path::Path;
+//! The kube target's part of `shakedown reap --kube` ([`crate::targets::reap`]): besides its
+//! ConfigMap (labelled with the run id), a killed kube-target run can leave, if killed between a
+//! crash and its restart, a KubeadmControlPlane paused by it (annotated with the run id), the
+//! Velero Backups and Restores it created (labelled with the run id), and its API workload's
+//! namespace (or ConfigMaps) in the workload cluster (labelled with the run id).
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::Client;
 use serde_json::json;
 
-use super::client::{self, capi, discover_capi};
-use super::{velero_ar, KubeError, CAPI_PAUSED, PAUSED_BY, RUN_LABEL};
-use crate::targets::app::{clean_up, RunRecord};
+use super::capi::{capi, discover_capi};
+use super::{velero_ar, KubeError, CAPI_PAUSED, PAUSED_BY};
+use crate::k8s::{client, RUN_LABEL};
+use crate::targets::reap::Reaped;
 
-/// What a reap removed.
-#[derive(Debug, Default)]
-pub struct Reaped {
-    pub configmaps: Vec<String>,
-    pub resumed: Vec<String>,
-    /// Velero objects deleted, as `Kind ns/name`.
-    pub velero: Vec<String>,
-    /// The API workload's namespaces and ConfigMaps deleted in workload clusters.
-    pub api: Vec<String>,
-    /// What dead application-target runs left, undone (`app::Cleaned::done`): NetworkPolicies
-    /// and Jobs deleted, operators scaled back, failed pods' images put back, nodes uncordoned,
-    /// backup and restore objects deleted.
-    pub app: Vec<String>,
+/// The dead runs of the kube target a `reap --kube` found (their ConfigMaps already deleted by
+/// [`crate::targets::reap::reap_kube`]), and what of them this removes.
+pub(crate) struct DeadRuns<'a> {
+    pub client: &'a Client,
+    pub namespace: Option<&'a str>,
+    pub all: bool,
+    /// Their run ids.
+    pub runs: &'a [String],
+    /// (run, the Cluster's namespace, the Cluster's name): where each one's API workload wrote.
+    pub clusters: &'a [(String, String, String)],
 }
 
-fn alive(host: &str, pid: &str) -> bool {
-    let me = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    host == me.trim()
-        && pid.parse::<u32>().is_ok_and(|p| p != std::process::id())
-        && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("shakedown"))
-}
-
-/// Removes the objects of every run in `namespace` (all namespaces when `None`) whose process is
-/// gone (a run on another host counts as gone only with `all`).
-pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: Option<&str>, all: bool) -> Result<Reaped, KubeError> {
-    let (client, _, server) = client::connect(kubeconfig, context).await?;
+/// What a dead kube-target run can leave besides its ConfigMap, removed: a KubeadmControlPlane
+/// it paused, its Velero objects, its API workload's namespace or ConfigMaps.
+pub(crate) async fn reap_dead(d: DeadRuns<'_>, server: &str, out: &mut Reaped) -> Result<(), KubeError> {
+    let DeadRuns { client, namespace, all, runs: dead_runs, clusters: dead_clusters } = d;
+    let client = client.clone();
     let env = |what: &str, e: kube::Error| KubeError::Environment(format!("{what} on {server}: {e}"));
-    let cms: Api<ConfigMap> = match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let mut out = Reaped::default();
-    let mut dead_runs = Vec::new();
-    // (run, the Cluster's namespace, the Cluster's name): where its API workload wrote.
-    let mut dead_clusters = Vec::new();
-    for cm in cms.list(&ListParams::default().labels(RUN_LABEL)).await.map_err(|e| env("listing run ConfigMaps", e))?.items {
-        let data = cm.data.clone().unwrap_or_default();
-        let (host, pid) = (data.get("host").cloned().unwrap_or_default(), data.get("pid").cloned().unwrap_or_default());
-        if !all && alive(&host, &pid) {
-            continue;
-        }
-        let (ns, name) = (cm.metadata.namespace.clone().unwrap_or_default(), cm.metadata.name.clone().unwrap_or_default());
-        if let Some(run) = cm.metadata.labels.as_ref().and_then(|l| l.get(RUN_LABEL)) {
-            dead_runs.push(run.clone());
-            if let Some(cluster) = data.get("cluster") {
-                dead_clusters.push((run.clone(), ns.clone(), cluster.clone()));
-            }
-        }
-        // A dead application-target run: the same cleanup as its teardown, from its record.
-        if let (Some(run), Some(record)) = (cm.metadata.labels.as_ref().and_then(|l| l.get(RUN_LABEL)), RunRecord::read(&data)) {
-            let cleaned = clean_up(&client, &ns, run, &record).await;
-            out.app.extend(cleaned.done);
-            if !cleaned.errors.is_empty() {
-                return Err(KubeError::Environment(format!("{} on {server}", cleaned.errors.join("; "))));
-            }
-        }
-        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-        // In the background: a Job's pods go with it.
-        match api.delete(&name, &DeleteParams::background()).await {
-            Ok(_) => out.configmaps.push(format!("{ns}/{name}")),
-            Err(kube::Error::Api(r)) if r.code == 404 => {}
-            Err(e) => return Err(env(&format!("deleting ConfigMap {ns}/{name}"), e)),
-        }
-    }
     // A KubeadmControlPlane paused by a dead run is resumed (none when no Cluster API version
     // shakedown speaks is served here).
     if let Ok(capi_version) = discover_capi(&client).await {
@@ -137,7 +89,7 @@ pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: O
     // The API workload's namespace or ConfigMaps in each dead run's workload cluster.
     let counter = client::RequestCounter::default();
     for (run, ns, cluster) in dead_clusters {
-        let Ok((wc, wserver, _)) = super::workload::client_from_secret(&client, &counter, &ns, &cluster).await else { continue };
+        let Ok((wc, wserver, _)) = super::workload::client_from_secret(&client, &counter, ns, cluster).await else { continue };
         let selector = format!("{RUN_LABEL}={run}");
         let namespaces: Api<Namespace> = Api::all(wc.clone());
         // The run's own namespaces: deleted with what is in them.
@@ -175,5 +127,5 @@ pub async fn reap(kubeconfig: Option<&Path>, context: Option<&str>, namespace: O
             }
         }
     }
-    Ok(out)
+    Ok(())
 }

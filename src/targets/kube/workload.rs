@@ -15,7 +15,7 @@ use kube::{Client, Config};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::client::{self, RequestCounter, Watched};
+use crate::k8s::client::{self, RequestCounter, Watched};
 
 /// Why the workload cluster is not observed: a note for the run's output and event log; the
 /// checks that need it are skipped, the run goes on.

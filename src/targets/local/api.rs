@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ObjectMeta, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use shakedown_faults::{ApiLoad, Model};
 use shakedown_invariants::{ApiObservation, InvariantId};
@@ -44,11 +43,8 @@ fn write_kubeconfig(pki: &ApiPki, server: &str, run_id: &str) -> Result<PathBuf,
 
 /// The client configuration of the kubeconfig's server, with `timeout` to connect.
 async fn config(kubeconfig: &Path, timeout: Duration) -> Result<Config, LocalError> {
-    let kc =
-        Kubeconfig::read_from(kubeconfig).map_err(|e| LocalError::Environment(format!("cannot read {}: {e}", kubeconfig.display())))?;
-    let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| LocalError::Environment(format!("kubeconfig {}: {e}", kubeconfig.display())))?;
+    // The kubeconfig is the run's own: a file it cannot use is the machine's problem.
+    let mut config = crate::k8s::client::config_of_file(kubeconfig).await.map_err(|e| LocalError::Environment(e.to_string()))?;
     config.connect_timeout = Some(timeout);
     // The workload and the probes judge each answer themselves: a 503 or 504 may be a write the
     // apiserver applied (an unknown outcome), a 503 from the load balancer an API not reachable.

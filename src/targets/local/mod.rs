@@ -94,7 +94,7 @@ pub struct LocalTarget {
     /// How many restores this run did (each new cluster gets its own token).
     restores: u32,
     /// Notes for the run's event log (`local-note`: what an op had to work around).
-    events: Vec<crate::events::Event>,
+    log: Vec<crate::targets::Note>,
     /// The control-plane stack's API: its workload and probes (`None`: the etcd stack).
     api: Option<api::LocalApi>,
 }
@@ -103,7 +103,7 @@ impl LocalTarget {
     /// Records a note in the run's event log (and the debug log).
     pub(crate) fn note(&mut self, text: String) {
         tracing::info!("{text}");
-        self.events.push(crate::events::Event::Target { kind: "local-note".into(), detail: serde_json::Value::String(text) });
+        self.log.push(crate::targets::Note { kind: "local-note".into(), detail: serde_json::Value::String(text) });
     }
 
     /// Brings the stack up and starts the workload.
@@ -133,7 +133,7 @@ impl LocalTarget {
             sampler: None,
             marks: Marks::default(),
             restores: 0,
-            events: vec![],
+            log: vec![],
             api,
         })
     }
@@ -302,8 +302,8 @@ impl Target for LocalTarget {
         res
     }
 
-    fn take_events(&mut self) -> Vec<crate::events::Event> {
-        std::mem::take(&mut self.events)
+    fn take_notes(&mut self) -> Vec<crate::targets::Note> {
+        std::mem::take(&mut self.log)
     }
 
     async fn end_step(&mut self) {

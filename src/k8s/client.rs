@@ -1,5 +1,5 @@
-//! Connecting to the management cluster, counting requests, and watch caches (kube-runtime
-//! reflectors) that observation and rollout waits read from, so waiting costs no requests.
+//! Connecting to a cluster, counting requests, and watch caches (kube-runtime reflectors) that
+//! observation and waits read from, so waiting costs no requests.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,8 +15,6 @@ use kube::runtime::watcher::{self, Config as WatchConfig};
 use kube::{Client, Config};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-
-use super::KubeError;
 
 /// Connecting to the management cluster's apiserver.
 const CONNECT_BOUND: Duration = Duration::from_secs(5);
@@ -74,17 +72,46 @@ pub fn request_key(method: &http::Method, uri: &http::Uri) -> String {
     format!("{verb} {resource}{sub}")
 }
 
+/// Why no client could be made.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConnectError {
+    /// Bad input: a kubeconfig that does not parse or cannot be used, an unknown context.
+    #[error("{0}")]
+    Usage(String),
+    /// The kubeconfig is fine but no client could be built on this machine (its TLS setup).
+    #[error("{0}")]
+    Environment(String),
+}
+
+impl From<ConnectError> for crate::exit::Fatal {
+    fn from(e: ConnectError) -> crate::exit::Fatal {
+        match e {
+            ConnectError::Usage(m) => crate::exit::Fatal::usage(m),
+            ConnectError::Environment(m) => crate::exit::Fatal::environment(m),
+        }
+    }
+}
+
 /// A client for the kubeconfig (`path`, else `KUBECONFIG` / `~/.kube/config`) and context.
-pub async fn connect(path: Option<&Path>, context: Option<&str>) -> Result<(Client, RequestCounter, String), KubeError> {
+pub async fn connect(path: Option<&Path>, context: Option<&str>) -> Result<(Client, RequestCounter, String), ConnectError> {
     let config = load_config(path, context).await?;
     let counter = RequestCounter::default();
-    let (client, server) = build(config, &counter).map_err(KubeError::Environment)?;
+    let (client, server) = build(config, &counter)?;
     Ok((client, counter, server))
+}
+
+/// The client configuration of one kubeconfig file, its current context: the files shakedown
+/// writes itself (a node's, the control-plane stack's, a workload cluster's from its Secret).
+pub async fn config_of_file(path: &Path) -> Result<Config, ConnectError> {
+    let kc = Kubeconfig::read_from(path).map_err(|e| ConnectError::Usage(format!("cannot read {}: {e}", path.display())))?;
+    Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| ConnectError::Usage(format!("cannot use the kubeconfig {}: {e}", path.display())))
 }
 
 /// The client configuration of the kubeconfig (`path`, else `KUBECONFIG` / `~/.kube/config`)
 /// and context; in a pod without either, its ServiceAccount.
-pub async fn load_config(path: Option<&Path>, context: Option<&str>) -> Result<Config, KubeError> {
+pub async fn load_config(path: Option<&Path>, context: Option<&str>) -> Result<Config, ConnectError> {
     let read = match path {
         Some(p) => Kubeconfig::read_from(p),
         None => Kubeconfig::read(),
@@ -94,20 +121,20 @@ pub async fn load_config(path: Option<&Path>, context: Option<&str>) -> Result<C
             if let Some(ctx) = context {
                 if !kubeconfig.contexts.iter().any(|c| c.name == ctx) {
                     let known: Vec<&str> = kubeconfig.contexts.iter().map(|c| c.name.as_str()).collect();
-                    return Err(KubeError::Usage(format!("context {ctx:?} is not in the kubeconfig (contexts: {})", known.join(", "))));
+                    return Err(ConnectError::Usage(format!("context {ctx:?} is not in the kubeconfig (contexts: {})", known.join(", "))));
                 }
             }
             let opts = KubeConfigOptions { context: context.map(str::to_string), ..Default::default() };
             Config::from_custom_kubeconfig(kubeconfig, &opts)
                 .await
-                .map_err(|e| KubeError::Usage(format!("cannot use the kubeconfig: {e}")))?
+                .map_err(|e| ConnectError::Usage(format!("cannot use the kubeconfig: {e}")))?
         }
         // No kubeconfig at all (neither given nor KUBECONFIG nor ~/.kube/config): in a pod, use
         // its ServiceAccount (ci/k8s).
         Err(e) if path.is_none() && context.is_none() && std::env::var_os("KUBECONFIG").is_none() => Config::incluster()
-            .map_err(|_| KubeError::Usage(format!("cannot load the kubeconfig: {e}; pass --kubeconfig or set KUBECONFIG")))?,
+            .map_err(|_| ConnectError::Usage(format!("cannot load the kubeconfig: {e}; pass --kubeconfig or set KUBECONFIG")))?,
         Err(e) => {
-            return Err(KubeError::Usage(format!(
+            return Err(ConnectError::Usage(format!(
                 "cannot load the kubeconfig{}: {e}",
                 path.map(|p| format!(" {}", p.display())).unwrap_or_default()
             )))
@@ -116,7 +143,7 @@ pub async fn load_config(path: Option<&Path>, context: Option<&str>) -> Result<C
 }
 
 /// A client for `config` whose requests `counter` counts (bounded connect and read timeouts).
-pub fn build(mut config: Config, counter: &RequestCounter) -> Result<(Client, String), String> {
+pub fn build(mut config: Config, counter: &RequestCounter) -> Result<(Client, String), ConnectError> {
     config.connect_timeout = Some(CONNECT_BOUND);
     config.read_timeout = Some(READ_BOUND);
     let server = config.cluster_url.to_string();
@@ -131,7 +158,8 @@ pub fn build(mut config: Config, counter: &RequestCounter) -> Result<(Client, St
             req
         })
     });
-    let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| format!("cannot build a client for {server}: {e}"))?;
+    let builder = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| ConnectError::Environment(format!("cannot build a client for {server}: {e}")))?;
     Ok((builder.with_layer(&layer).build(), server))
 }
 
@@ -141,90 +169,6 @@ pub fn resource_of(spec: &str) -> Result<ApiResource, String> {
     let (kind, gv) = spec.split_once('.').ok_or_else(bad)?;
     let (group, version) = gv.rsplit_once('/').ok_or_else(bad)?;
     Ok(ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind)))
-}
-
-/// The Cluster API version the kube target speaks: `v1beta2` (Cluster API 1.10 and later), or
-/// `v1beta1` on a management cluster that serves only that (Cluster API before 1.10). Found by
-/// discovery at connect ([`discover_capi`]); the shapes that differ between the two are in
-/// [`CapiVersion`]'s methods.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CapiVersion {
-    V1Beta1,
-    V1Beta2,
-}
-
-impl CapiVersion {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CapiVersion::V1Beta1 => "v1beta1",
-            CapiVersion::V1Beta2 => "v1beta2",
-        }
-    }
-
-    /// The KubeadmControlPlane patch that asks for a rollout of every Machine created before `now`.
-    pub fn rollout_after(self, now: &str) -> serde_json::Value {
-        match self {
-            CapiVersion::V1Beta1 => serde_json::json!({"spec": {"rolloutAfter": now}}),
-            CapiVersion::V1Beta2 => serde_json::json!({"spec": {"rollout": {"after": now}}}),
-        }
-    }
-
-    /// KubeadmControlPlane's reference to its infrastructure machine template, as found
-    /// (v1beta2: `spec.machineTemplate.spec.infrastructureRef` with `apiGroup`; v1beta1:
-    /// `spec.machineTemplate.infrastructureRef` with `apiVersion`).
-    pub fn kcp_infra_ref(self, kcp: &serde_json::Value) -> Option<serde_json::Value> {
-        let path = match self {
-            CapiVersion::V1Beta1 => "/spec/machineTemplate/infrastructureRef",
-            CapiVersion::V1Beta2 => "/spec/machineTemplate/spec/infrastructureRef",
-        };
-        kcp.pointer(path).filter(|r| r.get("kind").is_some()).cloned()
-    }
-
-    /// The `spec.machineTemplate` of a KubeadmControlPlane patch pointing `infra_ref` (what
-    /// [`CapiVersion::kcp_infra_ref`] found) at the template `name`.
-    pub fn kcp_template_patch(self, infra_ref: &serde_json::Value, name: &str) -> serde_json::Value {
-        let mut r = infra_ref.clone();
-        r["name"] = name.into();
-        match self {
-            CapiVersion::V1Beta1 => serde_json::json!({"infrastructureRef": r}),
-            CapiVersion::V1Beta2 => serde_json::json!({"spec": {"infrastructureRef": r}}),
-        }
-    }
-}
-
-/// The Cluster API version both groups (`cluster.x-k8s.io`, `controlplane.cluster.x-k8s.io`)
-/// serve, preferring `v1beta2`: one discovery request at connect.
-pub async fn discover_capi(client: &Client) -> Result<CapiVersion, Discovery> {
-    let groups = client.list_api_groups().await.map_err(|e| Discovery::Unreachable(super::command::error_chain(&e)))?;
-    let served = |name: &str| -> Vec<String> {
-        groups.groups.iter().filter(|g| g.name == name).flat_map(|g| g.versions.iter().map(|v| v.version.clone())).collect()
-    };
-    let (core, cp) = (served("cluster.x-k8s.io"), served("controlplane.cluster.x-k8s.io"));
-    for v in [CapiVersion::V1Beta2, CapiVersion::V1Beta1] {
-        if core.iter().any(|s| s == v.as_str()) && cp.iter().any(|s| s == v.as_str()) {
-            return Ok(v);
-        }
-    }
-    Err(Discovery::NoClusterApi(format!(
-        "the management cluster serves no Cluster API version shakedown speaks (v1beta2, or v1beta1 before Cluster API 1.10): cluster.x-k8s.io serves [{}], controlplane.cluster.x-k8s.io serves [{}]",
-        core.join(", "),
-        cp.join(", ")
-    )))
-}
-
-/// Why discovery found no Cluster API version.
-#[derive(Debug)]
-pub enum Discovery {
-    /// The request failed (its error and causes).
-    Unreachable(String),
-    /// What is served, and that shakedown speaks none of it.
-    NoClusterApi(String),
-}
-
-/// The `ApiResource` of a Cluster API kind at version `v`.
-pub fn capi(kind: &str, v: CapiVersion) -> ApiResource {
-    let group = if kind == "KubeadmControlPlane" { "controlplane.cluster.x-k8s.io" } else { "cluster.x-k8s.io" };
-    ApiResource::from_gvk(&GroupVersionKind::gvk(group, v.as_str(), kind))
 }
 
 /// A watch cache of one kind: a reflector store kept current by a watcher task.
