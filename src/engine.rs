@@ -462,7 +462,7 @@ impl<'a> Engine<'a> {
             let mut written = vec!["observation.json".to_string()];
             std::fs::write(dir.join("observation.json"), serde_json::to_string_pretty(&obs).unwrap_or_default())?;
             for (name, path) in logs {
-                let tail = tail_lines(&path, FORENSIC_LOG_LINES);
+                let tail = crate::procs::tail_lines(&path, FORENSIC_LOG_LINES);
                 let file = format!("{name}.log.tail");
                 std::fs::write(dir.join(&file), tail)?;
                 written.push(file);
@@ -478,18 +478,3 @@ impl<'a> Engine<'a> {
 
 /// How many lines of each component log the forensics keep.
 pub const FORENSIC_LOG_LINES: usize = 200;
-
-/// The last `n` lines of a file (reads at most the last 1 MiB).
-pub fn tail_lines(path: &Path, n: usize) -> String {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = std::fs::File::open(path) else { return format!("(cannot open {})\n", path.display()) };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let _ = f.seek(SeekFrom::Start(len.saturating_sub(1 << 20)));
-    let mut buf = Vec::new();
-    let _ = f.read_to_end(&mut buf);
-    let text = String::from_utf8_lossy(&buf);
-    let lines: Vec<&str> = text.lines().collect();
-    let mut out = lines[lines.len().saturating_sub(n)..].join("\n");
-    out.push('\n');
-    out
-}

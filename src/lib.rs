@@ -13,6 +13,8 @@ pub mod engine;
 pub mod events;
 pub mod exit;
 pub mod k8s;
+#[cfg(test)]
+mod layering;
 pub mod node;
 pub mod pki;
 pub mod private;

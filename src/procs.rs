@@ -1,6 +1,6 @@
 //! The machine's processes, as `/proc` shows them: how a run's and a node's processes are found
 //! by the directory on their command line, with no bookkeeping of shakedown's own (so `reap`
-//! finds them after a `kill -9`).
+//! finds them after a `kill -9`); and the tails of their logs.
 
 use std::path::Path;
 
@@ -19,4 +19,19 @@ pub fn processes_of(run_dir: &Path) -> Vec<(i32, String)> {
             cmd.contains(&marker).then(|| (pid, cmd.trim().to_string()))
         })
         .collect()
+}
+
+/// The last `n` lines of a file (reads at most the last 1 MiB).
+pub fn tail_lines(path: &Path, n: usize) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else { return format!("(cannot open {})\n", path.display()) };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(1 << 20)));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = lines[lines.len().saturating_sub(n)..].join("\n");
+    out.push('\n');
+    out
 }

@@ -313,8 +313,11 @@ async fn refusal_dry_run_reap_and_bad_input() {
 
     // Reap: a killed run's ConfigMap and the KCP it paused.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "chaos");
-    let cm = serde_json::from_value(json!({"metadata": {"name": "shakedown-sd-dead", "labels": {RUN_LABEL: "sd-dead"}}, "data": {"pid": "999999999", "host": "elsewhere"}})).unwrap();
+    let cm = serde_json::from_value(json!({"metadata": {"name": "shakedown-sd-dead", "labels": {RUN_LABEL: "sd-dead"}}, "data": {"pid": "999999999", "host": this_host()}})).unwrap();
     cms.create(&PostParams::default(), &cm).await.unwrap();
+    // A run on another host may be alive (its process cannot be asked from here): only --all takes it.
+    let other = serde_json::from_value(json!({"metadata": {"name": "shakedown-sd-elsewhere", "labels": {RUN_LABEL: "sd-elsewhere"}}, "data": {"pid": "999999999", "host": "elsewhere"}})).unwrap();
+    cms.create(&PostParams::default(), &other).await.unwrap();
     let kcps: Api<DynamicObject> = Api::namespaced_with(client.clone(), "chaos", &capi("KubeadmControlPlane", CapiVersion::V1Beta2));
     kcps.patch(
         "c-cp",
@@ -329,6 +332,11 @@ async fn refusal_dry_run_reap_and_bad_input() {
         out.contains("deleted run ConfigMap chaos/shakedown-sd-dead") && out.contains("resumed KubeadmControlPlane chaos/c-cp"),
         "{out}"
     );
+    assert!(!out.contains("sd-elsewhere"), "a run on another host is left without --all: {out}");
+    assert_eq!(run_configmaps(&client).await, vec!["shakedown-sd-elsewhere".to_string()]);
+    let (code, out, _) = shakedown(&["reap", "--kube", "--kubeconfig", &kc, "--all"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("deleted run ConfigMap chaos/shakedown-sd-elsewhere"), "{out}");
     assert!(run_configmaps(&client).await.is_empty());
     assert!(!kcp_annotations(&client, "chaos", "c").await.contains_key(CAPI_PAUSED));
 }
@@ -901,7 +909,7 @@ async fn workload_cluster_leaks_disks_and_velero() {
 
     // 5. reap removes the Velero objects of a run whose process is gone.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "chaos");
-    cms.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "shakedown-sd-dead", "labels": {RUN_LABEL: "sd-dead"}}, "data": {"pid": "999999999", "host": "elsewhere"}})).unwrap())
+    cms.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "shakedown-sd-dead", "labels": {RUN_LABEL: "sd-dead"}}, "data": {"pid": "999999999", "host": this_host()}})).unwrap())
         .await
         .unwrap();
     let b: DynamicObject = serde_json::from_value(json!({"apiVersion": "velero.io/v1", "kind": "Backup", "metadata": {"name": "shakedown-sd-dead-b0", "labels": {RUN_LABEL: "sd-dead"}}, "spec": {}})).unwrap();
@@ -910,6 +918,11 @@ async fn workload_cluster_leaks_disks_and_velero() {
     assert_eq!(code, 0);
     assert!(out.contains("deleted Velero Backup velero/shakedown-sd-dead-b0"), "{out}");
     assert!(velero_api(&client, "Backup").list(&Default::default()).await.unwrap().items.is_empty());
+}
+
+/// This machine's host name, as a run's ConfigMap records it.
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string()
 }
 
 /// Sends SIGINT to a running shakedown.

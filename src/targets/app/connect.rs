@@ -15,7 +15,7 @@ use super::resources::resource_kinds;
 use super::spec::{AppProfile, AppSpec};
 use super::{bounded, opted_in, selector_of, AppTarget, FIRST_ACK_BOUND};
 use crate::exit::Fatal;
-use crate::k8s::{client, OPT_IN, RUN_LABEL};
+use crate::k8s::{client, RunOwner, OPT_IN};
 use crate::targets::StartContext;
 
 impl AppTarget {
@@ -39,7 +39,7 @@ impl AppTarget {
         if p.data.is_none() {
             notes.push("app-durability not checked: the app profile has no [data] commands".into());
         }
-        let cm = run_configmap(ctx.run_id, p, operator_replicas)?;
+        let cm = run_configmap(ctx.run_id, p, operator_replicas);
         // The data workload writes before the first fault: durability is checked on writes made
         // before it and under it, not on nothing.
         let writer = p.data.clone().map(|d| Writer::start(client.clone(), &p.namespace, d, ctx.run_id));
@@ -131,19 +131,10 @@ async fn operator_replicas(client: &Client, p: &AppProfile) -> Result<Option<i32
 
 /// The run's object, for `reap --kube` after a kill -9: which process runs (`host`, `pid`), and
 /// its [`RunRecord`] — the operator's replicas to scale it back to, the kinds of objects to delete.
-fn run_configmap(run_id: &str, p: &AppProfile, operator_replicas: Option<i32>) -> Result<ConfigMap, Fatal> {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
-    let started = crate::clock::now_rfc3339();
-    let mut data = serde_json::json!({"app": p.statefulset, "pid": std::process::id().to_string(), "host": host, "started": started});
+fn run_configmap(run_id: &str, p: &AppProfile, operator_replicas: Option<i32>) -> ConfigMap {
+    let mut data = BTreeMap::from([("app".to_string(), p.statefulset.clone())]);
     RunRecord::of(p, operator_replicas).write(&mut data);
-    serde_json::from_value(serde_json::json!({
-        "metadata": {
-            "name": format!("shakedown-{run_id}"),
-            "labels": {RUN_LABEL: run_id, "app.kubernetes.io/managed-by": "shakedown"},
-        },
-        "data": data,
-    }))
-    .map_err(|e| Fatal::internal(e.to_string()))
+    RunOwner::this_process().configmap(&format!("shakedown-{run_id}"), run_id, data)
 }
 
 /// What an application-target run writes in its ConfigMap beside the process (`app`, `host`,
@@ -168,13 +159,13 @@ impl RunRecord {
     }
 
     /// Its keys, into a ConfigMap's `data`.
-    fn write(&self, data: &mut serde_json::Value) {
+    fn write(&self, data: &mut BTreeMap<String, String>) {
         if let Some((op, r)) = &self.operator {
-            data["app-operator"] = op.clone().into();
-            data["app-operator-replicas"] = r.to_string().into();
+            data.insert("app-operator".into(), op.clone());
+            data.insert("app-operator-replicas".into(), r.to_string());
         }
         if !self.resources.is_empty() {
-            data["app-resources"] = self.resources.join(",").into();
+            data.insert("app-resources".into(), self.resources.join(","));
         }
     }
 
@@ -203,9 +194,9 @@ mod tests {
             RunRecord { operator: Some(("etcd-operator".into(), 2)), resources: vec![] },
             RunRecord { operator: None, resources: vec!["etcd.example/v1/EtcdBackup".into(), "etcd.example/v1/EtcdRestore".into()] },
         ] {
-            let mut data = serde_json::json!({"app": "etcd", "pid": "1", "host": "h", "started": "now"});
+            let mut data = BTreeMap::from([("app".to_string(), "etcd".to_string())]);
             record.write(&mut data);
-            let data: BTreeMap<String, String> = serde_json::from_value(data).unwrap();
+            let data = RunOwner::this_process().configmap("shakedown-r", "r", data).data.unwrap();
             assert_eq!(RunRecord::read(&data), Some(record));
         }
         let kube_run = BTreeMap::from([("cluster".to_string(), "c".to_string()), ("pid".to_string(), "1".to_string())]);

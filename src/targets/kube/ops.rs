@@ -130,12 +130,12 @@ impl KubeTarget {
     /// The run's object: a ConfigMap labelled with the run id, saying which process runs what
     /// against which Cluster (`reap` reads it).
     pub(super) async fn take_lock(&mut self) -> Result<(), TargetError> {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
-        let body = json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": self.lock_name(), "namespace": self.cfg.namespace, "labels": {RUN_LABEL: self.cfg.run_id, "app.kubernetes.io/managed-by": "shakedown"}},
-            "data": {"cluster": self.cfg.name, "pid": std::process::id().to_string(), "host": host, "started": crate::clock::now_rfc3339()}
-        });
+        let data = BTreeMap::from([("cluster".to_string(), self.cfg.name.clone())]);
+        let mut cm = crate::k8s::RunOwner::this_process().configmap(&self.lock_name(), &self.cfg.run_id, data);
+        cm.metadata.namespace = Some(self.cfg.namespace.clone());
+        let mut body = serde_json::to_value(&cm).map_err(|e| TargetError::Environment(format!("the run's ConfigMap: {e}")))?;
+        body["apiVersion"] = "v1".into();
+        body["kind"] = "ConfigMap".into();
         self.send(Write::Create { ar: Self::configmap_ar(), ns: self.cfg.namespace.clone(), body }).await?;
         self.lock_created = !self.cfg.dry_run;
         Ok(())

@@ -316,7 +316,7 @@ impl LocalTarget {
             None => Ok(()),
             Some(status) => {
                 let log = self.testbed.cfg.run_dir.join("logs").join(format!("{id}.log"));
-                let tail = crate::engine::tail_lines(&log, 3);
+                let tail = crate::procs::tail_lines(&log, 3);
                 tracing::warn!(member = %id, %status, "etcd exited on its own data after the disk was reattached; re-adding it");
                 self.note(format!(
                     "disk-reattach({id}): etcd exited ({status}) on its own data after the remount, so the member gets a fresh disk and is re-added; the end of {}:\n{}",
