@@ -333,7 +333,7 @@ fn consistency_names_a_replica_that_diverged_from_the_log() {
     assert!(matches!(&v, Verdict::Definite(m) if !m.contains("diverged")), "{v:?}");
 }
 
-/// The stale store of ARCHITECTURE.md's finding: a member whose raft applied index is ahead of
+/// The stale store of docs/findings.md's design finding (a reattached member that served a stale store): a member whose raft applied index is ahead of
 /// another's while its store (read after that index) is at a lower revision. A follower merely
 /// behind (lower applied index, lower revision) is normal, however far behind.
 #[test]
