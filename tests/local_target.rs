@@ -19,8 +19,8 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
     STACK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The first seed (from 1) whose default plan shows what `steps` looks for within its first 10
-/// ops, and the plan length it needs (`steps` returns it).
+/// The seed (among the first 2,000) whose default plan shows what `steps` looks for within its
+/// first 10 ops at the least [`plan_cost`], and the plan length it needs (`steps` returns it).
 fn seed_where(steps: impl Fn(&[Op]) -> Option<usize>) -> (u64, usize) {
     seed_in("default", steps)
 }
@@ -28,7 +28,28 @@ fn seed_where(steps: impl Fn(&[Op]) -> Option<usize>) -> (u64, usize) {
 /// [`seed_where`] for the plans of a shipped profile.
 fn seed_in(profile: &str, steps: impl Fn(&[Op]) -> Option<usize>) -> (u64, usize) {
     let profile = shakedown::profiles::load(profile).unwrap();
-    (1..5000u64).find_map(|seed| steps(&generate(seed, &profile).ops[..10]).map(|n| (seed, n))).expect("some seed has it early")
+    (1..2000u64)
+        .filter_map(|seed| {
+            let ops = generate(seed, &profile).ops;
+            steps(&ops[..10]).map(|n| (plan_cost(&ops[..n]), seed, n))
+        })
+        .min()
+        .map(|(_, seed, n)| (seed, n))
+        .expect("some seed has it early")
+}
+
+/// What running `ops` costs, roughly, in units of a plain step (an op and its checks): a rolling
+/// op restarts every machine one after the other (19 s on the control-plane stack, 5-16 s on
+/// etcd's alone, on 2 cores), a restore restarts them all at once. A test that needs a shape of
+/// plan runs the cheapest that has it: the real stacks are what CI spends its time on.
+fn plan_cost(ops: &[Op]) -> usize {
+    ops.iter()
+        .map(|op| match op.kind() {
+            OpKind::RollingUpgrade | OpKind::RollingReplace => 10,
+            OpKind::Restore => 4,
+            _ => 1,
+        })
+        .sum()
 }
 
 fn seed_with(kind: OpKind) -> (u64, usize) {
@@ -125,6 +146,15 @@ fn quick_profile(d: &common::Dirs, bug: PlantedBug) -> String {
     if bug.stack() == shakedown::faults::Stack::Etcd {
         p.timeouts.op = Duration::from_secs(45);
         p.timeouts.converge = Duration::from_secs(5);
+    } else {
+        // A plan that only pauses (and backs up) starts no apiserver again: it converges once
+        // HAProxy's health check has taken the paused machine out (seconds), so a bug that keeps
+        // a check failing is caught in half the profile's bound, which is sized for apiservers
+        // starting on 2 cores.
+        let (seed, steps) = seed_for(bug);
+        if generate(seed, &p).ops[..steps].iter().all(|op| matches!(op.kind(), OpKind::Pause | OpKind::Backup)) {
+            p.timeouts.converge = Duration::from_secs(15);
+        }
     }
     std::fs::write(&path, p.to_toml()).unwrap();
     path.to_string_lossy().to_string()
@@ -304,15 +334,16 @@ fn planted_restore_keeps_apiservers_is_caught_by_api_watch() {
 }
 
 /// Issue 13: the control-plane stack — per machine an etcd member and a kube-apiserver talking
-/// to it, HAProxy as the API load balancer. A plan that crashes a machine, restarts it, pauses
-/// and resumes one and restores a backup passes with the API invariants checked after every step
-/// (the API workload acknowledged writes and its watches delivered them), and nothing of the run
-/// is left: no etcd, no apiserver, no HAProxy, no mount, no loop device.
+/// to it, HAProxy as the API load balancer. A plan that upgrades the machines one at a time,
+/// pauses, crashes and restarts one and restores a backup (the cheapest such plan) passes with
+/// the API invariants checked after every step (the API workload acknowledged writes and its
+/// watches delivered them), and nothing of the run is left: no etcd, no apiserver, no HAProxy,
+/// no mount, no loop device.
 #[test]
 fn control_plane_stack_checks_the_api_after_every_step_and_leaves_nothing() {
     let _l = lock();
     let d = dirs();
-    let kinds = [OpKind::Crash, OpKind::Pause, OpKind::Restore];
+    let kinds = [OpKind::RollingUpgrade, OpKind::Crash, OpKind::Pause, OpKind::Restore];
     let (seed, steps) = seed_in("control-plane", |ops| {
         let last = kinds.iter().map(|k| ops.iter().position(|op| op.kind() == *k)).collect::<Option<Vec<_>>>()?;
         last.into_iter().max().map(|i| i + 1)
