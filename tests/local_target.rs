@@ -132,9 +132,11 @@ fn events(run_dir: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
-/// The bug's base profile with shorter bounds, so a planted bug that makes an op hang fails
+/// The bug's base profile with a shorter op bound, so a planted bug that makes an op hang fails
 /// fast (the control-plane stack keeps its own: an apiserver restarted with its machine takes
-/// seconds to be ready). The op bound still covers a healthy rolling replace of three members:
+/// seconds to be ready). The converge bound stays the default profile's 10 s: with 5 s, beside
+/// the node's tests on 2 cores, a healthy isolation's last read through HAProxy missed it once
+/// (recover-leaves-rule caught by `reachability`). The op bound still covers a healthy rolling replace of three members:
 /// 15.7–20.2 s on this 2-core machine on etcd 3.5.1 and 3.5.16 alike (`shakedown run --seed 19
 /// --steps 1`), which a 20 s bound cut short (seed 19 of restore-mixed-backups then failed its
 /// first step, not the bug's).
@@ -145,7 +147,6 @@ fn quick_profile(d: &common::Dirs, bug: PlantedBug) -> String {
     p.name = "quick".into();
     if bug.stack() == shakedown::faults::Stack::Etcd {
         p.timeouts.op = Duration::from_secs(45);
-        p.timeouts.converge = Duration::from_secs(5);
     } else {
         // A plan that only pauses (and backs up) starts no apiserver again: it converges once
         // HAProxy's health check has taken the paused machine out (seconds), so a bug that keeps
