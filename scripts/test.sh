@@ -2,9 +2,9 @@
 # The README's test command: every test of the workspace, then the doctests.
 #
 # With cargo-nextest (preinstalled on the project's CI machines; `cargo install --locked
-# cargo-nextest` elsewhere) each test runs in a process of its own, the bare apiserver's tests
-# beside the real-stack lane (.config/nextest.toml: one local-stack or node test and one bare
-# apiserver test at a time), every test bounded (slow after 2 minutes, ended after 20). Without
+# cargo-nextest` elsewhere) each test runs in a process of its own, the three real stacks' lanes
+# side by side (.config/nextest.toml: one local-stack test, one node test and one bare apiserver
+# test at a time), every test bounded (slow after 2 minutes, ended after 20). Without
 # it, `cargo test` runs the same tests one file at a time: the same verdicts, slower.
 # Extra arguments go to the test runner: `./scripts/test.sh --test local_target`.
 set -euo pipefail

@@ -313,7 +313,8 @@ impl Target for LocalTarget {
     }
 
     async fn observe(&mut self, model: &Model, invariants: &[InvariantId]) -> Observation {
-        for text in self.testbed.supervise_apiservers() {
+        self.testbed.supervise_apiservers();
+        for text in self.testbed.take_supervision() {
             self.note(text);
         }
         let mut obs = self.observation(model, invariants).await;

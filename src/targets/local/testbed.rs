@@ -149,6 +149,9 @@ pub struct Testbed {
     /// Whether `spawn_member` also starts the machine's apiserver (off during bring-up, which
     /// starts them once etcd is healthy).
     start_apiservers: bool,
+    /// What [`Testbed::supervise_apiservers`] did (an apiserver that exited, one restarted),
+    /// for the target to put in the event log.
+    supervision: Vec<String>,
     haproxy: Option<Child>,
     /// HAProxy processes replaced by a reload; they exit on their own (hard-stop-after).
     retired: Vec<Child>,
@@ -240,6 +243,7 @@ impl Testbed {
             members: BTreeMap::new(),
             api: None,
             start_apiservers: false,
+            supervision: vec![],
             haproxy: None,
             retired: vec![],
             torn_down: false,
@@ -317,7 +321,7 @@ impl Testbed {
     }
 
     /// Waits (until `deadline`, polling every [`READYZ_POLL`]) for every apiserver's `/readyz`;
-    /// one that exits fails at once.
+    /// one that exits is started again as kubelet would (see [`Testbed::wait_apiserver_ready`]).
     pub async fn wait_apiservers_ready(&mut self, deadline: Instant) -> Result<(), LocalError> {
         let ids: Vec<MemberId> = self.members.keys().copied().collect();
         for id in ids {
@@ -328,7 +332,11 @@ impl Testbed {
 
     /// Waits (until `deadline`, polling every [`READYZ_POLL`]) for machine `id`'s apiserver to
     /// answer `/readyz` with 200, as kubeadm waits for a restarted static pod before it moves
-    /// to the next machine; one that exits fails at once. Nothing to wait for without apiservers.
+    /// to the next machine. One that exits meanwhile is started again after kubelet's back-off
+    /// ([`Testbed::supervise_apiservers`]), as on a kubeadm machine: kube-apiserver exits when
+    /// its RBAC bootstrap does not finish in time (`PostStartHook "rbac/bootstrap-roles" failed:
+    /// unable to initialize roles: timed out`), which a loaded 2-core machine met at bring-up,
+    /// its etcd leaderless for a while. Nothing to wait for without apiservers.
     pub async fn wait_apiserver_ready(&mut self, id: MemberId, deadline: Instant) -> Result<(), LocalError> {
         let Some(api) = &self.api else { return Ok(()) };
         if !self.start_apiservers || !self.members.contains_key(&id) {
@@ -346,11 +354,10 @@ impl Testbed {
                 Ok(a) => format!("status {}: {}", a.status, crate::targets::api::probe::failing_checks(&a.body)),
                 Err(e) => e,
             };
+            self.supervise_apiservers();
             if Instant::now() > deadline {
-                return Err(LocalError::Environment(format!("{name}'s kube-apiserver not ready ({last}); {logs}")));
-            }
-            if let Some(Ok(Some(status))) = self.members.get_mut(&id).and_then(|m| m.apiserver.as_mut()).map(|c| c.try_wait()) {
-                return Err(LocalError::Environment(format!("{name}'s kube-apiserver exited ({status}); {logs}")));
+                let down = self.apiserver_down_why(id).map(|why| format!("; {why}")).unwrap_or_default();
+                return Err(LocalError::Environment(format!("{name}'s kube-apiserver not ready ({last}{down}); {logs}")));
             }
             tokio::time::sleep(READYZ_POLL).await;
         }
@@ -420,10 +427,11 @@ impl Testbed {
     /// only etcd is its machine's member, which a rolling upgrade or a restart starts a moment
     /// before it — and on a real machine kubelet brings it back; without this, one slow member
     /// start left a machine's API down for the rest of a run (control-plane test, seed 22).
-    /// Called whenever the target is observed; returns what it did, for the event log.
-    pub fn supervise_apiservers(&mut self) -> Vec<String> {
+    /// Called whenever the target is observed and while an apiserver is waited for; what it did
+    /// waits in [`Testbed::take_supervision`] for the event log.
+    pub fn supervise_apiservers(&mut self) {
         if self.api.is_none() || !self.start_apiservers {
-            return vec![];
+            return;
         }
         let now = Instant::now();
         let mut done = vec![];
@@ -455,7 +463,12 @@ impl Testbed {
                 }
             }
         }
-        done
+        self.supervision.extend(done);
+    }
+
+    /// What [`Testbed::supervise_apiservers`] did since the last call.
+    pub fn take_supervision(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.supervision)
     }
 
     /// `name=peer-url,…` for the members the testbed runs.
