@@ -6,21 +6,25 @@
 #   scripts/stability.sh                          # the whole suite, 5 runs, one burner per core
 #   scripts/stability.sh -n 10 -- --test local_target
 #   scripts/stability.sh -b 2 -- --test node --test app_target
+#   scripts/stability.sh -b 0 -o /tmp/node-runs -- --test node --test app_target   # beside another
 #
-# Each run's output goes to $CARGO_TARGET_DIR/stability/run-<i>.log; the last line says how
-# many runs passed in a row. Exit 0 when every run passed, 1 when one failed, 2 on bad usage.
+# Each run's output goes to DIR/run-<i>.log (-o DIR; default $CARGO_TARGET_DIR/stability); the
+# last line says how many runs passed in a row. Exit 0 when every run passed, 1 when one failed,
+# 2 on bad usage.
 # Root, like the tests; needs cargo-nextest (`cargo install --locked cargo-nextest`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=5
 burners=$(nproc)
-usage() { echo "usage: $0 [-n RUNS] [-b BURNERS] [-- NEXTEST-ARGS...]" >&2; exit 2; }
+logs=
+usage() { echo "usage: $0 [-n RUNS] [-b BURNERS] [-o LOG-DIR] [-- NEXTEST-ARGS...]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     -n) [ $# -ge 2 ] || usage; runs=$2; shift 2 ;;
     -b) [ $# -ge 2 ] || usage; burners=$2; shift 2 ;;
+    -o) [ $# -ge 2 ] || usage; logs=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) usage ;;
   esac
 done
@@ -29,7 +33,7 @@ cargo nextest --version >/dev/null 2>&1 || { echo "$0: cargo-nextest is missing:
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(--workspace)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/shakedown/target}"
-logs="$CARGO_TARGET_DIR/stability"
+logs="${logs:-$CARGO_TARGET_DIR/stability}"
 mkdir -p "$logs"
 # Build before loading the machine: the load is for the tests.
 cargo nextest run --no-run "${args[@]}"

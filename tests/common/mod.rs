@@ -41,15 +41,35 @@ pub fn dirs() -> Dirs {
 /// cannot be root-caused.
 impl Drop for Dirs {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
+        if std::thread::panicking() {
+            let name = self._tmp.path().file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            keep_failed(self._tmp.path(), &name);
         }
-        let Some(name) = self._tmp.path().file_name() else { return };
-        let to = Path::new(env!("CARGO_TARGET_TMPDIR")).join("failed-tests").join(name);
-        let Ok(root) = std::fs::metadata(self._tmp.path()) else { return };
-        keep(self._tmp.path(), &to, std::os::unix::fs::MetadataExt::dev(&root));
-        eprintln!("the failed test's run directories are kept in {}", to.display());
     }
+}
+
+/// The same for a directory of a test that makes its own temporary directories (the
+/// application test's runs, records and profiles): kept as `failed-tests/<name>` if the test
+/// fails while this is in scope.
+pub struct KeepOnFailure {
+    pub dir: PathBuf,
+    pub name: String,
+}
+
+impl Drop for KeepOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            keep_failed(&self.dir, &self.name);
+        }
+    }
+}
+
+/// Copies what `dir` holds (see [`keep`]) to `target/tmp/failed-tests/<name>` and says where.
+fn keep_failed(dir: &Path, name: &str) {
+    let to = Path::new(env!("CARGO_TARGET_TMPDIR")).join("failed-tests").join(name);
+    let Ok(root) = std::fs::metadata(dir) else { return };
+    keep(dir, &to, std::os::unix::fs::MetadataExt::dev(&root));
+    eprintln!("the failed test's run directories are kept in {}", to.display());
 }
 
 /// Copies the regular files under `from` to `to`, leaving out disk images, files over 64 MiB,
