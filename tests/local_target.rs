@@ -38,6 +38,13 @@ fn seed_in(profile: &str, steps: impl Fn(&[Op]) -> Option<usize>) -> (u64, usize
         .expect("some seed has it early")
 }
 
+/// The first seed (from 1) whose plan shows what `steps` looks for within its first 10 ops,
+/// whatever it costs.
+fn first_seed_in(profile: &str, steps: impl Fn(&[Op]) -> Option<usize>) -> (u64, usize) {
+    let profile = shakedown::profiles::load(profile).unwrap();
+    (1..2000u64).find_map(|seed| steps(&generate(seed, &profile).ops[..10]).map(|n| (seed, n))).expect("some seed has it early")
+}
+
 /// What running `ops` costs, roughly, in units of a plain step (an op and its checks): a rolling
 /// op restarts every machine one after the other (19 s on the control-plane stack, 5-16 s on
 /// etcd's alone, on 2 cores), a restore restarts them all at once. A test that needs a shape of
@@ -112,7 +119,11 @@ fn seed_for(bug: PlantedBug) -> (u64, usize) {
                 (*backups.get(backup.0 as usize)? + 2 <= j && !restarts && !rejoins_an_isolated_site(&ops[..j + 2])).then_some(j + 2)
             })
         }),
-        PlantedBug::WatchResumeFromNow | PlantedBug::RestoreKeepsWatches | PlantedBug::RestoreMixedBackups => {
+        // The cheapest plan with a trigger (crash, restart) showed the gap in 1 of 5 runs: the
+        // watcher's stream came back before a write fell in it. The first plan with one (a
+        // rolling upgrade restarting every member, then a restore) shows it in every run.
+        PlantedBug::WatchResumeFromNow => first_seed_in(base_profile(bug), |ops| trigger_without_rejoin(bug, ops, 1)),
+        PlantedBug::RestoreKeepsWatches | PlantedBug::RestoreMixedBackups => {
             seed_in(base_profile(bug), |ops| trigger_without_rejoin(bug, ops, 1))
         }
         _ => seed_in(base_profile(bug), |ops| trigger_without_rejoin(bug, ops, 0)),

@@ -662,15 +662,23 @@ async fn stop_child(id: MemberId, mut c: Child, grace: Duration) {
 }
 
 impl Testbed {
+    /// HAProxy in front of the members (and of the apiservers): it takes a server out after three
+    /// failed checks in a row and cuts its sessions, as a cloud or kubeadm-style load balancer
+    /// does. A check may take 1 s: with 300 ms and two failures, healthy members and apiservers
+    /// answering slowly on a loaded 2-core machine were marked down, all at once (`backend
+    /// 'apiservers' has no server available!`, 84 member and 13 apiserver checks timed out at
+    /// 300 ms in one control-plane run), and the load balancer closed the workload's connections
+    /// — a false alarm of the testbed's own. kubeadm's HA guide gives HAProxy 10 s; the testbed
+    /// keeps a paused server's detection within a few seconds (3 checks × (inter + 1 s)).
     fn haproxy_config(&self) -> String {
         let check = if self.cfg.bug == Some(PlantedBug::EndpointNoHealthCheck) { "" } else { " check" };
         let mut cfg = format!(
             "# shakedown run {run}\n\
              global\n  maxconn 2000\n  hard-stop-after 2s\n  log stderr format raw daemon notice\n\n\
-             defaults\n  mode tcp\n  log global\n  timeout connect 500ms\n  timeout client 60s\n  timeout server 60s\n  timeout check 300ms\n  retries 2\n  option redispatch\n\n\
+             defaults\n  mode tcp\n  log global\n  timeout connect 500ms\n  timeout client 60s\n  timeout server 60s\n  timeout check 1s\n  retries 2\n  option redispatch\n\n\
              frontend etcd\n  bind {ep}\n  default_backend members\n\n\
              backend members\n  balance roundrobin\n  option httpchk GET /health\n  http-check expect status 200\n  \
-             default-server inter 100ms fall 2 rise 1 on-marked-down shutdown-sessions\n",
+             default-server inter 100ms fall 3 rise 1 on-marked-down shutdown-sessions\n",
             run = self.cfg.run_id,
             ep = self.endpoint_addr(),
         );
@@ -684,7 +692,7 @@ impl Testbed {
             cfg.push_str(&format!(
                 "\nfrontend api\n  bind {lb}\n  default_backend apiservers\n\n\
                  backend apiservers\n  balance roundrobin\n  option httpchk GET /readyz\n  http-check expect status 200\n  \
-                 default-server inter 200ms fall 2 rise 1 on-marked-down shutdown-sessions\n",
+                 default-server inter 200ms fall 3 rise 1 on-marked-down shutdown-sessions\n",
                 lb = super::apiserver::lb_addr(self.slot),
             ));
             for m in self.members.values() {
