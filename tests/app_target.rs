@@ -142,6 +142,21 @@ fn shakedown(args: &[&str], files: &Path) -> (i32, String, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string())
 }
 
+/// How long a run the test will kill may take to reach the op it is killed in: its bring-up (the
+/// data workload's first write, the first checks) and the steps before, each within the run's
+/// own bounds. 60 s was too short on a loaded machine: one run was still in its first step
+/// after 44 s of bring-up (24 s to the stack, 19 s of first checks).
+const RUN_REACHES_OP: Duration = Duration::from_secs(300);
+
+/// Fails the test if the run it waits on ended, or `deadline` passed, before it `did` what the
+/// test waits for.
+fn still_running(child: &mut std::process::Child, deadline: std::time::Instant, did: &str) {
+    if let Some(status) = child.try_wait().unwrap() {
+        panic!("the run ended ({status}) before it {did}");
+    }
+    assert!(std::time::Instant::now() < deadline, "the run never {did} within {RUN_REACHES_OP:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_and_replayed() {
     let bins = NodeBinaries::find().unwrap_or_else(|e| panic!("the node's binaries: {e}"));
@@ -556,9 +571,9 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
             .collect::<Vec<_>>()
     };
     // Killed once the failure took effect (the pod not Ready).
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + RUN_REACHES_OP;
     while !failed().await.iter().any(|p| !shakedown::targets::app::data::is_ready(p)) {
-        assert!(std::time::Instant::now() < deadline, "the run never failed a pod");
+        still_running(&mut child, deadline, "failed a pod");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     child.kill().unwrap();
@@ -664,14 +679,15 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
         .spawn()
         .unwrap();
     let deps: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client.clone(), NS);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + RUN_REACHES_OP;
     while deps.get("etcd-operator").await.unwrap().spec.and_then(|s| s.replicas) != Some(0) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the run never scaled the operator down: {}{}",
-            std::fs::read_to_string(files.join("killed.out")).unwrap_or_default(),
-            std::fs::read_to_string(files.join("killed.err")).unwrap_or_default()
-        );
+        if std::time::Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            panic!(
+                "the run never scaled the operator down: {}{}",
+                std::fs::read_to_string(files.join("killed.out")).unwrap_or_default(),
+                std::fs::read_to_string(files.join("killed.err")).unwrap_or_default()
+            );
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     child.kill().unwrap();
@@ -714,9 +730,9 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let cordoned = || async {
         nodes.list(&ListParams::default()).await.unwrap().items.iter().any(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + RUN_REACHES_OP;
     while !cordoned().await {
-        assert!(std::time::Instant::now() < deadline, "the run never cordoned the node");
+        still_running(&mut child, deadline, "cordoned the node");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     child.kill().unwrap();
