@@ -27,22 +27,23 @@ fn seed_where(steps: impl Fn(&[Op]) -> Option<usize>) -> (u64, usize) {
 
 /// [`seed_where`] for the plans of a shipped profile.
 fn seed_in(profile: &str, steps: impl Fn(&[Op]) -> Option<usize>) -> (u64, usize) {
-    let profile = shakedown::profiles::load(profile).unwrap();
-    (1..2000u64)
-        .filter_map(|seed| {
-            let ops = generate(seed, &profile).ops;
-            steps(&ops[..10]).map(|n| (plan_cost(&ops[..n]), seed, n))
-        })
-        .min()
-        .map(|(_, seed, n)| (seed, n))
-        .expect("some seed has it early")
+    candidates(profile, steps).min_by_key(|&(seed, _, cost)| (cost, seed)).map(|(seed, n, _)| (seed, n)).expect("some seed has it early")
 }
 
 /// The first seed (from 1) whose plan shows what `steps` looks for within its first 10 ops,
 /// whatever it costs.
 fn first_seed_in(profile: &str, steps: impl Fn(&[Op]) -> Option<usize>) -> (u64, usize) {
+    candidates(profile, steps).next().map(|(seed, n, _)| (seed, n)).expect("some seed has it early")
+}
+
+/// The seeds among the first 2,000 whose plan of `profile` shows what `steps` looks for within
+/// its first 10 ops: each with the plan length it needs and that prefix's [`plan_cost`].
+fn candidates(profile: &str, steps: impl Fn(&[Op]) -> Option<usize>) -> impl Iterator<Item = (u64, usize, usize)> {
     let profile = shakedown::profiles::load(profile).unwrap();
-    (1..2000u64).find_map(|seed| steps(&generate(seed, &profile).ops[..10]).map(|n| (seed, n))).expect("some seed has it early")
+    (1..2000u64).filter_map(move |seed| {
+        let ops = generate(seed, &profile).ops;
+        steps(&ops[..10]).map(|n| (seed, n, plan_cost(&ops[..n])))
+    })
 }
 
 /// What running `ops` costs, roughly, in units of a plain step (an op and its checks): a rolling
@@ -147,11 +148,12 @@ fn events(run_dir: &std::path::Path) -> Vec<serde_json::Value> {
 /// fast (the control-plane stack keeps its own: an apiserver restarted with its machine takes
 /// seconds to be ready). The converge bound stays the default profile's 10 s: with 5 s, beside
 /// the node's tests on 2 cores, a healthy isolation's last read through HAProxy missed it once
-/// (recover-leaves-rule caught by `reachability`). The op bound still covers a healthy rolling replace of three members:
+/// (recover-leaves-rule caught by `reachability`). The op bound still covers a healthy rolling
+/// replace of three members:
 /// 15.7–20.2 s on this 2-core machine on etcd 3.5.1 and 3.5.16 alike (`shakedown run --seed 19
 /// --steps 1`), which a 20 s bound cut short (seed 19 of restore-mixed-backups then failed its
 /// first step, not the bug's).
-fn quick_profile(d: &common::Dirs, bug: PlantedBug) -> String {
+fn quick_profile(d: &common::Dirs, bug: PlantedBug, seed: u64, steps: usize) -> String {
     std::fs::create_dir_all(&d.seeds).unwrap();
     let path = d.seeds.join("../quick.toml");
     let mut p = shakedown::profiles::load(base_profile(bug)).unwrap();
@@ -163,7 +165,6 @@ fn quick_profile(d: &common::Dirs, bug: PlantedBug) -> String {
         // HAProxy's health check has taken the paused machine out (seconds), so a bug that keeps
         // a check failing is caught in half the profile's bound, which is sized for apiservers
         // starting on 2 cores.
-        let (seed, steps) = seed_for(bug);
         if generate(seed, &p).ops[..steps].iter().all(|op| matches!(op.kind(), OpKind::Pause | OpKind::Backup)) {
             p.timeouts.converge = Duration::from_secs(15);
         }
@@ -177,7 +178,7 @@ fn quick_profile(d: &common::Dirs, bug: PlantedBug) -> String {
 fn run_until_caught(bug: PlantedBug, d: &common::Dirs, attempts: usize) -> (std::process::Output, u64) {
     let (seed, steps) = seed_for(bug);
     let (seed_s, steps_s) = (seed.to_string(), steps.to_string());
-    let profile = quick_profile(d, bug);
+    let profile = quick_profile(d, bug, seed, steps);
     for attempt in 1..=attempts {
         let out = run(&["run", "--seed", &seed_s, "--steps", &steps_s, "--profile", &profile, "--testbed-bug", bug.name()], d);
         // A timing-bound bug may also show only after healing (exit 3): try again.
