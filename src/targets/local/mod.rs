@@ -52,6 +52,8 @@ pub const READ_BACK_MIN_BOUND: Duration = Duration::from_secs(2);
 pub const PROBE_ROUNDS: usize = 3;
 /// How long a refused membership change waits before it is tried again.
 pub const RECONFIGURE_RETRY: Duration = Duration::from_millis(50);
+/// How often the members are asked whether they applied a member add, before the new member starts.
+pub const PEERS_KNOW_POLL: Duration = Duration::from_millis(50);
 /// How often a member restarted on its reattached disk is checked for having exited while it is
 /// waited for (etcd refusing its data exits within a second or so).
 pub const EXIT_POLL: Duration = Duration::from_millis(50);

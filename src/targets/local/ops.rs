@@ -7,8 +7,8 @@ use tokio::time::Instant;
 
 use super::bugs::PlantedBug;
 use super::{
-    backup, etcd, futures_join_all, nft, LocalError, LocalTarget, EXIT_POLL, MOVE_LEADER_BOUND, RECONFIGURE_RETRY, REPLACE_STOP_GRACE,
-    UPGRADE_STOP_GRACE,
+    backup, etcd, futures_join_all, nft, LocalError, LocalTarget, EXIT_POLL, MOVE_LEADER_BOUND, PEERS_KNOW_POLL, RECONFIGURE_RETRY,
+    REPLACE_STOP_GRACE, UPGRADE_STOP_GRACE,
 };
 
 impl LocalTarget {
@@ -140,8 +140,46 @@ impl LocalTarget {
             )
             .await
             .map_err(|e| LocalError::Stack(format!("adding {id}: {e}")))?;
+        self.wait_peers_know(id, etcd_id).await?;
         self.testbed.spawn_member(id, &cluster_of(etcd_id, &cluster).join(","), "existing")?;
         Ok(etcd_id)
+    }
+
+    /// Waits (within the op bound) until every other running member that answers lists the
+    /// just-added member `etcd_id` in its own member list, before `id` is started. A joining
+    /// member takes the cluster's membership from the first peer that answers it and exits with
+    /// "member count is unequal" if that peer has not applied the add yet (etcd-io/etcd#10002):
+    /// a member that had just joined applied it 0.46 s after the add returned, and the new
+    /// member, started at once, asked it first and died. A member that does not answer is not
+    /// waited for: the new member cannot get an answer from it either.
+    async fn wait_peers_know(&self, id: MemberId, etcd_id: u64) -> Result<(), LocalError> {
+        let deadline = Instant::now() + self.bounds.op;
+        let peers: Vec<(MemberId, String)> =
+            self.testbed.members.iter().filter(|(m, b)| **m != id && b.pid().is_some()).map(|(m, b)| (*m, b.client_url())).collect();
+        let request = self.bounds.request;
+        loop {
+            let lists = futures_join_all(peers.iter().cloned().map(|(m, url)| async move {
+                let list = async {
+                    let mut c = etcd::connect(&url, request).await?;
+                    etcd::bounded("member list", request, c.member_list()).await
+                };
+                (m, list.await.map(|l| l.members().iter().any(|x| x.id() == etcd_id)))
+            }))
+            .await;
+            let behind: Vec<String> = lists.iter().filter(|(_, knows)| matches!(knows, Ok(false))).map(|(m, _)| m.to_string()).collect();
+            if behind.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(LocalError::Stack(format!(
+                    "adding {id}: member(s) {} still do not list it {:?} after the add returned",
+                    behind.join(", "),
+                    self.bounds.op
+                )));
+            }
+            tracing::debug!(member = %id, behind = ?behind, "waiting for the peers to apply the member add");
+            tokio::time::sleep(PEERS_KNOW_POLL).await;
+        }
     }
 
     /// Why etcd will not let a voting member be added while nothing in this op changes the
