@@ -33,7 +33,7 @@ pub struct Cli {
     pub log_format: LogFormat,
 }
 
-const EXIT_CODES: &str = "Exit codes:\n  0    every invariant held\n  1    an invariant was violated (a seed record was written)\n  2    usage error or bad input (unknown profile, malformed seed record; kube: bad kubeconfig, unknown context, no such Cluster)\n  3    liveness failure: the stack did not converge within a bound\n  4    environment or set-up failure (binary missing, no loop device, port taken; kube: Cluster not opted in, apiserver unreachable, RBAC denied)\n  5    internal error (a bug in shakedown)\n  130  interrupted (Ctrl-C / SIGTERM); the stack was torn down";
+const EXIT_CODES: &str = "Exit codes:\n  0    every invariant held\n  1    an invariant was violated (a seed record was written)\n  2    usage error or bad input (unknown profile, malformed seed record; kube: bad kubeconfig, unknown context, no such Cluster)\n  3    liveness failure: the stack did not converge within a bound\n  4    environment or set-up failure (binary missing, no loop device, port taken; kube: Cluster not opted in, apiserver unreachable, RBAC denied)\n  5    internal error (a bug in shakedown)\n  6    check-history: undecided within the search bound (never a pass)\n  130  interrupted (Ctrl-C / SIGTERM); the stack was torn down";
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LogFormat {
@@ -207,6 +207,17 @@ pub enum Command {
         #[arg(long)]
         all: bool,
     },
+    /// Check a history file (every request of a run's clients with its answer; the format is in
+    /// the README): is there one order of the requests, consistent with real time, in which every
+    /// answer is what a correct store gives? Exit 0: yes; 1: no (the verdict names the requests
+    /// that cannot be ordered); 6: undecided within the bound; 2: the file is not a history.
+    CheckHistory {
+        /// The history (JSON Lines: a header line, then one request per line).
+        file: PathBuf,
+        /// Search steps allowed per key (and epoch) before it is reported undecided.
+        #[arg(long, default_value_t = shakedown_history::DEFAULT_BOUND)]
+        bound: u64,
+    },
     /// List the shipped profiles.
     Profiles {
         /// Print the reference of every profile and kube profile field instead (markdown,
@@ -325,6 +336,7 @@ pub fn init_logging(format: LogFormat) {
 pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
     let json_logs = matches!(cli.log_format, LogFormat::Json);
     match cli.command {
+        Command::CheckHistory { file, bound } => check_history(&file, bound),
         Command::Plan { seed, profile, steps, format } => {
             let profile = with_steps(profiles::load(&profile)?, steps)?;
             let plan = planned(seed, &profile);
@@ -474,11 +486,24 @@ fn partitioned(partition: Option<Partition>, seed: Option<u64>) -> Result<Partit
     }
 }
 
+/// `check-history FILE`: prints the verdict; the exit code says it.
+fn check_history(file: &std::path::Path, bound: u64) -> Result<Exit, Fatal> {
+    let text = std::fs::read_to_string(file).map_err(|e| Fatal::usage(format!("cannot read history {}: {e}", file.display())))?;
+    let history = shakedown_history::History::parse(&text).map_err(|e| Fatal::usage(format!("{}: {e}", file.display())))?;
+    let report = shakedown_history::check(&history, bound);
+    println!("{}", report.summary());
+    Ok(match report.verdict {
+        shakedown_history::Verdict::Linearizable => Exit::Pass,
+        shakedown_history::Verdict::Violation { .. } => Exit::Violation,
+        shakedown_history::Verdict::Undecided { .. } => Exit::Undecided,
+    })
+}
+
 /// The exit code of several runs: interrupted wins, then a violation, then the worst other.
 fn worse(a: Exit, b: Exit) -> Exit {
     let rank = |e: Exit| match e {
         Exit::Pass => 0,
-        Exit::Liveness => 1,
+        Exit::Liveness | Exit::Undecided => 1,
         Exit::Usage => 2,
         Exit::Environment => 3,
         Exit::Internal => 4,

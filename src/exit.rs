@@ -19,6 +19,9 @@ pub enum Exit {
     Environment = 4,
     /// A bug in shakedown itself.
     Internal = 5,
+    /// `check-history`: no violation found, but a search ran out of its bound before it could
+    /// decide (never a pass).
+    Undecided = 6,
     /// Interrupted by Ctrl-C or SIGTERM; the stack was torn down.
     Interrupted = 130,
     /// Standard output was closed by its reader (`shakedown plan | head`): the command stopped

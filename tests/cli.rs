@@ -321,6 +321,7 @@ fn help_documents_the_exit_codes() {
         "2    usage error",
         "3    liveness failure",
         "4    environment",
+        "6    check-history: undecided",
         "130  interrupted",
     ] {
         assert!(s.contains(line), "missing {line:?} in\n{s}");
@@ -704,4 +705,78 @@ fn markdown_links() -> impl Fn(&str) -> Vec<String> {
         }
         out
     }
+}
+
+fn history_file(d: &common::Dirs, name: &str, text: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(&d.runs).unwrap();
+    let p = d.runs.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const REGISTER: &str = "{\"format\":\"shakedown-history\",\"version\":1,\"model\":\"register\"}\n";
+
+/// Issue 28: a history recorded elsewhere (a single register, the simplest kind) is checked
+/// by `check-history`; the verdict and the exit code say whether one order explains it.
+#[test]
+fn check_history_judges_a_register_history_and_says_so_in_its_exit_code() {
+    let d = dirs();
+    // Client 1 reads 1 after client 0's write of 1 was acknowledged, then client 2 reads the
+    // initial nothing after that: no order explains the second read.
+    let ok = format!(
+        "{REGISTER}{}\n{}\n",
+        r#"{"client":0,"call":0,"return":10,"type":"write","value":1,"answer":{}}"#,
+        r#"{"client":1,"call":20,"return":30,"type":"read","answer":{"value":1}}"#
+    );
+    let out = bin().args(["check-history"]).arg(history_file(&d, "ok.jsonl", &ok)).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("linearizable: one order explains every answer (2 operations"), "{}", text(&out.stdout));
+
+    let stale = format!("{ok}{}\n", r#"{"client":2,"call":40,"return":50,"type":"read","answer":{"value":null}}"#);
+    let out = bin().args(["check-history"]).arg(history_file(&d, "stale.jsonl", &stale)).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}{}", text(&out.stdout), text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.starts_with("VIOLATION not linearizable: the register: no order of its 3 operations"), "{s}");
+    assert!(s.contains("op 2 (client 2, 0.000040 s–0.000050 s): read → nothing"), "the verdict names the read: {s}");
+
+    // A write of unknown outcome may take effect any time after its call: this read is fine.
+    let late = format!(
+        "{REGISTER}{}\n{}\n",
+        r#"{"client":0,"call":0,"return":null,"type":"write","value":7,"answer":null}"#,
+        r#"{"client":1,"call":900,"return":950,"type":"read","answer":{"value":7}}"#
+    );
+    let out = bin().args(["check-history"]).arg(history_file(&d, "late.jsonl", &late)).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+}
+
+#[test]
+fn check_history_of_a_bad_file_is_a_usage_error_naming_the_line() {
+    let d = dirs();
+    let bad = format!("{REGISTER}{}\n", r#"{"client":0,"call":0,"return":10,"type":"write","value":1}"#);
+    let out = bin().args(["check-history"]).arg(history_file(&d, "bad.jsonl", &bad)).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("bad.jsonl: line 2: missing field `answer` (null when the request got no answer)"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = bin().args(["check-history", "/nonexistent/history.jsonl"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// A search that runs out of its bound is undecided (exit 6), never a pass.
+#[test]
+fn check_history_past_its_bound_is_undecided() {
+    let d = dirs();
+    let mut h = String::from(REGISTER);
+    for c in 0..12 {
+        h.push_str(&format!("{{\"client\":{c},\"call\":0,\"return\":100,\"type\":\"write\",\"value\":{c},\"answer\":{{}}}}\n"));
+    }
+    h.push_str(r#"{"client":99,"call":0,"return":100,"type":"read","answer":{"value":1000}}"#);
+    let file = history_file(&d, "wide.jsonl", &h);
+    let out = bin().args(["check-history", "--bound", "50"]).arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(6), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).starts_with("UNDECIDED: 1 key(s) not decided within 50 steps each"), "{}", text(&out.stdout));
+    let out = bin().args(["check-history"]).arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "with the default bound it is decided: {}", text(&out.stdout));
 }

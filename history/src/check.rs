@@ -335,6 +335,15 @@ impl Names {
     }
 }
 
+/// A register's key as a word of a sentence (none for the single unnamed register).
+fn named(key: &str) -> String {
+    if key.is_empty() {
+        String::new()
+    } else {
+        format!(" {key}")
+    }
+}
+
 fn secs(us: u64) -> String {
     format!("{}.{:06} s", us / 1_000_000, us % 1_000_000)
 }
@@ -382,13 +391,15 @@ pub fn describe(i: usize, op: &Operation) -> String {
             format!("txn {key} if mod revision = {if_mod_revision} then {then} → {got}")
         }
         Request::Read { key, answer } => match answer {
-            Some(a) => format!("read {key} → {}", a.value.as_ref().map_or("nothing".into(), |v| v.to_string())),
-            None => format!("read {key} → no answer"),
+            Some(a) => format!("read{} → {}", named(key), a.value.as_ref().map_or("nothing".into(), |v| v.to_string())),
+            None => format!("read{} → no answer", named(key)),
         },
-        Request::Write { key, value, answer } => format!("write {key} = {value}{}", if answer.is_some() { "" } else { " → no answer" }),
+        Request::Write { key, value, answer } => {
+            format!("write{} {value}{}", named(key), if answer.is_some() { "" } else { " → no answer" })
+        }
         Request::Cas { key, from, to, answer } => match answer {
-            Some(a) => format!("cas {key} {from} → {to}: {}", if a.ok { "swapped" } else { "refused" }),
-            None => format!("cas {key} {from} → {to}: no answer"),
+            Some(a) => format!("cas{} {from} → {to}: {}", named(key), if a.ok { "swapped" } else { "refused" }),
+            None => format!("cas{} {from} → {to}: no answer", named(key)),
         },
     };
     format!("op {i} (client {}{via}, {when}): {what}", op.client)
