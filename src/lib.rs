@@ -27,4 +27,5 @@ pub mod report;
 pub mod targets;
 
 pub use shakedown_faults as faults;
+pub use shakedown_history as history;
 pub use shakedown_invariants as invariants;

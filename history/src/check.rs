@@ -72,15 +72,28 @@ pub struct Finding {
 impl Report {
     /// One line: the verdict and what it covered.
     pub fn summary(&self) -> String {
-        let covered = format!("{} operations, {} keys and epochs, {} search steps", self.ops, self.partitions, self.steps);
         match &self.verdict {
-            Verdict::Linearizable => format!("linearizable: one order explains every answer ({covered})"),
+            Verdict::Linearizable => format!("linearizable: one order explains every answer ({})", self.covered()),
+            Verdict::Violation { .. } => format!("VIOLATION {}", self.detail()),
+            Verdict::Undecided { .. } => format!("UNDECIDED: {}", self.detail()),
+        }
+    }
+
+    /// What was found and what was covered, without the verdict's word: for a verdict that
+    /// names it already.
+    pub fn detail(&self) -> String {
+        match &self.verdict {
+            Verdict::Linearizable => self.covered(),
             Verdict::Violation { first, more } => {
                 let more = if *more > 0 { format!(" (and {more} more)") } else { String::new() };
-                format!("VIOLATION {}: {}{more} ({covered})", first.kind, first.message)
+                format!("{}: {}{more} ({})", first.kind, first.message, self.covered())
             }
-            Verdict::Undecided { message, .. } => format!("UNDECIDED: {message} ({covered})"),
+            Verdict::Undecided { message, .. } => format!("{message} ({})", self.covered()),
         }
+    }
+
+    fn covered(&self) -> String {
+        format!("{} operations, {} keys and epochs, {} search steps", self.ops, self.partitions, self.steps)
     }
 }
 

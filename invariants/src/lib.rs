@@ -8,6 +8,7 @@ mod durability;
 mod known;
 mod leaks;
 mod leases;
+mod linearizability;
 mod members;
 mod membership;
 pub mod observation;
@@ -69,6 +70,13 @@ shakedown_faults::registry! {
         Watch => "watch",
         /// A key whose lease expired or was revoked is gone; a key whose lease is alive is not.
         Leases => "leases",
+        /// Every answer the workload's clients got is explained by one order of their requests
+        /// consistent with real time: per key, etcd's semantics (values, mod and create
+        /// revisions, versions, guarded transactions with both branches, requests of unknown
+        /// outcome applied or not); across keys, no request sent after another was answered is
+        /// answered at a lower revision (a stale read). A search that runs out of its bound is a
+        /// failure, never a pass.
+        Linearizability => "linearizability",
         /// Every request through the API load balancer succeeds whenever the model says the
         /// control plane is up; every apiserver of a machine that answers is ready (`/readyz`), and
         /// one whose machine is down answers nothing. Only where an API is under test.
@@ -105,6 +113,7 @@ impl InvariantId {
             InvariantId::Leaks => leaks::leaks(model, obs),
             InvariantId::Watch => watch::watch(obs),
             InvariantId::Leases => leases::leases(model, obs),
+            InvariantId::Linearizability => linearizability::linearizability(obs),
             InvariantId::ApiReachability => reachability::api_reachability(model, obs),
             InvariantId::ApiDurability => durability::api_durability(model, obs),
             InvariantId::ApiWatch => watch::api_watch(obs),

@@ -20,6 +20,10 @@ pub struct Observation {
     /// The workload's long-lived watches (`None`: not observed; empty: no session yet).
     #[serde(skip)]
     pub watches: Option<Vec<WatchSession>>,
+    /// Every request of the workload's clients with its answer, for `linearizability` (`None`:
+    /// the target records no history).
+    #[serde(skip)]
+    pub history: Option<shakedown_history::History>,
     /// The workload's leases and what etcd says of them (`None`: no lease workload, or not
     /// observed).
     #[serde(skip)]

@@ -3,6 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use shakedown_faults::{BackupId, MemberId, Model, Op, OutageMode, SiteId, Version};
+use shakedown_history::format::{ReadAnswer, Request, WriteAnswer};
+use shakedown_history::{History, ModelKind, Operation};
 use shakedown_invariants::{
     all_serving, check_all, expect_write, Ack, ApiObservation, ApiServerReady, Durability, Expect, InvariantId, Inventory, Leader,
     LeaseRecord, Leases, ListedMember, LocalInventory, Marks, MemberStatus, Observation, Probe, Revoke, ServingSample, Unknown, Verdict,
@@ -65,9 +67,42 @@ fn healthy() -> Observation {
         quorum_throughout: true,
         samples_until_ms: 0,
         inventory: Some(Inventory::Local(inventory())),
+        // The workload's one request: the put of k1 acknowledged at revision 5.
+        history: Some(History { model: ModelKind::Etcd, ops: vec![op(0, 0, 10, put("k1", "v1", 5))] }),
         api: None,
         app: None,
     }
+}
+
+fn op(client: u64, call: u64, ret: u64, request: Request) -> Operation {
+    Operation { client, member: None, epoch: 0, call, ret: Some(ret), request }
+}
+
+fn put(key: &str, value: &str, revision: i64) -> Request {
+    Request::Put { key: key.into(), value: value.into(), answer: Some(WriteAnswer { revision }) }
+}
+
+fn get(key: &str, revision: i64, kv: Option<(&str, i64)>) -> Request {
+    let kv = kv.map(|(v, m)| shakedown_history::format::Kv { value: v.into(), mod_revision: m, create_revision: None, version: None });
+    Request::Get { key: key.into(), serializable: false, answer: Some(ReadAnswer { revision, kv }) }
+}
+
+/// Issue 28: a read that answers an older value than one acknowledged before it was sent is a
+/// definite violation naming both requests; without a history the check is unobserved.
+#[test]
+fn linearizability_names_a_stale_read() {
+    let mut o = healthy();
+    assert_eq!(verdict(InvariantId::Linearizability, &model(), &o), Verdict::Pass);
+    let h = o.history.as_mut().unwrap();
+    h.ops.push(op(1, 20, 30, put("k1", "v2", 6)));
+    h.ops.push(op(2, 40, 50, get("k1", 6, Some(("v2", 6)))));
+    assert_eq!(verdict(InvariantId::Linearizability, &model(), &o), Verdict::Pass);
+    // Client 3 reads v1 after v2 was acknowledged.
+    o.history.as_mut().unwrap().ops.push(op(3, 60, 70, get("k1", 5, Some(("v1", 5)))));
+    let Verdict::Definite(m) = verdict(InvariantId::Linearizability, &model(), &o) else { panic!("a definite violation") };
+    assert!(m.contains("a stale read") && m.contains("op 3 (client 3") && m.contains("op 1 (client 1"), "{m}");
+    o.history = None;
+    assert!(matches!(verdict(InvariantId::Linearizability, &model(), &o), Verdict::Unobserved(_)));
 }
 
 fn inventory() -> LocalInventory {
@@ -101,7 +136,7 @@ fn verdict(id: InvariantId, m: &Model, o: &Observation) -> Verdict {
 #[test]
 fn healthy_observation_passes_every_invariant() {
     use InvariantId::*;
-    let etcd = [Membership, Leaks, Members, Quorum, Consistency, Reachability, Durability, Watch, Leases];
+    let etcd = [Membership, Leaks, Members, Quorum, Consistency, Reachability, Durability, Watch, Leases, Linearizability];
     let api = [ApiReachability, ApiDurability, ApiWatch];
     let app = [AppReady, AppDurability];
     assert_eq!(etcd.len() + api.len() + app.len(), InvariantId::ALL.len(), "every invariant has a healthy observation here");

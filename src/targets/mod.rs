@@ -11,6 +11,7 @@ pub mod kube;
 pub mod local;
 pub mod reap;
 pub mod recorder;
+pub(crate) mod requests;
 pub mod sim;
 
 use std::collections::BTreeMap;

@@ -76,6 +76,8 @@ pub struct Recorder {
     pub(crate) stats: Stats,
     /// Bumped when the stack is restored: watches start new sessions, leases are forgotten.
     pub(crate) generation: signal::Sender<u64>,
+    /// Every request of the clients that record theirs, with its answer: the history.
+    pub(crate) requests: crate::targets::requests::Requests,
 }
 
 impl Recorder {
@@ -91,8 +93,10 @@ impl Recorder {
                 None
             }
         });
+        let t0 = Instant::now();
         Recorder {
-            t0: Instant::now(),
+            t0,
+            requests: crate::targets::requests::Requests::new(t0),
             writes: Mutex::default(),
             anomalies: Mutex::default(),
             leases: Mutex::default(),

@@ -203,6 +203,9 @@ impl Target for AppTarget {
             InvariantId::Leaks | InvariantId::AppReady => Coverage::Checked,
             InvariantId::AppDurability if self.spec.app_profile.data.is_some() => Coverage::Checked,
             InvariantId::AppDurability => Coverage::Unchecked("needs [data] write and read commands in the app profile".into()),
+            InvariantId::Linearizability => Coverage::Unchecked(
+                "the application's data workload records no request history yet (app-durability judges its writes)".into(),
+            ),
             InvariantId::Membership
             | InvariantId::Members
             | InvariantId::Quorum

@@ -330,9 +330,11 @@ impl Target for KubeTarget {
         let p = &self.cfg.profile;
         match id {
             InvariantId::Membership | InvariantId::Leaks | InvariantId::Members | InvariantId::Quorum => Coverage::Checked,
-            InvariantId::Consistency | InvariantId::Durability | InvariantId::Watch | InvariantId::Leases => {
-                Coverage::Unchecked("needs etcd access, which the kube target does not have".into())
-            }
+            InvariantId::Consistency
+            | InvariantId::Durability
+            | InvariantId::Watch
+            | InvariantId::Leases
+            | InvariantId::Linearizability => Coverage::Unchecked("needs etcd access, which the kube target does not have".into()),
             InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch => match &self.api {
                 Ok(_) => Coverage::Checked,
                 Err(why) => Coverage::Unchecked(why.clone()),

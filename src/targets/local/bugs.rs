@@ -34,8 +34,16 @@ shakedown_faults::registry! {
         /// The workload's write path counts a transaction whose `ModRevision` compare failed as a
         /// successful write (it does not look at `succeeded`). Needs concurrent clients writing
         /// the same keys. Caught by `durability`, or first by `watch` (the false acknowledgement
-        /// names a revision at which the watches deliver another write).
+        /// names a revision at which the watches deliver another write) or `linearizability`
+        /// (no order makes the compare hold).
         TxnIgnoresConflict => "txn-ignores-conflict",
+        /// The object clients send their paginated lists to a member of their own (as
+        /// kube-apiserver talks to its local etcd) as serializable reads, which that member
+        /// answers from its own store, and take them for linearizable: a follower that has not
+        /// applied a write acknowledged before the list was sent answers without it. Needs only
+        /// the workload's load (followers apply after the leader acknowledges). Caught by
+        /// `linearizability` (a stale read) alone.
+        SerializableReads => "serializable-reads",
         /// A broken watch resumes from the current revision instead of its last revision + 1
         /// (an informer that skips what happened while its stream was down). Needs a fault that
         /// breaks the stream of a watch (its member crashes, pauses, is cut off or restarted)
@@ -73,10 +81,10 @@ impl PlantedBug {
     /// [`PlantedBug::caught_by`]'s: a falsely acknowledged transaction carries the revision of the
     /// write that won, which `watch` compares with what its sessions delivered there, while
     /// `durability` sees it only if no later acknowledged write to the key hides it.
-    pub fn also_caught_by(self) -> Option<InvariantId> {
+    pub fn also_caught_by(self) -> &'static [InvariantId] {
         match self {
-            PlantedBug::TxnIgnoresConflict => Some(InvariantId::Watch),
-            _ => None,
+            PlantedBug::TxnIgnoresConflict => &[InvariantId::Watch, InvariantId::Linearizability],
+            _ => &[],
         }
     }
 
@@ -91,6 +99,7 @@ impl PlantedBug {
             PlantedBug::ReattachOnShutdownDisk => InvariantId::Members,
             PlantedBug::RestorePartial => InvariantId::Membership,
             PlantedBug::TxnIgnoresConflict => InvariantId::Durability,
+            PlantedBug::SerializableReads => InvariantId::Linearizability,
             PlantedBug::WatchResumeFromNow => InvariantId::Watch,
             PlantedBug::LeaseKeysUnattached => InvariantId::Leases,
             PlantedBug::RestoreMixedBackups => InvariantId::Consistency,
@@ -112,7 +121,7 @@ impl PlantedBug {
             PlantedBug::ReattachOnShutdownDisk => matches!(op, Op::DiskReattach { .. }),
             PlantedBug::RestorePartial => matches!(op, Op::Restore { .. }),
             // The workload's own traffic (conflicts, leases) shows them.
-            PlantedBug::TxnIgnoresConflict | PlantedBug::LeaseKeysUnattached => true,
+            PlantedBug::TxnIgnoresConflict | PlantedBug::LeaseKeysUnattached | PlantedBug::SerializableReads => true,
             // Ops that break the watch stream of a member's own watcher at once (its process
             // dies) while the others keep taking writes. A pause or an isolation breaks it too,
             // after the watcher's silence bound.

@@ -99,6 +99,9 @@ pub struct LocalTarget {
     log: Vec<crate::targets::Note>,
     /// The control-plane stack's API: its workload and probes (`None`: the etcd stack).
     api: Option<api::LocalApi>,
+    /// etcd member ids (hex, as the history records who answered) and the member names they
+    /// had, from every member list seen.
+    member_names: std::collections::HashMap<String, String>,
 }
 
 impl LocalTarget {
@@ -125,6 +128,7 @@ impl LocalTarget {
             ignore_conflict: bug == Some(PlantedBug::TxnIgnoresConflict),
             resume_from_now: bug == Some(PlantedBug::WatchResumeFromNow),
             lease_keys_unattached: bug == Some(PlantedBug::LeaseKeysUnattached),
+            serializable_reads: bug == Some(PlantedBug::SerializableReads),
         };
         let members: Vec<String> = testbed.members.values().map(|m| m.client_url()).collect();
         let workload = Workload::start(testbed.endpoint_url(), &members, prefix, &profile.workload, bugs, Some(&samples));
@@ -137,6 +141,7 @@ impl LocalTarget {
             restores: 0,
             log: vec![],
             api,
+            member_names: std::collections::HashMap::new(),
         })
     }
 
@@ -166,6 +171,28 @@ where
         out.push(h.await.expect("observation task does not panic"));
     }
     out
+}
+
+impl LocalTarget {
+    /// The workload's history with member names for the ids seen in member lists.
+    fn history(&self) -> shakedown_history::History {
+        let mut h = self.workload.requests();
+        for op in &mut h.ops {
+            if let Some(name) = op.member.as_ref().and_then(|m| self.member_names.get(m)) {
+                op.member = Some(name.clone());
+            }
+        }
+        h
+    }
+
+    /// Writes the run's history into the run directory (`history.jsonl`, checked by
+    /// `shakedown check-history`).
+    fn write_history(&self) {
+        let path = self.testbed.cfg.run_dir.join("history.jsonl");
+        if let Err(e) = std::fs::write(&path, self.history().to_jsonl()) {
+            tracing::warn!("cannot write the history to {}: {e}", path.display());
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -198,7 +225,8 @@ impl Target for LocalTarget {
             | InvariantId::Quorum
             | InvariantId::Consistency
             | InvariantId::Reachability
-            | InvariantId::Durability => Coverage::Checked,
+            | InvariantId::Durability
+            | InvariantId::Linearizability => Coverage::Checked,
             InvariantId::Watch if self.workload.watchers() > 0 => Coverage::Checked,
             InvariantId::Watch => {
                 Coverage::Unchecked("the workload runs no watches (workload.kind = \"kube\" with workload.watches > 0 does)".into())
@@ -354,6 +382,7 @@ impl Target for LocalTarget {
     async fn teardown(&mut self) {
         self.end_step().await;
         self.workload.stop().await;
+        self.write_history();
         if let Some(api) = &mut self.api {
             api.workload.stop().await;
         }

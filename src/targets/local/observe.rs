@@ -232,7 +232,15 @@ impl LocalTarget {
         };
         let (list, (again, hashes), probes, durability, leases, inventory) =
             tokio::join!(member_list, consistency, probes, durability, leases, inventory);
+        for m in list.iter().flatten() {
+            if let (Some(id), false) = (m.id, m.name.is_empty()) {
+                self.member_names.insert(format!("{id:x}"), m.name.clone());
+            }
+        }
         obs.member_list = list;
+        if wants(InvariantId::Linearizability) {
+            obs.history = Some(self.history());
+        }
         for (name, rev) in again {
             if let Some(m) = obs.members.iter_mut().find(|m| m.name == name) {
                 m.revision_after = rev;

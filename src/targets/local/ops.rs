@@ -529,6 +529,8 @@ impl LocalTarget {
                 self.testbed.kill(id).await?;
             }
         }
+        // Every member is down: whatever answers from now on is the restored store.
+        self.workload.store_replaced();
         self.restores += 1;
         let token = format!("{}-r{}", self.testbed.cfg.run_id, self.restores);
         let cluster = self.testbed.initial_cluster();

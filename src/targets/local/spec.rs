@@ -38,8 +38,8 @@ pub enum DiskArg {
 pub struct LocalOptions {
     /// local target: switch on a planted bug: upgrade-no-wait, replace-keeps-old-member,
     /// endpoint-no-health-check, ack-before-write, recover-leaves-rule,
-    /// reattach-on-shutdown-disk, restore-partial, txn-ignores-conflict, watch-resume-from-now,
-    /// lease-keys-unattached, restore-mixed-backups, restore-keeps-watches, api-lb-no-health-check,
+    /// reattach-on-shutdown-disk, restore-partial, txn-ignores-conflict, serializable-reads,
+    /// watch-resume-from-now, lease-keys-unattached, restore-mixed-backups, restore-keeps-watches, api-lb-no-health-check,
     /// restore-keeps-apiservers (see docs/local-target.md).
     #[arg(long, value_parser = parse_bug)]
     pub testbed_bug: Option<PlantedBug>,

@@ -170,6 +170,7 @@ impl Target for SimTarget {
             InvariantId::Watch | InvariantId::Leases => {
                 Coverage::Unchecked("the simulated workload runs no watches and grants no leases".into())
             }
+            InvariantId::Linearizability => Coverage::Unchecked("the simulated workload records no request history yet".into()),
             InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch => {
                 Coverage::Unchecked("the simulated stack has no Kubernetes API".into())
             }

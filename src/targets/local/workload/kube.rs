@@ -16,11 +16,12 @@ use std::sync::Arc;
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 use shakedown_faults::Workload as Config;
+use shakedown_history::format::{Kv as HistoryKv, ReadAnswer, Request, Then, TxnAnswer};
 use shakedown_invariants::{Ack, LeaseRecord, Revoke, Unknown};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{pause, unix_ms, ClientBugs, Recorder, Rng, MAX_LEASE_RECORDS, RECONNECT_PAUSE, WRITE_BEHIND_DELAY};
+use super::{member_hex, pause, unix_ms, ClientBugs, Recorder, Rng, MAX_LEASE_RECORDS, RECONNECT_PAUSE, WRITE_BEHIND_DELAY};
 use crate::targets::local::etcd::{bounded, connect};
 
 /// How often a refused update is retried with the revision the refusal returned.
@@ -65,6 +66,8 @@ pub(super) fn start(
             seq: 0,
             lease: None,
             rng: Rng::new(u64::from(i) << 32 | u64::from(std::process::id())),
+            own_member: (!members.is_empty()).then(|| members[i as usize % members.len()].clone()),
+            own: None,
         };
         tasks.push(tokio::spawn(c.run(stopped.clone())));
     }
@@ -105,6 +108,10 @@ struct ObjectClient {
     /// The lease in use: (id, keys attached so far).
     lease: Option<(i64, u32)>,
     rng: Rng,
+    /// The member this client would call its own (planted bug serializable-reads) and its
+    /// connection.
+    own_member: Option<String>,
+    own: Option<Client>,
 }
 
 impl ObjectClient {
@@ -204,8 +211,27 @@ impl ObjectClient {
             }
             let (at, t) = (unix_ms(), std::time::Instant::now());
             let ticket = self.rec.send(Unknown { key: key.clone(), value: value.clone(), start, create });
+            let then = match &value {
+                Some(v) => Then::Put(v.clone()),
+                None => Then::Delete,
+            };
+            let request = |answer| Request::Txn { key: key.clone(), if_mod_revision: rev, then: then.clone(), answer };
+            let sent = self.rec.requests.send(u64::from(self.id), request(None));
             let res = bounded("txn", self.cfg.timeout, c.txn(txn)).await;
             self.rec.sample(at, t.elapsed(), res.is_ok());
+            let (answer, member) = match &res {
+                Ok(r) => {
+                    let header = r.header();
+                    let revision = header.map_or(0, |h| h.revision());
+                    // With the planted bug ignore-conflict the client reports a refused compare
+                    // as a success: the history holds what the client was told to believe.
+                    let succeeded = r.succeeded() || self.bugs.ignore_conflict;
+                    let kv = (!succeeded).then(|| else_kv(r)).flatten();
+                    (Some(TxnAnswer { succeeded, revision, kv }), header.map(|h| member_hex(h.member_id())))
+                }
+                Err(_) => (None, None),
+            };
+            self.rec.requests.end(sent, request(answer), member);
             let resp = match res {
                 Ok(r) => r,
                 Err(e) => {
@@ -217,6 +243,9 @@ impl ObjectClient {
             };
             let revision = resp.header().map_or(0, |h| h.revision());
             if resp.succeeded() || self.bugs.ignore_conflict {
+                if self.bugs.serializable_reads {
+                    self.read_own(&key).await;
+                }
                 // With the planted bug ignore-conflict a refused compare counts as written too.
                 self.rec.answered(ticket, Some(Ack { key, value: value.clone(), revision, start }));
                 if value.is_some() {
@@ -315,6 +344,52 @@ impl ObjectClient {
         }
     }
 
+    /// Planted bug serializable-reads: reads `key` back from the client's own member, as a
+    /// serializable read the history records as linearizable.
+    async fn read_own(&mut self, key: &str) {
+        if self.own.is_none() {
+            let Some(url) = &self.own_member else { return };
+            self.own = connect(url, self.cfg.timeout).await.ok();
+        }
+        let Some(c) = self.own.as_mut() else { return };
+        let sent = self.rec.requests.read_sent();
+        match bounded("get", self.cfg.timeout, c.get(key, Some(GetOptions::new().with_serializable()))).await {
+            Ok(r) => {
+                let kv = r.kvs().first().map(|kv| HistoryKv {
+                    value: String::from_utf8_lossy(kv.value()).into_owned(),
+                    mod_revision: kv.mod_revision(),
+                    create_revision: Some(kv.create_revision()),
+                    version: Some(kv.version()),
+                });
+                let answer = ReadAnswer { revision: r.header().map_or(0, |h| h.revision()), kv };
+                let member = r.header().map(|h| member_hex(h.member_id()));
+                let get = Request::Get { key: key.to_string(), serializable: false, answer: Some(answer) };
+                self.rec.requests.reads(u64::from(self.id), sent, member, vec![get]);
+            }
+            Err(_) => self.own = None,
+        }
+    }
+
+    /// The keys of the keyspace a list's first page answered for (all of them, or those up to
+    /// its last key when there are more pages), each with what the page held for it.
+    fn first_page_gets(&self, page: &etcd_client::GetResponse, revision: i64) -> Vec<Request> {
+        let found: HashMap<&[u8], &etcd_client::KeyValue> = page.kvs().iter().map(|kv| (kv.key(), kv)).collect();
+        let last = page.kvs().last().map(|kv| kv.key().to_vec());
+        (0..self.cfg.keyspace)
+            .map(|k| self.key(k))
+            .filter(|key| !page.more() || last.as_deref().is_some_and(|l| key.as_bytes() <= l))
+            .map(|key| {
+                let kv = found.get(key.as_bytes()).map(|kv| HistoryKv {
+                    value: String::from_utf8_lossy(kv.value()).into_owned(),
+                    mod_revision: kv.mod_revision(),
+                    create_revision: Some(kv.create_revision()),
+                    version: Some(kv.version()),
+                });
+                Request::Get { key, serializable: false, answer: Some(ReadAnswer { revision, kv }) }
+            })
+            .collect()
+    }
+
     fn set_lease(&self, id: i64, f: impl FnOnce(&mut LeaseRecord)) {
         if let Some(r) = self.rec.leases.lock().expect("leases lock").iter_mut().rev().find(|r| r.id == id) {
             f(r);
@@ -331,19 +406,45 @@ impl ObjectClient {
         let mut from = self.objects.clone().into_bytes();
         let mut pinned = 0;
         let mut last: Option<Vec<u8>> = None;
+        // Planted bug serializable-reads: the list goes to the client's own member, which
+        // answers from its own store.
+        let serializable = self.bugs.serializable_reads;
+        if serializable && self.own.is_none() {
+            let Some(url) = &self.own_member else { return Outcome::Done };
+            self.own = connect(url, timeout).await.ok();
+        }
+        let mut own = if serializable { self.own.clone() } else { None };
+        if serializable && own.is_none() {
+            return Outcome::Done;
+        }
         loop {
             let mut opts = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
             if pinned > 0 {
                 opts = opts.with_revision(pinned);
+            } else if serializable {
+                opts = opts.with_serializable();
             }
+            let c = match own.as_mut() {
+                Some(o) => o,
+                None => &mut *c,
+            };
+            let sent = self.rec.requests.read_sent();
             let page = match bounded("list", timeout, c.get(from.clone(), Some(opts))).await {
                 Ok(p) => p,
                 // Compacted, a timeout, a dead member: the list is abandoned, like a client
                 // would relist.
-                Err(_) => return Outcome::Reconnect,
+                Err(_) => {
+                    self.own = None;
+                    return Outcome::Reconnect;
+                }
             };
             if pinned == 0 {
                 pinned = page.header().map_or(0, |h| h.revision());
+                // The first page is a linearizable read of every key up to its last: into the
+                // history, one get per key of the keyspace it covers. (Later pages read at the
+                // pinned revision, not the current one.)
+                let member = page.header().map(|h| member_hex(h.member_id()));
+                self.rec.requests.reads(u64::from(self.id), sent, member, self.first_page_gets(&page, pinned));
             }
             for kv in page.kvs() {
                 if last.as_deref().is_some_and(|l| kv.key() <= l) {
@@ -371,6 +472,19 @@ impl ObjectClient {
             }
         }
     }
+}
+
+/// The key the `Else` branch of a refused transaction read, as the history records it.
+fn else_kv(r: &etcd_client::TxnResponse) -> Option<HistoryKv> {
+    r.op_responses().into_iter().find_map(|op| match op {
+        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| HistoryKv {
+            value: String::from_utf8_lossy(kv.value()).into_owned(),
+            mod_revision: kv.mod_revision(),
+            create_revision: Some(kv.create_revision()),
+            version: Some(kv.version()),
+        }),
+        _ => None,
+    })
 }
 
 /// The end of the range of keys starting with `prefix`.

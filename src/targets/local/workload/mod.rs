@@ -31,6 +31,11 @@ const RECONNECT_PAUSE: Duration = Duration::from_millis(50);
 const WRITE_BEHIND_DELAY: Duration = Duration::from_millis(100);
 /// How long stopping waits for the requests in flight.
 const STOP_BOUND: Duration = Duration::from_secs(3);
+/// An etcd member id as the history names it until the member list gives its name.
+pub(super) fn member_hex(id: u64) -> String {
+    format!("{id:x}")
+}
+
 /// The most lease records kept (the newest): older leases expired long ago.
 const MAX_LEASE_RECORDS: usize = 256;
 
@@ -45,6 +50,8 @@ pub struct ClientBugs {
     pub resume_from_now: bool,
     /// Put the lease client's keys without attaching the lease.
     pub lease_keys_unattached: bool,
+    /// Send the lists to a member of the client's own as serializable reads.
+    pub serializable_reads: bool,
 }
 
 pub struct Workload {
@@ -99,6 +106,16 @@ impl Workload {
     /// (failed without an answer, or still in flight) — one consistent snapshot.
     pub fn history(&self) -> (Acked, Vec<Unknown>) {
         self.rec.history()
+    }
+
+    /// Every request the clients sent and what it got: the run's history (`linearizability`).
+    pub fn requests(&self) -> shakedown_history::History {
+        self.rec.requests.history()
+    }
+
+    /// The old store is gone and a restored one is about to serve: a new epoch of the history.
+    pub fn store_replaced(&self) {
+        self.rec.requests.new_epoch();
     }
 
     /// What paginated reads found wrong.

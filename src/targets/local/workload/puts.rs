@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::Client;
+use shakedown_history::format::{Request, WriteAnswer};
 use shakedown_invariants::{Ack, Unknown};
 use tokio::sync::watch;
 
-use super::{pause, unix_ms, Recorder, RECONNECT_PAUSE, WRITE_BEHIND_DELAY};
+use super::{member_hex, pause, unix_ms, Recorder, RECONNECT_PAUSE, WRITE_BEHIND_DELAY};
 use crate::targets::local::etcd::{bounded, connect};
 
 /// With `ack_before_write` (a planted bug) a write counts as acknowledged when it is queued,
@@ -57,8 +58,12 @@ pub(super) async fn run(
         }
         let (at, t) = (unix_ms(), std::time::Instant::now());
         let ticket = rec.send(Unknown { key: key.clone(), value: Some(value.clone()), start, create: true });
+        let put = |answer| Request::Put { key: key.clone(), value: value.clone(), answer };
+        let sent = rec.requests.send(0, put(None));
         let res = bounded("put", timeout, c.put(key.as_str(), value.as_str(), None)).await;
         rec.sample(at, t.elapsed(), res.is_ok());
+        let answer = res.as_ref().ok().and_then(|r| r.header()).map(|h| WriteAnswer { revision: h.revision() });
+        rec.requests.end(sent, put(answer), res.as_ref().ok().and_then(|r| r.header()).map(|h| member_hex(h.member_id())));
         match res {
             Ok(r) => rec.answered(ticket, Some(Ack::put(key, value, r.header().map_or(0, |h| h.revision()), start))),
             Err(e) => {

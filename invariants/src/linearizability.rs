@@ -1,0 +1,21 @@
+//! `linearizability`: the history checker over every request of the workload's clients.
+
+use crate::{Observation, Verdict};
+
+/// Search steps per key and epoch before a check is undecided.
+pub const BOUND: u64 = shakedown_history::DEFAULT_BOUND;
+
+pub(crate) fn linearizability(obs: &Observation) -> Verdict {
+    let Some(history) = &obs.history else {
+        return Verdict::Unobserved("no history of the workload's requests".into());
+    };
+    // An empty history was observed (no request has ended yet, as at bring-up): nothing
+    // contradicts it. The run's history.jsonl shows how much was judged.
+    let report = shakedown_history::check(history, BOUND);
+    match report.verdict {
+        shakedown_history::Verdict::Linearizable => Verdict::Pass,
+        // An answer already given cannot be taken back: waiting changes nothing.
+        shakedown_history::Verdict::Violation { .. } => Verdict::Definite(report.detail()),
+        shakedown_history::Verdict::Undecided { .. } => Verdict::Fail(format!("undecided: {}", report.detail())),
+    }
+}
