@@ -101,7 +101,10 @@ fn main() {
         .unwrap_or_else(|| vec![10_000, 100_000, 1_000_000]);
     let keys: u64 = std::env::var("SHAKEDOWN_BENCH_KEYS").ok().and_then(|s| s.parse().ok()).unwrap_or(500);
     let mut rows = Vec::new();
-    println!("{:>10}  {:>14}  {:>12}  {:>12}  {:>10}  {:>9}", "operations", "checked ops/s", "check (ms)", "parse (ms)", "check/parse", "peak MiB");
+    println!(
+        "{:>10}  {:>14}  {:>12}  {:>12}  {:>10}  {:>9}",
+        "operations", "checked ops/s", "check (ms)", "parse (ms)", "check/parse", "peak MiB"
+    );
     for &n in &sizes {
         let h = history(n, keys, 16);
         let text = h.to_jsonl();

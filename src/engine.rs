@@ -457,6 +457,7 @@ impl<'a> Engine<'a> {
     async fn write_forensics(&mut self, dir: &Path) {
         let obs = self.target.observe(&self.model, &InvariantId::ALL).await;
         let logs = self.target.log_files();
+        let extras = self.target.forensic_extras().await;
         let res = (|| -> std::io::Result<Vec<String>> {
             std::fs::create_dir_all(dir)?;
             let mut written = vec!["observation.json".to_string()];
@@ -465,6 +466,10 @@ impl<'a> Engine<'a> {
                 let tail = crate::procs::tail_lines(&path, FORENSIC_LOG_LINES);
                 let file = format!("{name}.log.tail");
                 std::fs::write(dir.join(&file), tail)?;
+                written.push(file);
+            }
+            for (file, contents) in extras {
+                std::fs::write(dir.join(&file), contents)?;
                 written.push(file);
             }
             Ok(written)

@@ -303,6 +303,14 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
         "by app-durability: {out}"
     );
     eprintln!("the planted restore bug, caught:\n{out}");
+    // The failed run's forensics hold what lives in the cluster: every pod's log and the
+    // namespace's events.
+    let forensics =
+        std::path::PathBuf::from(out.lines().find_map(|l| l.strip_prefix("run directory: ")).expect("run directory")).join("forensics");
+    let names: Vec<String> =
+        std::fs::read_dir(&forensics).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(names.iter().any(|n| n.starts_with("pod-etcd-0-") && n.ends_with(".log.tail")), "{names:?}");
+    assert!(std::fs::read_to_string(forensics.join("events.txt")).unwrap().contains("Normal"), "{names:?}");
     let record =
         out.lines().find_map(|l| l.strip_prefix("seed record: ")).unwrap_or_else(|| panic!("a seed record: {out}")).trim().to_string();
     settled(&client, Duration::from_secs(120)).await;

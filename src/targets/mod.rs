@@ -307,6 +307,12 @@ pub trait Target: Send {
     /// Component logs (name, path) whose last lines go into the forensics of a failed run.
     fn log_files(&self) -> Vec<(String, PathBuf)>;
 
+    /// Forensics that are not files on this machine (file name, contents), read before the
+    /// teardown of a failed run: the application target's pod logs and events. Best effort.
+    async fn forensic_extras(&mut self) -> Vec<(String, String)> {
+        vec![]
+    }
+
     /// One-line workload statistics for progress output and the event log.
     fn workload_stats(&self) -> serde_json::Value;
 

@@ -301,6 +301,12 @@ impl Target for AppTarget {
         vec![]
     }
 
+    /// Every pod of the application's namespace: the last lines of each container's log (and of
+    /// its previous instance when it restarted), and the namespace's events, newest last.
+    async fn forensic_extras(&mut self) -> Vec<(String, String)> {
+        observe::forensics(&self.client, self.ns()).await
+    }
+
     fn workload_stats(&self) -> serde_json::Value {
         self.writer.as_ref().map(|w| w.stats()).unwrap_or(serde_json::Value::Null)
     }

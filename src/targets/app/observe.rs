@@ -135,3 +135,62 @@ impl AppTarget {
         out
     }
 }
+
+/// The forensics of a failed run that live in the cluster: for every pod of `ns`, the last
+/// lines of each container's log (`pod-<pod>-<container>.log.tail`, and `….previous.log.tail`
+/// when it restarted), and the namespace's events (`events.txt`). Each request is bounded; what
+/// cannot be read is said in the file instead.
+pub(super) async fn forensics(client: &kube::Client, ns: &str) -> Vec<(String, String)> {
+    use k8s_openapi::api::core::v1::{Event, Pod};
+    use kube::api::{ListParams, LogParams};
+    let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), ns);
+    let mut out = Vec::new();
+    let listed = match super::bounded("list pods", pods.list(&ListParams::default())).await {
+        Ok(l) => l.items,
+        Err(e) => return vec![("pods.txt".into(), format!("cannot list the pods of {ns}: {e}\n"))],
+    };
+    for pod in listed {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
+        for c in statuses {
+            let instances: &[bool] = if c.restart_count > 0 { &[false, true] } else { &[false] };
+            for &previous in instances {
+                let params = LogParams {
+                    container: Some(c.name.clone()),
+                    previous,
+                    tail_lines: Some(crate::engine::FORENSIC_LOG_LINES as i64),
+                    ..LogParams::default()
+                };
+                let text = match super::bounded("pod log", pods.logs(&name, &params)).await {
+                    Ok(t) => t,
+                    Err(e) => format!("cannot read the log: {e}\n"),
+                };
+                let file = format!("pod-{name}-{}{}.log.tail", c.name, if previous { ".previous" } else { "" });
+                out.push((file, text));
+            }
+        }
+    }
+    let events: kube::Api<Event> = kube::Api::namespaced(client.clone(), ns);
+    let text = match super::bounded("list events", events.list(&ListParams::default())).await {
+        Ok(l) => {
+            let mut items = l.items;
+            items.sort_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0).or(e.event_time.as_ref().map(|t| t.0)));
+            items
+                .iter()
+                .map(|e| {
+                    let when = e.last_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
+                    let what = e.involved_object.name.clone().unwrap_or_default();
+                    format!(
+                        "{when} {} {what} {}: {}\n",
+                        e.type_.clone().unwrap_or_default(),
+                        e.reason.clone().unwrap_or_default(),
+                        e.message.clone().unwrap_or_default()
+                    )
+                })
+                .collect()
+        }
+        Err(e) => format!("cannot list the events of {ns}: {e}\n"),
+    };
+    out.push(("events.txt".into(), text));
+    out
+}
