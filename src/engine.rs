@@ -482,4 +482,4 @@ impl<'a> Engine<'a> {
 }
 
 /// How many lines of each component log the forensics keep.
-pub const FORENSIC_LOG_LINES: usize = 200;
+pub const FORENSIC_LOG_LINES: usize = crate::targets::FORENSIC_LOG_LINES;

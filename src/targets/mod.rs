@@ -5,6 +5,9 @@
 //! A new target is a folder beside `local/` and `kube/` holding its spec, its options and its
 //! `Target` implementation, plus an entry in each enum and match of this file.
 
+/// How many lines of each log (a component's, a pod's) the forensics of a failed run keep.
+pub const FORENSIC_LOG_LINES: usize = 200;
+
 pub mod api;
 pub mod app;
 pub mod kube;

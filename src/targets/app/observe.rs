@@ -158,7 +158,7 @@ pub(super) async fn forensics(client: &kube::Client, ns: &str) -> Vec<(String, S
                 let params = LogParams {
                     container: Some(c.name.clone()),
                     previous,
-                    tail_lines: Some(crate::engine::FORENSIC_LOG_LINES as i64),
+                    tail_lines: Some(crate::targets::FORENSIC_LOG_LINES as i64),
                     ..LogParams::default()
                 };
                 let text = match super::bounded("pod log", pods.logs(&name, &params)).await {
