@@ -54,6 +54,19 @@ fn brute_force<S: Clone>(ops: &[Operation], init: S, step: impl Fn(&S, &Operatio
     })
 }
 
+/// Operation `k`, taking effect at `point`, sent up to 149 before and answered up to 149 after
+/// it, on coarse instants: many calls and returns fall on the same one.
+fn around(k: usize, point: u64, before: u8, after: u8, request: Request) -> Operation {
+    Operation {
+        client: k as u64 % 3,
+        member: None,
+        epoch: 0,
+        call: (point - u64::from(before % 150)) / 50 * 50,
+        ret: Some((point + u64::from(after % 150)).div_ceil(50) * 50),
+        request,
+    }
+}
+
 // ---- registers ----
 
 type Regs = BTreeMap<String, Option<i64>>;
@@ -135,15 +148,7 @@ fn register_history(raw: Vec<(u8, u8, u8, u8, u8, u8)>) -> History {
                 }
             }
         };
-        ops.push(Operation {
-            client: k as u64 % 3,
-            member: None,
-            epoch: 0,
-            // Coarse instants: many calls and returns fall on the same one.
-            call: (point - u64::from(before % 150)) / 50 * 50,
-            ret: Some((point + u64::from(after % 150)).div_ceil(50) * 50),
-            request,
-        });
+        ops.push(around(k, point, before, after, request));
     }
     History { model: ModelKind::Register, ops }
 }
@@ -291,15 +296,7 @@ fn etcd_history(raw: Vec<(u8, u8, u8, u8, u8, u8)>, keys: u8) -> History {
                 Request::Txn { key, if_mod_revision: expect, then, answer: (!unknown).then_some(answer) }
             }
         };
-        ops.push(Operation {
-            client: k as u64 % 3,
-            member: None,
-            epoch: 0,
-            // Coarse instants: many calls and returns fall on the same one.
-            call: (point - u64::from(before % 150)) / 50 * 50,
-            ret: Some((point + u64::from(after % 150)).div_ceil(50) * 50),
-            request,
-        });
+        ops.push(around(k, point, before, after, request));
     }
     History { model: ModelKind::Etcd, ops }
 }

@@ -355,12 +355,7 @@ impl ObjectClient {
         let sent = self.rec.requests.read_sent();
         match bounded("get", self.cfg.timeout, c.get(key, Some(GetOptions::new().with_serializable()))).await {
             Ok(r) => {
-                let kv = r.kvs().first().map(|kv| HistoryKv {
-                    value: String::from_utf8_lossy(kv.value()).into_owned(),
-                    mod_revision: kv.mod_revision(),
-                    create_revision: Some(kv.create_revision()),
-                    version: Some(kv.version()),
-                });
+                let kv = r.kvs().first().map(history_kv);
                 let answer = ReadAnswer { revision: r.header().map_or(0, |h| h.revision()), kv };
                 let member = r.header().map(|h| member_hex(h.member_id()));
                 let get = Request::Get { key: key.to_string(), serializable: false, answer: Some(answer) };
@@ -379,12 +374,7 @@ impl ObjectClient {
             .map(|k| self.key(k))
             .filter(|key| !page.more() || last.as_deref().is_some_and(|l| key.as_bytes() <= l))
             .map(|key| {
-                let kv = found.get(key.as_bytes()).map(|kv| HistoryKv {
-                    value: String::from_utf8_lossy(kv.value()).into_owned(),
-                    mod_revision: kv.mod_revision(),
-                    create_revision: Some(kv.create_revision()),
-                    version: Some(kv.version()),
-                });
+                let kv = found.get(key.as_bytes()).map(|kv| history_kv(kv));
                 Request::Get { key, serializable: false, answer: Some(ReadAnswer { revision, kv }) }
             })
             .collect()
@@ -474,15 +464,20 @@ impl ObjectClient {
     }
 }
 
+/// A key's value as etcd answered it, as the history records it.
+fn history_kv(kv: &etcd_client::KeyValue) -> HistoryKv {
+    HistoryKv {
+        value: String::from_utf8_lossy(kv.value()).into_owned(),
+        mod_revision: kv.mod_revision(),
+        create_revision: Some(kv.create_revision()),
+        version: Some(kv.version()),
+    }
+}
+
 /// The key the `Else` branch of a refused transaction read, as the history records it.
 fn else_kv(r: &etcd_client::TxnResponse) -> Option<HistoryKv> {
     r.op_responses().into_iter().find_map(|op| match op {
-        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| HistoryKv {
-            value: String::from_utf8_lossy(kv.value()).into_owned(),
-            mod_revision: kv.mod_revision(),
-            create_revision: Some(kv.create_revision()),
-            version: Some(kv.version()),
-        }),
+        TxnOpResponse::Get(g) => g.kvs().first().map(history_kv),
         _ => None,
     })
 }
