@@ -117,16 +117,22 @@ impl Writer {
 
     /// Waits (up to `bound`) for the first acknowledged write: a run whose write command never
     /// succeeds would check the durability of nothing, so it does not start. The error says
-    /// what the last attempt answered.
+    /// what the last attempt answered. When no attempt has ended by then (a loaded machine: the
+    /// exec itself is slow), it waits for the first to end, within that attempt's own bound, so
+    /// that a slow machine is not taken for a broken command and the error can say what the
+    /// command answered.
     pub async fn first_ack(&self, bound: Duration) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + bound;
+        let first_attempt_deadline = deadline + DATA_COMMAND_BOUND + Duration::from_secs(1);
         loop {
             {
                 let l = self.log.lock().unwrap();
                 if !l.acked.is_empty() {
                     return Ok(());
                 }
-                if tokio::time::Instant::now() >= deadline {
+                let none_ended = l.failures == 0 && l.last_failure.is_none();
+                let now = tokio::time::Instant::now();
+                if now >= deadline && (!none_ended || now >= first_attempt_deadline) {
                     let why = l.last_failure.clone().unwrap_or_else(|| "no attempt finished".into());
                     return Err(format!("the data workload's write command was not acknowledged once within {bound:?} ({} attempts failed; the last: {why})", l.failures));
                 }
