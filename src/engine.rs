@@ -463,7 +463,7 @@ impl<'a> Engine<'a> {
             let mut written = vec!["observation.json".to_string()];
             std::fs::write(dir.join("observation.json"), serde_json::to_string_pretty(&obs).unwrap_or_default())?;
             for (name, path) in logs {
-                let tail = crate::procs::tail_lines(&path, FORENSIC_LOG_LINES);
+                let tail = crate::procs::tail_lines(&path, crate::targets::FORENSIC_LOG_LINES);
                 let file = format!("{name}.log.tail");
                 std::fs::write(dir.join(&file), tail)?;
                 written.push(file);
@@ -480,6 +480,3 @@ impl<'a> Engine<'a> {
         }
     }
 }
-
-/// How many lines of each component log the forensics keep.
-pub const FORENSIC_LOG_LINES: usize = crate::targets::FORENSIC_LOG_LINES;

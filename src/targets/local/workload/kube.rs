@@ -347,11 +347,7 @@ impl ObjectClient {
     /// Planted bug serializable-reads: reads `key` back from the client's own member, as a
     /// serializable read the history records as linearizable.
     async fn read_own(&mut self, key: &str) {
-        if self.own.is_none() {
-            let Some(url) = &self.own_member else { return };
-            self.own = connect(url, self.cfg.timeout).await.ok();
-        }
-        let Some(c) = self.own.as_mut() else { return };
+        let Some(mut c) = self.own_client().await else { return };
         let sent = self.rec.requests.read_sent();
         match bounded("get", self.cfg.timeout, c.get(key, Some(GetOptions::new().with_serializable()))).await {
             Ok(r) => {
@@ -363,6 +359,15 @@ impl ObjectClient {
             }
             Err(_) => self.own = None,
         }
+    }
+
+    /// Planted bug serializable-reads: the connection to the client's own member (made when
+    /// there is none; `None` when it cannot be).
+    async fn own_client(&mut self) -> Option<Client> {
+        if self.own.is_none() {
+            self.own = connect(self.own_member.as_ref()?, self.cfg.timeout).await.ok();
+        }
+        self.own.clone()
     }
 
     /// The keys of the keyspace a list's first page answered for (all of them, or those up to
@@ -399,11 +404,7 @@ impl ObjectClient {
         // Planted bug serializable-reads: the list goes to the client's own member, which
         // answers from its own store.
         let serializable = self.bugs.serializable_reads;
-        if serializable && self.own.is_none() {
-            let Some(url) = &self.own_member else { return Outcome::Done };
-            self.own = connect(url, timeout).await.ok();
-        }
-        let mut own = if serializable { self.own.clone() } else { None };
+        let mut own = if serializable { self.own_client().await } else { None };
         if serializable && own.is_none() {
             return Outcome::Done;
         }
