@@ -37,7 +37,7 @@ op_timeout = "180s"
 [data]
 selector = "app=etcd"
 write = ["sh", "-c", "etcdctl --endpoints=$ENDPOINTS --command-timeout=5s put {key} {value}"]
-read = ["sh", "-c", "etcdctl --endpoints=$ENDPOINTS --command-timeout=5s get --prefix {prefix} | paste -d ' ' - -"]
+read = ["sh", "-c", "out=$(etcdctl --endpoints=$ENDPOINTS --command-timeout=5s get --prefix {prefix}) && { [ -z \"$out\" ] || printf '%s\\n' \"$out\" | paste -d ' ' - -; }"]
 interval = "100ms"
 
 [[probes]]

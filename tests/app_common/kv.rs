@@ -92,7 +92,10 @@ put)
     sleep 0.1
   done
   echo "the sync standby kv-$s does not have $2" >&2; exit 2;;
-dump) $e $(ep $p) get --prefix "$2" | paste -d ' ' - -;;
+dump)
+  # The store's answer, or a failure: a failed get must not read as an empty store.
+  out=$($e $(ep $p) get --prefix "$2") || exit 1
+  [ -z "$out" ] || printf '%s\n' "$out" | paste -d ' ' - -;;
 esac
 KV
 cat > /tmp/replicate <<'REP'
@@ -147,13 +150,16 @@ fn read_roles(cluster: &Path) -> Option<(u32, Option<u32>)> {
     Some((it.next()?.parse().ok()?, it.next()?.parse().ok()))
 }
 
-/// Whether standby `c` holds every key primary `p` holds (compared in the primary's pod).
+/// Whether standby `c` holds every key primary `p` holds (compared in the primary's pod). A
+/// get that fails is a no: an unanswered get of the primary once read as an empty primary, which
+/// every standby holds.
 async fn caught_up(client: &Client, p: u32, c: u32) -> bool {
     let cmd = format!(
         "e='etcdctl --command-timeout=2s --endpoints'; \
-         $e http://$NODE_IP:{} get '' --prefix --keys-only | grep . | sort > /tmp/p && \
-         $e http://$NODE_IP:{} get '' --prefix --keys-only | grep . | sort > /tmp/c && \
-         ! grep -vxF -f /tmp/c /tmp/p >/dev/null",
+         $e http://$NODE_IP:{} get '' --prefix --keys-only > /tmp/p.all && \
+         $e http://$NODE_IP:{} get '' --prefix --keys-only > /tmp/c.all && \
+         {{ grep . /tmp/p.all | sort > /tmp/p; grep . /tmp/c.all | sort > /tmp/c; \
+         ! grep -vxF -f /tmp/c /tmp/p >/dev/null; }}",
         33379 + p * 10,
         33379 + c * 10
     );
