@@ -6,13 +6,19 @@
 //! updating and deleting shared keys with transactions guarded by the key's mod revision (some
 //! refused, some of unknown outcome), and reads; about 8 requests in flight at any instant.
 //! `SHAKEDOWN_BENCH_SIZES` (default `10000,100000,1000000`) and `SHAKEDOWN_BENCH_KEYS` (default
-//! 500, the kube workload's keyspace) change them. Writes `target/bench/history.json`.
+//! 500, the kube workload's keyspace) change them.
+//!
+//! Then the check after every step, as a run makes it: a 10-minute history at 1,000 requests
+//! a second (the local workload reaches 300–1,000), 2-second steps, each check judging what
+//! ended since the last one with what is still in flight (`Incremental`): median and p99 per
+//! check, beside the whole check of the same history at ten of those steps (the reference).
+//! `SHAKEDOWN_BENCH_MINUTES` (default 10) changes the length. Writes `target/bench/history.json`.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
 use shakedown::history::format::{Kv, ReadAnswer, Request, Then, TxnAnswer};
-use shakedown::history::{check, History, ModelKind, Operation, Verdict, DEFAULT_BOUND};
+use shakedown::history::{check, History, Incremental, ModelKind, Operation, Verdict, DEFAULT_BOUND};
 
 /// splitmix64: a fixed stream, so every run checks the same histories.
 struct Rng(u64);
@@ -124,7 +130,93 @@ fn main() {
         println!("{n:>10}  {rate:>14.0}  {check_ms:>12.1}  {parse_ms:>12.1}  {:>10.2}  {peak:>9.0}", check_ms / parse_ms);
         rows.push(serde_json::json!({"operations": n, "keys": keys, "checked_ops_per_s": rate, "check_ms": check_ms, "parse_ms": parse_ms, "peak_mib": peak}));
     }
+    let minutes: u64 = std::env::var("SHAKEDOWN_BENCH_MINUTES").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
+    let steps = stepwise(minutes, keys);
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     let _ = std::fs::create_dir_all(&dir);
-    let _ = std::fs::write(dir.join("history.json"), serde_json::to_string_pretty(&rows).unwrap());
+    let out = serde_json::json!({"whole": rows, "per_step": steps});
+    let _ = std::fs::write(dir.join("history.json"), serde_json::to_string_pretty(&out).unwrap());
+}
+
+/// Microseconds between two requests at 1,000 a second (the generator's instants are 10 µs
+/// apart: scaled by 100).
+const SCALE: u64 = 100;
+/// A step's length (µs).
+const STEP_US: u64 = 2_000_000;
+
+fn unanswered(r: &Request) -> Request {
+    match r.clone() {
+        Request::Txn { key, if_mod_revision, then, .. } => Request::Txn { key, if_mod_revision, then, answer: None },
+        Request::Get { key, serializable, .. } => Request::Get { key, serializable, answer: None },
+        other => other,
+    }
+}
+
+/// The check after every step of a `minutes`-long run: per-step times of the incremental check,
+/// and of the whole check at ten steps.
+fn stepwise(minutes: u64, keys: u64) -> serde_json::Value {
+    let n = (minutes * 60 * 1000) as usize;
+    let mut h = history(n, keys, 16);
+    for o in &mut h.ops {
+        o.call *= SCALE;
+        o.ret = o.ret.map(|r| r * SCALE);
+    }
+    let end = |o: &Operation| o.ret.unwrap_or(o.call);
+    let mut by_end: Vec<&Operation> = h.ops.iter().collect();
+    by_end.sort_by_key(|o| end(o));
+    let last = end(by_end[by_end.len() - 1]);
+    let count = last / STEP_US + 1;
+    let whole_at: Vec<u64> = (1..=10).map(|k| k * count / 10).collect();
+    let mut inc = Incremental::new(DEFAULT_BOUND);
+    let (mut fed, mut by_call) = (0usize, 0usize);
+    let mut calls: Vec<&Operation> = h.ops.iter().collect();
+    calls.sort_by_key(|o| o.call);
+    let (mut per_step, mut whole) = (Vec::new(), Vec::new());
+    let started = Instant::now();
+    for k in 1..=count {
+        let t = k * STEP_US;
+        let upto = by_end.partition_point(|o| end(o) <= t);
+        while by_call < calls.len() && calls[by_call].call <= t {
+            by_call += 1;
+        }
+        // In flight: sent by t, not ended by t (few: scan back from the last call).
+        let in_flight: Vec<Operation> = calls[..by_call]
+            .iter()
+            .rev()
+            .take(64)
+            .filter(|o| end(o) > t)
+            .map(|o| Operation { ret: None, request: unanswered(&o.request), ..(*o).clone() })
+            .collect();
+        let horizon = in_flight.iter().map(|o| o.call).min().unwrap_or(t);
+        let clock = Instant::now();
+        inc.feed(by_end[fed..upto].iter().map(|o| (*o).clone()));
+        fed = upto;
+        let report = inc.check(&in_flight, horizon);
+        per_step.push(clock.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(report.verdict, Verdict::Linearizable, "step {k}: {}", report.summary());
+        if whole_at.contains(&k) {
+            let mut ops: Vec<Operation> = by_end[..upto].iter().map(|o| (*o).clone()).collect();
+            ops.extend(in_flight);
+            let clock = Instant::now();
+            let report = check(&History { model: ModelKind::Etcd, ops }, DEFAULT_BOUND);
+            whole.push(clock.elapsed().as_secs_f64() * 1000.0);
+            assert_eq!(report.verdict, Verdict::Linearizable, "step {k}: {}", report.summary());
+        }
+    }
+    let total = started.elapsed().as_secs_f64();
+    let mut sorted = per_step.clone();
+    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let p99 = sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)];
+    let med = median(&mut per_step);
+    let whole_last = *whole.last().unwrap_or(&f64::NAN);
+    let whole_med = median(&mut whole);
+    println!();
+    println!(
+        "check after every {} s step of a {minutes}-minute history at 1000 requests/s ({n} requests, {count} steps):",
+        STEP_US / 1_000_000
+    );
+    println!("  incremental: median {med:.2} ms, p99 {p99:.2} ms, max {:.2} ms", sorted[sorted.len() - 1]);
+    println!("  whole check at ten of the steps (reference): median {whole_med:.1} ms, at the last step {whole_last:.1} ms");
+    println!("  whole/incremental (medians): {:.0}x; bench wall time {total:.1} s", whole_med / med);
+    serde_json::json!({"minutes": minutes, "requests": n, "steps": count, "median_ms": med, "p99_ms": p99, "whole_median_ms": whole_med, "whole_last_ms": whole_last})
 }

@@ -204,7 +204,7 @@ fn overlaps(a: &Operation, b: &Operation) -> bool {
 
 /// A request's revision for the order check: the write's own revision, or the header
 /// revision a read (or a refused transaction) was answered at.
-fn revision_of(op: &Operation) -> Option<(i64, bool)> {
+pub(crate) fn revision_of(op: &Operation) -> Option<(i64, bool)> {
     match &op.request {
         Request::Get { serializable: false, answer: Some(a), .. } => Some((a.revision, false)),
         Request::Put { answer: Some(a), .. } => Some((a.revision, true)),
@@ -285,7 +285,7 @@ fn revision_order(h: &History) -> Vec<Finding> {
 
 /// Interned values.
 #[derive(Default)]
-struct Names {
+pub(crate) struct Names {
     ids: HashMap<String, u32>,
     values: Vec<String>,
 }
@@ -300,7 +300,7 @@ impl Names {
         self.ids.insert(v, i);
         i
     }
-    fn value(&self, v: u32) -> String {
+    pub(crate) fn value(&self, v: u32) -> String {
         self.values.get(v as usize).map_or_else(|| "?".into(), |s| s.clone())
     }
     fn scalar(&mut self, s: &Scalar) -> u32 {
@@ -314,7 +314,7 @@ impl Names {
             version: kv.version,
         })
     }
-    fn kv(&mut self, r: &Request) -> KvOp {
+    pub(crate) fn kv(&mut self, r: &Request) -> KvOp {
         match r {
             Request::Get { answer, .. } => KvOp::Get(answer.as_ref().map(|a| (a.revision, self.seen(&a.kv)))),
             Request::Put { value, answer, .. } => KvOp::Put(self.id(format!("{value:?}")), answer.as_ref().map(|a| a.revision)),

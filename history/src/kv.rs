@@ -229,6 +229,17 @@ fn answered_at(op: &KvOp) -> Option<(i64, bool)> {
     }
 }
 
+/// Whether an operation of unknown outcome can still change the key after state `s`: a read
+/// never does, and a transaction guarded by a mod revision the key has moved past never will
+/// (revisions only grow).
+pub fn may_still_apply(s: &State, op: &KvOp) -> bool {
+    match *op {
+        KvOp::Get(_) => false,
+        KvOp::Txn { expect, .. } if expect > 0 => s.key.last().floor() <= expect,
+        KvOp::Txn { .. } | KvOp::Put(..) | KvOp::Delete(_) => true,
+    }
+}
+
 impl Model for Kv {
     type State = State;
     type Op = KvOp;

@@ -9,14 +9,18 @@
 //! - [`kv`] and [`register`]: the models.
 //! - [`check`](check()): the whole check — etcd's revisions against real time, then one search per
 //!   key and epoch.
+//! - [`incremental`]: the same verdict for a history that grows, judging only what is new
+//!   since the last check.
 //!
 //! Architecture invariant: this crate never does IO.
 
 pub mod check;
 pub mod format;
+pub mod incremental;
 pub mod kv;
 pub mod register;
 pub mod search;
 
 pub use check::{check, describe, Finding, FindingKind, Report, Verdict, DEFAULT_BOUND};
 pub use format::{History, ModelKind, Operation, ParseError, Request};
+pub use incremental::Incremental;

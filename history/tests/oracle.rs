@@ -408,3 +408,76 @@ fn kv_op(r: &Request, names: &mut std::collections::HashMap<String, u32>) -> sha
         _ => unreachable!(),
     }
 }
+
+/// `h` as it grows: each operation ends at its return instant (an unanswered one too); at
+/// `instants`, what a recorder holds — the operations ended so far, in the order they ended, and
+/// those in flight, unanswered — with the horizon (the earliest call in flight, or just after
+/// the instant).
+fn growth(h: &History, instants: &[u64]) -> Vec<(Vec<Operation>, Vec<Operation>, u64)> {
+    let end = |o: &Operation| o.ret.unwrap_or(o.call);
+    let mut by_end: Vec<&Operation> = h.ops.iter().collect();
+    by_end.sort_by_key(|o| end(o));
+    instants
+        .iter()
+        .map(|&t| {
+            let ended: Vec<Operation> = by_end.iter().filter(|o| end(o) <= t).map(|o| (*o).clone()).collect();
+            let in_flight: Vec<Operation> = h
+                .ops
+                .iter()
+                .filter(|o| o.call <= t && end(o) > t)
+                .map(|o| {
+                    let mut o = o.clone();
+                    o.ret = None;
+                    o.request = unanswered(&o.request);
+                    o
+                })
+                .collect();
+            let horizon = in_flight.iter().map(|o| o.call).min().unwrap_or(t + 1);
+            (ended, in_flight, horizon)
+        })
+        .collect()
+}
+
+fn unanswered(r: &Request) -> Request {
+    match r.clone() {
+        Request::Get { key, serializable, .. } => Request::Get { key, serializable, answer: None },
+        Request::Put { key, value, .. } => Request::Put { key, value, answer: None },
+        Request::Delete { key, .. } => Request::Delete { key, answer: None },
+        Request::Txn { key, if_mod_revision, then, .. } => Request::Txn { key, if_mod_revision, then, answer: None },
+        other => other,
+    }
+}
+
+fn class(v: &Verdict) -> &'static str {
+    match v {
+        Verdict::Linearizable => "linearizable",
+        Verdict::Violation { .. } => "violation",
+        Verdict::Undecided { .. } => "undecided",
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1500, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Checked as it grows, after each of a few random instants, a history gets at every
+    /// instant the verdict the whole check gives what was recorded by then; and no violation
+    /// the incremental checker finds is one the whole check overturns.
+    #[test]
+    fn incremental_checks_agree_with_the_whole_check(raw in prop::collection::vec(any::<(u8, u8, u8, u8, u8, u8)>(), 1..=24), picks in prop::collection::vec(any::<u16>(), 1..8)) {
+        let h = etcd_history(raw, 2);
+        let last = h.ops.iter().map(|o| o.ret.unwrap_or(o.call)).max().unwrap_or(0);
+        let mut instants: Vec<u64> = picks.iter().map(|p| u64::from(*p) % (last + 50)).collect();
+        instants.push(last);
+        instants.sort_unstable();
+        let mut inc = shakedown_history::Incremental::new(DEFAULT_BOUND);
+        for (ended, in_flight, horizon) in growth(&h, &instants) {
+            inc.feed(ended[inc.fed()..].iter().cloned());
+            let got = inc.check(&in_flight, horizon);
+            let mut all = ended.clone();
+            all.extend(in_flight.iter().cloned());
+            let whole = check(&History { model: ModelKind::Etcd, ops: all.clone() }, DEFAULT_BOUND);
+            prop_assert_eq!(class(&got.verdict), class(&whole.verdict), "{}\n{}", got.summary(), History { model: ModelKind::Etcd, ops: all }.to_jsonl());
+        }
+        prop_assert_eq!(inc.overturned(), 0, "{}", h.to_jsonl());
+    }
+}

@@ -8,7 +8,7 @@ mod durability;
 mod known;
 mod leaks;
 mod leases;
-mod linearizability;
+pub mod linearizability;
 mod members;
 mod membership;
 pub mod observation;
@@ -24,8 +24,8 @@ use shakedown_faults::{MemberId, Model};
 pub use durability::{expect_write, Expect};
 pub use observation::{
     Ack, Acked, ApiObservation, ApiServerReady, AppData, AppInventory, AppObservation, AppWorkload, Chunked, ChunkedLog, Durability,
-    Inventory, KubeInventory, Leader, LeaseRecord, Leases, ListedMember, LocalInventory, Marks, MemberStatus, Observation, Probe, Revoke,
-    ServingSample, Unknown, WatchEvent, WatchSession,
+    HistoryView, Inventory, KubeInventory, Leader, LeaseRecord, Leases, ListedMember, LocalInventory, Marks, MemberStatus, Observation,
+    Probe, Revoke, ServingSample, Unknown, WatchEvent, WatchSession,
 };
 
 /// The shortest quorum loss during a step that counts as a violation (milliseconds).

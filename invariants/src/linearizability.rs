@@ -11,7 +11,7 @@ pub(crate) fn linearizability(obs: &Observation) -> Verdict {
     };
     // An empty history was observed (no request has ended yet, as at bring-up): nothing
     // contradicts it. The run's history.jsonl shows how much was judged.
-    let report = shakedown_history::check(history, BOUND);
+    let report = history.check();
     match report.verdict {
         shakedown_history::Verdict::Linearizable => Verdict::Pass,
         // An answer already given cannot be taken back: waiting changes nothing.

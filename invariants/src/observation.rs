@@ -23,7 +23,7 @@ pub struct Observation {
     /// Every request of the workload's clients with its answer, for `linearizability` (`None`:
     /// the target records no history).
     #[serde(skip)]
-    pub history: Option<shakedown_history::History>,
+    pub history: Option<HistoryView>,
     /// The workload's leases and what etcd says of them (`None`: no lease workload, or not
     /// observed).
     #[serde(skip)]
@@ -484,6 +484,54 @@ impl Marks {
     }
 }
 
+/// The workload's history as one check sees it: the requests that ended, in the order they
+/// ended (a log shared with the recorder, not copied), and those still in flight, with the
+/// checker that remembers what earlier checks of the same log decided.
+#[derive(Debug, Clone)]
+pub struct HistoryView {
+    pub ended: Chunked<shakedown_history::Operation>,
+    /// Sent and not ended yet: no answer so far.
+    pub in_flight: Vec<shakedown_history::Operation>,
+    /// No request that ends after this view was taken was sent before this instant (µs): the
+    /// earliest call in flight, or the instant the view was taken.
+    pub horizon: u64,
+    /// The checker's memory. It only makes a check cheaper: the verdict is what the whole check
+    /// of `ended` and `in_flight` gives.
+    pub memo: std::sync::Arc<std::sync::Mutex<shakedown_history::Incremental>>,
+}
+
+impl HistoryView {
+    /// A view of a whole history given at once (no request in flight), with a memory of its own.
+    pub fn of(history: shakedown_history::History, bound: u64) -> HistoryView {
+        let horizon = history.ops.iter().map(|o| o.ret.unwrap_or(o.call)).max().map_or(0, |t| t + 1);
+        HistoryView {
+            ended: Chunked::from(history.ops),
+            in_flight: vec![],
+            horizon,
+            memo: std::sync::Arc::new(std::sync::Mutex::new(shakedown_history::Incremental::new(bound))),
+        }
+    }
+
+    /// The checker's report on this view: what was not judged by an earlier check of the same
+    /// log is judged now.
+    pub fn check(&self) -> shakedown_history::Report {
+        let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+        if memo.fed() > self.ended.len() {
+            // Another log than the one the memory holds: start again.
+            *memo = shakedown_history::Incremental::new(memo.bound());
+        }
+        let from = memo.fed();
+        memo.feed(self.ended.iter_from(from).cloned());
+        memo.check(&self.in_flight, self.horizon)
+    }
+}
+
+impl PartialEq for HistoryView {
+    fn eq(&self, other: &HistoryView) -> bool {
+        self.ended == other.ended && self.in_flight == other.in_flight && self.horizon == other.horizon
+    }
+}
+
 /// An append-only log kept in shared chunks: taking a snapshot for a check costs one pointer per
 /// [`Chunked::CHUNK`] entries plus the open chunk, not a copy of every entry (checks run every
 /// 50 ms on histories that grow for the whole run).
@@ -524,6 +572,16 @@ impl<T: Clone> Chunked<T> {
 
     pub fn iter(&self) -> impl Iterator<Item = &T> {
         self.chunks.iter().flat_map(|c| c.iter())
+    }
+
+    /// The entries from index `from` on, skipping whole chunks without walking them.
+    pub fn iter_from(&self, from: usize) -> impl Iterator<Item = &T> {
+        let mut skip = from;
+        self.chunks.iter().flat_map(move |c| {
+            let start = skip.min(c.len());
+            skip -= start;
+            c[start..].iter()
+        })
     }
 }
 

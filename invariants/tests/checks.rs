@@ -6,9 +6,9 @@ use shakedown_faults::{BackupId, MemberId, Model, Op, OutageMode, SiteId, Versio
 use shakedown_history::format::{ReadAnswer, Request, WriteAnswer};
 use shakedown_history::{History, ModelKind, Operation};
 use shakedown_invariants::{
-    all_serving, check_all, expect_write, Ack, ApiObservation, ApiServerReady, Durability, Expect, InvariantId, Inventory, Leader,
-    LeaseRecord, Leases, ListedMember, LocalInventory, Marks, MemberStatus, Observation, Probe, Revoke, ServingSample, Unknown, Verdict,
-    WatchEvent, WatchSession,
+    all_serving, check_all, expect_write, Ack, ApiObservation, ApiServerReady, Durability, Expect, HistoryView, InvariantId, Inventory,
+    Leader, LeaseRecord, Leases, ListedMember, LocalInventory, Marks, MemberStatus, Observation, Probe, Revoke, ServingSample, Unknown,
+    Verdict, WatchEvent, WatchSession,
 };
 
 fn model() -> Model {
@@ -68,10 +68,14 @@ fn healthy() -> Observation {
         samples_until_ms: 0,
         inventory: Some(Inventory::Local(inventory())),
         // The workload's one request: the put of k1 acknowledged at revision 5.
-        history: Some(History { model: ModelKind::Etcd, ops: vec![op(0, 0, 10, put("k1", "v1", 5))] }),
+        history: Some(view(vec![op(0, 0, 10, put("k1", "v1", 5))])),
         api: None,
         app: None,
     }
+}
+
+fn view(ops: Vec<Operation>) -> HistoryView {
+    HistoryView::of(History { model: ModelKind::Etcd, ops }, shakedown_invariants::linearizability::BOUND)
 }
 
 fn op(client: u64, call: u64, ret: u64, request: Request) -> Operation {
@@ -93,12 +97,14 @@ fn get(key: &str, revision: i64, kv: Option<(&str, i64)>) -> Request {
 fn linearizability_names_a_stale_read() {
     let mut o = healthy();
     assert_eq!(verdict(InvariantId::Linearizability, &model(), &o), Verdict::Pass);
-    let h = o.history.as_mut().unwrap();
-    h.ops.push(op(1, 20, 30, put("k1", "v2", 6)));
-    h.ops.push(op(2, 40, 50, get("k1", 6, Some(("v2", 6)))));
+    let mut ops = vec![op(0, 0, 10, put("k1", "v1", 5))];
+    ops.push(op(1, 20, 30, put("k1", "v2", 6)));
+    ops.push(op(2, 40, 50, get("k1", 6, Some(("v2", 6)))));
+    o.history = Some(view(ops.clone()));
     assert_eq!(verdict(InvariantId::Linearizability, &model(), &o), Verdict::Pass);
     // Client 3 reads v1 after v2 was acknowledged.
-    o.history.as_mut().unwrap().ops.push(op(3, 60, 70, get("k1", 5, Some(("v1", 5)))));
+    ops.push(op(3, 60, 70, get("k1", 5, Some(("v1", 5)))));
+    o.history = Some(view(ops));
     let Verdict::Definite(m) = verdict(InvariantId::Linearizability, &model(), &o) else { panic!("a definite violation") };
     assert!(m.contains("a stale read") && m.contains("op 3 (client 3") && m.contains("op 1 (client 1"), "{m}");
     o.history = None;
@@ -1136,4 +1142,34 @@ fn app_leaks_follow_the_model_partitions_and_the_operator_scale() {
     assert!(matches!(verdict(InvariantId::Leaks, &groups, &o), Verdict::Fail(msg) if msg.contains("partition-groups(pick 3) are missing")));
     groups.apply(&Op::PartitionGroupsHeal { pick: 3 }).unwrap();
     assert_eq!(verdict(InvariantId::Leaks, &groups, &o), Verdict::Pass);
+}
+
+/// Issue 28: checks of a growing log share the checker's memory (each judges what is new) and
+/// still see a stale read that only the newest request shows; a request in flight constrains
+/// nothing until it ends.
+#[test]
+fn linearizability_of_a_growing_history_judges_what_is_new() {
+    let memo =
+        std::sync::Arc::new(std::sync::Mutex::new(shakedown_history::Incremental::new(shakedown_invariants::linearizability::BOUND)));
+    let mut log = shakedown_invariants::ChunkedLog::default();
+    let mut o = healthy();
+    let mut check = |log: &shakedown_invariants::ChunkedLog<Operation>, in_flight: Vec<Operation>, horizon: u64| {
+        o.history = Some(HistoryView { ended: log.snapshot(), in_flight, horizon, memo: memo.clone() });
+        verdict(InvariantId::Linearizability, &model(), &o)
+    };
+    log.push(op(0, 0, 10, put("k1", "v1", 5)));
+    log.push(op(1, 20, 30, put("k1", "v2", 6)));
+    // Client 3's read is in flight: no answer yet.
+    let flying = Operation {
+        ret: None,
+        request: Request::Get { key: "k1".into(), serializable: false, answer: None },
+        ..op(3, 60, 0, put("k1", "", 0))
+    };
+    assert_eq!(check(&log, vec![flying], 60), Verdict::Pass);
+    assert_eq!(memo.lock().unwrap().fed(), 2, "the memory holds what ended");
+    // It ends with v1: stale.
+    log.push(op(3, 60, 70, get("k1", 5, Some(("v1", 5)))));
+    let Verdict::Definite(m) = check(&log, vec![], 71) else { panic!("a definite violation") };
+    assert!(m.contains("a stale read") && m.contains("op 2 (client 3"), "{m}");
+    assert_eq!(memo.lock().unwrap().overturned(), 0);
 }

@@ -9,11 +9,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use shakedown_history::format::Request;
-use shakedown_history::{History, ModelKind, Operation};
+use shakedown_history::{History, Incremental, ModelKind, Operation};
+use shakedown_invariants::observation::HistoryView;
+use shakedown_invariants::ChunkedLog;
 
 /// A request sent and not answered yet.
 pub(crate) struct Sent {
@@ -23,45 +25,79 @@ pub(crate) struct Sent {
     call: u64,
 }
 
+/// A read sent and not answered yet (see [`Requests::read_sent`]). Dropped without
+/// [`Requests::reads`] (the read failed), it is forgotten: with no answer it constrains nothing.
+pub(crate) struct ReadSent {
+    ticket: u64,
+    epoch: u32,
+    call: u64,
+    log: Arc<Mutex<Log>>,
+}
+
+impl Drop for ReadSent {
+    fn drop(&mut self) {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).reading.remove(&self.ticket);
+    }
+}
+
 #[derive(Default)]
 struct Log {
-    done: Vec<Operation>,
+    /// Ended, in the order they ended.
+    done: ChunkedLog<Operation>,
     in_flight: HashMap<u64, Operation>,
+    /// Reads sent and not answered: their calls (reads enter the history when answered).
+    reading: HashMap<u64, u64>,
+    /// Member ids (as the answers' headers give them) and the members' names.
+    members: HashMap<String, String>,
 }
 
 pub(crate) struct Requests {
     t0: Instant,
     epoch: AtomicU32,
     tickets: AtomicU64,
-    log: Mutex<Log>,
+    log: Arc<Mutex<Log>>,
+    /// The history checker's memory of this log, shared with every view of it.
+    memo: Arc<Mutex<Incremental>>,
 }
 
 impl Requests {
     pub(crate) fn new(t0: Instant) -> Requests {
-        Requests { t0, epoch: AtomicU32::new(0), tickets: AtomicU64::new(0), log: Mutex::default() }
+        Requests {
+            t0,
+            epoch: AtomicU32::new(0),
+            tickets: AtomicU64::new(0),
+            log: Arc::default(),
+            memo: Arc::new(Mutex::new(Incremental::new(shakedown_invariants::linearizability::BOUND))),
+        }
     }
 
     fn now_us(&self) -> u64 {
         self.t0.elapsed().as_micros() as u64
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// `client` is about to send `request` (its answer field is ignored until it is answered).
     pub(crate) fn send(&self, client: u64, request: Request) -> Sent {
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
         let epoch = self.epoch.load(Ordering::SeqCst);
+        let mut log = self.lock();
         let call = self.now_us();
         let op = Operation { client, member: None, epoch, call, ret: None, request };
-        self.log.lock().expect("requests lock").in_flight.insert(ticket, op);
+        log.in_flight.insert(ticket, op);
         Sent { ticket, client, epoch, call }
     }
 
     /// The request of `sent` ended: `answered` is the request with its answer filled in (or
-    /// left `None`: no answer), `member` who answered.
+    /// left `None`: no answer), `member` who answered (its id as the answer's header gives it).
     pub(crate) fn end(&self, sent: Sent, request: Request, member: Option<String>) {
-        let ret = self.now_us();
         let now = self.epoch.load(Ordering::SeqCst);
-        let mut log = self.log.lock().expect("requests lock");
+        let mut log = self.lock();
+        let ret = self.now_us();
         log.in_flight.remove(&sent.ticket);
+        let member = member.map(|m| log.members.get(&m).cloned().unwrap_or(m));
         let answered = request.answered();
         let op = Operation { client: sent.client, member, epoch: sent.epoch, call: sent.call, ret: answered.then_some(ret), request };
         if now == sent.epoch {
@@ -73,23 +109,31 @@ impl Requests {
         }
     }
 
-    /// The instant a read is sent, for [`Self::reads`].
-    pub(crate) fn read_sent(&self) -> (u32, u64) {
-        (self.epoch.load(Ordering::SeqCst), self.now_us())
+    /// A read is about to be sent, for [`Self::reads`].
+    pub(crate) fn read_sent(&self) -> ReadSent {
+        let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
+        let epoch = self.epoch.load(Ordering::SeqCst);
+        let mut log = self.lock();
+        let call = self.now_us();
+        log.reading.insert(ticket, call);
+        ReadSent { ticket, epoch, call, log: self.log.clone() }
     }
 
     /// A read sent at `sent` (from [`Self::read_sent`]) was answered: `gets` are its answers
     /// about single keys (a range read is one get per key it covers: each projection of an
     /// atomic read must be explained on its own). A read that spans a restore is dropped: with
     /// no answer it constrains nothing.
-    pub(crate) fn reads(&self, client: u64, sent: (u32, u64), member: Option<String>, gets: Vec<Request>) {
-        let (epoch, call) = sent;
-        if self.epoch.load(Ordering::SeqCst) != epoch {
+    pub(crate) fn reads(&self, client: u64, sent: ReadSent, member: Option<String>, gets: Vec<Request>) {
+        let mut log = self.lock();
+        log.reading.remove(&sent.ticket);
+        if self.epoch.load(Ordering::SeqCst) != sent.epoch {
             return;
         }
         let ret = Some(self.now_us());
-        let mut log = self.log.lock().expect("requests lock");
-        log.done.extend(gets.into_iter().map(|request| Operation { client, member: member.clone(), epoch, call, ret, request }));
+        let member = member.map(|m| log.members.get(&m).cloned().unwrap_or(m));
+        for request in gets {
+            log.done.push(Operation { client, member: member.clone(), epoch: sent.epoch, call: sent.call, ret, request });
+        }
     }
 
     /// The store is being replaced by a restore: requests from now on are answered by the
@@ -98,18 +142,44 @@ impl Requests {
         self.epoch.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// The members' names by their ids (hexadecimal, as the answers' headers give them): the
+    /// requests that end from now on name the member that answered.
+    pub(crate) fn name_members(&self, names: &HashMap<String, String>) {
+        let mut log = self.lock();
+        for (id, name) in names {
+            log.members.insert(id.clone(), name.clone());
+        }
+    }
+
     /// Every request so far: those ended, and those in flight (unknown outcome), in the epochs
-    /// they span.
+    /// they span; every member named.
     pub(crate) fn history(&self) -> History {
-        let now = self.epoch.load(Ordering::SeqCst);
-        let log = self.log.lock().expect("requests lock");
-        let mut ops = log.done.clone();
-        for op in log.in_flight.values() {
-            for epoch in op.epoch..=now {
-                ops.push(Operation { epoch, ..op.clone() });
+        let view = self.view();
+        let log = self.lock();
+        let mut ops: Vec<Operation> = view.ended.iter().chain(&view.in_flight).cloned().collect();
+        for op in &mut ops {
+            if let Some(name) = op.member.as_ref().and_then(|m| log.members.get(m)) {
+                op.member = Some(name.clone());
             }
         }
         History { model: ModelKind::Etcd, ops }
+    }
+
+    /// The history as a check sees it: the ended requests (shared, not copied), those in flight
+    /// in every epoch they span, and the horizon (no request that ends later was sent before
+    /// it).
+    pub(crate) fn view(&self) -> HistoryView {
+        let now = self.epoch.load(Ordering::SeqCst);
+        let log = self.lock();
+        let taken = self.now_us();
+        let mut in_flight = Vec::new();
+        for op in log.in_flight.values() {
+            for epoch in op.epoch..=now {
+                in_flight.push(Operation { epoch, ..op.clone() });
+            }
+        }
+        let horizon = in_flight.iter().map(|o| o.call).chain(log.reading.values().copied()).min().unwrap_or(taken).min(taken);
+        HistoryView { ended: log.done.snapshot(), in_flight, horizon, memo: self.memo.clone() }
     }
 }
 

@@ -99,9 +99,6 @@ pub struct LocalTarget {
     log: Vec<crate::targets::Note>,
     /// The control-plane stack's API: its workload and probes (`None`: the etcd stack).
     api: Option<api::LocalApi>,
-    /// etcd member ids (hex, as the history records who answered) and the member names they
-    /// had, from every member list seen.
-    member_names: std::collections::HashMap<String, String>,
 }
 
 impl LocalTarget {
@@ -141,7 +138,6 @@ impl LocalTarget {
             restores: 0,
             log: vec![],
             api,
-            member_names: std::collections::HashMap::new(),
         })
     }
 
@@ -174,15 +170,9 @@ where
 }
 
 impl LocalTarget {
-    /// The workload's history with member names for the ids seen in member lists.
+    /// The workload's history, with member names for the ids seen in member lists.
     fn history(&self) -> shakedown_history::History {
-        let mut h = self.workload.requests();
-        for op in &mut h.ops {
-            if let Some(name) = op.member.as_ref().and_then(|m| self.member_names.get(m)) {
-                op.member = Some(name.clone());
-            }
-        }
-        h
+        self.workload.requests()
     }
 
     /// Writes the run's history into the run directory (`history.jsonl`, checked by

@@ -232,14 +232,15 @@ impl LocalTarget {
         };
         let (list, (again, hashes), probes, durability, leases, inventory) =
             tokio::join!(member_list, consistency, probes, durability, leases, inventory);
-        for m in list.iter().flatten() {
-            if let (Some(id), false) = (m.id, m.name.is_empty()) {
-                self.member_names.insert(format!("{id:x}"), m.name.clone());
-            }
-        }
+        let names: std::collections::HashMap<String, String> = list
+            .iter()
+            .flatten()
+            .filter_map(|m| m.id.filter(|_| !m.name.is_empty()).map(|id| (format!("{id:x}"), m.name.clone())))
+            .collect();
+        self.workload.name_members(&names);
         obs.member_list = list;
         if wants(InvariantId::Linearizability) {
-            obs.history = Some(self.history());
+            obs.history = Some(self.workload.requests_view());
         }
         for (name, rev) in again {
             if let Some(m) = obs.members.iter_mut().find(|m| m.name == name) {

@@ -108,9 +108,19 @@ impl Workload {
         self.rec.history()
     }
 
-    /// Every request the clients sent and what it got: the run's history (`linearizability`).
+    /// Every request the clients sent and what it got: the run's history (`history.jsonl`).
     pub fn requests(&self) -> shakedown_history::History {
         self.rec.requests.history()
+    }
+
+    /// The history as a check sees it (`linearizability`), judged incrementally.
+    pub fn requests_view(&self) -> shakedown_invariants::HistoryView {
+        self.rec.requests.view()
+    }
+
+    /// Member ids (hexadecimal, as answers' headers give them) and the members' names.
+    pub fn name_members(&self, names: &std::collections::HashMap<String, String>) {
+        self.rec.requests.name_members(names);
     }
 
     /// The old store is gone and a restored one is about to serve: a new epoch of the history.
