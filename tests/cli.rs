@@ -749,6 +749,35 @@ fn check_history_judges_a_register_history_and_says_so_in_its_exit_code() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
 }
 
+/// Issue 28: a serializable read may lag the cluster, but must return the key's state at the
+/// revision it claims: one that claims revision 8 while showing revision 5's value is named.
+#[test]
+fn check_history_names_a_serializable_read_older_than_the_revision_it_claims() {
+    let d = dirs();
+    let etcd = "{\"format\":\"shakedown-history\",\"version\":1,\"model\":\"etcd\"}\n";
+    let writes = [
+        r#"{"client":0,"call":0,"return":10,"type":"put","key":"k","value":"a","answer":{"revision":5}}"#,
+        r#"{"client":0,"call":20,"return":30,"type":"put","key":"k","value":"b","answer":{"revision":8}}"#,
+    ]
+    .join("\n");
+    // Behind, but exactly revision 6's state: fine.
+    let lagging = format!(
+        "{etcd}{writes}\n{}\n",
+        r#"{"client":1,"member":"m2","call":40,"return":50,"type":"get","key":"k","serializable":true,"answer":{"revision":6,"kv":{"value":"a","mod_revision":5}}}"#
+    );
+    let out = bin().args(["check-history"]).arg(history_file(&d, "lagging.jsonl", &lagging)).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    let lying = format!(
+        "{etcd}{writes}\n{}\n",
+        r#"{"client":1,"member":"m2","call":40,"return":50,"type":"get","key":"k","serializable":true,"answer":{"revision":8,"kv":{"value":"a","mod_revision":5}}}"#
+    );
+    let out = bin().args(["check-history"]).arg(history_file(&d, "lying.jsonl", &lying)).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}{}", text(&out.stdout), text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.starts_with("VIOLATION serializable read: op 2 (client 1 via m2"), "{s}");
+    assert!(s.contains("the key was written again at revision 8") && s.contains("op 1 (client 0"), "names the write it missed: {s}");
+}
+
 #[test]
 fn check_history_of_a_bad_file_is_a_usage_error_naming_the_line() {
     let d = dirs();

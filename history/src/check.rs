@@ -8,6 +8,7 @@ use crate::format::{History, ModelKind, Operation, Request, Scalar, Then, TxnAns
 use crate::kv::{Kv, KvOp, Seen, State, TxnAnswer};
 use crate::register::{RegOp, Register};
 use crate::search::{linearizable, Search, Timed};
+use crate::serializable::{misread, KeyWrites};
 
 /// The search's default bound: steps per key and epoch.
 pub const DEFAULT_BOUND: u64 = 2_000_000;
@@ -49,6 +50,8 @@ pub enum FindingKind {
     RevisionOrder,
     /// Two writes acknowledged at the same revision.
     DuplicateRevision,
+    /// A serializable read whose answer is not the key's state at the revision it claims.
+    SerializableRead,
 }
 
 impl std::fmt::Display for FindingKind {
@@ -57,6 +60,7 @@ impl std::fmt::Display for FindingKind {
             FindingKind::NotLinearizable => "not linearizable",
             FindingKind::RevisionOrder => "revision order",
             FindingKind::DuplicateRevision => "duplicate revision",
+            FindingKind::SerializableRead => "serializable read",
         })
     }
 }
@@ -109,6 +113,7 @@ pub fn check(h: &History, bound: u64) -> Report {
     let mut findings = Vec::new();
     if h.model == ModelKind::Etcd {
         findings.extend(revision_order(h));
+        findings.extend(serializable_reads(h));
     }
     let mut names = Names::default();
     let mut steps = 0u64;
@@ -281,6 +286,33 @@ fn revision_order(h: &History) -> Vec<Finding> {
         }
     }
     findings
+}
+
+/// Every serializable read against its key's writes at the revision it claims.
+fn serializable_reads(h: &History) -> Vec<Finding> {
+    let mut writes: HashMap<(u32, &str), KeyWrites> = HashMap::new();
+    for (i, op) in h.ops.iter().enumerate() {
+        writes.entry((op.epoch, op.request.key())).or_default().add(i, op);
+    }
+    h.ops
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| matches!(op.request, Request::Get { serializable: true, answer: Some(_), .. }))
+        .filter_map(|(i, op)| {
+            let w = writes.get(&(op.epoch, op.request.key()))?;
+            misread(op, w, op.epoch == 0).map(|(why, j)| serializable_finding(h, i, &why, j))
+        })
+        .collect()
+}
+
+/// The finding for serializable read `i`, `why` its answer is wrong, `j` the write it contradicts.
+pub(crate) fn serializable_finding(h: &History, i: usize, why: &str, j: Option<usize>) -> Finding {
+    let against = j.map(|j| format!(": {}", describe(j, &h.ops[j]))).unwrap_or_default();
+    Finding {
+        kind: FindingKind::SerializableRead,
+        message: format!("{} is not the key's state at the revision it claims: {why}{against}", describe(i, &h.ops[i])),
+        ops: std::iter::once(i).chain(j).collect(),
+    }
 }
 
 /// Interned values.

@@ -19,6 +19,7 @@ use crate::check::{check, revision_of, Names, Report, Verdict};
 use crate::format::{History, ModelKind, Operation, Request};
 use crate::kv::{may_still_apply, Kv, KvOp, State};
 use crate::search::{linearizable, Model, Search, Timed};
+use crate::serializable::{misread, KeyWrites};
 
 /// Operations (pending and between two cuts) an enumeration of end states takes at most: the
 /// set placed is a bit mask.
@@ -58,6 +59,11 @@ struct Part {
     dirty: bool,
     /// The last check's outcome, while nothing changed.
     outcome: Outcome,
+    /// Every write of the key (for its serializable reads).
+    writes: KeyWrites,
+    /// Its serializable reads (indices of the fed requests): judged again whenever the key
+    /// changes, since a write acknowledged later may contradict them.
+    serializable: Vec<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +83,8 @@ impl Part {
             cut: 0,
             dirty: false,
             outcome: Outcome::Ok,
+            writes: KeyWrites::default(),
+            serializable: vec![],
         }
     }
 }
@@ -182,15 +190,18 @@ impl Incremental {
                 e.by_call.insert(at, (op.call, i));
                 self.fresh.push(i);
             }
-            if !matches!(op.request, Request::Get { serializable: true, .. }) {
+            let part = self.parts.entry((op.epoch, op.request.key().to_string())).or_insert_with(|| Part::new(op.epoch));
+            part.dirty = true;
+            part.writes.add(i, &op);
+            if matches!(op.request, Request::Get { serializable: true, .. }) {
+                part.serializable.push(i);
+            } else {
                 let item = Item { call: op.call, ret: op.ret.filter(|_| op.request.answered()), op: self.names.kv(&op.request) };
-                let part = self.parts.entry((op.epoch, op.request.key().to_string())).or_insert_with(|| Part::new(op.epoch));
                 if op.call <= part.cut && part.cut > 0 {
                     self.horizon_broken = true;
                 }
                 let at = part.tail.partition_point(|x| x.call <= item.call);
                 part.tail.insert(at, item);
-                part.dirty = true;
             }
             self.ops.push(op);
         }
@@ -205,11 +216,13 @@ impl Incremental {
         }
         self.revision_order();
         let mut flying: HashMap<(u32, &str), Vec<Item>> = HashMap::new();
+        let mut flying_ops: HashMap<(u32, &str), Vec<&Operation>> = HashMap::new();
         for op in in_flight {
             if matches!(op.request, Request::Get { serializable: true, .. }) {
                 continue;
             }
             flying.entry((op.epoch, op.request.key())).or_default().push(Item { call: op.call, ret: None, op: self.names.kv(&op.request) });
+            flying_ops.entry((op.epoch, op.request.key())).or_default().push(op);
         }
         let mut steps = 0u64;
         let mut violation = self.order_broken;
@@ -223,6 +236,22 @@ impl Incremental {
                     Outcome::Undecided => undecided.push(key.clone()),
                 }
                 continue;
+            }
+            if !part.serializable.is_empty() {
+                let with_flying;
+                let writes = match flying_ops.get(&(*epoch, key.as_str())) {
+                    Some(f) => {
+                        with_flying = part.writes.with_unknown(f.iter().copied());
+                        &with_flying
+                    }
+                    None => &part.writes,
+                };
+                if part.serializable.iter().any(|&i| misread(&self.ops[i], writes, *epoch == 0).is_some()) {
+                    part.outcome = Outcome::Violation;
+                    part.dirty = false;
+                    violation = true;
+                    continue;
+                }
             }
             if part.dirty {
                 if let Err(()) = advance(part, horizon, &mut steps) {

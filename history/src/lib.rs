@@ -9,6 +9,7 @@
 //! - [`kv`] and [`register`]: the models.
 //! - [`check`](check()): the whole check — etcd's revisions against real time, then one search per
 //!   key and epoch.
+//! - [`serializable`]: serializable reads against the state at the revision they claim.
 //! - [`incremental`]: the same verdict for a history that grows, judging only what is new
 //!   since the last check.
 //!
@@ -20,6 +21,7 @@ pub mod incremental;
 pub mod kv;
 pub mod register;
 pub mod search;
+pub mod serializable;
 
 pub use check::{check, describe, Finding, FindingKind, Report, Verdict, DEFAULT_BOUND};
 pub use format::{History, ModelKind, Operation, ParseError, Request};

@@ -74,8 +74,9 @@ shakedown_faults::registry! {
         /// consistent with real time: per key, etcd's semantics (values, mod and create
         /// revisions, versions, guarded transactions with both branches, requests of unknown
         /// outcome applied or not); across keys, no request sent after another was answered is
-        /// answered at a lower revision (a stale read). A search that runs out of its bound is a
-        /// failure, never a pass.
+        /// answered at a lower revision (a stale read); a serializable read (or a read at a
+        /// revision) returns exactly the key's state at the revision it claims. A search that
+        /// runs out of its bound is a failure, never a pass.
         Linearizability => "linearizability",
         /// Every request through the API load balancer succeeds whenever the model says the
         /// control plane is up; every apiserver of a machine that answers is ready (`/readyz`), and

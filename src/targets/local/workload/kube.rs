@@ -32,6 +32,11 @@ const KEYS_PER_LEASE: u32 = 8;
 const OWN_KEYS_PERCENT: u64 = 90;
 /// Page size of a paginated read.
 const PAGE: i64 = 100;
+/// Lists whose first page is a serializable read (answered by whichever member the endpoint
+/// picks, from its own store), and whose every page goes into the history: the checker judges
+/// each against the state at the revision it claims (the others record only their first page,
+/// which keeps the history about three gets per write).
+const SERIALIZABLE_LIST_PERCENT: u64 = 25;
 
 pub(super) fn object_prefix(prefix: &str) -> String {
     format!("{prefix}o/")
@@ -370,17 +375,21 @@ impl ObjectClient {
         self.own.clone()
     }
 
-    /// The keys of the keyspace a list's first page answered for (all of them, or those up to
-    /// its last key when there are more pages), each with what the page held for it.
-    fn first_page_gets(&self, page: &etcd_client::GetResponse, revision: i64) -> Vec<Request> {
+    /// The keys of the keyspace a list's page answered for (those after the previous page's
+    /// last key `after`, all the rest or those up to its own last key when there are more pages),
+    /// each with what the page held for it. `serializable`: the page is a read at `revision`
+    /// (a serializable first page, or a later page pinned to the first one's revision), judged
+    /// as the state at that revision rather than as a linearizable read.
+    fn page_gets(&self, page: &etcd_client::GetResponse, after: Option<&[u8]>, revision: i64, serializable: bool) -> Vec<Request> {
         let found: HashMap<&[u8], &etcd_client::KeyValue> = page.kvs().iter().map(|kv| (kv.key(), kv)).collect();
         let last = page.kvs().last().map(|kv| kv.key().to_vec());
         (0..self.cfg.keyspace)
             .map(|k| self.key(k))
+            .filter(|key| after.is_none_or(|a| key.as_bytes() > a))
             .filter(|key| !page.more() || last.as_deref().is_some_and(|l| key.as_bytes() <= l))
             .map(|key| {
                 let kv = found.get(key.as_bytes()).map(|kv| history_kv(kv));
-                Request::Get { key, serializable: false, answer: Some(ReadAnswer { revision, kv }) }
+                Request::Get { key, serializable, answer: Some(ReadAnswer { revision, kv }) }
             })
             .collect()
     }
@@ -403,16 +412,18 @@ impl ObjectClient {
         let mut last: Option<Vec<u8>> = None;
         // Planted bug serializable-reads: the list goes to the client's own member, which
         // answers from its own store.
-        let serializable = self.bugs.serializable_reads;
-        let mut own = if serializable { self.own_client().await } else { None };
-        if serializable && own.is_none() {
+        let planted = self.bugs.serializable_reads;
+        let mut own = if planted { self.own_client().await } else { None };
+        if planted && own.is_none() {
             return Outcome::Done;
         }
+        // Otherwise some lists start with an honest serializable read, recorded as one.
+        let honest = !planted && self.rng.below(100) < SERIALIZABLE_LIST_PERCENT;
         loop {
             let mut opts = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
             if pinned > 0 {
                 opts = opts.with_revision(pinned);
-            } else if serializable {
+            } else if planted || honest {
                 opts = opts.with_serializable();
             }
             let c = match own.as_mut() {
@@ -429,13 +440,15 @@ impl ObjectClient {
                     return Outcome::Reconnect;
                 }
             };
+            // Into the history, one get per key of the keyspace the page covers. The first page
+            // is a linearizable read (or a serializable one); later pages read the state at the
+            // first page's revision, which is what a serializable read is judged against too.
+            let member = page.header().map(|h| member_hex(h.member_id()));
             if pinned == 0 {
                 pinned = page.header().map_or(0, |h| h.revision());
-                // The first page is a linearizable read of every key up to its last: into the
-                // history, one get per key of the keyspace it covers. (Later pages read at the
-                // pinned revision, not the current one.)
-                let member = page.header().map(|h| member_hex(h.member_id()));
-                self.rec.requests.reads(u64::from(self.id), sent, member, self.first_page_gets(&page, pinned));
+                self.rec.requests.reads(u64::from(self.id), sent, member, self.page_gets(&page, None, pinned, honest));
+            } else if honest {
+                self.rec.requests.reads(u64::from(self.id), sent, member, self.page_gets(&page, last.as_deref(), pinned, true));
             }
             for kv in page.kvs() {
                 if last.as_deref().is_some_and(|l| kv.key() <= l) {
