@@ -135,8 +135,9 @@ async fn uncordon(client: &Client, run: &str, out: &mut Cleaned) {
 
 impl AppTarget {
     /// The run's teardown (idempotent): the data workload stopped, the run undone by
-    /// [`clean_up`] from its own record, then its ConfigMap deleted. Best effort: what could
-    /// not be undone is only logged (at debug).
+    /// [`clean_up`] from its own record, then its ConfigMap deleted — unless something could
+    /// not be undone: then the ConfigMap stays (it is what lets `reap --kube` find the run and
+    /// finish once this process is gone) and each leftover is a warning.
     pub(super) async fn teardown_run(&mut self) {
         if self.torn_down {
             return;
@@ -147,10 +148,18 @@ impl AppTarget {
         }
         let record = RunRecord::of(&self.spec.app_profile, self.operator_replicas);
         let cleaned = clean_up(&self.client, self.ns(), &self.run_id, &record).await;
-        for e in &cleaned.errors {
-            tracing::debug!("teardown: {e}");
+        let name = format!("shakedown-{}", self.run_id);
+        if !cleaned.errors.is_empty() {
+            for e in &cleaned.errors {
+                tracing::warn!("teardown could not undo: {e}");
+            }
+            tracing::warn!(
+                "teardown left ConfigMap {}/{name} in place so that `shakedown reap --kube` can finish the cleanup once this run has exited",
+                self.ns()
+            );
+            return;
         }
         let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), self.ns());
-        let _ = bounded("delete the run's ConfigMap", cms.delete(&format!("shakedown-{}", self.run_id), &DeleteParams::default())).await;
+        let _ = bounded("delete the run's ConfigMap", cms.delete(&name, &DeleteParams::default())).await;
     }
 }
