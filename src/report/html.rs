@@ -448,25 +448,13 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
         let links: Vec<String> = d.forensics.iter().map(|f| format!(r#"<a href="forensics/{0}">{0}</a>"#, esc(f))).collect();
         let _ = write!(h, "<p>forensics: {}</p>", links.join(" · "));
     }
-    let acked = writes.iter().filter(|w| w.ok).count();
     h.push_str("<h2>Workload</h2>");
-    let _ = write!(
-        h,
-        r#"<p class="legend">{} writes, {} acknowledged, {} failed · <span style="color:#1f5fa8">● median latency per interval</span><span style="color:#7aa6d8">│ maximum</span><span style="color:#c00">▪ failed writes</span><span style="color:#2a8a2a">— share acknowledged</span><span style="background:#f4a6a6">&nbsp;fault in effect&nbsp;</span></p>"#,
-        writes.len(),
-        acked,
-        writes.len() - acked
-    );
-    if !api.is_empty() {
-        let answered = api.iter().filter(|w| w.ok).count();
-        let _ = write!(
-            h,
-            r#"<p class="legend">Kubernetes API workload: {} requests, {answered} answered, {} failed · <span style="color:#7b3fa0">╌ share answered</span></p>"#,
-            api.len(),
-            api.len() - answered
-        );
+    if writes.is_empty() && api.is_empty() {
+        // Nothing to draw: an empty chart would read as a workload that wrote nothing.
+        h.push_str(r#"<p class="muted">no workload request was recorded in this run's events (this target records none, or the run ended before its first)</p>"#);
+    } else {
+        workload_section(&mut h, d, writes, api);
     }
-    h.push_str(&plot(d, writes, api));
     h.push_str("<h2>Timeline</h2><table><tr><th>step</th><th>at</th><th>op</th><th>op ms</th><th>checks ms</th><th>invariants</th><th>verdict</th></tr>");
     for (n, st) in &d.steps {
         let check = st.check.as_ref();
@@ -647,4 +635,26 @@ mod tests {
         );
         assert!(with.contains(">API requests<"), "{with}");
     }
+}
+
+/// The workload's legend and chart.
+fn workload_section(h: &mut String, d: &RunData, writes: &[Write], api: &[Write]) {
+    let acked = writes.iter().filter(|w| w.ok).count();
+    let _ = write!(
+        h,
+        r#"<p class="legend">{} writes, {} acknowledged, {} failed · <span style="color:#1f5fa8">● median latency per interval</span><span style="color:#7aa6d8">│ maximum</span><span style="color:#c00">▪ failed writes</span><span style="color:#2a8a2a">— share acknowledged</span><span style="background:#f4a6a6">&nbsp;fault in effect&nbsp;</span></p>"#,
+        writes.len(),
+        acked,
+        writes.len() - acked
+    );
+    if !api.is_empty() {
+        let answered = api.iter().filter(|w| w.ok).count();
+        let _ = write!(
+            h,
+            r#"<p class="legend">Kubernetes API workload: {} requests, {answered} answered, {} failed · <span style="color:#7b3fa0">╌ share answered</span></p>"#,
+            api.len(),
+            api.len() - answered
+        );
+    }
+    h.push_str(&plot(d, writes, api));
 }
