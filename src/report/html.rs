@@ -589,6 +589,28 @@ table{{border-collapse:collapse;font-size:13px}} td,th{{border-bottom:1px solid 
     h
 }
 
+/// The workload's legend and chart.
+fn workload_section(h: &mut String, d: &RunData, writes: &[Write], api: &[Write]) {
+    let acked = writes.iter().filter(|w| w.ok).count();
+    let _ = write!(
+        h,
+        r#"<p class="legend">{} writes, {} acknowledged, {} failed · <span style="color:#1f5fa8">● median latency per interval</span><span style="color:#7aa6d8">│ maximum</span><span style="color:#c00">▪ failed writes</span><span style="color:#2a8a2a">— share acknowledged</span><span style="background:#f4a6a6">&nbsp;fault in effect&nbsp;</span></p>"#,
+        writes.len(),
+        acked,
+        writes.len() - acked
+    );
+    if !api.is_empty() {
+        let answered = api.iter().filter(|w| w.ok).count();
+        let _ = write!(
+            h,
+            r#"<p class="legend">Kubernetes API workload: {} requests, {answered} answered, {} failed · <span style="color:#7b3fa0">╌ share answered</span></p>"#,
+            api.len(),
+            api.len() - answered
+        );
+    }
+    h.push_str(&plot(d, writes, api));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -635,26 +657,4 @@ mod tests {
         );
         assert!(with.contains(">API requests<"), "{with}");
     }
-}
-
-/// The workload's legend and chart.
-fn workload_section(h: &mut String, d: &RunData, writes: &[Write], api: &[Write]) {
-    let acked = writes.iter().filter(|w| w.ok).count();
-    let _ = write!(
-        h,
-        r#"<p class="legend">{} writes, {} acknowledged, {} failed · <span style="color:#1f5fa8">● median latency per interval</span><span style="color:#7aa6d8">│ maximum</span><span style="color:#c00">▪ failed writes</span><span style="color:#2a8a2a">— share acknowledged</span><span style="background:#f4a6a6">&nbsp;fault in effect&nbsp;</span></p>"#,
-        writes.len(),
-        acked,
-        writes.len() - acked
-    );
-    if !api.is_empty() {
-        let answered = api.iter().filter(|w| w.ok).count();
-        let _ = write!(
-            h,
-            r#"<p class="legend">Kubernetes API workload: {} requests, {answered} answered, {} failed · <span style="color:#7b3fa0">╌ share answered</span></p>"#,
-            api.len(),
-            api.len() - answered
-        );
-    }
-    h.push_str(&plot(d, writes, api));
 }

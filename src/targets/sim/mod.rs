@@ -7,7 +7,7 @@
 //! It is a stack that does exactly what the model says — members answer when the model says they
 //! answer, one leader when quorum holds, every acknowledged write readable, backups and restores
 //! bringing back what they held — unless a test switches on a misbehaviour ([`SimBug`]): a
-//! write it acknowledged dropped, a member serving a stale store, slow convergence, a check that
+//! write it acknowledged dropped, a stale read, a member serving a stale store, slow convergence, a check that
 //! never converges, an op that fails, a panic, a missing observation.
 //!
 //! It says nothing about a real stack: every real target is still tested against its real
@@ -20,7 +20,12 @@ use std::path::PathBuf;
 
 use serde_json::json;
 use shakedown_faults::{Answers, BackupId, Model, Op, OpKind};
-use shakedown_invariants::{Ack, Durability, InvariantId, Leader, ListedMember, Marks, MemberStatus, Observation, Probe};
+use shakedown_history::format::{Kv as HistoryKv, ReadAnswer, Request, WriteAnswer};
+use shakedown_history::{Incremental, Operation};
+use shakedown_invariants::{
+    Ack, ChunkedLog, Durability, HistoryView, InvariantId, Leader, ListedMember, Marks, MemberStatus, Observation, Probe,
+};
+use std::sync::{Arc, Mutex};
 
 pub use spec::{SimBug, SimBugKind, SimOptions, SimSpec, Trigger};
 
@@ -39,11 +44,38 @@ pub const SLOW_OP: std::time::Duration = std::time::Duration::from_millis(300);
 /// The keys the simulated workload writes (round robin), so later writes overwrite earlier ones.
 const KEYS: usize = 5;
 
-/// One store state: key → value, and the revision it is at.
+/// One store state: key → value, the revisions that wrote them, and the revision it is at.
 #[derive(Debug, Clone, Default)]
 struct Store {
     kv: BTreeMap<String, String>,
+    mods: BTreeMap<String, i64>,
     revision: i64,
+}
+
+/// The simulated workload's requests, for `linearizability`: its writes and the reads of every
+/// key at each observation, on a logical clock (10 µs per event), one epoch per restore.
+struct Requests {
+    log: ChunkedLog<Operation>,
+    memo: Arc<Mutex<Incremental>>,
+    clock: u64,
+    epoch: u32,
+}
+
+impl Requests {
+    fn tick(&mut self) -> u64 {
+        self.clock += 10;
+        self.clock
+    }
+
+    fn push(&mut self, request: Request) {
+        let call = self.tick();
+        let ret = self.tick();
+        self.log.push(Operation { client: 0, member: None, epoch: self.epoch, call, ret: Some(ret), request });
+    }
+
+    fn view(&self) -> HistoryView {
+        HistoryView { ended: self.log.snapshot(), in_flight: vec![], horizon: self.clock + 1, memo: self.memo.clone() }
+    }
 }
 
 /// The simulated stack.
@@ -73,6 +105,9 @@ pub struct SimTarget {
     dead_endpoint: bool,
     /// `late-leaderless` fired at the current step.
     leaderless: bool,
+    /// `stale-read` fired: the key last written and what it held before (value, mod revision).
+    stale_read: Option<(String, Option<(String, i64)>)>,
+    requests: Requests,
 }
 
 impl SimTarget {
@@ -80,7 +115,8 @@ impl SimTarget {
         let mut t = SimTarget {
             spec: spec.clone(),
             model: ctx.model.clone(),
-            store: Store::default(),
+            // An empty etcd store is at revision 1: its first write takes 2.
+            store: Store { revision: 1, ..Store::default() },
             acked: vec![],
             marks: Marks::default(),
             backups: BTreeMap::new(),
@@ -94,6 +130,13 @@ impl SimTarget {
             blind: false,
             dead_endpoint: false,
             leaderless: false,
+            stale_read: None,
+            requests: Requests {
+                log: ChunkedLog::default(),
+                memo: Arc::new(Mutex::new(Incremental::new(shakedown_invariants::linearizability::BOUND))),
+                clock: 0,
+                epoch: 0,
+            },
         };
         // The workload's first write, before the bring-up check.
         t.write();
@@ -112,6 +155,9 @@ impl SimTarget {
         let value = format!("v{}", self.writes);
         self.store.revision += 1;
         self.store.kv.insert(key.clone(), value.clone());
+        self.store.mods.insert(key.clone(), self.store.revision);
+        let revision = self.store.revision;
+        self.requests.push(Request::Put { key: key.clone(), value: value.clone(), answer: Some(WriteAnswer { revision }) });
         let start = self.acked.len();
         self.acked.push(Ack::put(key, value, self.store.revision, start));
         self.writes += 1;
@@ -165,12 +211,12 @@ impl Target for SimTarget {
             | InvariantId::Quorum
             | InvariantId::Consistency
             | InvariantId::Reachability
-            | InvariantId::Durability => Coverage::Checked,
+            | InvariantId::Durability
+            | InvariantId::Linearizability => Coverage::Checked,
             InvariantId::Leaks => Coverage::Unchecked("the simulated stack holds no resources of its own".into()),
             InvariantId::Watch | InvariantId::Leases => {
                 Coverage::Unchecked("the simulated workload runs no watches and grants no leases".into())
             }
-            InvariantId::Linearizability => Coverage::Unchecked("the simulated workload records no request history yet".into()),
             InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch => {
                 Coverage::Unchecked("the simulated stack has no Kubernetes API".into())
             }
@@ -227,6 +273,7 @@ impl Target for SimTarget {
                 SimBugKind::OpFails => return Err(TargetError::Stack(format!("{op}: the sim bug op-fails made it fail"))),
                 SimBugKind::EnvError => return Err(TargetError::Environment(format!("{op}: the sim bug env-error"))),
                 SimBugKind::LoseWrite
+                | SimBugKind::StaleRead
                 | SimBugKind::StaleMember
                 | SimBugKind::SlowConverge
                 | SimBugKind::NeverConverge
@@ -249,6 +296,7 @@ impl Target for SimTarget {
                 let store = self.backups.get(&backup).cloned().ok_or_else(|| TargetError::Stack(format!("no backup {backup}")))?;
                 self.marks.restore_begins(backup, self.acked.len());
                 self.store = store;
+                self.requests.epoch += 1;
                 self.marks.restore_ends(self.acked.len());
             }
             Op::Crash { .. }
@@ -284,6 +332,14 @@ impl Target for SimTarget {
                 SimBugKind::LoseWrite => {
                     if let Some(last) = self.acked.last() {
                         self.store.kv.remove(&last.key);
+                        self.store.mods.remove(&last.key);
+                    }
+                }
+                SimBugKind::StaleRead => {
+                    // The last write's key, and what the write before it left there.
+                    if let Some(last) = self.acked.last() {
+                        let before = self.acked.iter().rev().skip(1).find(|a| a.key == last.key);
+                        self.stale_read = Some((last.key.clone(), before.map(|a| (a.value.clone().unwrap_or_default(), a.revision))));
                     }
                 }
                 SimBugKind::StaleMember => self.stale = self.answering_member().map(|m| (m, self.store.revision)),
@@ -360,7 +416,23 @@ impl Target for SimTarget {
             list_anomalies: vec![],
             read_sent_at: Some(self.acked.len()),
         });
-        Observation { members, member_list, probes, durability, quorum_throughout: true, ..Default::default() }
+        // While the service is up the workload reads every key back: into the history, one get
+        // per key. The history is observed either way (it holds the writes).
+        if up && !self.blind {
+            for k in 0..KEYS {
+                let key = format!("k{k}");
+                let mut kv = self.store.kv.get(&key).map(|v| (v.clone(), self.store.mods.get(&key).copied().unwrap_or(0)));
+                if let Some((stale, before)) = &self.stale_read {
+                    if *stale == key {
+                        kv = before.clone();
+                    }
+                }
+                let kv = kv.map(|(value, mod_revision)| HistoryKv { value, mod_revision, create_revision: None, version: None });
+                self.requests.push(Request::Get { key, serializable: false, answer: Some(ReadAnswer { revision: rev, kv }) });
+            }
+        }
+        let history = wants(InvariantId::Linearizability).then(|| self.requests.view());
+        Observation { members, member_list, probes, durability, history, quorum_throughout: true, ..Default::default() }
     }
 
     fn log_files(&self) -> Vec<(String, PathBuf)> {

@@ -14,6 +14,10 @@ shakedown_faults::registry! {
     pub enum SimBugKind: "sim bug" {
         /// The store drops the last write it acknowledged in the step (`durability`, definite).
         LoseWrite => "lose-write",
+        /// From this op on, the workload's reads of the key last written answer the value it
+        /// held before that write, at the current revision: a stale read only the history shows
+        /// (`linearizability`, definite; the store and the read-back are right).
+        StaleRead => "stale-read",
         /// A member serves the store as it was before the step's writes while reporting the same
         /// applied index as the others (`consistency`, definite).
         StaleMember => "stale-member",
@@ -144,7 +148,7 @@ impl SimSpec {
 pub struct SimOptions {
     /// sim target (shakedown's own tests): switch on a misbehaviour of the simulated stack,
     /// BUG@N (the N-th op executed) or BUG@OP-KIND (every op of that kind); BUG is one of
-    /// lose-write, stale-member, slow-converge, never-converge, dead-endpoint, late-leaderless,
+    /// lose-write, stale-read, stale-member, slow-converge, never-converge, dead-endpoint, late-leaderless,
     /// op-fails, env-error, panic, unobserved, unsupported, quiet, slow-op (repeatable).
     #[arg(long = "sim-bug", value_name = "BUG@WHEN")]
     pub sim_bug: Vec<SimBug>,
