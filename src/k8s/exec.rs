@@ -13,7 +13,10 @@ use tokio::io::AsyncReadExt;
 /// What a command in a pod ended with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecOutput {
-    /// The exit code (0 when the API reported success; 1 when it reported a failure without one).
+    /// The exit code (0 when the API reported success). A stream that closed without any status,
+    /// or a failure the API reported without an exit code, is an error, not an exit code: the
+    /// command did not run to its end, and an empty answer read as its own would be a false
+    /// finding.
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
@@ -49,16 +52,28 @@ pub async fn exec(
             None => None,
         };
         let _ = attached.join().await;
-        let code = match status {
-            Some(s) if s.status.as_deref() == Some("Success") => 0,
-            Some(s) => s
-                .details
-                .and_then(|d| d.causes)
-                .and_then(|c| c.into_iter().find(|c| c.reason.as_deref() == Some("ExitCode")))
-                .and_then(|c| c.message)
-                .and_then(|m| m.parse().ok())
-                .unwrap_or(1),
-            None => 0,
+        let Some(status) = status else {
+            return Err(format!(
+                "{what}: the stream closed without an exit status (the container went away, or the connection was cut): its outcome is unknown"
+            ));
+        };
+        if status.status.as_deref() == Some("Success") {
+            return Ok(ExecOutput { code: 0, stdout: out, stderr: err });
+        }
+        let exit_code = status
+            .details
+            .as_ref()
+            .and_then(|d| d.causes.as_ref())
+            .and_then(|c| c.iter().find(|c| c.reason.as_deref() == Some("ExitCode")))
+            .and_then(|c| c.message.as_ref())
+            .and_then(|m| m.parse().ok());
+        // A failure without an exit code: the command did not run to an end (no such container,
+        // the container going away) — not the command's answer.
+        let Some(code) = exit_code else {
+            return Err(format!(
+                "{what}: the API reported a failure without an exit code ({}): the command's outcome is unknown",
+                status.message.as_deref().or(status.reason.as_deref()).unwrap_or("no message")
+            ));
         };
         Ok(ExecOutput { code, stdout: out, stderr: err })
     };
