@@ -133,6 +133,11 @@ fn a_stale_read_is_caught_by_linearizability_alone_replayed_and_shrunk() {
     let rec = SeedRecord::load(&records[0]).unwrap();
     assert_eq!(rec.plan.ops[rec.failure.step - 1].kind().to_string(), "crash", "caught at the crash: {:?}", rec.failure);
     assert!(rec.failure.also.is_empty(), "durability and the rest saw nothing: {:?}", rec.failure.also);
+    // The report draws the requests that cannot be ordered, from the run's history.jsonl.
+    let run_dir = only_run_dir(&d.runs);
+    assert!(run_dir.join("history.jsonl").is_file());
+    let html = std::fs::read_to_string(run_dir.join("report.html")).unwrap();
+    assert!(html.contains("<h2>The requests that cannot be ordered</h2>") && html.contains("#e66"), "{html}");
 
     let f = records[0].to_str().unwrap();
     let out = run(&["replay", f], &d);

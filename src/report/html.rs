@@ -59,7 +59,32 @@ pub fn run_report(run_dir: &Path) -> Result<String, String> {
     let writes = read_writes(&run_dir.join("workload.csv"));
     // The Kubernetes API workload's requests (the control-plane stack, the kube target's [api]).
     let api = read_writes(&run_dir.join("api-workload.csv"));
-    Ok(render(&data, &writes, &api))
+    let mut html = render(&data, &writes, &api);
+    if let Some(section) = history_window(&data, run_dir) {
+        // After the failure's own paragraph: before the workload section.
+        if let Some(at) = html.find("<h2>Workload</h2>") {
+            html.insert_str(at, &section);
+        }
+    }
+    Ok(html)
+}
+
+/// For a run that failed `linearizability`, the requests that cannot be ordered, drawn from the
+/// run's `history.jsonl` (checked again whole: the finding the run stopped at, or the first one).
+fn history_window(d: &RunData, run_dir: &Path) -> Option<String> {
+    let (inv, _) = d.failure.as_ref()?;
+    if inv != "linearizability" {
+        return None;
+    }
+    let text = std::fs::read_to_string(run_dir.join("history.jsonl")).ok()?;
+    let h = crate::history::History::parse(&text).ok()?;
+    let report = crate::history::check(&h, crate::history::DEFAULT_BOUND);
+    let crate::history::Verdict::Violation { first, .. } = &report.verdict else { return None };
+    let svg = super::window::svg(&h, first)?;
+    Some(format!(
+        r#"<h2>The requests that cannot be ordered</h2><p class="legend">clients as rows, each request a bar from its call to its answer (dashed: no answer) · <span style="background:#e66">&nbsp;the one no order can place&nbsp;</span> <span style="background:#f4b860">&nbsp;the others the finding names&nbsp;</span> <span style="background:#cfd8e3">&nbsp;the same key's other requests&nbsp;</span> · hover a bar for the request</p>{svg}<p class="muted">{}</p>"#,
+        esc(&report.summary())
+    ))
 }
 
 fn read_run(dir: &Path) -> Result<RunData, String> {

@@ -3,6 +3,7 @@
 //! `workload.csv`, `plan.toml`), so a report can be rebuilt later from the files alone.
 
 pub mod html;
+pub mod window;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -11,7 +11,7 @@
 //! never converges, an op that fails, a panic, a missing observation.
 //!
 //! It says nothing about a real stack: every real target is still tested against its real
-//! components.
+//! components. Its one IO is what every run writes: `history.jsonl` at teardown.
 
 mod spec;
 
@@ -108,6 +108,8 @@ pub struct SimTarget {
     /// `stale-read` fired: the key last written and what it held before (value, mod revision).
     stale_read: Option<(String, Option<(String, i64)>)>,
     requests: Requests,
+    /// Where the history goes at teardown (`history.jsonl`, as every run writes it).
+    run_dir: PathBuf,
 }
 
 impl SimTarget {
@@ -137,6 +139,7 @@ impl SimTarget {
                 clock: 0,
                 epoch: 0,
             },
+            run_dir: ctx.run_dir.to_path_buf(),
         };
         // The workload's first write, before the bring-up check.
         t.write();
@@ -444,5 +447,14 @@ impl Target for SimTarget {
     }
 
     /// Nothing to tear down: the stack is this value.
-    async fn teardown(&mut self) {}
+    async fn teardown(&mut self) {
+        let h = shakedown_history::History {
+            model: shakedown_history::ModelKind::Etcd,
+            ops: self.requests.log.snapshot().iter().cloned().collect(),
+        };
+        let path = self.run_dir.join("history.jsonl");
+        if let Err(e) = std::fs::write(&path, h.to_jsonl()) {
+            tracing::warn!("cannot write the history to {}: {e}", path.display());
+        }
+    }
 }
