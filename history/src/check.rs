@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::format::{History, ModelKind, Operation, Request, Scalar, Then, TxnAnswer as TxnA};
-use crate::kv::{Kv, KvOp, Seen, State, TxnAnswer};
+use crate::kv::{answered_at, Kv, KvOp, Seen, State, TxnAnswer};
 use crate::register::{RegOp, Register};
 use crate::search::{linearizable, Search, Timed};
 use crate::serializable::{misread, KeyWrites};
@@ -208,18 +208,31 @@ fn overlaps(a: &Operation, b: &Operation) -> bool {
 }
 
 /// A request's revision for the order check: the write's own revision, or the header
-/// revision a read (or a refused transaction) was answered at.
+/// revision a read (or a refused transaction) was answered at; the model's rule
+/// ([`answered_at`]), serializable reads left out (they are not held to real time).
 pub(crate) fn revision_of(op: &Operation) -> Option<(i64, bool)> {
-    match &op.request {
-        Request::Get { serializable: false, answer: Some(a), .. } => Some((a.revision, false)),
-        Request::Put { answer: Some(a), .. } => Some((a.revision, true)),
-        Request::Delete { answer: Some(a), .. } => Some((a.revision, a.deleted > 0)),
-        Request::Txn { answer: Some(a), then, if_mod_revision, .. } => {
-            let writes = a.succeeded && !(matches!(then, Then::Delete) && *if_mod_revision == 0);
-            Some((a.revision, writes))
-        }
-        _ => None,
-    }
+    // The request's shape in the model's terms; values do not matter here.
+    let shape = match &op.request {
+        Request::Get { serializable: true, .. } | Request::Read { .. } | Request::Write { .. } | Request::Cas { .. } => return None,
+        Request::Get { answer, .. } => KvOp::Get(answer.as_ref().map(|a| (a.revision, None))),
+        Request::Put { answer, .. } => KvOp::Put(0, answer.as_ref().map(|a| a.revision)),
+        Request::Delete { answer, .. } => KvOp::Delete(answer.as_ref().map(|a| (a.revision, a.deleted))),
+        Request::Txn { if_mod_revision, then, answer, .. } => KvOp::Txn {
+            expect: *if_mod_revision,
+            then: match then {
+                Then::Put(_) => Some(0),
+                Then::Delete => None,
+            },
+            answer: answer.as_ref().map(|a| {
+                if a.succeeded {
+                    TxnAnswer::Succeeded { revision: a.revision }
+                } else {
+                    TxnAnswer::Failed { revision: a.revision, kv: None }
+                }
+            }),
+        },
+    };
+    answered_at(&shape)
 }
 
 /// etcd's revisions against real time, per epoch: a request sent after another was answered is

@@ -217,7 +217,7 @@ impl State {
 }
 
 /// The revision an answer was given at, and whether the operation wrote at it.
-fn answered_at(op: &KvOp) -> Option<(i64, bool)> {
+pub(crate) fn answered_at(op: &KvOp) -> Option<(i64, bool)> {
     match *op {
         KvOp::Get(a) => a.map(|(rev, _)| (rev, false)),
         KvOp::Put(_, rev) => rev.map(|r| (r, true)),
