@@ -282,7 +282,7 @@ impl History {
         let mut ops = Vec::new();
         for (i, line) in lines {
             let op: Operation = serde_json::from_str(line).map_err(|e| ParseError::Operation { line: i + 1, error: e.to_string() })?;
-            strict(line, &op).map_err(|error| ParseError::Operation { line: i + 1, error })?;
+            strict(i + 1, line, &op)?;
             if op.request.model() != header.model {
                 return Err(ParseError::WrongModel { line: i + 1, found: op.request.model(), model: header.model });
             }
@@ -310,18 +310,19 @@ impl History {
 /// and a misspelt `answer` read as "no answer". The line's fields must be the operation's own
 /// (those left out when written at their default aside), and `answer` must be there, `null`
 /// when the outcome is unknown.
-fn strict(line: &str, op: &Operation) -> Result<(), String> {
-    let given: serde_json::Map<String, serde_json::Value> = serde_json::from_str(line).map_err(|e| e.to_string())?;
-    let known = match serde_json::to_value(op).map_err(|e| e.to_string())? {
+fn strict(n: usize, line: &str, op: &Operation) -> Result<(), ParseError> {
+    let refuse = |error: String| ParseError::Operation { line: n, error };
+    let given: serde_json::Map<String, serde_json::Value> = serde_json::from_str(line).map_err(|e| refuse(e.to_string()))?;
+    let known = match serde_json::to_value(op).map_err(|e| refuse(e.to_string()))? {
         serde_json::Value::Object(m) => m,
-        _ => return Err("an operation is an object".into()),
+        _ => return Err(refuse("an operation is an object".into())),
     };
     let optional = ["member", "epoch", "serializable", "key"];
     if let Some(unknown) = given.keys().find(|k| !known.contains_key(*k) && !optional.contains(&k.as_str())) {
-        return Err(format!("unknown field `{unknown}`"));
+        return Err(refuse(format!("unknown field `{unknown}`")));
     }
     if !given.contains_key("answer") {
-        return Err("missing field `answer` (null when the request got no answer)".into());
+        return Err(refuse("missing field `answer` (null when the request got no answer)".into()));
     }
     Ok(())
 }

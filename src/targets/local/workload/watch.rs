@@ -68,7 +68,7 @@ pub(super) async fn run(
         };
         if next == 0 {
             let start_ack = rec.position();
-            let Ok(now) = current_revision(&mut c, &prefix, timeout).await else {
+            let Some(now) = current_revision(&mut c, &prefix, timeout).await else {
                 pause(RECONNECT_PAUSE, &mut stopped).await;
                 continue;
             };
@@ -84,7 +84,7 @@ pub(super) async fn run(
             if resume_from_now {
                 // Planted bug: the informer resumes from "now", skipping what happened while
                 // its stream was down.
-                if let Ok(now) = current_revision(&mut c, &prefix, timeout).await {
+                if let Some(now) = current_revision(&mut c, &prefix, timeout).await {
                     next = now + 1;
                 }
             }
@@ -142,8 +142,9 @@ pub(super) async fn run(
     }
 }
 
-/// The store's current revision, from a linearizable read of one key of the range.
-async fn current_revision(c: &mut Client, prefix: &str, timeout: Duration) -> Result<i64, String> {
-    let r = bounded("revision", timeout, c.get(prefix, Some(GetOptions::new().with_prefix().with_count_only()))).await?;
-    r.header().map(|h| h.revision()).ok_or_else(|| "no header".to_string())
+/// The store's current revision, from a linearizable read of one key of the range (`None`: no
+/// answer, or one without a header; the caller tries again later).
+async fn current_revision(c: &mut Client, prefix: &str, timeout: Duration) -> Option<i64> {
+    let r = bounded("revision", timeout, c.get(prefix, Some(GetOptions::new().with_prefix().with_count_only()))).await.ok()?;
+    r.header().map(|h| h.revision())
 }
