@@ -69,7 +69,7 @@ impl AppTarget {
 
     /// The API of a custom resource kind (its plural from discovery).
     async fn resource_api(&self, r: &ResourceOp, section: &str) -> Result<Api<DynamicObject>, TargetError> {
-        let (api_version, kind) = r.kind(section).map_err(TargetError::Environment)?;
+        let (api_version, kind) = r.kind(section).map_err(|e| TargetError::Environment(e.to_string()))?;
         let gvk = format!("{api_version}/{kind}");
         let discovered = resource_api_of(&self.client, self.ns(), &gvk);
         tokio::time::timeout(REQUEST_BOUND, discovered)
