@@ -128,7 +128,7 @@ impl AppTarget {
         let what = format!("{} {}/{}", o.kind, self.ns(), o.name);
         let api = match resource_api_of(&self.client, self.ns(), &format!("{}/{}", o.api_version, o.kind)).await {
             Ok(api) => api,
-            Err(e) => return Some(e),
+            Err(e) => return Some(e.to_string()),
         };
         match bounded(&what, api.get_opt(&o.name)).await {
             Err(e) => Some(e.to_string()),
