@@ -270,9 +270,18 @@ impl EventLog {
 }
 
 /// Reads an event log: every line that parses, in order (torn lines and unknown kinds skipped).
-pub fn read(path: &Path) -> Result<Vec<Line>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+pub fn read(path: &Path) -> Result<Vec<Line>, EventsError> {
+    let text = std::fs::read_to_string(path).map_err(|source| EventsError { path: path.to_path_buf(), source })?;
     Ok(parse(&text))
+}
+
+/// An event log that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {}: {source}", path.display())]
+pub struct EventsError {
+    pub path: std::path::PathBuf,
+    #[source]
+    pub source: std::io::Error,
 }
 
 /// The lines of an event log's text that parse.

@@ -265,11 +265,11 @@ impl SeedRecord {
         Self::parse(&text).map_err(|e| Fatal::usage(format!("{}: {e}", path.display())))
     }
 
-    pub fn parse(text: &str) -> Result<SeedRecord, String> {
+    pub fn parse(text: &str) -> Result<SeedRecord, RecordError> {
         let value: toml::Table =
             text.parse().map_err(|e: toml::de::Error| located("not a valid seed record (malformed or truncated TOML)", text, &e))?;
         let record: SeedRecord = match value.get("format").and_then(|v| v.as_integer()) {
-            None => return Err("not a shakedown seed record: no integer `format` key".into()),
+            None => return Err(RecordError::NoFormat),
             Some(1) => from_format_1(value)?,
             Some(f) if f == FORMAT as i64 => {
                 let filled = with_workload_kind(value.clone());
@@ -277,49 +277,74 @@ impl SeedRecord {
                     // Read from the text itself, so that an error says where.
                     toml::from_str(text).map_err(|e: toml::de::Error| located("not a valid seed record", text, &e))?
                 } else {
-                    toml::Value::Table(filled).try_into().map_err(|e: toml::de::Error| format!("not a valid seed record: {}", e.message()))?
+                    toml::Value::Table(filled).try_into().map_err(|e: toml::de::Error| RecordError::Toml {
+                        what: "not a valid seed record",
+                        at: None,
+                        message: e.message().to_string(),
+                    })?
                 }
             }
-            Some(f) => {
-                return Err(format!(
-                    "seed record format {f} is not supported by shakedown {} (it reads formats {OLDEST_FORMAT} to {FORMAT}); use the shakedown version that wrote it",
-                    env!("CARGO_PKG_VERSION")
-                ))
-            }
+            Some(f) => return Err(RecordError::UnsupportedFormat { format: f }),
         };
-        record.profile.validate().map_err(|e| e.to_string())?;
-        crate::profiles::invariants(&record.profile).map_err(|e| e.to_string())?;
+        record.profile.validate()?;
+        crate::profiles::invariants(&record.profile).map_err(|e| RecordError::Invariants { detail: e.to_string() })?;
         if let Err((i, e)) = record.plan.validate(record.profile.initial_model()) {
-            return Err(format!("the recorded plan is not valid: step {} ({}) breaks its precondition: {e}", i + 1, record.plan.ops[i]));
+            return Err(RecordError::Plan { which: "recorded", step: i + 1, op: record.plan.ops[i].to_string(), source: e });
         }
         // 0 is the bring-up, ops + 1 the check after healing: a step past that names no check.
         let n = record.plan.ops.len();
         if record.failure.step > n + 1 {
-            return Err(format!(
-                "failure.step = {} is past the recorded plan's {n} ops (0 is the bring-up, {} the check after healing)",
-                record.failure.step,
-                n + 1
-            ));
+            return Err(RecordError::StepPastPlan { step: record.failure.step, ops: n });
         }
         let (shrunk, _) = record.to_replay(false);
         if let Err((i, e)) = shrunk.validate(record.profile.initial_model()) {
-            return Err(format!("the shrunk plan is not valid: step {} ({}) breaks its precondition: {e}", i + 1, shrunk.ops[i]));
+            return Err(RecordError::Plan { which: "shrunk", step: i + 1, op: shrunk.ops[i].to_string(), source: e });
         }
         Ok(record)
     }
 }
 
+/// Why a seed record cannot be replayed.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// Not TOML, or not a record's shape; `at` is the (line, column) the error points at.
+    #[error("{what}{}: {message}", at.map(|(l, c)| format!(" at line {l}, column {c}")).unwrap_or_default())]
+    Toml { what: &'static str, at: Option<(usize, usize)>, message: String },
+    #[error("not a shakedown seed record: no integer `format` key")]
+    NoFormat,
+    #[error("seed record format {format} is not supported by shakedown {} (it reads formats {OLDEST_FORMAT} to {FORMAT}); use the shakedown version that wrote it", env!("CARGO_PKG_VERSION"))]
+    UnsupportedFormat { format: i64 },
+    /// A format-1 record that today's shape cannot hold (`detail` names what).
+    #[error("not a valid seed record (format 1): {detail}")]
+    Format1 { detail: String },
+    /// The recorded profile is not valid.
+    #[error(transparent)]
+    Profile(#[from] shakedown_faults::ProfileError),
+    /// The recorded profile's invariants are not valid.
+    #[error("{detail}")]
+    Invariants { detail: String },
+    /// The recorded (or shrunk) plan breaks a precondition at `step` (1-based).
+    #[error("the {which} plan is not valid: step {step} ({op}) breaks its precondition: {source}")]
+    Plan {
+        which: &'static str,
+        step: usize,
+        op: String,
+        #[source]
+        source: shakedown_faults::PreconditionError,
+    },
+    #[error("failure.step = {step} is past the recorded plan's {ops} ops (0 is the bring-up, {} the check after healing)", ops + 1)]
+    StepPastPlan { step: usize, ops: usize },
+}
+
 /// A TOML error with the line and column it points at, as profile errors have.
-fn located(what: &str, text: &str, e: &toml::de::Error) -> String {
-    match e.span() {
-        Some(span) => {
-            let before = text.get(..span.start).unwrap_or(text);
-            let line = before.matches('\n').count() + 1;
-            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-            format!("{what} at line {line}, column {column}: {}", e.message().trim_end())
-        }
-        None => format!("{what}: {}", e.message().trim_end()),
-    }
+fn located(what: &'static str, text: &str, e: &toml::de::Error) -> RecordError {
+    let at = e.span().map(|span| {
+        let before = text.get(..span.start).unwrap_or(text);
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        (line, column)
+    });
+    RecordError::Toml { what, at, message: e.message().trim_end().to_string() }
 }
 
 /// Records written before the workload had kinds ran the unique-key `puts` writer: a recorded
@@ -337,11 +362,12 @@ fn with_workload_kind(mut t: toml::Table) -> toml::Table {
 /// A format-1 record in today's shape: `target = "local"` and `testbed_bug`, or `target =
 /// "kube"` and `[kube]`, become the `[target]` table. Anything else a format-1 record cannot hold is an
 /// error naming it.
-fn from_format_1(mut t: toml::Table) -> Result<SeedRecord, String> {
+fn from_format_1(mut t: toml::Table) -> Result<SeedRecord, RecordError> {
+    let bad = |detail: String| RecordError::Format1 { detail };
     let kind = match t.remove("target") {
         Some(toml::Value::String(k)) => k,
-        Some(other) => return Err(format!("not a valid seed record (format 1): `target` must be a string, found {}", other.type_str())),
-        None => return Err("not a valid seed record (format 1): no `target` key".into()),
+        Some(other) => return Err(bad(format!("`target` must be a string, found {}", other.type_str()))),
+        None => return Err(bad("no `target` key".into())),
     };
     let bug = t.remove("testbed_bug");
     let kube = t.remove("kube");
@@ -354,13 +380,13 @@ fn from_format_1(mut t: toml::Table) -> Result<SeedRecord, String> {
             }
         }
         ("kube", Some(toml::Value::Table(k))) if bug.is_none() => spec.extend(k),
-        ("kube", _) => return Err("not a valid seed record (format 1): a kube record needs its [kube] table and no testbed_bug".into()),
-        ("local", Some(_)) => return Err("not a valid seed record (format 1): a local record with a [kube] table".into()),
-        (other, _) => return Err(format!("not a valid seed record (format 1): unknown target {other:?} (known: local, kube)")),
+        ("kube", _) => return Err(bad("a kube record needs its [kube] table and no testbed_bug".into())),
+        ("local", Some(_)) => return Err(bad("a local record with a [kube] table".into())),
+        (other, _) => return Err(bad(format!("unknown target {other:?} (known: local, kube)"))),
     }
     t.insert("target".into(), toml::Value::Table(spec));
     t.insert("format".into(), toml::Value::Integer(FORMAT as i64));
-    with_workload_kind(t).try_into().map_err(|e: toml::de::Error| format!("not a valid seed record (format 1): {}", e.message()))
+    with_workload_kind(t).try_into().map_err(|e: toml::de::Error| bad(e.message().to_string()))
 }
 
 #[cfg(test)]
@@ -433,9 +459,9 @@ mod tests {
             .collect();
         assert_eq!(bugs.len(), 3, "three planted-bug records");
         let kube1 = "format = 1\nshakedown_version = \"0.1.0\"\nseed = 1\ntarget = \"kube\"\n";
-        assert!(SeedRecord::parse(kube1).unwrap_err().contains("needs its [kube] table"));
-        assert!(SeedRecord::parse("format = 1\ntarget = \"moon\"\n").unwrap_err().contains("unknown target \"moon\""));
-        assert!(SeedRecord::parse("format = 3\n").unwrap_err().contains("reads formats 1 to 2"));
+        assert!(SeedRecord::parse(kube1).unwrap_err().to_string().contains("needs its [kube] table"));
+        assert!(SeedRecord::parse("format = 1\ntarget = \"moon\"\n").unwrap_err().to_string().contains("unknown target \"moon\""));
+        assert!(SeedRecord::parse("format = 3\n").unwrap_err().to_string().contains("reads formats 1 to 2"));
     }
 
     fn reproduction(runs: u32, reproduced: u32, matched: Match, etcd: &str) -> Reproduction {
@@ -509,7 +535,7 @@ mod tests {
         fn every_u64_seed_records_and_loads_back(seed in any::<u64>(), high in any::<bool>()) {
             let seed = if high { seed | (1 << 63) } else { seed };
             let r = record(seed);
-            let back = SeedRecord::parse(&r.to_toml()).map_err(TestCaseError::fail)?;
+            let back = SeedRecord::parse(&r.to_toml()).map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert_eq!(back, r);
         }
     }

@@ -1297,13 +1297,15 @@ async fn cluster_api_v1beta1_by_discovery_and_https_probes_with_a_ca_file() {
         .unwrap()
         .get(&readyz, t)
         .await
-        .expect_err("a self-signed certificate is not trusted by the system's roots");
+        .expect_err("a self-signed certificate is not trusted by the system's roots")
+        .to_string();
     assert!(refused.to_lowercase().contains("certificate"), "{refused}");
     HttpProber::new(None, true).unwrap().get(&readyz, t).await.expect("insecure accepts it");
     std::fs::write(files.p("empty.pem"), "not a certificate\n").unwrap();
     let e = HttpProber::new(Some(std::path::Path::new(&files.p("empty.pem"))), false)
         .err()
-        .expect("a CA file without certificates is an error");
+        .expect("a CA file without certificates is an error")
+        .to_string();
     assert!(e.contains("holds no PEM certificate"), "{e}");
 }
 

@@ -898,7 +898,7 @@ async fn put_keys(url: &str, prefix: &str, n: usize) {
         loop {
             let res = match shakedown::targets::local::etcd::connect(url, Duration::from_secs(2)).await {
                 Ok(mut c) => c.put(format!("/test/{prefix}-{i}"), format!("v{i}"), None).await.map(|_| ()).map_err(|e| e.to_string()),
-                Err(e) => Err(e),
+                Err(e) => Err(e.to_string()),
             };
             match res {
                 Ok(()) if t.elapsed() > Duration::from_secs(1) => {

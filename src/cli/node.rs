@@ -89,7 +89,7 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
         }
         NodeAction::Status { runs_dir } => {
             let layout = current_layout(&runs_dir)?;
-            let client = crate::node::admin_client(&layout.admin_kubeconfig()).await.map_err(Fatal::environment)?;
+            let client = crate::node::admin_client(&layout.admin_kubeconfig()).await.map_err(|e| Fatal::environment(e.to_string()))?;
             let nodes: Api<KNode> = Api::all(client.clone());
             let ready = match tokio::time::timeout(std::time::Duration::from_secs(10), nodes.get(&layout.node_name)).await {
                 Ok(Ok(n)) => n
@@ -118,11 +118,11 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
             Ok(if ready { Exit::Pass } else { Exit::Liveness })
         }
         NodeAction::PolicyAgent { node_dir } => {
-            crate::node::netpol::agent(&node_dir).await.map_err(Fatal::environment)?;
+            crate::node::netpol::agent(&node_dir).await.map_err(|e| Fatal::environment(e.to_string()))?;
             Ok(Exit::Pass)
         }
         NodeAction::Forward { node_dir, netns } => {
-            crate::node::forward::run(&node_dir, &netns).await.map_err(Fatal::environment)?;
+            crate::node::forward::run(&node_dir, &netns).await.map_err(|e| Fatal::environment(e.to_string()))?;
             Ok(Exit::Pass)
         }
         NodeAction::Down { runs_dir } => {

@@ -163,9 +163,16 @@ pub fn build(mut config: Config, counter: &RequestCounter) -> Result<(Client, St
     Ok((builder.with_layer(&layer).build(), server))
 }
 
+/// A kind that is not `Kind.group/version`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("invalid kind {spec:?}: expected Kind.group/version, e.g. DevMachine.infrastructure.cluster.x-k8s.io/v1beta2")]
+pub struct KindError {
+    pub spec: String,
+}
+
 /// An `ApiResource` from `Kind.group/version` (`DevMachine.infrastructure.cluster.x-k8s.io/v1beta2`).
-pub fn resource_of(spec: &str) -> Result<ApiResource, String> {
-    let bad = || format!("invalid kind {spec:?}: expected Kind.group/version, e.g. DevMachine.infrastructure.cluster.x-k8s.io/v1beta2");
+pub fn resource_of(spec: &str) -> Result<ApiResource, KindError> {
+    let bad = || KindError { spec: spec.to_string() };
     let (kind, gv) = spec.split_once('.').ok_or_else(bad)?;
     let (group, version) = gv.rsplit_once('/').ok_or_else(bad)?;
     Ok(ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind)))

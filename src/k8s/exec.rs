@@ -22,6 +22,31 @@ pub struct ExecOutput {
     pub stderr: String,
 }
 
+/// Why a command in a pod gave no end: `what` names the exec (`exec in ns/pod: command`).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The API refused or failed to start the exec.
+    #[error("{what}: {source}")]
+    Start {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// The exec came without one of its output streams.
+    #[error("{what}: no {stream} stream")]
+    NoStream { what: String, stream: &'static str },
+    /// Its output could not be read.
+    #[error("{what}: reading its output: {source}")]
+    Read {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// It did not end within its bound (abandoned).
+    #[error("{what}: no end within {}s", bound.as_secs())]
+    Timeout { what: String, bound: Duration },
+}
+
 /// Runs `command` in `pod` (its first container, or `container`) in `namespace`, within `bound`.
 /// `Err` when the exec could not start or did not finish in time.
 pub async fn exec(
@@ -31,7 +56,7 @@ pub async fn exec(
     container: Option<&str>,
     command: &[&str],
     bound: Duration,
-) -> Result<ExecOutput, String> {
+) -> Result<ExecOutput, ExecError> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let mut params = AttachParams::default().stdin(false).stdout(true).stderr(true);
     if let Some(c) = container {
@@ -39,14 +64,16 @@ pub async fn exec(
     }
     let what = format!("exec in {namespace}/{pod}: {}", command.join(" "));
     let run = async {
-        let mut attached =
-            pods.exec(pod, command.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &params).await.map_err(|e| format!("{what}: {e}"))?;
+        let mut attached = pods
+            .exec(pod, command.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &params)
+            .await
+            .map_err(|source| ExecError::Start { what: what.clone(), source })?;
         let (mut out, mut err) = (String::new(), String::new());
-        let mut so = attached.stdout().ok_or_else(|| format!("{what}: no stdout stream"))?;
-        let mut se = attached.stderr().ok_or_else(|| format!("{what}: no stderr stream"))?;
+        let mut so = attached.stdout().ok_or_else(|| ExecError::NoStream { what: what.clone(), stream: "stdout" })?;
+        let mut se = attached.stderr().ok_or_else(|| ExecError::NoStream { what: what.clone(), stream: "stderr" })?;
         let status = attached.take_status();
         let (r1, r2) = tokio::join!(so.read_to_string(&mut out), se.read_to_string(&mut err));
-        r1.and(r2).map_err(|e| format!("{what}: reading its output: {e}"))?;
+        r1.and(r2).map_err(|source| ExecError::Read { what: what.clone(), source })?;
         let status = match status {
             Some(s) => s.await,
             None => None,
@@ -77,5 +104,5 @@ pub async fn exec(
         };
         Ok(ExecOutput { code, stdout: out, stderr: err })
     };
-    tokio::time::timeout(bound, run).await.map_err(|_| format!("{what}: no end within {}s", bound.as_secs()))?
+    tokio::time::timeout(bound, run).await.map_err(|_| ExecError::Timeout { what: what.clone(), bound })?
 }

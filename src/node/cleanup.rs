@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::layout::Layout;
-use super::{HostRecord, POLL, TEARDOWN_BOUND};
+use super::{HostRecord, NodeError, POLL, TEARDOWN_BOUND};
 use crate::command::{run, run_bounded, COMMAND_BOUND};
 
 /// What of a node is still on the machine.
@@ -174,10 +174,10 @@ pub(crate) fn netns_args<'a>(holder: &'a str, argv: &[&'a str]) -> Vec<&'a str> 
 }
 
 /// Runs `program args` inside the node's network namespace (bounded).
-pub fn in_netns(l: &Layout, program: &str, args: &[&str]) -> Result<std::process::Output, String> {
-    let pid = holder_pid(l).ok_or_else(|| format!("the node's holder process ({}) is not running", l.holder_file().display()))?;
+pub fn in_netns(l: &Layout, program: &str, args: &[&str]) -> Result<std::process::Output, NodeError> {
+    let pid = holder_pid(l).ok_or_else(|| NodeError::NoHolder(l.holder_file()))?;
     let pid = pid.to_string();
-    run_bounded("nsenter", &netns_args(&pid, &[&[program], args].concat()), COMMAND_BOUND)
+    Ok(run_bounded("nsenter", &netns_args(&pid, &[&[program], args].concat()), COMMAND_BOUND)?)
 }
 
 /// Whether another node is up on this machine (a held slot lock): it may be using the host
@@ -354,7 +354,7 @@ fn host_has_table(l: &Layout) -> bool {
 /// drops (and counts) link-local traffic (the cloud metadata address) and anything from the
 /// pods' /24 to outside it. The namespace has no way out (no uplink, no default route); the
 /// guard is the proof that nothing tried.
-pub async fn guard(l: &Layout, holder: u32) -> Result<(), String> {
+pub async fn guard(l: &Layout, holder: u32) -> Result<(), NodeError> {
     let subnet = format!("{}/24", l.net.subnet());
     let rules = format!(
         "table inet {t} {{\n  chain output {{ type filter hook output priority 0; ip daddr 169.254.0.0/16 counter drop; }}\n  chain forward {{ type filter hook forward priority 0; ip saddr {subnet} ip daddr != {subnet} counter drop; ip daddr 169.254.0.0/16 counter drop; }}\n{policy}}}\n",
@@ -362,11 +362,11 @@ pub async fn guard(l: &Layout, holder: u32) -> Result<(), String> {
         policy = super::netpol::base_chains()
     );
     let file = l.dir.join("guard.nft");
-    std::fs::write(&file, &rules).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    std::fs::write(&file, &rules).map_err(|source| NodeError::Io { action: "write", path: file.clone(), source })?;
     let (holder, file_arg) = (holder.to_string(), file.display().to_string());
     let out = run("nsenter", &netns_args(&holder, &["nft", "-f", &file_arg]), COMMAND_BOUND).await?;
     if !out.status.success() {
-        return Err(format!("nft -f {}: {}", file.display(), String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(super::failed(format!("nft -f {}", file.display()), &out));
     }
     Ok(())
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::layout::{Layout, API_PORT};
+use super::NodeError;
 
 /// How long a connection into the namespace may take to open.
 const CONNECT_BOUND: Duration = Duration::from_secs(5);
@@ -28,8 +29,8 @@ type Dial = (SocketAddr, oneshot::Sender<std::io::Result<StdStream>>);
 
 /// The thread that makes connections inside the network namespace at `netns` (a
 /// `/proc/<pid>/ns/net` file): entered before it answers its first request.
-fn dialer(netns: &Path) -> Result<mpsc::Sender<Dial>, String> {
-    let ns = File::open(netns).map_err(|e| format!("cannot open the node's network namespace {}: {e}", netns.display()))?;
+fn dialer(netns: &Path) -> Result<mpsc::Sender<Dial>, NodeError> {
+    let ns = File::open(netns).map_err(|source| NodeError::Netns { action: "open", netns: netns.to_path_buf(), source })?;
     let (tx, rx) = mpsc::channel::<Dial>();
     let (ready_tx, ready_rx) = mpsc::channel();
     std::thread::Builder::new()
@@ -37,7 +38,7 @@ fn dialer(netns: &Path) -> Result<mpsc::Sender<Dial>, String> {
         .spawn(move || {
             // SAFETY: setns(2) on a namespace file we hold open; it changes this thread only.
             let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-            let entered = if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error().to_string()) };
+            let entered = if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) };
             let ok = entered.is_ok();
             let _ = ready_tx.send(entered);
             if !ok {
@@ -48,39 +49,41 @@ fn dialer(netns: &Path) -> Result<mpsc::Sender<Dial>, String> {
                 let _ = reply.send(StdStream::connect_timeout(&addr, CONNECT_BOUND));
             }
         })
-        .map_err(|e| format!("cannot start the dialer thread: {e}"))?;
+        .map_err(NodeError::DialerStart)?;
     match ready_rx.recv() {
         Ok(Ok(())) => Ok(tx),
-        Ok(Err(e)) => Err(format!("cannot enter the node's network namespace {}: {e}", netns.display())),
-        Err(_) => Err("the dialer thread ended before it entered the node's network namespace".into()),
+        Ok(Err(source)) => Err(NodeError::Netns { action: "enter", netns: netns.to_path_buf(), source }),
+        Err(_) => Err(NodeError::DialerEnded),
     }
 }
 
 /// Waits (bounded) until `addr` inside the network namespace at `netns` accepts a connection
 /// (the control plane's ports, which the host cannot reach). The connections are made on a
 /// thread of their own, which ends with the wait: no thread of the runtime's enters the namespace.
-pub async fn wait_tcp_in(netns: &Path, addr: SocketAddr, bound: Duration) -> Result<(), String> {
+pub async fn wait_tcp_in(netns: &Path, addr: SocketAddr, bound: Duration) -> Result<(), NodeError> {
     let dial = dialer(netns)?;
     let deadline = std::time::Instant::now() + bound;
     loop {
         let (tx, rx) = oneshot::channel();
-        dial.send((addr, tx)).map_err(|_| "the dialer thread is gone".to_string())?;
+        dial.send((addr, tx)).map_err(|_| NodeError::DialerGone)?;
         match rx.await {
             Ok(Ok(_)) => return Ok(()),
             Ok(Err(_)) if std::time::Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
             Ok(Err(e)) => {
-                return Err(format!("{addr} (in the node's network namespace) did not accept connections within {}s: {e}", bound.as_secs()))
+                return Err(NodeError::Timeout {
+                    what: format!("{addr} (in the node's network namespace) did not accept connections"),
+                    bound,
+                    last: Some(e.to_string()),
+                })
             }
-            Err(_) => return Err("the dialer thread is gone".into()),
+            Err(_) => return Err(NodeError::DialerGone),
         }
     }
 }
 
 /// Forwards the host's `listen` to `to` inside the network namespace at `netns` until killed.
-pub async fn serve(listen: SocketAddrV4, netns: &Path, to: SocketAddr) -> Result<(), String> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|e| format!("cannot listen on {listen}: {e} (another node's forward? `shakedown reap` removes a killed run's)"))?;
+pub async fn serve(listen: SocketAddrV4, netns: &Path, to: SocketAddr) -> Result<(), NodeError> {
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|source| NodeError::Listen { addr: listen, source })?;
     let dial = dialer(netns)?;
     tracing::info!(%listen, %to, "forwarding");
     loop {
@@ -121,7 +124,7 @@ pub async fn serve(listen: SocketAddrV4, netns: &Path, to: SocketAddr) -> Result
 }
 
 /// `shakedown node forward --node-dir D --netns /proc/<holder>/ns/net`: the node's own forward.
-pub async fn run(node_dir: &Path, netns: &Path) -> Result<(), String> {
-    let l = Layout::load(node_dir).ok_or_else(|| format!("{} holds no node (no node.json)", node_dir.display()))?;
+pub async fn run(node_dir: &Path, netns: &Path) -> Result<(), NodeError> {
+    let l = Layout::load(node_dir).ok_or_else(|| NodeError::NoNode(node_dir.to_path_buf()))?;
     serve(l.net.forward(), netns, SocketAddr::from((l.net.node_ip(), API_PORT))).await
 }

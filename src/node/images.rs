@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::config::{BUSYBOX_IMAGE, ETCD_IMAGE, PAUSE_IMAGE};
-use super::NodeBinaries;
+use super::{NodeBinaries, NodeError};
 use crate::command::{run, COMMAND_BOUND};
 
 /// One image: files copied in (source, path in the image), symlinks (path, target), entrypoint.
@@ -20,7 +20,7 @@ struct Image {
     cmd: Vec<&'static str>,
 }
 
-fn images(b: &NodeBinaries) -> Result<Vec<Image>, String> {
+fn images(b: &NodeBinaries) -> Result<Vec<Image>, NodeError> {
     let applets = busybox_applets(&b.busybox)?;
     let links: Vec<(String, String)> =
         applets.iter().filter(|a| a.as_str() != "bin/busybox").map(|a| (a.clone(), "/bin/busybox".to_string())).collect();
@@ -48,16 +48,16 @@ fn images(b: &NodeBinaries) -> Result<Vec<Image>, String> {
 }
 
 /// The applets of busybox (`bin/sh`, `usr/bin/wget`, …), from `busybox --list-full`.
-fn busybox_applets(busybox: &Path) -> Result<Vec<String>, String> {
+fn busybox_applets(busybox: &Path) -> Result<Vec<String>, NodeError> {
     let out = crate::command::run_bounded(&busybox.to_string_lossy(), &["--list-full"], COMMAND_BOUND)?;
     if !out.status.success() {
-        return Err(format!("{} --list-full failed: is it busybox-static?", busybox.display()));
+        return Err(NodeError::NotBusybox(busybox.to_path_buf()));
     }
     Ok(String::from_utf8_lossy(&out.stdout).lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
 }
 
 /// Builds every image under `dir` and imports it into the containerd at `socket`.
-pub async fn build_and_import(b: &NodeBinaries, dir: &Path, socket: &Path) -> Result<Vec<String>, String> {
+pub async fn build_and_import(b: &NodeBinaries, dir: &Path, socket: &Path) -> Result<Vec<String>, NodeError> {
     let mut tags = vec![];
     for image in images(b)? {
         let tarball = build(&image, dir).await?;
@@ -69,19 +69,19 @@ pub async fn build_and_import(b: &NodeBinaries, dir: &Path, socket: &Path) -> Re
         )
         .await?;
         if !out.status.success() {
-            return Err(format!("ctr images import {}: {}", image.tag, String::from_utf8_lossy(&out.stderr).trim()));
+            return Err(super::failed(format!("ctr images import {}", image.tag), &out));
         }
         tags.push(image.tag.to_string());
     }
     Ok(tags)
 }
 
-async fn build(image: &Image, dir: &Path) -> Result<PathBuf, String> {
+async fn build(image: &Image, dir: &Path) -> Result<PathBuf, NodeError> {
     let name = image.tag.rsplit('/').next().unwrap_or(image.tag).replace(':', "-");
     let work = dir.join(&name);
     let rootfs = work.join("rootfs");
     let _ = std::fs::remove_dir_all(&work);
-    let io = |e: std::io::Error, what: &Path| format!("image {}: {}: {e}", image.tag, what.display());
+    let io = |source: std::io::Error, path: &Path| NodeError::Image { tag: image.tag.to_string(), path: path.to_path_buf(), source };
     std::fs::create_dir_all(&rootfs).map_err(|e| io(e, &rootfs))?;
     for (src, dest) in &image.files {
         let to = rootfs.join(dest);
@@ -124,11 +124,11 @@ async fn build(image: &Image, dir: &Path) -> Result<PathBuf, String> {
     Ok(tarball)
 }
 
-async fn tar(args: &[&str]) -> Result<(), String> {
+async fn tar(args: &[&str]) -> Result<(), NodeError> {
     let out = run("tar", args, COMMAND_BOUND).await?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!("tar {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+        Err(super::failed(format!("tar {}", args.join(" ")), &out))
     }
 }

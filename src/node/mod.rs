@@ -36,7 +36,7 @@ use k8s_openapi::api::core::v1::Node as KNode;
 use kube::api::Api;
 use kube::Client;
 
-use crate::command::{run, run_bounded, COMMAND_BOUND};
+use crate::command::{run, run_bounded, CommandError, COMMAND_BOUND};
 use crate::exit::Fatal;
 use crate::pki::ApiPki;
 use layout::{Layout, HOST_PATHS, KERNEL_TUNABLES};
@@ -197,6 +197,157 @@ fn is_static_elf(b: &[u8]) -> bool {
     (0..num).all(|i| b.get(phoff + i * size..phoff + i * size + 4) != Some(&3u32.to_le_bytes()[..]))
 }
 
+/// Why a node could not be brought up, or one of its own processes (forward, policy agent)
+/// could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A file, directory, cgroup or sysctl of the node could not be made, read or written.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A component's log file could not be shared between its stdout and stderr.
+    #[error("{source}")]
+    LogFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file of an image could not be assembled.
+    #[error("image {tag}: {}: {source}", path.display())]
+    Image {
+        tag: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A command did not run to its end (could not start, or hung and was killed).
+    #[error(transparent)]
+    Run(#[from] CommandError),
+    /// A command exited non-zero: `what` names it, `stderr` is what it said.
+    #[error("{what}: {stderr}")]
+    Command { what: String, stderr: String },
+    /// A component of the node could not be started.
+    #[error("cannot start {name}: {source}")]
+    Start {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The kernel tunables kubelet needs differ here and the node may not set them:
+    /// `(sysctl, now, wanted)`.
+    #[error("{}", kernel_tunables_message(.0))]
+    KernelTunables(Vec<(String, String, String)>),
+    /// `busybox --list-full` failed: not the busybox the images need.
+    #[error("{} --list-full failed: is it busybox-static?", .0.display())]
+    NotBusybox(PathBuf),
+    /// br_netfilter is off in the node's namespace: NetworkPolicy cannot be enforced.
+    #[error("/proc/sys/{} is not 1: bridged pod traffic does not reach nftables, so NetworkPolicy cannot be enforced", netpol::BRIDGE_NF)]
+    NoBridgeNetfilter,
+    /// Every node slot is taken.
+    #[error("no free node slot (10.213.1-250.0/24): too many nodes on this machine?")]
+    NoSlot,
+    /// The directory holds no node.
+    #[error("{} holds no node (no node.json)", .0.display())]
+    NoNode(PathBuf),
+    /// Our own namespaces cannot be read.
+    #[error("cannot read our own namespaces in /proc/self/ns")]
+    OwnNamespaces(#[source] std::io::Error),
+    /// The process holding the node's namespaces is gone.
+    #[error("the namespaces' holder (pid {pid}) is gone: {source}")]
+    HolderGone {
+        pid: u32,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The process holding the node's namespaces is not running (its file names it).
+    #[error("the node's holder process ({}) is not running", .0.display())]
+    NoHolder(PathBuf),
+    /// The network namespace could not be opened or entered by the dialer thread.
+    #[error("cannot {action} the node's network namespace {}: {source}", netns.display())]
+    Netns {
+        action: &'static str,
+        netns: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The dialer thread could not start.
+    #[error("cannot start the dialer thread: {0}")]
+    DialerStart(#[source] std::io::Error),
+    /// The dialer thread ended before it entered the namespace.
+    #[error("the dialer thread ended before it entered the node's network namespace")]
+    DialerEnded,
+    /// The dialer thread is gone.
+    #[error("the dialer thread is gone")]
+    DialerGone,
+    /// The forward cannot listen on its address.
+    #[error("cannot listen on {addr}: {source} (another node's forward? `shakedown reap` removes a killed run's)")]
+    Listen {
+        addr: std::net::SocketAddrV4,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Something did not happen within its bound (`last`: what was seen last).
+    #[error("{what} within {}s{}", bound.as_secs(), last.as_ref().map(|l| format!(": {l}")).unwrap_or_default())]
+    Timeout { what: String, bound: Duration, last: Option<String> },
+    /// The policy engine outlived its SIGKILL by the bound.
+    #[error("the policy engine (pid {pid}) is still running {}s after SIGKILL", bound.as_secs())]
+    StillRunning { pid: u32, bound: Duration },
+    /// The admin's kubeconfig cannot be used.
+    #[error(transparent)]
+    Connect(#[from] crate::k8s::client::ConnectError),
+    /// No client could be made from the admin's kubeconfig.
+    #[error("kube client: {0}")]
+    Client(#[source] kube::Error),
+    /// A request to the node's apiserver failed (`what` says which).
+    #[error("{what}: {source}")]
+    Kube {
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    /// A request or object could not be built.
+    #[error(transparent)]
+    Http(#[from] http::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// The node's PKI could not be made.
+    #[error(transparent)]
+    Pki(#[from] crate::pki::PkiError),
+    /// A component failed in the way its source says.
+    #[error("{component}: {source}")]
+    Component {
+        component: &'static str,
+        #[source]
+        source: Box<NodeError>,
+    },
+    /// Bring-up failed (everything it made is removed); the components' logs are in `logs`.
+    #[error("{source} (logs in {})", logs.display())]
+    BringUp {
+        #[source]
+        source: Box<NodeError>,
+        logs: PathBuf,
+    },
+}
+
+fn kernel_tunables_message(unsuitable: &[(String, String, String)]) -> String {
+    let dotted = |s: &str| s.replace('/', ".");
+    format!(
+        "kubelet needs {} (this machine has {}): set them with `sysctl -w {}`, or let the node set them for its life and restore them at teardown with `shakedown node up --set-kernel-tunables`",
+        unsuitable.iter().map(|(s, _, want)| format!("{}={want}", dotted(s))).collect::<Vec<_>>().join(", "),
+        unsuitable.iter().map(|(s, now, _)| format!("{}={now}", dotted(s))).collect::<Vec<_>>().join(", "),
+        unsuitable.iter().map(|(s, _, want)| format!("{}={want}", dotted(s))).collect::<Vec<_>>().join(" "),
+    )
+}
+
+/// A command's failure (it exited non-zero) from its output.
+fn failed(what: String, out: &std::process::Output) -> NodeError {
+    NodeError::Command { what, stderr: String::from_utf8_lossy(&out.stderr).trim().to_string() }
+}
+
 /// How a node may treat the host.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NodeOptions {
@@ -206,7 +357,7 @@ pub struct NodeOptions {
 }
 
 /// The kernel tunables kubelet needs that this machine has otherwise: `(sysctl, now, wanted)`.
-pub fn unsuitable_kernel_tunables() -> Result<Vec<(String, String, String)>, String> {
+pub fn unsuitable_kernel_tunables() -> Result<Vec<(String, String, String)>, NodeError> {
     let mut out = vec![];
     for (s, want) in KERNEL_TUNABLES {
         let now = read_sysctl(s)?;
@@ -217,10 +368,12 @@ pub fn unsuitable_kernel_tunables() -> Result<Vec<(String, String, String)>, Str
     Ok(out)
 }
 
-fn read_sysctl(s: &str) -> Result<String, String> {
-    std::fs::read_to_string(Path::new("/proc/sys").join(s))
-        .map(|v| v.trim().to_string())
-        .map_err(|e| format!("cannot read sysctl {s}: {e}"))
+fn read_sysctl(s: &str) -> Result<String, NodeError> {
+    std::fs::read_to_string(Path::new("/proc/sys").join(s)).map(|v| v.trim().to_string()).map_err(|source| NodeError::Io {
+        action: "read sysctl",
+        path: PathBuf::from(s),
+        source,
+    })
 }
 
 /// A running node.
@@ -239,19 +392,13 @@ pub struct Node {
 impl Node {
     /// Brings a node up in `<run_dir>/node` and waits for Node Ready (bounded). On failure,
     /// everything made so far is removed before the error returns.
-    pub async fn up(run_id: &str, run_dir: &Path, bins: &NodeBinaries, opts: &NodeOptions) -> Result<Node, String> {
+    pub async fn up(run_id: &str, run_dir: &Path, bins: &NodeBinaries, opts: &NodeOptions) -> Result<Node, NodeError> {
         let t0 = Instant::now();
         // Checked before anything is made: kubelet runs with protectKernelDefaults, and would
         // refuse to start on these much later.
         let unsuitable = unsuitable_kernel_tunables()?;
         if !unsuitable.is_empty() && !opts.set_kernel_tunables {
-            let dotted = |s: &str| s.replace('/', ".");
-            return Err(format!(
-                "kubelet needs {} (this machine has {}): set them with `sysctl -w {}`, or let the node set them for its life and restore them at teardown with `shakedown node up --set-kernel-tunables`",
-                unsuitable.iter().map(|(s, _, want)| format!("{}={want}", dotted(s))).collect::<Vec<_>>().join(", "),
-                unsuitable.iter().map(|(s, now, _)| format!("{}={now}", dotted(s))).collect::<Vec<_>>().join(", "),
-                unsuitable.iter().map(|(s, _, want)| format!("{}={want}", dotted(s))).collect::<Vec<_>>().join(" "),
-            ));
+            return Err(NodeError::KernelTunables(unsuitable));
         }
         let (slot, lock) = take_slot()?;
         let layout = Layout::new(run_dir, run_id, slot, &bins.cni_bin);
@@ -271,12 +418,12 @@ impl Node {
             Err(e) => {
                 let logs = node.layout.logs();
                 node.teardown();
-                Err(format!("{e} (logs in {})", logs.display()))
+                Err(NodeError::BringUp { source: Box::new(e), logs })
             }
         }
     }
 
-    async fn bring_up(&mut self, bins: &NodeBinaries, t0: Instant) -> Result<(), String> {
+    async fn bring_up(&mut self, bins: &NodeBinaries, t0: Instant) -> Result<(), NodeError> {
         let l = self.layout.clone();
         for d in [
             l.dir.clone(),
@@ -289,7 +436,7 @@ impl Node {
             l.dir.join("etcd"),
             l.dir.join("images"),
         ] {
-            std::fs::create_dir_all(&d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+            std::fs::create_dir_all(&d).map_err(|source| NodeError::Io { action: "create", path: d.clone(), source })?;
         }
         write(&l.dir.join("node.json"), &l.to_json().to_string())?;
         // What bring-up changes on the host, recorded before it changes it.
@@ -303,7 +450,7 @@ impl Node {
         let ip = l.net.node_ip();
         for c in cleanup::hierarchies() {
             let dir = c.join(&l.cgroup_root);
-            std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create the cgroup {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(&dir).map_err(|source| NodeError::Io { action: "create the cgroup", path: dir.clone(), source })?;
             if c.ends_with("cpuset") {
                 for f in ["cpuset.cpus", "cpuset.mems"] {
                     let v = std::fs::read_to_string(c.join(f)).unwrap_or_default();
@@ -340,7 +487,7 @@ impl Node {
         cleanup::guard(&l, holder).await?;
         for host in HOST_PATHS {
             let own = l.host_path_dir(host);
-            std::fs::create_dir_all(&own).map_err(|e| format!("cannot create {}: {e}", own.display()))?;
+            std::fs::create_dir_all(&own).map_err(|source| NodeError::Io { action: "create", path: own.clone(), source })?;
             let own = own.display().to_string();
             sh("nsenter", &["-t", &holder.to_string(), "-m", "--", "mount", "--bind", &own, host]).await?;
         }
@@ -349,7 +496,7 @@ impl Node {
         write(&l.dir.join("resolv.conf"), "nameserver 127.0.0.1\n")?;
 
         // Control plane: etcd, then the apiserver, the controller manager, the scheduler.
-        let pki = ApiPki::create(&l.dir, &l.run_id).map_err(|e| e.to_string())?;
+        let pki = ApiPki::create(&l.dir, &l.run_id)?;
         let ns = |c: &mut Command| {
             c.args(["-t", &holder_pid, "-m", "-n", "--"]);
         };
@@ -375,7 +522,9 @@ impl Node {
             "",
         ]);
         spawn(&l, "etcd", &mut c, None)?;
-        forward::wait_tcp_in(&netns, (ip, 2379).into(), CONTROL_PLANE_BOUND).await.map_err(|e| format!("etcd: {e}"))?;
+        forward::wait_tcp_in(&netns, (ip, 2379).into(), CONTROL_PLANE_BOUND)
+            .await
+            .map_err(|e| NodeError::Component { component: "etcd", source: Box::new(e) })?;
 
         let tokens = [
             ("kubelet", format!("system:node:{}", l.node_name), "system:nodes"),
@@ -384,13 +533,13 @@ impl Node {
         ];
         let mut token_of = BTreeMap::new();
         for (who, user, group) in &tokens {
-            let token = pki.add_token(user, group).map_err(|e| e.to_string())?;
+            let token = pki.add_token(user, group)?;
             token_of.insert(*who, (user.clone(), token));
         }
         // Its certificate names the host's loopback forward too; it listens on every address of
         // the node's namespace, so that the admin's kubeconfig (the forward's address, which is
         // the namespace's loopback too) serves inside it as well as on the host.
-        let (cert, key) = pki.serving_cert("apiserver", ip, *l.net.forward().ip()).map_err(|e| e.to_string())?;
+        let (cert, key) = pki.serving_cert("apiserver", ip, *l.net.forward().ip())?;
         let mut flags = pki.flags("apiserver", ip, &etcd_url, &cert, &key);
         for f in flags.iter_mut() {
             if f.starts_with("--authorization-mode=") {
@@ -504,7 +653,7 @@ impl Node {
     /// Stops the node's NetworkPolicy engine and empties its chains: the node then enforces no
     /// policy, as a cluster whose network plugin has no policy engine (what the application
     /// target's partition must refuse to count).
-    pub fn stop_policy_engine(&mut self) -> Result<(), String> {
+    pub fn stop_policy_engine(&mut self) -> Result<(), NodeError> {
         if let Some(pid) = self.policy_agent.take() {
             // SAFETY: kill(2) on a pid this node started; no memory is involved.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
@@ -516,7 +665,7 @@ impl Node {
                 .any(|(_, cmd)| cmd.contains("policy-agent") || cmd.contains("policy.nft"))
             {
                 if Instant::now() > deadline {
-                    return Err(format!("the policy engine (pid {pid}) is still running {}s after SIGKILL", TEARDOWN_BOUND.as_secs()));
+                    return Err(NodeError::StillRunning { pid, bound: TEARDOWN_BOUND });
                 }
                 std::thread::sleep(POLL);
             }
@@ -527,13 +676,13 @@ impl Node {
         write(&file, &flush)?;
         let out = cleanup::in_netns(&self.layout, "nft", &["-f", &file.display().to_string()])?;
         if !out.status.success() {
-            return Err(format!("nft -f {}: {}", file.display(), String::from_utf8_lossy(&out.stderr).trim()));
+            return Err(failed(format!("nft -f {}", file.display()), &out));
         }
         Ok(())
     }
 
     /// A client of the node's admin.
-    pub async fn client(&self) -> Result<Client, String> {
+    pub async fn client(&self) -> Result<Client, NodeError> {
         admin_client(&self.kubeconfig).await
     }
 
@@ -585,7 +734,7 @@ pub struct HostRecord {
 }
 
 impl HostRecord {
-    fn take() -> Result<HostRecord, String> {
+    fn take() -> Result<HostRecord, NodeError> {
         let mut r = HostRecord::default();
         for (s, _) in KERNEL_TUNABLES {
             r.sysctls.insert(s.to_string(), read_sysctl(s)?);
@@ -601,7 +750,11 @@ impl HostRecord {
                     None => break,
                 }
             }
-            std::fs::create_dir_all(host).map_err(|e| format!("cannot create the mount point {host}: {e}"))?;
+            std::fs::create_dir_all(host).map_err(|source| NodeError::Io {
+                action: "create the mount point",
+                path: PathBuf::from(host),
+                source,
+            })?;
             r.created.extend(missing);
         }
         Ok(r)
@@ -624,9 +777,9 @@ pub(crate) fn slots_dir() -> PathBuf {
 
 /// A node slot (the /24 10.213.N.0 inside its namespace, 127.213.N.1 for its forward on the
 /// host): a lock file held for the node's life.
-fn take_slot() -> Result<(u8, File), String> {
+fn take_slot() -> Result<(u8, File), NodeError> {
     let dir = slots_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(|source| NodeError::Io { action: "create", path: dir.clone(), source })?;
     for slot in 1..=250u8 {
         let path = dir.join(format!("slot-{slot}.lock"));
         let Ok(file) = OpenOptions::new().create(true).truncate(false).write(true).open(&path) else {
@@ -643,29 +796,34 @@ fn take_slot() -> Result<(u8, File), String> {
         }
         return Ok((slot, file));
     }
-    Err("no free node slot (10.213.1-250.0/24): too many nodes on this machine?".into())
+    Err(NodeError::NoSlot)
 }
 
 /// A kubeconfig (its token is a credential): its owner's alone.
-fn write_private(path: &Path, text: &str) -> Result<(), String> {
-    crate::private::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+fn write_private(path: &Path, text: &str) -> Result<(), NodeError> {
+    crate::private::write(path, text).map_err(|source| NodeError::Io { action: "write", path: path.to_path_buf(), source })
 }
 
-fn write(path: &Path, text: &str) -> Result<(), String> {
-    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+fn write(path: &Path, text: &str) -> Result<(), NodeError> {
+    std::fs::write(path, text).map_err(|source| NodeError::Io { action: "write", path: path.to_path_buf(), source })
 }
 
 /// Starts a component in the background with its output in `logs/<name>.log`, in a process
 /// group of its own (so a Ctrl-C to the terminal does not reach it). Returns its pid.
-fn spawn(l: &Layout, name: &str, cmd: &mut Command, env: Option<(&str, &str)>) -> Result<u32, String> {
+fn spawn(l: &Layout, name: &str, cmd: &mut Command, env: Option<(&str, &str)>) -> Result<u32, NodeError> {
     let log = l.logs().join(format!("{name}.log"));
-    let out = File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-    let err = out.try_clone().map_err(|e| e.to_string())?;
+    let out = File::create(&log).map_err(|source| NodeError::Io { action: "create", path: log.clone(), source })?;
+    let err = out.try_clone().map_err(|source| NodeError::LogFile { path: log.clone(), source })?;
     if let Some((k, v)) = env {
         cmd.env(k, v);
     }
-    let child =
-        cmd.stdin(Stdio::null()).stdout(out).stderr(err).process_group(0).spawn().map_err(|e| format!("cannot start {name}: {e}"))?;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+        .map_err(|source| NodeError::Start { name: name.to_string(), source })?;
     let pid = child.id();
     // Reaped by a thread of its own: the component is not our child to wait on in any other place.
     std::thread::spawn(move || {
@@ -675,57 +833,62 @@ fn spawn(l: &Layout, name: &str, cmd: &mut Command, env: Option<(&str, &str)>) -
     Ok(pid)
 }
 
-async fn sh(program: &str, args: &[&str]) -> Result<(), String> {
+async fn sh(program: &str, args: &[&str]) -> Result<(), NodeError> {
     let out = run(program, args, COMMAND_BOUND).await?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!("{program} {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+        Err(failed(format!("{program} {}", args.join(" ")), &out))
     }
 }
 
 /// Waits (bounded) until process `pid` is in a mount and a network namespace other than ours.
-async fn wait_own_namespaces(pid: u32) -> Result<(), String> {
+async fn wait_own_namespaces(pid: u32) -> Result<(), NodeError> {
     let ns_of = |who: &str, kind: &str| std::fs::read_link(format!("/proc/{who}/ns/{kind}"));
-    let ours = (ns_of("self", "mnt"), ns_of("self", "net"));
-    let (Ok(our_mnt), Ok(our_net)) = ours else {
-        return Err("cannot read our own namespaces in /proc/self/ns".into());
+    let (our_mnt, our_net) = match (ns_of("self", "mnt"), ns_of("self", "net")) {
+        (Ok(mnt), Ok(net)) => (mnt, net),
+        (Err(e), _) | (_, Err(e)) => return Err(NodeError::OwnNamespaces(e)),
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let bound = Duration::from_secs(10);
+    let deadline = Instant::now() + bound;
     loop {
         match (ns_of(&pid.to_string(), "mnt"), ns_of(&pid.to_string(), "net")) {
             (Ok(mnt), Ok(net)) if mnt != our_mnt && net != our_net => return Ok(()),
             (Ok(_), Ok(_)) => {}
-            (Err(e), _) | (_, Err(e)) => return Err(format!("the namespaces' holder (pid {pid}) is gone: {e}")),
+            (Err(source), _) | (_, Err(source)) => return Err(NodeError::HolderGone { pid, source }),
         }
         if Instant::now() > deadline {
-            return Err(format!("the namespaces' holder (pid {pid}) did not leave our mount and network namespaces within 10s"));
+            return Err(NodeError::Timeout {
+                what: format!("the namespaces' holder (pid {pid}) did not leave our mount and network namespaces"),
+                bound,
+                last: None,
+            });
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
-async fn wait_socket(path: &Path, bound: Duration) -> Result<(), String> {
+async fn wait_socket(path: &Path, bound: Duration) -> Result<(), NodeError> {
     let deadline = Instant::now() + bound;
     while tokio::net::UnixStream::connect(path).await.is_err() {
         if Instant::now() > deadline {
-            return Err(format!("containerd did not listen on {} within {}s", path.display(), bound.as_secs()));
+            return Err(NodeError::Timeout { what: format!("containerd did not listen on {}", path.display()), bound, last: None });
         }
         tokio::time::sleep(POLL).await;
     }
     Ok(())
 }
 
-pub async fn admin_client(kubeconfig: &Path) -> Result<Client, String> {
-    let cfg = crate::k8s::client::config_of_file(kubeconfig).await.map_err(|e| e.to_string())?;
-    Client::try_from(cfg).map_err(|e| format!("kube client: {e}"))
+pub async fn admin_client(kubeconfig: &Path) -> Result<Client, NodeError> {
+    let cfg = crate::k8s::client::config_of_file(kubeconfig).await?;
+    Client::try_from(cfg).map_err(NodeError::Client)
 }
 
-async fn wait_apiserver(client: &Client, bound: Duration) -> Result<(), String> {
+async fn wait_apiserver(client: &Client, bound: Duration) -> Result<(), NodeError> {
     let deadline = Instant::now() + bound;
     let mut last;
     loop {
-        let req = http::Request::get("/readyz").body(Vec::new()).map_err(|e| e.to_string())?;
+        let req = http::Request::get("/readyz").body(Vec::new())?;
         match tokio::time::timeout(Duration::from_secs(5), client.request_text(req)).await {
             Ok(Ok(t)) if t.trim() == "ok" => return Ok(()),
             Ok(Ok(t)) => last = t,
@@ -733,13 +896,13 @@ async fn wait_apiserver(client: &Client, bound: Duration) -> Result<(), String> 
             Err(_) => last = "no answer within 5s".into(),
         }
         if Instant::now() > deadline {
-            return Err(format!("kube-apiserver not ready within {}s: {last}", bound.as_secs()));
+            return Err(NodeError::Timeout { what: "kube-apiserver not ready".into(), bound, last: Some(last) });
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
-async fn wait_ready(client: &Client, name: &str, bound: Duration) -> Result<(), String> {
+async fn wait_ready(client: &Client, name: &str, bound: Duration) -> Result<(), NodeError> {
     let nodes: Api<KNode> = Api::all(client.clone());
     let deadline = Instant::now() + bound;
     let mut last = "not registered".to_string();
@@ -753,7 +916,7 @@ async fn wait_ready(client: &Client, name: &str, bound: Duration) -> Result<(), 
             }
         }
         if Instant::now() > deadline {
-            return Err(format!("node {name} not Ready within {}s: {last}", bound.as_secs()));
+            return Err(NodeError::Timeout { what: format!("node {name} not Ready"), bound, last: Some(last) });
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -761,15 +924,14 @@ async fn wait_ready(client: &Client, name: &str, bound: Duration) -> Result<(), 
 
 /// The default StorageClass: kube-controller-manager's hostPath provisioner (under
 /// /tmp/hostpath_pv, which inside the node's mount namespace is a directory of the node's own).
-async fn storage_class(client: &Client) -> Result<(), String> {
+async fn storage_class(client: &Client) -> Result<(), NodeError> {
     use k8s_openapi::api::storage::v1::StorageClass;
     let sc: StorageClass = serde_json::from_value(serde_json::json!({
         "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
         "metadata": {"name": "standard", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
         "provisioner": "kubernetes.io/host-path", "volumeBindingMode": "Immediate", "reclaimPolicy": "Delete",
-    }))
-    .map_err(|e| e.to_string())?;
+    }))?;
     let api: Api<StorageClass> = Api::all(client.clone());
-    api.create(&Default::default(), &sc).await.map_err(|e| format!("cannot create the StorageClass: {e}"))?;
+    api.create(&Default::default(), &sc).await.map_err(|source| NodeError::Kube { what: "cannot create the StorageClass", source })?;
     Ok(())
 }

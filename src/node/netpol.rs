@@ -27,6 +27,7 @@ use kube::api::ApiResource;
 use kube::runtime::watcher::Config as WatchConfig;
 
 use super::layout::Layout;
+use super::NodeError;
 use crate::command::{run, COMMAND_BOUND};
 use crate::k8s::client::Watched;
 
@@ -359,12 +360,10 @@ pub fn describe(l: &Layout) -> String {
 }
 
 /// The agent: keeps the node's policy chains current until killed (the node's teardown does).
-pub async fn agent(node_dir: &Path) -> Result<(), String> {
-    let l = Layout::load(node_dir).ok_or_else(|| format!("{} holds no node (no node.json)", node_dir.display()))?;
+pub async fn agent(node_dir: &Path) -> Result<(), NodeError> {
+    let l = Layout::load(node_dir).ok_or_else(|| NodeError::NoNode(node_dir.to_path_buf()))?;
     if !std::fs::read_to_string(Path::new("/proc/sys").join(BRIDGE_NF)).is_ok_and(|v| v.trim() == "1") {
-        return Err(format!(
-            "/proc/sys/{BRIDGE_NF} is not 1: bridged pod traffic does not reach nftables, so NetworkPolicy cannot be enforced"
-        ));
+        return Err(NodeError::NoBridgeNetfilter);
     }
     let client = super::admin_client(&l.admin_kubeconfig()).await?;
     let (tx, mut rx) = tokio::sync::watch::channel(0u64);
@@ -397,7 +396,7 @@ pub async fn agent(node_dir: &Path) -> Result<(), String> {
             continue;
         }
         let script = render(&l.nft_table, &rs);
-        std::fs::write(&file, &script).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+        std::fs::write(&file, &script).map_err(|source| NodeError::Io { action: "write", path: file.clone(), source })?;
         let out = run("nft", &["-f", &file.display().to_string()], COMMAND_BOUND).await?;
         let status = if out.status.success() {
             tracing::info!(policies = pols.len(), ingress_isolated = rs.ingress.len(), egress_isolated = rs.egress.len(), "applied");

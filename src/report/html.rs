@@ -54,7 +54,7 @@ struct Write {
 
 /// Builds the report of the run in `run_dir` (`events.jsonl`, `workload.csv`, `plan.toml`,
 /// `profile.toml`).
-pub fn run_report(run_dir: &Path) -> Result<String, String> {
+pub fn run_report(run_dir: &Path) -> Result<String, events::EventsError> {
     let data = read_run(run_dir)?;
     let writes = read_writes(&run_dir.join("workload.csv"));
     // The Kubernetes API workload's requests (the control-plane stack, the kube target's [api]).
@@ -87,7 +87,7 @@ fn history_window(d: &RunData, run_dir: &Path) -> Option<String> {
     ))
 }
 
-fn read_run(dir: &Path) -> Result<RunData, String> {
+fn read_run(dir: &Path) -> Result<RunData, events::EventsError> {
     let lines = events::read(&dir.join("events.jsonl"))?;
     let mut d = RunData {
         plan: std::fs::read_to_string(dir.join("plan.toml")).ok().and_then(|t| toml::from_str(&t).ok()),

@@ -56,6 +56,13 @@ pub enum TargetError {
     Unsupported(String),
 }
 
+/// A command that did not run to its end is the machine's failure (as when it exits non-zero).
+impl From<crate::command::CommandError> for TargetError {
+    fn from(e: crate::command::CommandError) -> TargetError {
+        TargetError::Environment(e.to_string())
+    }
+}
+
 impl From<crate::pki::PkiError> for TargetError {
     fn from(e: crate::pki::PkiError) -> TargetError {
         TargetError::Environment(e.0)

@@ -310,7 +310,7 @@ async fn backups(client: &Client, taken: &mut u64) {
                 set_status(&api, &name, json!({"phase": "Completed", "file": format!("{name}.db"), "seq": *taken})).await;
             }
             Ok(o) => set_status(&api, &name, json!({"phase": "Failed", "message": o.stderr})).await,
-            Err(e) => set_status(&api, &name, json!({"phase": "Failed", "message": e})).await,
+            Err(e) => set_status(&api, &name, json!({"phase": "Failed", "message": e.to_string()})).await,
         }
     }
 }

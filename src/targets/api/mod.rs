@@ -86,7 +86,7 @@ impl ApiWorkload {
         let read_sent_at = self.rec.position();
         let (read, read_revision, read_error) = match self.list_all().await {
             Ok((read, rev)) => (read, rev, None),
-            Err(e) => (HashMap::new(), 0, Some(e)),
+            Err(e) => (HashMap::new(), 0, Some(e.to_string())),
         };
         let (acked, unknown) = self.rec.history();
         Durability {
@@ -101,7 +101,7 @@ impl ApiWorkload {
         }
     }
 
-    async fn list_all(&self) -> Result<(HashMap<String, String>, i64), String> {
+    async fn list_all(&self) -> Result<(HashMap<String, String>, i64), ListError> {
         let mut out = HashMap::new();
         let mut lp = ListParams::default().labels(&self.selector).limit(PAGE);
         let mut revision = 0;
@@ -109,8 +109,8 @@ impl ApiWorkload {
         for _ in 0..=(64 * 1000 / PAGE) {
             let page = tokio::time::timeout(self.timeout, self.api.list(&lp))
                 .await
-                .map_err(|_| format!("LIST of the run's ConfigMaps: no answer within {}ms", self.timeout.as_millis()))?
-                .map_err(|e| format!("LIST of the run's ConfigMaps: {}", describe(&e)))?;
+                .map_err(|_| ListError::Timeout { bound: self.timeout })?
+                .map_err(ListError::Api)?;
             if revision == 0 {
                 revision = rv(page.metadata.resource_version.as_deref());
             }
@@ -124,7 +124,7 @@ impl ApiWorkload {
                 None => return Ok((out, revision)),
             }
         }
-        Err("LIST of the run's ConfigMaps did not end within its page budget".into())
+        Err(ListError::TooManyPages)
     }
 
     /// Every watcher's current session.
@@ -231,6 +231,17 @@ pub(crate) fn rv(v: Option<&str>) -> i64 {
 }
 
 /// The API's answer (status code and message) or the transport's error, with its causes.
+/// Why the read back of the run's ConfigMaps (the durability check's LIST) has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    #[error("LIST of the run's ConfigMaps: no answer within {}ms", bound.as_millis())]
+    Timeout { bound: Duration },
+    #[error("LIST of the run's ConfigMaps: {}", describe(.0))]
+    Api(#[source] kube::Error),
+    #[error("LIST of the run's ConfigMaps did not end within its page budget")]
+    TooManyPages,
+}
+
 pub(crate) fn describe(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => format!("{} {}", s.code, s.message),

@@ -11,7 +11,7 @@ use shakedown_faults::MemberId;
 use shakedown_invariants::{ApiServerReady, Probe};
 
 use super::describe;
-use crate::targets::kube::command::HttpProber;
+use crate::targets::kube::command::{HttpProber, ProbeError};
 
 /// An apiserver the target reaches directly.
 #[derive(Debug, Clone)]
@@ -35,7 +35,7 @@ pub struct ApiProbes {
 impl ApiProbes {
     /// Probes of the API `config` points at, reading `namespace`; `/readyz` of single apiservers
     /// trusting `ca_file` when given.
-    pub fn new(config: kube::Config, namespace: &str, readyz_ca: Option<&Path>) -> Result<ApiProbes, String> {
+    pub fn new(config: kube::Config, namespace: &str, readyz_ca: Option<&Path>) -> Result<ApiProbes, ProbeError> {
         let readyz = readyz_ca.map(|ca| HttpProber::fresh_connections(Some(ca), false)).transpose()?;
         Ok(ApiProbes { config, namespace: namespace.to_string(), readyz })
     }
@@ -73,7 +73,9 @@ impl ApiProbes {
                     ready: ans.status == 200,
                     detail: (ans.status != 200).then(|| format!("status {}: {}", ans.status, failing_checks(&ans.body))),
                 },
-                Err(e) => ApiServerReady { name: a.name.clone(), member: a.member, answered: false, ready: false, detail: Some(e) },
+                Err(e) => {
+                    ApiServerReady { name: a.name.clone(), member: a.member, answered: false, ready: false, detail: Some(e.to_string()) }
+                }
             }
         });
         futures::future::join_all(probes).await

@@ -55,7 +55,10 @@ pub async fn clean_up(client: &Client, ns: &str, run: &str, record: &RunRecord) 
     uncordon(client, run, &mut out).await;
     for gvk in &record.resources {
         let discovered = tokio::time::timeout(REQUEST_BOUND, resource_api_of(client, ns, gvk)).await;
-        match discovered.unwrap_or_else(|_| Err(format!("{gvk}: no answer within {}s", REQUEST_BOUND.as_secs()))) {
+        match discovered
+            .map_err(|_| format!("{gvk}: no answer within {}s", REQUEST_BOUND.as_secs()))
+            .and_then(|r| r.map_err(|e| e.to_string()))
+        {
             Ok(api) => delete_run_objects(&api, gvk, ns, run, &mut out).await,
             Err(e) => out.errors.push(e.to_string()),
         }

@@ -13,7 +13,24 @@ use shakedown_faults::BackupId;
 use shakedown_invariants::{AppData, Marks};
 
 use super::spec::{fill, DataCommands};
-use crate::k8s::exec::exec;
+use crate::k8s::exec::{exec, ExecError};
+
+/// Why the data workload did not start, or its read back has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// The write command was not acknowledged once within the bound (`last`: what the last
+    /// attempt answered).
+    #[error("the data workload's write command was not acknowledged once within {bound:?} ({failures} attempts failed; the last: {last})")]
+    NoAck { bound: Duration, failures: u64, last: String },
+    #[error("no Ready pod of {selector} to read in")]
+    NoReadyPod { selector: String },
+    /// The read command could not run in its pod.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// The read command exited non-zero.
+    #[error("in {pod}: exit {code}: {stderr}")]
+    Exit { pod: String, code: i32, stderr: String },
+}
 
 /// How long one write or read command may take.
 pub const DATA_COMMAND_BOUND: Duration = Duration::from_secs(15);
@@ -112,7 +129,7 @@ impl Writer {
         // Acknowledged while the read ran: may or may not be in it.
         unknown.extend(l.acked[sent_at..].iter().map(|(k, _)| k.clone()));
         unknown.extend(l.in_flight.clone());
-        AppData { acked: l.acked[..sent_at].to_vec(), marks, unknown, read }
+        AppData { acked: l.acked[..sent_at].to_vec(), marks, unknown, read: read.map_err(|e| e.to_string()) }
     }
 
     /// Waits (up to `bound`) for the first acknowledged write: a run whose write command never
@@ -121,7 +138,7 @@ impl Writer {
     /// exec itself is slow), it waits for the first to end, within that attempt's own bound, so
     /// that a slow machine is not taken for a broken command and the error can say what the
     /// command answered.
-    pub async fn first_ack(&self, bound: Duration) -> Result<(), String> {
+    pub async fn first_ack(&self, bound: Duration) -> Result<(), DataError> {
         let deadline = tokio::time::Instant::now() + bound;
         let first_attempt_deadline = deadline + DATA_COMMAND_BOUND + Duration::from_secs(1);
         loop {
@@ -134,7 +151,7 @@ impl Writer {
                 let now = tokio::time::Instant::now();
                 if now >= deadline && (!none_ended || now >= first_attempt_deadline) {
                     let why = l.last_failure.clone().unwrap_or_else(|| "no attempt finished".into());
-                    return Err(format!("the data workload's write command was not acknowledged once within {bound:?} ({} attempts failed; the last: {why})", l.failures));
+                    return Err(DataError::NoAck { bound, failures: l.failures, last: why });
                 }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -158,16 +175,16 @@ impl Writer {
         l.marks.restore_ends(end);
     }
 
-    async fn read_command(&self) -> Result<BTreeMap<String, String>, String> {
+    async fn read_command(&self) -> Result<BTreeMap<String, String>, DataError> {
         let pod = ready_pod(&self.client, &self.namespace, &self.commands.selector, None)
             .await
-            .ok_or_else(|| format!("no Ready pod of {} to read in", self.commands.selector))?;
+            .ok_or_else(|| DataError::NoReadyPod { selector: self.commands.selector.clone() })?;
         let name = pod.metadata.name.unwrap_or_default();
         let cmd = fill(&self.commands.read, &BTreeMap::from([("prefix", self.prefix.clone())]));
         let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
         let out = exec(&self.client, &self.namespace, &name, self.commands.container.as_deref(), &refs, DATA_COMMAND_BOUND).await?;
         if out.code != 0 {
-            return Err(format!("in {name}: exit {}: {}", out.code, out.stderr.trim()));
+            return Err(DataError::Exit { pod: name, code: out.code, stderr: out.stderr.trim().to_string() });
         }
         Ok(out
             .stdout

@@ -24,7 +24,7 @@ impl AppTarget {
                 Ok(ProbeCheck::Http(h)) => self.http_probe(h).await,
                 Ok(ProbeCheck::Object(o)) => self.object_probe(o).await,
                 Ok(ProbeCheck::Job(spec)) => self.job_probe(spec).await,
-                Err(e) => Some(e),
+                Err(e) => Some(e.to_string()),
             };
             out.push((p.name.clone(), result));
         }
@@ -41,7 +41,7 @@ impl AppTarget {
         match exec(&self.client, self.ns(), &pod, container, &refs, PROBE_BOUND).await {
             Ok(o) if o.code == 0 => None,
             Ok(o) => Some(format!("in {pod}: exit {}: {}", o.code, o.stderr.trim())),
-            Err(e) => Some(e),
+            Err(e) => Some(e.to_string()),
         }
     }
 
@@ -128,7 +128,7 @@ impl AppTarget {
         let what = format!("{} {}/{}", o.kind, self.ns(), o.name);
         let api = match resource_api_of(&self.client, self.ns(), &format!("{}/{}", o.api_version, o.kind)).await {
             Ok(api) => api,
-            Err(e) => return Some(e),
+            Err(e) => return Some(e.to_string()),
         };
         match bounded(&what, api.get_opt(&o.name)).await {
             Err(e) => Some(e.to_string()),

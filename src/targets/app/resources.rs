@@ -69,12 +69,13 @@ impl AppTarget {
 
     /// The API of a custom resource kind (its plural from discovery).
     async fn resource_api(&self, r: &ResourceOp, section: &str) -> Result<Api<DynamicObject>, TargetError> {
-        let (api_version, kind) = r.kind(section).map_err(TargetError::Environment)?;
+        let (api_version, kind) = r.kind(section).map_err(|e| TargetError::Environment(e.to_string()))?;
         let gvk = format!("{api_version}/{kind}");
         let discovered = resource_api_of(&self.client, self.ns(), &gvk);
         tokio::time::timeout(REQUEST_BOUND, discovered)
             .await
-            .unwrap_or_else(|_| Err(format!("discover {api_version} {kind}: no answer within {}s", REQUEST_BOUND.as_secs())))
+            .map_err(|_| format!("discover {api_version} {kind}: no answer within {}s", REQUEST_BOUND.as_secs()))
+            .and_then(|r| r.map_err(|e| e.to_string()))
             .map_err(|e| {
                 TargetError::Environment(format!(
                     "the [{section}] template's kind is not served by {}: {e} (is the operator's CRD installed?)",
@@ -169,17 +170,32 @@ pub fn resource_kinds(p: &spec::AppProfile) -> BTreeSet<(String, String)> {
     [("backup", &p.backup), ("restore", &p.restore)].into_iter().filter_map(|(s, r)| r.as_ref().and_then(|r| r.kind(s).ok())).collect()
 }
 
+/// Why the API of a kind was not found.
+#[derive(Debug, thiserror::Error)]
+pub enum ResourceError {
+    #[error("{gvk}: not group/version/Kind")]
+    NotGvk { gvk: String },
+    /// Discovery failed, or the cluster does not serve the kind.
+    #[error("{gvk}: {source}")]
+    Discovery {
+        gvk: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
 /// The API of `apiVersion/kind` (`group/version/Kind`, as `reap` reads it from a run's
 /// ConfigMap) by discovery.
-pub async fn resource_api_of(client: &Client, ns: &str, gvk: &str) -> Result<Api<DynamicObject>, String> {
+pub async fn resource_api_of(client: &Client, ns: &str, gvk: &str) -> Result<Api<DynamicObject>, ResourceError> {
     let mut parts = gvk.rsplitn(2, '/');
     let (kind, api_version) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
     // `v1/Pod`: the core group.
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     if version.is_empty() || kind.is_empty() {
-        return Err(format!("{gvk}: not group/version/Kind"));
+        return Err(ResourceError::NotGvk { gvk: gvk.to_string() });
     }
-    let (ar, _): (ApiResource, _) =
-        kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await.map_err(|e| format!("{gvk}: {e}"))?;
+    let (ar, _): (ApiResource, _) = kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind))
+        .await
+        .map_err(|source| ResourceError::Discovery { gvk: gvk.to_string(), source })?;
     Ok(Api::namespaced_with(client.clone(), ns, &ar))
 }

@@ -184,17 +184,17 @@ impl ResourceOp {
     }
 
     /// `apiVersion` and `kind` of the template, or what is wrong with it.
-    pub fn kind(&self, section: &str) -> Result<(String, String), String> {
+    pub fn kind(&self, section: &str) -> Result<(String, String), AppProfileError> {
         let get = |f: &str| {
             self.template
                 .get(f)
                 .and_then(|v| v.as_str())
                 .map(str::to_string)
-                .ok_or_else(|| format!("app profile: [{section}.template] needs {f} (a string)"))
+                .ok_or_else(|| invalid(format!("[{section}.template] needs {f} (a string)")))
         };
         let (api_version, kind) = (get("apiVersion")?, get("kind")?);
         if api_version.split('/').count() != 2 {
-            return Err(format!("app profile: [{section}.template] apiVersion = {api_version:?}: a custom resource's is group/version"));
+            return Err(invalid(format!("[{section}.template] apiVersion = {api_version:?}: a custom resource's is group/version")));
         }
         Ok((api_version, kind))
     }
@@ -365,28 +365,28 @@ pub enum ProbeCheck<'a> {
 }
 
 impl Probe {
-    pub fn check(&self) -> Result<ProbeCheck<'_>, String> {
+    pub fn check(&self) -> Result<ProbeCheck<'_>, AppProfileError> {
         let kinds = [self.command.is_some(), self.http.is_some(), self.object.is_some(), self.job.is_some()].iter().filter(|k| **k).count();
         if kinds > 1 {
-            return Err(format!("app profile: probe {:?}: one of command (with selector), http, object or job, not several", self.name));
+            return Err(invalid(format!("probe {:?}: one of command (with selector), http, object or job, not several", self.name)));
         }
         if let Some(job) = &self.job {
             return match (job.is_object(), &self.selector) {
                 (true, None) => Ok(ProbeCheck::Job(job)),
-                (false, _) => Err(format!("app profile: probe {:?}: job is a Job's spec (a table: [probes.job])", self.name)),
-                (true, Some(_)) => Err(format!("app profile: probe {:?}: a selector belongs to a command, not a job", self.name)),
+                (false, _) => Err(invalid(format!("probe {:?}: job is a Job's spec (a table: [probes.job])", self.name))),
+                (true, Some(_)) => Err(invalid(format!("probe {:?}: a selector belongs to a command, not a job", self.name))),
             };
         }
         match (&self.command, &self.http, &self.object) {
             (Some(command), None, None) => match &self.selector {
                 Some(selector) if !command.is_empty() => Ok(ProbeCheck::Exec { selector, container: self.container.as_deref(), command }),
-                Some(_) => Err(format!("app profile: probe {:?}: command is empty", self.name)),
-                None => Err(format!("app profile: probe {:?}: a command needs the selector of the pods to run it in", self.name)),
+                Some(_) => Err(invalid(format!("probe {:?}: command is empty", self.name))),
+                None => Err(invalid(format!("probe {:?}: a command needs the selector of the pods to run it in", self.name))),
             },
             (None, Some(h), None) if self.selector.is_none() => Ok(ProbeCheck::Http(h)),
             (None, None, Some(o)) if self.selector.is_none() => Ok(ProbeCheck::Object(o)),
-            (None, None, None) => Err(format!("app profile: probe {:?} needs command (with selector), http, object or job", self.name)),
-            _ => Err(format!("app profile: probe {:?}: a selector belongs to a command", self.name)),
+            (None, None, None) => Err(invalid(format!("probe {:?} needs command (with selector), http, object or job", self.name))),
+            _ => Err(invalid(format!("probe {:?}: a selector belongs to a command", self.name))),
         }
     }
 }
@@ -423,11 +423,11 @@ pub struct GroupCut {
 impl GroupCut {
     /// A side's selector as labels (`key=value` terms only: the other side's policy admits
     /// every pod that lacks one of them, which a NetworkPolicy can say only of equality terms).
-    pub fn labels(selector: &str) -> Result<BTreeMap<String, String>, String> {
+    pub fn labels(selector: &str) -> Result<BTreeMap<String, String>, AppProfileError> {
         let mut labels = BTreeMap::new();
         for term in selector.split(',').map(str::trim) {
             let (k, v) = term.split_once("==").or_else(|| term.split_once('=')).filter(|(k, _)| !k.is_empty() && !k.ends_with('!')).ok_or_else(|| {
-                format!("app profile: [[partition.groups]] selector {selector:?}: {term:?} is not a key=value term (a group is a set of key=value labels, all of which must hold)")
+                invalid(format!("[[partition.groups]] selector {selector:?}: {term:?} is not a key=value term (a group is a set of key=value labels, all of which must hold)"))
             })?;
             labels.insert(k.trim().to_string(), v.trim().to_string());
         }
@@ -453,9 +453,30 @@ fn dns_label_problem(name: &str) -> Option<&'static str> {
     None
 }
 
+/// Why an app profile was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum AppProfileError {
+    #[error("cannot read app profile {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not TOML, or not the profile's fields.
+    #[error("app profile: {0}")]
+    Parse(#[source] toml::de::Error),
+    /// It parses but breaks a rule (`detail` says which).
+    #[error("app profile: {detail}")]
+    Invalid { detail: String },
+}
+
+fn invalid(detail: String) -> AppProfileError {
+    AppProfileError::Invalid { detail }
+}
+
 impl AppProfile {
-    pub fn from_toml(text: &str) -> Result<AppProfile, String> {
-        let p: AppProfile = toml::from_str(text).map_err(|e| format!("app profile: {e}"))?;
+    pub fn from_toml(text: &str) -> Result<AppProfile, AppProfileError> {
+        let p: AppProfile = toml::from_str(text).map_err(AppProfileError::Parse)?;
         // Names the apiserver would refuse (or, empty, a request for every object of a kind)
         // are refused here, before anything connects.
         for (field, name) in [
@@ -466,49 +487,49 @@ impl AppProfile {
         ] {
             if let Some(name) = name {
                 if let Some(problem) = dns_label_problem(name) {
-                    return Err(format!("app profile: {field} = {name:?} is not a Kubernetes name: {problem}"));
+                    return Err(invalid(format!("{field} = {name:?} is not a Kubernetes name: {problem}")));
                 }
             }
         }
         if p.data.as_ref().is_some_and(|d| d.write.is_empty() || d.read.is_empty()) {
-            return Err("app profile: [data] needs a write and a read command".into());
+            return Err(invalid("[data] needs a write and a read command".into()));
         }
         for probe in &p.probes {
             probe.check()?;
         }
         if let Some(k) = &p.pod_kill_selected {
             if k.count.is_some() && k.percent.is_some() {
-                return Err("app profile: [pod_kill_selected] takes count or percent, not both".into());
+                return Err(invalid("[pod_kill_selected] takes count or percent, not both".into()));
             }
             if k.count == Some(0) || k.percent.is_some_and(|p| p == 0 || p > 100) {
-                return Err("app profile: [pod_kill_selected] count must be at least 1, percent 1–100".into());
+                return Err(invalid("[pod_kill_selected] count must be at least 1, percent 1–100".into()));
             }
             if k.selector.trim().is_empty() {
-                return Err("app profile: [pod_kill_selected] needs a label selector".into());
+                return Err(invalid("[pod_kill_selected] needs a label selector".into()));
             }
         }
         for cut in p.partition.iter().flat_map(|p| &p.groups) {
             let (a, b) = (GroupCut::labels(&cut.a)?, GroupCut::labels(&cut.b)?);
             if a == b {
-                return Err(format!("app profile: [[partition.groups]] a and b are the same group ({:?}): nothing to cut apart", cut.a));
+                return Err(invalid(format!("[[partition.groups]] a and b are the same group ({:?}): nothing to cut apart", cut.a)));
             }
         }
         for (section, r) in [("backup", &p.backup), ("restore", &p.restore)] {
             if let Some(r) = r {
                 if !r.template.is_object() {
-                    return Err(format!("app profile: [{section}] template must be a table (apiVersion, kind, spec, …)"));
+                    return Err(invalid(format!("[{section}] template must be a table (apiVersion, kind, spec, …)")));
                 }
                 r.kind(section)?;
                 if r.done.field.trim().is_empty() {
-                    return Err(format!("app profile: [{section}] done needs a field"));
+                    return Err(invalid(format!("[{section}] done needs a field")));
                 }
             }
         }
         Ok(p)
     }
 
-    pub fn load(path: &Path) -> Result<AppProfile, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read app profile {}: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<AppProfile, AppProfileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| AppProfileError::Read { path: path.to_path_buf(), source })?;
         AppProfile::from_toml(&text)
     }
 }
@@ -518,7 +539,7 @@ impl AppSpec {
     pub fn from_options(opts: &AppOptions, context: Option<&str>, recorded: Option<&AppSpec>) -> Result<AppSpec, Fatal> {
         let app_profile =
             match (&opts.app_profile, recorded) {
-                (Some(p), _) => AppProfile::load(p).map_err(Fatal::usage)?,
+                (Some(p), _) => AppProfile::load(p).map_err(|e| Fatal::usage(e.to_string()))?,
                 (None, Some(r)) => r.app_profile.clone(),
                 (None, None) => return Err(Fatal::usage(
                     "--target app needs --app-profile FILE (the application under test: namespace, StatefulSet, operator, data commands)",
@@ -557,10 +578,10 @@ mod tests {
             BTreeMap::from([("app".to_string(), "web".to_string()), ("role".to_string(), "standby".to_string())])
         );
         for bad in ["app!=web", "app in (web)", "", "app"] {
-            let err = AppProfile::from_toml(&format!("{base}[[partition.groups]]\na = {bad:?}\nb = \"x=y\"\n")).unwrap_err();
+            let err = AppProfile::from_toml(&format!("{base}[[partition.groups]]\na = {bad:?}\nb = \"x=y\"\n")).unwrap_err().to_string();
             assert!(err.contains("is not a key=value term"), "{bad}: {err}");
         }
-        let err = AppProfile::from_toml(&format!("{base}[[partition.groups]]\na = \"x=y\"\nb = \"x==y\"\n")).unwrap_err();
+        let err = AppProfile::from_toml(&format!("{base}[[partition.groups]]\na = \"x=y\"\nb = \"x==y\"\n")).unwrap_err().to_string();
         assert!(err.contains("the same group"), "{err}");
     }
 
@@ -573,10 +594,13 @@ mod tests {
             ("namespace = \"web\"\nstatefulset = \"web-\"\n", "start and end with a letter or digit"),
             ("namespace = \"web\"\nstatefulset = \"web\"\noperator = \"\"\n", "operator = \"\""),
         ] {
-            let err = AppProfile::from_toml(toml).unwrap_err();
+            let err = AppProfile::from_toml(toml).unwrap_err().to_string();
             assert!(err.contains(want), "{toml}: {err}");
         }
-        assert!(AppProfile::from_toml(&format!("namespace = \"{}\"\nstatefulset = \"a\"\n", "n".repeat(64))).unwrap_err().contains("63"));
+        assert!(AppProfile::from_toml(&format!("namespace = \"{}\"\nstatefulset = \"a\"\n", "n".repeat(64)))
+            .unwrap_err()
+            .to_string()
+            .contains("63"));
         assert!(AppProfile::from_toml("namespace = \"team-a1\"\nstatefulset = \"etcd\"\noperator = \"etcd-operator\"\n").is_ok());
     }
 
@@ -655,34 +679,39 @@ mod tests {
         assert!(matches!(p.probes[0].check(), Ok(ProbeCheck::Exec { selector: "app=etcd", .. })));
         assert!(matches!(p.probes[1].check(), Ok(ProbeCheck::Http(h)) if h.path == "/" && h.port == "client"));
         assert!(matches!(p.probes[2].check(), Ok(ProbeCheck::Object(o)) if o.kind == "Deployment"));
-        let e = AppProfile::from_toml(&format!("{base}command = [\"true\"]\n")).unwrap_err();
+        let e = AppProfile::from_toml(&format!("{base}command = [\"true\"]\n")).unwrap_err().to_string();
         assert!(e.contains("needs the selector"), "{e}");
-        let e = AppProfile::from_toml(base).unwrap_err();
+        let e = AppProfile::from_toml(base).unwrap_err().to_string();
         assert!(e.contains("needs command (with selector), http, object or job"), "{e}");
         let e = AppProfile::from_toml(&format!(
             "{base}selector = \"a=b\"\ncommand = [\"true\"]\nhttp = {{ service = \"s\", port = \"80\" }}\n"
         ))
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("not several"), "{e}");
-        let e = AppProfile::from_toml(&format!("{base}selector = \"a=b\"\nhttp = {{ service = \"s\", port = \"80\" }}\n")).unwrap_err();
+        let e = AppProfile::from_toml(&format!("{base}selector = \"a=b\"\nhttp = {{ service = \"s\", port = \"80\" }}\n"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a selector belongs to a command"), "{e}");
         let p = AppProfile::from_toml(&format!(
             "{base}[probes.job]\nbackoffLimit = 1\n[probes.job.template.spec]\nrestartPolicy = \"Never\"\n"
         ))
         .unwrap();
         assert!(matches!(p.probes[0].check(), Ok(ProbeCheck::Job(j)) if j["backoffLimit"] == 1));
-        let e = AppProfile::from_toml(&format!("{base}job = \"x\"\n")).unwrap_err();
+        let e = AppProfile::from_toml(&format!("{base}job = \"x\"\n")).unwrap_err().to_string();
         assert!(e.contains("a Job's spec"), "{e}");
     }
 
     #[test]
     fn a_resource_op_without_a_custom_resource_template_is_refused() {
         let base = "namespace = \"app\"\nstatefulset = \"etcd\"\n[backup]\ndone = { field = \"status.phase\", equals = \"Completed\" }\n";
-        let e = AppProfile::from_toml(&format!("{base}[backup.template]\nkind = \"EtcdBackup\"\n")).unwrap_err();
+        let e = AppProfile::from_toml(&format!("{base}[backup.template]\nkind = \"EtcdBackup\"\n")).unwrap_err().to_string();
         assert!(e.contains("[backup.template] needs apiVersion"), "{e}");
-        let e = AppProfile::from_toml(&format!("{base}[backup.template]\napiVersion = \"v1\"\nkind = \"ConfigMap\"\n")).unwrap_err();
+        let e = AppProfile::from_toml(&format!("{base}[backup.template]\napiVersion = \"v1\"\nkind = \"ConfigMap\"\n"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("group/version"), "{e}");
-        let e = AppProfile::from_toml(&format!("{base}template = \"x\"\n")).unwrap_err();
+        let e = AppProfile::from_toml(&format!("{base}template = \"x\"\n")).unwrap_err().to_string();
         assert!(e.contains("must be a table"), "{e}");
     }
 
@@ -691,7 +720,7 @@ mod tests {
         let base = "namespace = \"app\"\nstatefulset = \"etcd\"\n[pod_kill_selected]\nselector = \"app=etcd\"\n";
         assert!(AppProfile::from_toml(&format!("{base}count = 2\n")).is_ok());
         for bad in ["count = 2\npercent = 50\n", "count = 0\n", "percent = 0\n", "percent = 101\n"] {
-            let e = AppProfile::from_toml(&format!("{base}{bad}")).unwrap_err();
+            let e = AppProfile::from_toml(&format!("{base}{bad}")).unwrap_err().to_string();
             assert!(e.contains("[pod_kill_selected]"), "{bad}: {e}");
         }
     }

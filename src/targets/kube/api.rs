@@ -17,6 +17,19 @@ use shakedown_faults::Model;
 use shakedown_invariants::{ApiObservation, InvariantId};
 
 use super::profile::ApiSpec;
+
+/// What the API workload's teardown left in the workload cluster (`reap --kube` removes it).
+#[derive(Debug, thiserror::Error)]
+pub enum TeardownError {
+    #[error("cannot delete the API workload's objects in namespace {namespace}: {}", describe(source))]
+    Delete {
+        namespace: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("deleting the API workload's objects in namespace {namespace} got no answer within {}s", bound.as_secs())]
+    Timeout { namespace: String, bound: Duration },
+}
 use super::{KubeError, RUN_LABEL};
 use crate::targets::api::probe::ApiProbes;
 use crate::targets::api::{describe, observe, ApiWorkload};
@@ -105,7 +118,7 @@ impl KubeApi {
         };
         let samples = run_dir.map(|d| d.join("api-workload.csv"));
         let workload = ApiWorkload::start(client.clone(), &namespace, run_id, &spec.load, samples.as_deref());
-        let probes = ApiProbes::new(config, &namespace, None).map_err(env)?;
+        let probes = ApiProbes::new(config, &namespace, None).map_err(|e| env(e.to_string()))?;
         Ok(KubeApi {
             workload,
             probes,
@@ -126,7 +139,7 @@ impl KubeApi {
 
     /// Stops the workload and removes what it wrote: the run's namespace, or its ConfigMaps in
     /// the named one. `Err` names what is left (for `reap --kube`).
-    pub async fn teardown(&mut self) -> Result<(), String> {
+    pub async fn teardown(&mut self) -> Result<(), TeardownError> {
         self.workload.stop().await;
         let res = if self.created {
             let namespaces: Api<Namespace> = Api::all(self.client.clone());
@@ -139,12 +152,8 @@ impl KubeApi {
         match res {
             Ok(Ok(())) => Ok(()),
             Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(()),
-            Ok(Err(e)) => Err(format!("cannot delete the API workload's objects in namespace {}: {}", self.namespace, describe(&e))),
-            Err(_) => Err(format!(
-                "deleting the API workload's objects in namespace {} got no answer within {}s",
-                self.namespace,
-                NAMESPACE_BOUND.as_secs()
-            )),
+            Ok(Err(source)) => Err(TeardownError::Delete { namespace: self.namespace.clone(), source }),
+            Err(_) => Err(TeardownError::Timeout { namespace: self.namespace.clone(), bound: NAMESPACE_BOUND }),
         }
     }
 }

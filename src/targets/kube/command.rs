@@ -15,6 +15,40 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
+/// Why an HTTP(S) prober could not be made, or a GET got no (2xx) answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// TLS could not be set up (rustls refused the configuration).
+    #[error("{0}")]
+    Tls(#[source] rustls::Error),
+    /// The CA file cannot be read.
+    #[error("cannot read the CA file {}: {source}", path.display())]
+    CaRead {
+        path: std::path::PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// The CA file holds something that is not a usable certificate.
+    #[error("CA file {}: {detail}", path.display())]
+    CaFile { path: std::path::PathBuf, detail: String },
+    #[error("CA file {} holds no PEM certificate", path.display())]
+    CaEmpty { path: std::path::PathBuf },
+    #[error("cannot load the system's trusted roots: {0}")]
+    SystemRoots(#[source] rustls::Error),
+    #[error("invalid URL: {0}")]
+    InvalidUrl(#[source] http::uri::InvalidUri),
+    #[error(transparent)]
+    Request(#[from] http::Error),
+    /// The request got no answer (the error with its causes: refused, a certificate error …).
+    #[error("{}", error_chain(.0))]
+    Unreachable(#[source] hyper_util::client::legacy::Error),
+    #[error("no answer within {}ms", bound.as_millis())]
+    Timeout { bound: Duration },
+    /// An answer that is not 2xx.
+    #[error("status {}", http::StatusCode::from_u16(*.0).map(|s| s.to_string()).unwrap_or_else(|_| .0.to_string()))]
+    Status(u16),
+}
+
 /// The result of a command with a timeout.
 pub struct CommandResult {
     pub exit: Option<i32>,
@@ -87,38 +121,38 @@ pub struct Answer {
 }
 
 impl HttpProber {
-    pub fn new(ca_file: Option<&Path>, insecure: bool) -> Result<HttpProber, String> {
+    pub fn new(ca_file: Option<&Path>, insecure: bool) -> Result<HttpProber, ProbeError> {
         HttpProber::build(ca_file, insecure, true)
     }
 
     /// A prober that opens a new connection for every request (a paused server then shows as
     /// one that does not answer, not as a pooled connection that hangs).
-    pub fn fresh_connections(ca_file: Option<&Path>, insecure: bool) -> Result<HttpProber, String> {
+    pub fn fresh_connections(ca_file: Option<&Path>, insecure: bool) -> Result<HttpProber, ProbeError> {
         HttpProber::build(ca_file, insecure, false)
     }
 
-    fn build(ca_file: Option<&Path>, insecure: bool, pool: bool) -> Result<HttpProber, String> {
+    fn build(ca_file: Option<&Path>, insecure: bool, pool: bool) -> Result<HttpProber, ProbeError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?;
+        let builder =
+            rustls::ClientConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions().map_err(ProbeError::Tls)?;
         let config = match (ca_file, insecure) {
             (_, true) => builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyCertificate(provider))).with_no_client_auth(),
             (Some(path), false) => {
                 let mut roots = rustls::RootCertStore::empty();
-                let certs = CertificateDer::pem_file_iter(path).map_err(|e| format!("cannot read the CA file {}: {e}", path.display()))?;
+                let certs =
+                    CertificateDer::pem_file_iter(path).map_err(|source| ProbeError::CaRead { path: path.to_path_buf(), source })?;
+                let bad = |detail: String| ProbeError::CaFile { path: path.to_path_buf(), detail };
                 for cert in certs {
-                    let cert = cert.map_err(|e| format!("CA file {}: {e}", path.display()))?;
-                    roots.add(cert).map_err(|e| format!("CA file {}: {e}", path.display()))?;
+                    let cert = cert.map_err(|e| bad(e.to_string()))?;
+                    roots.add(cert).map_err(|e| bad(e.to_string()))?;
                 }
                 if roots.is_empty() {
-                    return Err(format!("CA file {} holds no PEM certificate", path.display()));
+                    return Err(ProbeError::CaEmpty { path: path.to_path_buf() });
                 }
                 builder.with_root_certificates(roots).with_no_client_auth()
             }
             (None, false) => {
-                let verifier = rustls_platform_verifier::Verifier::new(provider)
-                    .map_err(|e| format!("cannot load the system's trusted roots: {e}"))?;
+                let verifier = rustls_platform_verifier::Verifier::new(provider).map_err(ProbeError::SystemRoots)?;
                 builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)).with_no_client_auth()
             }
         };
@@ -131,33 +165,30 @@ impl HttpProber {
     }
 
     /// GET `url`; `Ok` on a 2xx answer within `timeout`.
-    pub async fn get(&self, url: &str, timeout: Duration) -> Result<(), String> {
+    pub async fn get(&self, url: &str, timeout: Duration) -> Result<(), ProbeError> {
         match self.answer(url, timeout).await? {
             a if (200..300).contains(&a.status) => Ok(()),
-            a => Err(format!(
-                "status {}",
-                http::StatusCode::from_u16(a.status).map(|s| s.to_string()).unwrap_or_else(|_| a.status.to_string())
-            )),
+            a => Err(ProbeError::Status(a.status)),
         }
     }
 
     /// GET `url`: what the server answered within `timeout` (status and body), or why there
     /// was no answer.
-    pub async fn answer(&self, url: &str, timeout: Duration) -> Result<Answer, String> {
-        let uri: http::Uri = url.parse().map_err(|e| format!("invalid URL: {e}"))?;
-        let req = http::Request::get(uri).body(Empty::new()).map_err(|e| e.to_string())?;
+    pub async fn answer(&self, url: &str, timeout: Duration) -> Result<Answer, ProbeError> {
+        let uri: http::Uri = url.parse().map_err(ProbeError::InvalidUrl)?;
+        let req = http::Request::get(uri).body(Empty::new())?;
         let fetch = async {
-            let r = self.client.request(req).await.map_err(|e| error_chain(&e))?;
+            let r = self.client.request(req).await.map_err(ProbeError::Unreachable)?;
             let status = r.status().as_u16();
             let body = http_body_util::BodyExt::collect(http_body_util::Limited::new(r.into_body(), 64 * 1024))
                 .await
                 .map(|b| b.to_bytes())
                 .unwrap_or_default();
             let body = String::from_utf8_lossy(&body[..body.len().min(4096)]).to_string();
-            Ok::<Answer, String>(Answer { status, body })
+            Ok::<Answer, ProbeError>(Answer { status, body })
         };
         match tokio::time::timeout(timeout, fetch).await {
-            Err(_) => Err(format!("no answer within {}ms", timeout.as_millis())),
+            Err(_) => Err(ProbeError::Timeout { bound: timeout }),
             Ok(r) => r,
         }
     }

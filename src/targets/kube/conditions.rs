@@ -144,11 +144,18 @@ pub fn rollout(obj: &Value) -> Rollout {
     }
 }
 
+/// What a rollout still misses before it is complete (see [`Rollout::complete`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", missing.join(", "))]
+pub struct Incomplete {
+    pub missing: Vec<String>,
+}
+
 impl Rollout {
     /// `Ok` when the rollout is complete: `observedGeneration` current,
     /// `upToDateReplicas == replicas == spec.replicas`, `RollingOut` False, `Available` True;
     /// otherwise what is still missing.
-    pub fn complete(&self) -> Result<(), String> {
+    pub fn complete(&self) -> Result<(), Incomplete> {
         let mut missing = Vec::new();
         if self.observed_generation < self.generation {
             missing.push(format!("observedGeneration {} < generation {}", self.observed_generation, self.generation));
@@ -166,7 +173,7 @@ impl Rollout {
         if missing.is_empty() {
             Ok(())
         } else {
-            Err(missing.join(", "))
+            Err(Incomplete { missing })
         }
     }
 }
@@ -225,9 +232,9 @@ mod tests {
                     {"type": "Available", "status": "True", "reason": "x", "message": ""}]}})
         };
         assert_eq!(rollout(&kcp(2, 2, 3, "False")).complete(), Ok(()));
-        assert!(rollout(&kcp(3, 2, 3, "False")).complete().unwrap_err().contains("observedGeneration 2 < generation 3"));
-        assert!(rollout(&kcp(2, 2, 2, "False")).complete().unwrap_err().contains("upToDateReplicas 2"));
-        assert!(rollout(&kcp(2, 2, 3, "True")).complete().unwrap_err().contains("RollingOut is true"));
+        assert!(rollout(&kcp(3, 2, 3, "False")).complete().unwrap_err().to_string().contains("observedGeneration 2 < generation 3"));
+        assert!(rollout(&kcp(2, 2, 2, "False")).complete().unwrap_err().to_string().contains("upToDateReplicas 2"));
+        assert!(rollout(&kcp(2, 2, 3, "True")).complete().unwrap_err().to_string().contains("RollingOut is true"));
         // v1beta1 status: updatedReplicas and MachinesSpecUpToDate.
         let v1 = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "metadata": {"generation": 1}, "spec": {"replicas": 3},
             "status": {"observedGeneration": 1, "replicas": 3, "updatedReplicas": 3, "conditions": [{"type": "MachinesSpecUpToDate", "status": "True"}]}});

@@ -131,7 +131,7 @@ impl KubeTarget {
         let velero = if hooks.contains_key(&OpKind::Backup) && hooks.contains_key(&OpKind::Restore) {
             Err("hooks set".to_string())
         } else {
-            probe_velero(&client).await
+            probe_velero(&client).await.map_err(|e| e.to_string())
         };
         let mut velero_watches = Vec::new();
         if velero.is_ok() {
@@ -150,7 +150,7 @@ impl KubeTarget {
         }
         let mut infra = Vec::new();
         for spec in &cfg.profile.infra_machine_kinds {
-            let ar = client::resource_of(spec).map_err(KubeError::Usage)?;
+            let ar = client::resource_of(spec).map_err(|e| KubeError::Usage(e.to_string()))?;
             infra.push(Watched::start(&client, &ar, &ns, by_cluster.clone(), tx.clone(), errors.clone(), None));
         }
         // Condition checks read watch caches too: observing makes no requests.

@@ -92,6 +92,27 @@ impl From<crate::k8s::client::ConnectError> for KubeError {
     }
 }
 
+/// What a cluster does not offer that some ops need: Velero's kinds on the management cluster,
+/// the PersistentVolume of the `[disk]` claim in the workload cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    /// A request to find out failed (`what` says which).
+    #[error("{what}: {source}")]
+    Kube {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("Velero's CRDs (backups.velero.io, restores.velero.io) are not installed on the management cluster")]
+    NoVelero,
+    #[error("Velero's CRD {plural}.velero.io is not installed on the management cluster")]
+    NoVeleroKind { plural: &'static str },
+    #[error("[disk] pvc {claim:?}: expected namespace/name")]
+    BadClaim { claim: String },
+    #[error("PersistentVolumeClaim {claim} is not bound to a PersistentVolume (spec.volumeName empty)")]
+    Unbound { claim: String },
+}
+
 /// What to connect to and how.
 #[derive(Debug, Clone)]
 pub struct KubeConfig {
@@ -174,16 +195,19 @@ pub fn velero_ar(kind: &str) -> ApiResource {
 
 /// `Ok` when Velero's Backup and Restore kinds are served on the management cluster (API
 /// discovery: readable by every authenticated identity, and no 404 for a missing group).
-pub(crate) async fn probe_velero(client: &Client) -> Result<(), String> {
-    let groups = client.list_api_groups().await.map_err(|e| format!("cannot list the management cluster's API groups: {e}"))?;
+pub(crate) async fn probe_velero(client: &Client) -> Result<(), DiscoveryError> {
+    let kube = |what: &str| {
+        let what = what.to_string();
+        move |source| DiscoveryError::Kube { what, source }
+    };
+    let groups = client.list_api_groups().await.map_err(kube("cannot list the management cluster's API groups"))?;
     if !groups.groups.iter().any(|g| g.name == "velero.io" && g.versions.iter().any(|v| v.version == "v1")) {
-        return Err("Velero's CRDs (backups.velero.io, restores.velero.io) are not installed on the management cluster".into());
+        return Err(DiscoveryError::NoVelero);
     }
-    let resources =
-        client.list_api_group_resources("velero.io/v1").await.map_err(|e| format!("cannot list the kinds of velero.io/v1: {e}"))?;
+    let resources = client.list_api_group_resources("velero.io/v1").await.map_err(kube("cannot list the kinds of velero.io/v1"))?;
     for plural in ["backups", "restores"] {
         if !resources.resources.iter().any(|r| r.name == plural) {
-            return Err(format!("Velero's CRD {plural}.velero.io is not installed on the management cluster"));
+            return Err(DiscoveryError::NoVeleroKind { plural });
         }
     }
     Ok(())

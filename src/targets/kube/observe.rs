@@ -10,6 +10,18 @@ use shakedown_invariants::{Inventory, KubeInventory, Leader, ListedMember, Membe
 use super::conditions::{condition, ETCD_CLUSTER_HEALTHY};
 use super::*;
 
+/// Why a condition check of the kube profile fails.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConditionFailure {
+    #[error("the check names neither an object (name) nor a selector")]
+    NoTarget,
+    #[error("no object matches")]
+    NoObject,
+    /// Objects whose condition is not the one wanted: `name: what it is` each.
+    #[error("{}", objects.join("; "))]
+    Wrong { objects: Vec<String> },
+}
+
 impl KubeTarget {
     pub(super) fn current_kcp_version(&self) -> Option<String> {
         self.cache.kcp().and_then(|k| k.pointer("/spec/version").and_then(Value::as_str).map(str::to_string))
@@ -45,13 +57,13 @@ impl KubeTarget {
     }
 
     /// A condition check against its watch cache (no request).
-    pub(super) fn condition_check(&self, i: usize, c: &profile::ConditionCheck) -> Result<(), String> {
+    pub(super) fn condition_check(&self, i: usize, c: &profile::ConditionCheck) -> Result<(), ConditionFailure> {
         if c.name.is_none() && c.selector.is_none() {
-            return Err("the check names neither an object (name) nor a selector".into());
+            return Err(ConditionFailure::NoTarget);
         }
         let objs = self.cache.conditions.get(i).map(|w| w.objects()).unwrap_or_default();
         if objs.is_empty() {
-            return Err("no object matches".into());
+            return Err(ConditionFailure::NoObject);
         }
         let mut wrong = Vec::new();
         for o in objs {
@@ -66,7 +78,7 @@ impl KubeTarget {
         if wrong.is_empty() {
             Ok(())
         } else {
-            Err(wrong.join("; "))
+            Err(ConditionFailure::Wrong { objects: wrong })
         }
     }
 

@@ -282,12 +282,33 @@ fn default_true() -> String {
 
 pub(crate) use crate::clock::human;
 
+/// Why a kube profile was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("cannot read kube profile {}: {source}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not TOML, or not the profile's fields.
+    #[error("kube profile is not valid: {0}")]
+    Parse(#[source] toml::de::Error),
+    /// It parses but breaks a rule (`detail` says which).
+    #[error("kube profile: {detail}")]
+    Invalid { detail: String },
+}
+
+fn invalid(detail: String) -> ProfileError {
+    ProfileError::Invalid { detail }
+}
+
 impl KubeProfile {
-    pub fn from_toml(text: &str) -> Result<KubeProfile, String> {
-        let p: KubeProfile = toml::from_str(text).map_err(|e| format!("kube profile is not valid: {e}"))?;
+    pub fn from_toml(text: &str) -> Result<KubeProfile, ProfileError> {
+        let p: KubeProfile = toml::from_str(text).map_err(ProfileError::Parse)?;
         for (op, h) in p.hooks.iter().map(|(k, h)| (k.to_string(), h)).chain(p.commands.iter().map(|h| ("command probe".to_string(), h))) {
             if h.command.is_empty() {
-                return Err(format!("kube profile: the {op} command is empty"));
+                return Err(invalid(format!("the {op} command is empty")));
             }
         }
         // A bound of zero fails every wait at once, and a probe URL that is no URL fails only
@@ -301,7 +322,7 @@ impl KubeProfile {
             .chain(p.probes.iter().map(|h| (format!("the timeout of probe {}", h.url), h.timeout)));
         for (name, d) in bounds {
             if d.is_zero() {
-                return Err(format!("kube profile: {name} must be more than zero"));
+                return Err(invalid(format!("{name} must be more than zero")));
             }
         }
         for probe in &p.probes {
@@ -309,36 +330,36 @@ impl KubeProfile {
             let web =
                 uri.as_ref().is_some_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some_and(|h| !h.is_empty()));
             if !web {
-                return Err(format!(
-                    "kube profile: probe url = {:?} is not an http:// or https:// URL with a host (e.g. \"https://my-cluster.example:6443/readyz\")",
+                return Err(invalid(format!(
+                    "probe url = {:?} is not an http:// or https:// URL with a host (e.g. \"https://my-cluster.example:6443/readyz\")",
                     probe.url
-                ));
+                )));
             }
         }
         for c in &p.conditions {
             if c.name.is_some() == c.selector.is_some() {
-                return Err(format!("kube profile: condition check {} {} needs exactly one of name and selector", c.kind, c.type_));
+                return Err(invalid(format!("condition check {} {} needs exactly one of name and selector", c.kind, c.type_)));
             }
         }
         if let Some(d) = &p.disk {
             if d.pvc.is_some() == d.pv.is_some() {
-                return Err("kube profile: [disk] needs exactly one of pvc = \"namespace/name\" and pv = \"name\"".into());
+                return Err(invalid("[disk] needs exactly one of pvc = \"namespace/name\" and pv = \"name\"".into()));
             }
             if d.pvc
                 .as_ref()
                 .is_some_and(|c| !matches!(c.split_once('/'), Some((ns, n)) if !ns.is_empty() && !n.is_empty() && !n.contains('/')))
             {
-                return Err(format!("kube profile: [disk] pvc = {:?}: expected \"namespace/name\"", d.pvc.clone().unwrap_or_default()));
+                return Err(invalid(format!("[disk] pvc = {:?}: expected \"namespace/name\"", d.pvc.clone().unwrap_or_default())));
             }
         }
         if let Some(problem) = p.api.as_ref().and_then(|a| a.load.problem("[api.load]")) {
-            return Err(format!("kube profile: {problem}"));
+            return Err(invalid(problem.to_string()));
         }
         Ok(p)
     }
 
-    pub fn load(path: &std::path::Path) -> Result<KubeProfile, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read kube profile {}: {e}", path.display()))?;
+    pub fn load(path: &std::path::Path) -> Result<KubeProfile, ProfileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read { path: path.to_path_buf(), source })?;
         KubeProfile::from_toml(&text)
     }
 }
@@ -358,7 +379,7 @@ mod tests {
             ("[[probes]]\nurl = \"ftp://a.example/\"\n", "is not an http:// or https:// URL"),
             ("[[probes]]\nurl = \"/readyz\"\n", "is not an http:// or https:// URL"),
         ] {
-            let err = KubeProfile::from_toml(toml).unwrap_err();
+            let err = KubeProfile::from_toml(toml).unwrap_err().to_string();
             assert!(err.contains(want), "{toml}: {err}");
         }
         assert!(KubeProfile::from_toml("[[probes]]\nurl = \"http://127.0.0.1:8080/healthz\"\n").is_ok());
@@ -407,14 +428,14 @@ command = ["true"]
             ("backup", Duration::from_secs(3600), Duration::from_secs(1800))
         );
         assert_eq!(KubeProfile::default().velero.namespace, "velero");
-        assert!(KubeProfile::from_toml("[disk]\n").unwrap_err().contains("exactly one of pvc"));
-        assert!(KubeProfile::from_toml("[disk]\npvc = \"a\"\npv = \"b\"").unwrap_err().contains("exactly one of pvc"));
-        assert!(KubeProfile::from_toml("[disk]\npvc = \"nons\"").unwrap_err().contains("expected \"namespace/name\""));
+        assert!(KubeProfile::from_toml("[disk]\n").unwrap_err().to_string().contains("exactly one of pvc"));
+        assert!(KubeProfile::from_toml("[disk]\npvc = \"a\"\npv = \"b\"").unwrap_err().to_string().contains("exactly one of pvc"));
+        assert!(KubeProfile::from_toml("[disk]\npvc = \"nons\"").unwrap_err().to_string().contains("expected \"namespace/name\""));
     }
 
     #[test]
     fn rejects_unknown_fields_and_empty_commands() {
-        assert!(KubeProfile::from_toml("nope = 1").unwrap_err().contains("unknown field"));
-        assert!(KubeProfile::from_toml("[hooks.crash]\ncommand = []").unwrap_err().contains("crash command is empty"));
+        assert!(KubeProfile::from_toml("nope = 1").unwrap_err().to_string().contains("unknown field"));
+        assert!(KubeProfile::from_toml("[hooks.crash]\ncommand = []").unwrap_err().to_string().contains("crash command is empty"));
     }
 }

@@ -84,7 +84,7 @@ impl KubeSpec {
             _ => return Err(Fatal::usage(format!("--cluster {cluster:?}: expected NAMESPACE/NAME"))),
         }
         let kube_profile = match (&opts.kube_profile, recorded) {
-            (Some(p), _) => KubeProfile::load(p).map_err(Fatal::usage)?,
+            (Some(p), _) => KubeProfile::load(p).map_err(|e| Fatal::usage(e.to_string()))?,
             (None, Some(r)) => r.kube_profile.clone(),
             (None, None) => KubeProfile::default(),
         };

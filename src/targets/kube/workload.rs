@@ -153,12 +153,13 @@ impl Workload {
 }
 
 /// The PersistentVolume a claim is bound to (`spec.volumeName`).
-pub async fn volume_of_claim(client: &Client, claim: &str) -> Result<String, String> {
-    let (ns, name) = claim.split_once('/').ok_or_else(|| format!("[disk] pvc {claim:?}: expected namespace/name"))?;
+pub async fn volume_of_claim(client: &Client, claim: &str) -> Result<String, super::DiscoveryError> {
+    use super::DiscoveryError;
+    let (ns, name) = claim.split_once('/').ok_or_else(|| DiscoveryError::BadClaim { claim: claim.to_string() })?;
     let api: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
-    let pvc = api.get(name).await.map_err(|e| format!("PersistentVolumeClaim {claim} in the workload cluster: {e}"))?;
-    pvc.spec
-        .and_then(|s| s.volume_name)
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| format!("PersistentVolumeClaim {claim} is not bound to a PersistentVolume (spec.volumeName empty)"))
+    let pvc = api
+        .get(name)
+        .await
+        .map_err(|source| DiscoveryError::Kube { what: format!("PersistentVolumeClaim {claim} in the workload cluster"), source })?;
+    pvc.spec.and_then(|s| s.volume_name).filter(|v| !v.is_empty()).ok_or_else(|| DiscoveryError::Unbound { claim: claim.to_string() })
 }

@@ -84,7 +84,8 @@ impl LocalApi {
         }
         let samples = testbed.cfg.run_dir.join("api-workload.csv");
         let workload = ApiWorkload::start(client, WORKLOAD_NAMESPACE, &testbed.cfg.run_id, cfg, Some(&samples));
-        let probes = ApiProbes::new(config, WORKLOAD_NAMESPACE, Some(&pki.ca_file())).map_err(LocalError::Environment)?;
+        let probes =
+            ApiProbes::new(config, WORKLOAD_NAMESPACE, Some(&pki.ca_file())).map_err(|e| LocalError::Environment(e.to_string()))?;
         Ok(LocalApi { workload, probes, kubeconfig })
     }
 

@@ -51,8 +51,8 @@ pub fn run_cmd_sync(program: &str, args: &[&str]) -> Result<String, LocalError> 
     stdout_of(program, args, run_bounded(program, args, COMMAND_BOUND))
 }
 
-fn stdout_of(program: &str, args: &[&str], out: Result<std::process::Output, String>) -> Result<String, LocalError> {
-    let out = out.map_err(LocalError::Environment)?;
+fn stdout_of(program: &str, args: &[&str], out: Result<std::process::Output, command::CommandError>) -> Result<String, LocalError> {
+    let out = out?;
     if !out.status.success() {
         return Err(LocalError::Environment(format!(
             "`{program} {}` failed ({}): {}",
@@ -110,7 +110,7 @@ impl Disk {
             run_cmd("umount", &["-l", &m]).await?;
         }
         // e2fsck exits 1 when it fixed something; 4 and up mean it could not.
-        let out = command::run("e2fsck", &["-p", device], COMMAND_BOUND).await.map_err(LocalError::Environment)?;
+        let out = command::run("e2fsck", &["-p", device], COMMAND_BOUND).await?;
         if out.status.code().is_none_or(|c| c >= 4) {
             return Err(LocalError::Stack(format!(
                 "e2fsck {device} failed ({}): {}",

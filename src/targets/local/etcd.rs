@@ -10,37 +10,71 @@ pub const CONNECT_BOUND: Duration = Duration::from_millis(500);
 /// How often a wait for a member polls it.
 const POLL: Duration = Duration::from_millis(20);
 
-/// A client for one URL. The connection is made lazily by the first request.
-pub async fn connect(url: &str, request_timeout: Duration) -> Result<Client, String> {
-    let opts = ConnectOptions::new().with_connect_timeout(request_timeout.min(CONNECT_BOUND)).with_timeout(request_timeout);
-    match timeout(request_timeout, Client::connect([url], Some(opts))).await {
-        Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(format!("cannot connect to {url}: {e}")),
-        Err(_) => Err(format!("cannot connect to {url}: timed out after {}ms", request_timeout.as_millis())),
+/// An etcd request that got no answer: no connection, an error from etcd, or no answer within
+/// its bound.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    #[error("cannot connect to {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: etcd_client::Error,
+    },
+    #[error("cannot connect to {url}: timed out after {}ms", bound.as_millis())]
+    ConnectTimeout { url: String, bound: Duration },
+    /// etcd answered `what` with an error.
+    #[error("{what}: {source}")]
+    Call {
+        what: String,
+        #[source]
+        source: etcd_client::Error,
+    },
+    #[error("{what}: no answer within {}ms", bound.as_millis())]
+    Timeout { what: String, bound: Duration },
+    /// The member did not see a leader and catch up within the bound (`last`: what it said last).
+    #[error("{url} not healthy and caught up within {}ms: {last}", bound.as_millis())]
+    NotCaughtUp { url: String, bound: Duration, last: String },
+}
+
+/// The workload (`workload/`) still returns `String` errors; this bridge lets its `?` on
+/// [`bounded`] keep working until it has typed errors of its own.
+impl From<EtcdError> for String {
+    fn from(e: EtcdError) -> String {
+        e.to_string()
     }
 }
 
-/// Runs `fut` with a deadline, flattening both failure kinds into a message.
-pub async fn bounded<T, F>(what: &str, limit: Duration, fut: F) -> Result<T, String>
+/// A client for one URL. The connection is made lazily by the first request.
+pub async fn connect(url: &str, request_timeout: Duration) -> Result<Client, EtcdError> {
+    let opts = ConnectOptions::new().with_connect_timeout(request_timeout.min(CONNECT_BOUND)).with_timeout(request_timeout);
+    match timeout(request_timeout, Client::connect([url], Some(opts))).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(source)) => Err(EtcdError::Connect { url: url.to_string(), source }),
+        Err(_) => Err(EtcdError::ConnectTimeout { url: url.to_string(), bound: request_timeout }),
+    }
+}
+
+/// Runs `fut` with a deadline: etcd's error or the timeout, named by `what`.
+pub async fn bounded<T, F>(what: &str, limit: Duration, fut: F) -> Result<T, EtcdError>
 where
     F: std::future::Future<Output = Result<T, etcd_client::Error>>,
 {
     match timeout(limit, fut).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(format!("{what}: {e}")),
-        Err(_) => Err(format!("{what}: no answer within {}ms", limit.as_millis())),
+        Ok(Err(source)) => Err(EtcdError::Call { what: what.to_string(), source }),
+        Err(_) => Err(EtcdError::Timeout { what: what.to_string(), bound: limit }),
     }
 }
 
 /// Status of the member at `url` on a fresh connection.
-pub async fn status(url: &str, limit: Duration) -> Result<StatusResponse, String> {
+pub async fn status(url: &str, limit: Duration) -> Result<StatusResponse, EtcdError> {
     let mut c = connect(url, limit).await?;
     bounded("status", limit, c.status()).await
 }
 
 /// Waits until the member at `url` sees a leader and has committed at least what the cluster had
 /// committed when the wait began (as seen from `reference_url`, e.g. the leader). Bounded by `limit`.
-pub async fn wait_caught_up(url: &str, others: &[String], limit: Duration) -> Result<(), String> {
+pub async fn wait_caught_up(url: &str, others: &[String], limit: Duration) -> Result<(), EtcdError> {
     let deadline = Instant::now() + limit;
     let step = CONNECT_BOUND;
     // The commit index the cluster had when the wait began.
@@ -64,9 +98,9 @@ pub async fn wait_caught_up(url: &str, others: &[String], limit: Duration) -> Re
                 Some(t) => last = format!("member at raft index {} of {t}", s.raft_index()),
                 None => last = "no other member sees a leader".into(),
             },
-            Err(e) => last = e,
+            Err(e) => last = e.to_string(),
         }
         tokio::time::sleep(POLL).await;
     }
-    Err(format!("{url} not healthy and caught up within {}ms: {last}", limit.as_millis()))
+    Err(EtcdError::NotCaughtUp { url: url.to_string(), bound: limit, last })
 }

@@ -40,7 +40,7 @@ impl LocalTarget {
                     }
                     .await;
                     let member = res.as_ref().ok().and_then(|r| r.header()).map(|h| h.member_id());
-                    (Probe { latency_ms: t0.elapsed().as_millis() as u64, error: res.err() }, member)
+                    (Probe { latency_ms: t0.elapsed().as_millis() as u64, error: res.err().map(|e| e.to_string()) }, member)
                 }
             });
             for (probe, member) in futures_join_all(futs).await {
@@ -74,7 +74,7 @@ impl LocalTarget {
                 resp.header().map_or(0, |h| h.revision()),
                 None,
             ),
-            Err(e) => (HashMap::new(), 0, Some(e)),
+            Err(e) => (HashMap::new(), 0, Some(e.to_string())),
         };
         let (acked, unknown) = self.workload.history();
         let list_anomalies = self.workload.list_anomalies();
@@ -99,7 +99,7 @@ impl LocalTarget {
                 c.get(prefix, Some(GetOptions::new().with_prefix().with_keys_only())),
             )
             .await?;
-            Ok::<_, String>((alive, read, self.workload.now_ms()))
+            Ok::<_, etcd::EtcdError>((alive, read, self.workload.now_ms()))
         }
         .await;
         match res {
@@ -111,7 +111,7 @@ impl LocalTarget {
                 read_done_ms,
                 error: None,
             },
-            Err(e) => Leases { records, error: Some(e), ..Leases::default() },
+            Err(e) => Leases { records, error: Some(e.to_string()), ..Leases::default() },
         }
     }
 
@@ -154,7 +154,7 @@ impl LocalTarget {
                         error: None,
                     }
                 }
-                Err(e) => MemberStatus { error: Some(e.clone()), ..MemberStatus::without_status(name.clone(), member) },
+                Err(e) => MemberStatus { error: Some(e.to_string()), ..MemberStatus::without_status(name.clone(), member) },
             });
         }
         let any_url = leader_url.or_else(|| statuses.iter().find(|(_, _, r)| r.is_ok()).map(|(_, u, _)| u.clone()));

@@ -11,6 +11,20 @@ use super::{
     REPLACE_STOP_GRACE, UPGRADE_STOP_GRACE,
 };
 
+/// Why a membership change (see [`LocalTarget::reconfigure`]) did not happen within the op bound.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ReconfigureError {
+    /// No member answered to take the change.
+    #[error("{0}")]
+    NoClient(LocalError),
+    /// etcd refused the change (or did not answer) until the bound.
+    #[error(transparent)]
+    Etcd(etcd::EtcdError),
+    /// etcd refused the change in a way waiting cannot help (`why`).
+    #[error("{error}: {why}")]
+    Hopeless { error: Box<ReconfigureError>, why: String },
+}
+
 impl LocalTarget {
     pub(super) fn url_of(&self, id: MemberId) -> Result<String, LocalError> {
         self.testbed.members.get(&id).map(|m| m.client_url()).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))
@@ -45,7 +59,7 @@ impl LocalTarget {
     /// A client to the leader, or to any member that answers when none leads.
     pub(super) async fn cluster_client(&self) -> Result<etcd_client::Client, LocalError> {
         let pick = self.answering(self.urls()).await.into_iter().next().ok_or_else(|| LocalError::Stack("no member answers".into()))?;
-        etcd::connect(&pick, self.bounds.request).await.map_err(LocalError::Stack)
+        etcd::connect(&pick, self.bounds.request).await.map_err(|e| LocalError::Stack(e.to_string()))
     }
 
     /// A membership change, retried within the op bound: etcd refuses reconfiguration while a
@@ -65,7 +79,7 @@ impl LocalTarget {
         call: F,
         done: impl Fn(&[etcd_client::Member]) -> Option<T>,
         hopeless: impl Fn(&str, &[etcd_client::Member]) -> Option<String>,
-    ) -> Result<T, String>
+    ) -> Result<T, ReconfigureError>
     where
         F: Fn(etcd_client::Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
@@ -73,8 +87,8 @@ impl LocalTarget {
         let deadline = Instant::now() + self.bounds.op;
         loop {
             let res = match self.cluster_client().await {
-                Ok(c) => etcd::bounded(what, self.bounds.request * 4, call(c)).await,
-                Err(e) => Err(e.to_string()),
+                Ok(c) => etcd::bounded(what, self.bounds.request * 4, call(c)).await.map_err(ReconfigureError::Etcd),
+                Err(e) => Err(ReconfigureError::NoClient(e)),
             };
             match res {
                 Ok(v) => return Ok(v),
@@ -87,8 +101,8 @@ impl LocalTarget {
                                 tracing::info!("{what}: the answer was lost ({e}), but the member list shows it applied");
                                 return Ok(v);
                             }
-                            if let Some(why) = hopeless(&e, list.members()) {
-                                return Err(format!("{e}: {why}"));
+                            if let Some(why) = hopeless(&e.to_string(), list.members()) {
+                                return Err(ReconfigureError::Hopeless { error: Box::new(e), why });
                             }
                         }
                     }
@@ -99,7 +113,7 @@ impl LocalTarget {
     }
 
     /// `member remove` of etcd member `etcd_id`, retried (see [`Self::reconfigure`]).
-    pub(super) async fn remove_etcd_member(&self, etcd_id: u64) -> Result<(), String> {
+    pub(super) async fn remove_etcd_member(&self, etcd_id: u64) -> Result<(), ReconfigureError> {
         self.reconfigure(
             "member remove",
             |mut c| async move { c.member_remove(etcd_id).await.map(|_| ()) },
@@ -225,7 +239,8 @@ impl LocalTarget {
     /// etcd's member id of the member named `name`.
     pub(super) async fn etcd_id(&self, name: &str) -> Result<Option<u64>, LocalError> {
         let mut c = self.cluster_client().await?;
-        let list = etcd::bounded("member list", self.bounds.request, c.member_list()).await.map_err(LocalError::Stack)?;
+        let list =
+            etcd::bounded("member list", self.bounds.request, c.member_list()).await.map_err(|e| LocalError::Stack(e.to_string()))?;
         Ok(list.members().iter().find(|m| m.name() == name).map(|m| m.id()))
     }
 
@@ -440,8 +455,8 @@ impl LocalTarget {
                 break;
             }
             let res = match etcd::connect(&url, self.bounds.request).await {
-                Ok(mut c) => backup::take(&mut c, &path, left).await,
-                Err(e) => Err(e),
+                Ok(mut c) => backup::take(&mut c, &path, left).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
             };
             match res {
                 Ok(size) => {

@@ -342,7 +342,8 @@ impl Testbed {
         if !self.start_apiservers || !self.members.contains_key(&id) {
             return Ok(());
         }
-        let prober = crate::targets::kube::command::HttpProber::new(Some(&api.ca_file()), false).map_err(LocalError::Environment)?;
+        let prober = crate::targets::kube::command::HttpProber::new(Some(&api.ca_file()), false)
+            .map_err(|e| LocalError::Environment(e.to_string()))?;
         let (name, url) = (id.to_string(), format!("{}/readyz", self.members[&id].api_url()));
         let logs = format!("see {}/logs/{name}-apiserver.log", self.cfg.run_dir.display());
         loop {
@@ -352,7 +353,7 @@ impl Testbed {
                     "status 403: the anonymous /readyz is refused until the apiserver's RBAC bootstrap has written its roles".into()
                 }
                 Ok(a) => format!("status {}: {}", a.status, crate::targets::api::probe::failing_checks(&a.body)),
-                Err(e) => e,
+                Err(e) => e.to_string(),
             };
             self.supervise_apiservers();
             if Instant::now() > deadline {

@@ -92,15 +92,30 @@ impl fmt::Display for SimBug {
     }
 }
 
+/// Why a `--sim-bug` value (or a recorded one) is not a sim bug.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimBugError {
+    #[error("{text:?}: expected BUG@N or BUG@OP-KIND, e.g. lose-write@crash")]
+    Syntax { text: String },
+    /// Not a sim bug's name (the registry's message lists the known ones).
+    #[error("{0}")]
+    Kind(String),
+    #[error("{text:?}: ops are counted from 1")]
+    ZeroOp { text: String },
+    /// The trigger is neither an op number nor an op kind.
+    #[error("{text:?}: {detail}")]
+    OpKind { text: String, detail: String },
+}
+
 impl FromStr for SimBug {
-    type Err = String;
-    fn from_str(s: &str) -> Result<SimBug, String> {
-        let (kind, at) = s.split_once('@').ok_or_else(|| format!("{s:?}: expected BUG@N or BUG@OP-KIND, e.g. lose-write@crash"))?;
-        let kind: SimBugKind = kind.parse()?;
+    type Err = SimBugError;
+    fn from_str(s: &str) -> Result<SimBug, SimBugError> {
+        let (kind, at) = s.split_once('@').ok_or_else(|| SimBugError::Syntax { text: s.to_string() })?;
+        let kind: SimBugKind = kind.parse().map_err(SimBugError::Kind)?;
         let at = match at.parse::<usize>() {
-            Ok(0) => return Err(format!("{s:?}: ops are counted from 1")),
+            Ok(0) => return Err(SimBugError::ZeroOp { text: s.to_string() }),
             Ok(n) => Trigger::Op(n),
-            Err(_) => Trigger::Kind(at.parse::<OpKind>().map_err(|e| format!("{s:?}: {e}"))?),
+            Err(_) => Trigger::Kind(at.parse::<OpKind>().map_err(|e| SimBugError::OpKind { text: s.to_string(), detail: e.to_string() })?),
         };
         Ok(SimBug { kind, at })
     }
