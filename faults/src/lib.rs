@@ -69,7 +69,7 @@ macro_rules! registry {
         }
 
         impl ::std::str::FromStr for $name {
-            type Err = String;
+            type Err = $crate::UnknownName;
             fn from_str(s: &str) -> Result<Self, Self::Err> {
                 $crate::parse_name(s, &$name::ALL, $name::name, $what)
             }
@@ -77,11 +77,21 @@ macro_rules! registry {
     };
 }
 
+/// A name no entry of a registry has: what was looked for, what was given, and every known name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {given:?}; known: {}", known.join(", "))]
+pub struct UnknownName {
+    pub what: String,
+    pub given: String,
+    pub known: Vec<&'static str>,
+}
+
 /// Finds the entry of a registry named `s`; the error lists every known name.
 /// (Op kinds, invariants and planted bugs are all parsed this way.)
-pub fn parse_name<T: Copy>(s: &str, all: &[T], name: fn(T) -> &'static str, what: &str) -> Result<T, String> {
-    all.iter().copied().find(|&t| name(t) == s).ok_or_else(|| {
-        let known: Vec<&str> = all.iter().map(|&t| name(t)).collect();
-        format!("unknown {what} {s:?}; known: {}", known.join(", "))
+pub fn parse_name<T: Copy>(s: &str, all: &[T], name: fn(T) -> &'static str, what: &str) -> Result<T, UnknownName> {
+    all.iter().copied().find(|&t| name(t) == s).ok_or_else(|| UnknownName {
+        what: what.to_string(),
+        given: s.to_string(),
+        known: all.iter().map(|&t| name(t)).collect(),
     })
 }

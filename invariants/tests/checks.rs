@@ -459,7 +459,8 @@ fn invariant_names_round_trip_and_unknown_names_list_the_known_ones() {
         assert_eq!(id.name().parse::<InvariantId>().unwrap(), id);
     }
     let err = "latency".parse::<InvariantId>().unwrap_err();
-    assert!(err.contains("membership, leaks, members, quorum, consistency, reachability, durability, watch, leases"), "{err}");
+    assert_eq!((err.what.as_str(), err.given.as_str()), ("invariant", "latency"));
+    assert!(err.to_string().contains("membership, leaks, members, quorum, consistency, reachability, durability, watch, leases"), "{err}");
 }
 
 #[test]

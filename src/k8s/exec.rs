@@ -45,6 +45,16 @@ pub enum ExecError {
     /// It did not end within its bound (abandoned).
     #[error("{what}: no end within {}s", bound.as_secs())]
     Timeout { what: String, bound: Duration },
+    /// The stream closed without an exit status: the container went away, or the connection was
+    /// cut. The command's outcome is unknown (its output may be cut short).
+    #[error(
+        "{what}: the stream closed without an exit status (the container went away, or the connection was cut): its outcome is unknown"
+    )]
+    NoStatus { what: String },
+    /// The API reported a failure without an exit code: the command did not run to an end (no
+    /// such container, the container going away).
+    #[error("{what}: the API reported a failure without an exit code ({message}): the command's outcome is unknown")]
+    Failed { what: String, message: String },
 }
 
 /// Runs `command` in `pod` (its first container, or `container`) in `namespace`, within `bound`.
@@ -80,9 +90,7 @@ pub async fn exec(
         };
         let _ = attached.join().await;
         let Some(status) = status else {
-            return Err(format!(
-                "{what}: the stream closed without an exit status (the container went away, or the connection was cut): its outcome is unknown"
-            ));
+            return Err(ExecError::NoStatus { what: what.clone() });
         };
         if status.status.as_deref() == Some("Success") {
             return Ok(ExecOutput { code: 0, stdout: out, stderr: err });
@@ -97,10 +105,8 @@ pub async fn exec(
         // A failure without an exit code: the command did not run to an end (no such container,
         // the container going away) — not the command's answer.
         let Some(code) = exit_code else {
-            return Err(format!(
-                "{what}: the API reported a failure without an exit code ({}): the command's outcome is unknown",
-                status.message.as_deref().or(status.reason.as_deref()).unwrap_or("no message")
-            ));
+            let message = status.message.as_deref().or(status.reason.as_deref()).unwrap_or("no message").to_string();
+            return Err(ExecError::Failed { what: what.clone(), message });
         };
         Ok(ExecOutput { code, stdout: out, stderr: err })
     };

@@ -36,14 +36,6 @@ pub enum EtcdError {
     NotCaughtUp { url: String, bound: Duration, last: String },
 }
 
-/// The workload (`workload/`) still returns `String` errors; this bridge lets its `?` on
-/// [`bounded`] keep working until it has typed errors of its own.
-impl From<EtcdError> for String {
-    fn from(e: EtcdError) -> String {
-        e.to_string()
-    }
-}
-
 /// A client for one URL. The connection is made lazily by the first request.
 pub async fn connect(url: &str, request_timeout: Duration) -> Result<Client, EtcdError> {
     let opts = ConnectOptions::new().with_connect_timeout(request_timeout.min(CONNECT_BOUND)).with_timeout(request_timeout);

@@ -58,7 +58,7 @@ pub struct LocalOptions {
     pub disks: DiskArg,
 }
 
-fn parse_bug(s: &str) -> Result<PlantedBug, String> {
+fn parse_bug(s: &str) -> Result<PlantedBug, shakedown_faults::UnknownName> {
     s.parse()
 }
 

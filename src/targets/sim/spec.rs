@@ -99,12 +99,12 @@ pub enum SimBugError {
     Syntax { text: String },
     /// Not a sim bug's name (the registry's message lists the known ones).
     #[error("{0}")]
-    Kind(String),
+    Kind(shakedown_faults::UnknownName),
     #[error("{text:?}: ops are counted from 1")]
     ZeroOp { text: String },
     /// The trigger is neither an op number nor an op kind.
-    #[error("{text:?}: {detail}")]
-    OpKind { text: String, detail: String },
+    #[error("{text:?}: {source}")]
+    OpKind { text: String, source: shakedown_faults::UnknownName },
 }
 
 impl FromStr for SimBug {
@@ -115,7 +115,7 @@ impl FromStr for SimBug {
         let at = match at.parse::<usize>() {
             Ok(0) => return Err(SimBugError::ZeroOp { text: s.to_string() }),
             Ok(n) => Trigger::Op(n),
-            Err(_) => Trigger::Kind(at.parse::<OpKind>().map_err(|e| SimBugError::OpKind { text: s.to_string(), detail: e.to_string() })?),
+            Err(_) => Trigger::Kind(at.parse::<OpKind>().map_err(|source| SimBugError::OpKind { text: s.to_string(), source })?),
         };
         Ok(SimBug { kind, at })
     }
