@@ -333,7 +333,7 @@ impl<'a> Engine<'a> {
                     &step,
                     &format!("{:<32} skipped: unavailable on the {} target here: {reason}", op.to_string(), self.target.name()),
                 );
-                self.events.emit(Event::OpSkipped { step, op: op.clone(), reason });
+                self.events.emit(Event::OpSkipped { step, op: op.clone(), reason: reason.0 });
                 skipped += 1;
                 continue;
             }

@@ -63,6 +63,24 @@ impl From<crate::command::CommandError> for TargetError {
     }
 }
 
+/// Why a target cannot execute an op here: a sentence for the user (what is missing, and how to
+/// provide it). The engine skips the op and says so.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unsupported(pub String);
+
+impl From<String> for Unsupported {
+    fn from(reason: String) -> Unsupported {
+        Unsupported(reason)
+    }
+}
+
+impl From<&str> for Unsupported {
+    fn from(reason: &str) -> Unsupported {
+        Unsupported(reason.to_string())
+    }
+}
+
 impl From<crate::pki::PkiError> for TargetError {
     fn from(e: crate::pki::PkiError) -> TargetError {
         TargetError::Environment(e.0)
@@ -302,7 +320,7 @@ pub trait Target: Send {
 
     /// `Err(reason)` when this target cannot execute `op` here (the engine skips it, says why,
     /// and runs the rest of the plan). Match the op's kind exhaustively (no `_` arm).
-    fn supports(&self, op: &Op) -> Result<(), String>;
+    fn supports(&self, op: &Op) -> Result<(), Unsupported>;
 
     /// Executes `op`, which takes the stack from `before` to `after` in the model. A target may
     /// start sampling the stack here; samples go into every observation until [`Target::end_step`].

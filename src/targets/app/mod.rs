@@ -223,7 +223,7 @@ impl Target for AppTarget {
     }
 
     #[deny(clippy::wildcard_enum_match_arm)]
-    fn supports(&self, op: &Op) -> Result<(), String> {
+    fn supports(&self, op: &Op) -> Result<(), super::Unsupported> {
         let p = &self.spec.app_profile;
         match op.kind() {
             OpKind::PodKill => Ok(()),
@@ -254,7 +254,7 @@ impl Target for AppTarget {
             | OpKind::SiteRecover
             | OpKind::DiskDetach
             | OpKind::DiskReattach
-            | OpKind::DiskReplace) => Err(format!("{k} is not an application op")),
+            | OpKind::DiskReplace) => Err(format!("{k} is not an application op").into()),
         }
     }
 

@@ -385,7 +385,7 @@ impl Target for KubeTarget {
         v
     }
 
-    fn supports(&self, op: &Op) -> Result<(), String> {
+    fn supports(&self, op: &Op) -> Result<(), super::Unsupported> {
         self.supports_op(op)
     }
 

@@ -20,7 +20,7 @@ impl KubeTarget {
     /// Whether this Cluster can run `op` (hooks win; otherwise what Cluster API, the workload
     /// cluster and Velero make possible), with the reason when not.
     #[deny(clippy::wildcard_enum_match_arm)]
-    pub(super) fn supports_op(&self, op: &Op) -> Result<(), String> {
+    pub(super) fn supports_op(&self, op: &Op) -> Result<(), crate::targets::Unsupported> {
         if self.cfg.profile.hooks.contains_key(&op.kind()) {
             return Ok(());
         }
@@ -28,7 +28,7 @@ impl KubeTarget {
             if self.model.down() == 0 && self.model.outages.is_empty() {
                 Ok(())
             } else {
-                Err("the kube target deletes Machines for one fault at a time (KubeadmControlPlane replaces every missing Machine once resumed); set a hook in the kube profile for more".to_string())
+                Err("the kube target deletes Machines for one fault at a time (KubeadmControlPlane replaces every missing Machine once resumed); set a hook in the kube profile for more".into())
             }
         };
         match op {
@@ -39,19 +39,19 @@ impl KubeTarget {
             Op::Restart { .. } | Op::SiteRecover { .. } | Op::RollingReplace => Ok(()),
             Op::RollingUpgrade { to } => match self.cfg.profile.versions.contains_key(to) {
                 true => Ok(()),
-                false => Err(format!("the kube profile names no Kubernetes version for {to}: add [versions.\"{to}\"] kubernetes = \"v1.x.y\"")),
+                false => Err(format!("the kube profile names no Kubernetes version for {to}: add [versions.\"{to}\"] kubernetes = \"v1.x.y\"").into()),
             },
             Op::Pause { .. } | Op::Resume { .. } => Err("stopping an etcd member's process has no Cluster API counterpart: set [hooks.pause] and [hooks.resume] in the kube profile".into()),
             Op::DiskDetach { .. } | Op::DiskReattach { .. } => match &self.disk_pv {
-                Err(why) => Err(format!("disk ops need [hooks.disk-detach] and [hooks.disk-reattach], or a [disk] volume in the workload cluster: {why}")),
+                Err(why) => Err(format!("disk ops need [hooks.disk-detach] and [hooks.disk-reattach], or a [disk] volume in the workload cluster: {why}").into()),
                 Ok(pv) if matches!(op, Op::DiskDetach { .. }) && self.model.members.values().any(|m| m.disk == shakedown_faults::DiskState::Detached) => {
-                    Err(format!("the kube profile names one [disk] volume ({pv}), already detached: one disk at a time"))
+                    Err(format!("the kube profile names one [disk] volume ({pv}), already detached: one disk at a time").into())
                 }
                 Ok(_) => Ok(()),
             },
             Op::DiskReplace { .. } => Err("replacing a member's data (fresh disk, member removed and re-added) is an operator's manual recovery with no Cluster API object to express it: set [hooks.disk-replace] in the kube profile".into()),
             Op::Backup | Op::Restore { .. } => match &self.velero {
-                Err(why) => Err(format!("backup and restore need Velero or [hooks.backup] and [hooks.restore] in the kube profile: {why}")),
+                Err(why) => Err(format!("backup and restore need Velero or [hooks.backup] and [hooks.restore] in the kube profile: {why}").into()),
                 Ok(()) if matches!(op, Op::Restore { .. }) && self.cfg.profile.hooks.contains_key(&OpKind::Backup) => {
                     Err("the backups were taken by [hooks.backup]: set [hooks.restore] too".into())
                 }
@@ -574,7 +574,7 @@ impl KubeTarget {
             | Op::PodFailure { .. }
             | Op::PartitionGroups { .. }
             | Op::PartitionGroupsHeal { .. } => Err(TargetError::Unsupported(
-                self.supports_op(op).err().unwrap_or_else(|| format!("{op} is not supported by the kube target")),
+                self.supports_op(op).err().map_or_else(|| format!("{op} is not supported by the kube target"), |u| u.0),
             )),
         }
     }

@@ -245,7 +245,7 @@ impl Target for LocalTarget {
     }
 
     #[deny(clippy::wildcard_enum_match_arm)]
-    fn supports(&self, op: &Op) -> Result<(), String> {
+    fn supports(&self, op: &Op) -> Result<(), super::Unsupported> {
         let root = self.testbed.cfg.disks == DiskMode::Loop;
         match op.kind() {
             OpKind::SiteOutage if matches!(op, Op::SiteOutage { mode: OutageMode::Isolate, .. }) && !root => {

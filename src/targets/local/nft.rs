@@ -18,7 +18,7 @@ pub fn table_name(run_id: &str) -> String {
 }
 
 /// Whether nftables can be used here (root and the nft binary), with the reason when not.
-pub fn available() -> Result<(), String> {
+pub fn available() -> Result<(), crate::targets::Unsupported> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err("site isolation needs root (nftables)".into());

@@ -230,7 +230,7 @@ impl Target for SimTarget {
     }
 
     #[deny(clippy::wildcard_enum_match_arm)]
-    fn supports(&self, op: &Op) -> Result<(), String> {
+    fn supports(&self, op: &Op) -> Result<(), super::Unsupported> {
         if self.spec.bugs.iter().any(|b| b.kind == SimBugKind::Unsupported && b.at.matches_kind(op.kind())) {
             return Err("the sim bug 'unsupported' refuses it".into());
         }
