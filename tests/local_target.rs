@@ -342,6 +342,10 @@ fn planted_txn_ignores_conflict_is_caught_by_linearizability_alone() {
     let record = SeedRecord::load(&records[0]).unwrap();
     assert_eq!(record.failure.invariant, Some(shakedown::invariants::InvariantId::Linearizability), "{:?}", record.failure);
     assert!(record.failure.message.contains("succeeded at revision"), "the verdict names the requests: {}", record.failure.message);
+    // The report draws the requests that cannot be ordered, from the run's history.jsonl.
+    let run_dir = d.runs.join(&record.run_id);
+    let html = std::fs::read_to_string(run_dir.join("report.html")).unwrap();
+    assert!(html.contains("<h2>The requests that cannot be ordered</h2>") && html.contains("txn ok r"), "{}", run_dir.display());
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 }
 

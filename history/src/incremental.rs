@@ -123,6 +123,9 @@ pub struct Incremental {
     /// Violations found here that the whole check did not confirm (a defect of this module;
     /// the whole check's verdict is the one given).
     overturned: usize,
+    /// Member names by the ids requests recorded (those that ended before the names were known),
+    /// for the whole check's wording.
+    members: HashMap<String, String>,
 }
 
 impl std::fmt::Debug for Incremental {
@@ -144,6 +147,7 @@ impl Incremental {
             order_broken: false,
             horizon_broken: false,
             overturned: 0,
+            members: HashMap::new(),
         }
     }
 
@@ -151,6 +155,12 @@ impl Incremental {
     /// module has a defect (its tests assert it).
     pub fn overturned(&self) -> usize {
         self.overturned
+    }
+
+    /// Names for member ids (as answers' headers give them): a violation's wording names the
+    /// members, also for requests that ended before the names were known.
+    pub fn name_members(&mut self, names: &HashMap<String, String>) {
+        self.members.extend(names.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
 
     /// The bound each search takes.
@@ -299,6 +309,11 @@ impl Incremental {
     fn whole(&self, in_flight: &[Operation]) -> Report {
         let mut ops = self.ops.clone();
         ops.extend(in_flight.iter().cloned());
+        for op in &mut ops {
+            if let Some(name) = op.member.as_ref().and_then(|m| self.members.get(m)) {
+                op.member = Some(name.clone());
+            }
+        }
         let model = ops.first().map_or(ModelKind::Etcd, |o| o.request.model());
         check(&History { model, ops }, self.bound)
     }

@@ -498,6 +498,8 @@ pub struct HistoryView {
     /// The checker's memory. It only makes a check cheaper: the verdict is what the whole check
     /// of `ended` and `in_flight` gives.
     pub memo: std::sync::Arc<std::sync::Mutex<shakedown_history::Incremental>>,
+    /// Member names by the ids the requests recorded, for a violation's wording.
+    pub members: std::collections::HashMap<String, String>,
 }
 
 impl HistoryView {
@@ -509,6 +511,7 @@ impl HistoryView {
             in_flight: vec![],
             horizon,
             memo: std::sync::Arc::new(std::sync::Mutex::new(shakedown_history::Incremental::new(bound))),
+            members: HashMap::new(),
         }
     }
 
@@ -522,6 +525,7 @@ impl HistoryView {
         }
         let from = memo.fed();
         memo.feed(self.ended.iter_from(from).cloned());
+        memo.name_members(&self.members);
         memo.check(&self.in_flight, self.horizon)
     }
 }

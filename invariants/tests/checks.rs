@@ -1155,7 +1155,7 @@ fn linearizability_of_a_growing_history_judges_what_is_new() {
     let mut log = shakedown_invariants::ChunkedLog::default();
     let mut o = healthy();
     let mut check = |log: &shakedown_invariants::ChunkedLog<Operation>, in_flight: Vec<Operation>, horizon: u64| {
-        o.history = Some(HistoryView { ended: log.snapshot(), in_flight, horizon, memo: memo.clone() });
+        o.history = Some(HistoryView { ended: log.snapshot(), in_flight, horizon, memo: memo.clone(), members: HashMap::new() });
         verdict(InvariantId::Linearizability, &model(), &o)
     };
     log.push(op(0, 0, 10, put("k1", "v1", 5)));

@@ -179,7 +179,7 @@ impl Requests {
             }
         }
         let horizon = in_flight.iter().map(|o| o.call).chain(log.reading.values().copied()).min().unwrap_or(taken).min(taken);
-        HistoryView { ended: log.done.snapshot(), in_flight, horizon, memo: self.memo.clone() }
+        HistoryView { ended: log.done.snapshot(), in_flight, horizon, memo: self.memo.clone(), members: log.members.clone() }
     }
 }
 

@@ -74,7 +74,13 @@ impl Requests {
     }
 
     fn view(&self) -> HistoryView {
-        HistoryView { ended: self.log.snapshot(), in_flight: vec![], horizon: self.clock + 1, memo: self.memo.clone() }
+        HistoryView {
+            ended: self.log.snapshot(),
+            in_flight: vec![],
+            horizon: self.clock + 1,
+            memo: self.memo.clone(),
+            members: Default::default(),
+        }
     }
 }
 
