@@ -77,8 +77,8 @@ fn a_correct_simulated_stack_passes_and_says_what_it_did_not_check() {
     assert!(junit.contains(r#"name="unchecked" value="leaks ("#), "{junit}");
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.contains("not checked on this target: <b>leaks</b>"), "the report says it");
-    // The simulated stack records no workload requests: no empty chart that reads as "0 writes".
-    assert!(html.contains("no workload request was recorded") && !html.contains("0 writes") && !html.contains("<svg"), "{html}");
+    // The simulated stack records no workload requests: said so, not "0 writes".
+    assert!(html.contains("no workload request was recorded") && !html.contains("0 writes"), "{html}");
     assert!(seed_records(&d.seeds).is_empty());
 }
 
@@ -498,8 +498,8 @@ fn soak_records_every_failure_and_writes_summary_junit_and_html() {
     let index = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(index.contains("seed 40") && index.contains("seed 41") && index.contains("/report.html\">report</a>"), "{index}");
     assert_eq!(std::fs::read_to_string(dir.join("soak.jsonl")).unwrap().lines().count(), 2);
-    // Each run has its own report (no workload chart: the simulated stack records no requests)
-    // and forensics.
+    // Each run has its own report (saying the simulated stack records no workload requests) and
+    // forensics.
     for run_dir in std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()) {
         let html = std::fs::read_to_string(run_dir.join("report.html")).unwrap();
         assert!(html.contains("FAIL") && html.contains("no workload request was recorded"), "{}", run_dir.display());

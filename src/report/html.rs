@@ -475,8 +475,10 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
     }
     h.push_str("<h2>Workload</h2>");
     if writes.is_empty() && api.is_empty() {
-        // Nothing to draw: an empty chart would read as a workload that wrote nothing.
+        // No "0 writes" legend: it would read as a workload that wrote nothing.
         h.push_str(r#"<p class="muted">no workload request was recorded in this run's events (this target records none, or the run ended before its first)</p>"#);
+        // The faults and steps over time are still worth their chart.
+        h.push_str(&plot(d, writes, api));
     } else {
         workload_section(&mut h, d, writes, api);
     }
