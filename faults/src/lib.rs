@@ -40,7 +40,7 @@ pub use shrink::{repair, without, Shrinker};
 /// assert_eq!(Colour::ALL, [Colour::Red, Colour::Blue]);
 /// assert_eq!("blue".parse::<Colour>(), Ok(Colour::Blue));
 /// assert_eq!(Colour::Red.to_string(), "red");
-/// assert!("green".parse::<Colour>().unwrap_err().contains("known: red, blue"));
+/// assert!("green".parse::<Colour>().unwrap_err().to_string().contains("known: red, blue"));
 /// ```
 #[macro_export]
 macro_rules! registry {
