@@ -170,7 +170,7 @@ fn read_writes(path: &Path) -> Vec<Write> {
         .collect()
 }
 
-fn esc(s: &str) -> String {
+pub(super) fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
+use super::html::esc;
 use crate::history::{describe, Finding, History, Operation, Request};
 
 /// Requests drawn at most (the finding's own always among them).
@@ -148,10 +149,6 @@ fn label(o: &Operation) -> String {
         Request::Get { answer: None, .. } => "get ?".into(),
         Request::Read { .. } | Request::Write { .. } | Request::Cas { .. } => o.request.key().to_string(),
     }
-}
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 #[cfg(test)]

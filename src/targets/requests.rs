@@ -155,10 +155,9 @@ impl Requests {
     /// they span; every member named.
     pub(crate) fn history(&self) -> History {
         let view = self.view();
-        let log = self.lock();
         let mut ops: Vec<Operation> = view.ended.iter().chain(&view.in_flight).cloned().collect();
         for op in &mut ops {
-            if let Some(name) = op.member.as_ref().and_then(|m| log.members.get(m)) {
+            if let Some(name) = op.member.as_ref().and_then(|m| view.members.get(m)) {
                 op.member = Some(name.clone());
             }
         }
