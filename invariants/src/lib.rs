@@ -25,7 +25,7 @@ pub use durability::{expect_write, Expect};
 pub use observation::{
     Ack, Acked, ApiObservation, ApiServerReady, AppData, AppInventory, AppObservation, AppWorkload, Chunked, ChunkedLog, Durability,
     HistoryView, Inventory, KubeInventory, Leader, LeaseRecord, Leases, ListedMember, LocalInventory, Marks, MemberStatus, Observation,
-    Probe, Revoke, ServingSample, Unknown, WatchEvent, WatchSession,
+    Probe, Revoke, ServingSample, Unknown, WatchEvent, WatchProgress, WatchSession,
 };
 
 /// The shortest quorum loss during a step that counts as a violation (milliseconds).

@@ -354,10 +354,36 @@ pub struct WatchSession {
     pub compacted_below: Option<i64>,
     /// The stream carries no previous values (a Kubernetes watch): `prev` is not checked.
     pub prev_unknown: bool,
+    /// The key prefix the watch asked for (`None`: not an etcd range, a Kubernetes watch):
+    /// every event must be inside it, and every event must be a write some client sent.
+    pub range: Option<String>,
+    /// The progress notifications the stream received, in order.
+    pub progress: Vec<WatchProgress>,
+    /// Which member served each stream of the session: the index of the first event delivered
+    /// on that stream and the member's name (or id, hexadecimal, when it has no name yet).
+    pub streams: Vec<(usize, String)>,
+}
+
+impl WatchSession {
+    /// The member whose stream delivered event `i` (or would deliver the next one): `None` when
+    /// the session does not record it.
+    pub fn member_at(&self, i: usize) -> Option<&str> {
+        self.streams.iter().rev().find(|(first, _)| *first <= i).map(|(_, m)| m.as_str())
+    }
+}
+
+/// A progress notification: etcd's promise that every event of the watch's range up to
+/// `revision` has been delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchProgress {
+    /// The revision it promises (its response header's).
+    pub revision: i64,
+    /// How many events the session had delivered when it arrived.
+    pub delivered: usize,
 }
 
 /// One event a watch delivered.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WatchEvent {
     pub revision: i64,
     pub key: String,
@@ -365,6 +391,12 @@ pub struct WatchEvent {
     pub value: Option<String>,
     /// The `prev_kv` etcd sent: `None` when it sent none.
     pub prev: Option<String>,
+    /// The response that carried it, counted per session (events of one revision must arrive
+    /// in one response).
+    pub response: u64,
+    /// The key's create revision and version as the event states them (a delete: `None`, as
+    /// for a watch that does not carry them).
+    pub created: Option<(i64, i64)>,
 }
 
 /// What the lease invariant judges: the workload's leases, etcd's live leases, and the

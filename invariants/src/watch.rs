@@ -1,42 +1,54 @@
-//! `watch`: every long-lived watch of the workload's keys delivers each revision of its range
-//! once, in order, with the value of the acknowledged write at that revision and the `prev_kv`
-//! its own earlier events imply — across resumptions from the last revision + 1 — or reports
-//! compaction explicitly.
+//! `watch`: every long-lived watch of the workload's keys follows etcd's watch guarantees, per
+//! stream and across resumptions from the last revision + 1:
 //!
-//! Progress is what a stream delivered: a write acknowledged at a revision at or below the last
-//! event a session received must be among its events. Progress notifications are not used as
-//! progress: etcd before 3.4.25 / 3.5.8 could send one before every earlier event was delivered
-//! (etcd-io/etcd#15220), which would read as a gap here.
+//! - **Filtered:** every event is inside the range the watch asked for.
+//! - **Ordered and unique:** revisions never go back, and a key changes at most once per
+//!   revision.
+//! - **Atomic:** all events of one revision arrive in one response.
+//! - **Right values:** the value of the acknowledged write at each revision; `prev_kv` what the
+//!   stream's own earlier events imply; the create revision and version (so `is_create`) what the
+//!   key's previous event implies.
+//! - **Nothing extra:** every event is a write some client sent (acknowledged or of unknown
+//!   outcome).
+//! - **Reliable:** a write acknowledged at a revision at or below the last event a session
+//!   received is among its events — or etcd declared, by a compaction, that it is gone.
+//! - **Progress notifications never ahead:** a progress notification at revision R promises that
+//!   every event of the range up to R was delivered before it; an event at or below R delivered
+//!   after it, or an acknowledged write at or below R not delivered before it, breaks the promise.
+//!   etcd before 3.4.25 and 3.5.8 can send a requested one ahead of events still queued
+//!   (etcd-io/etcd#15220): a verdict on a member running such a release names it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::expect_write;
-use crate::observation::{Durability, WatchSession};
-use crate::{Expect, Observation, Verdict};
+use crate::observation::{Ack, Durability, WatchEvent, WatchSession};
+use crate::{Expect, MemberStatus, Observation, Verdict};
 
 pub(crate) fn watch(obs: &Observation) -> Verdict {
     match &obs.watches {
-        Some(watches) => sessions(watches, obs.durability.as_ref()),
+        Some(watches) => sessions(watches, obs.durability.as_ref(), &obs.members),
         None => Verdict::Unobserved("no watch sessions of the workload".into()),
     }
 }
 
-/// `api-watch`: the same rule over the Kubernetes API workload's watches and writes.
+/// `api-watch`: the same rules over the Kubernetes API workload's watches and writes.
 pub(crate) fn api_watch(obs: &Observation) -> Verdict {
     match &obs.api {
-        Some(api) => sessions(&api.watches, api.durability.as_ref()),
+        Some(api) => sessions(&api.watches, api.durability.as_ref(), &[]),
         None => Verdict::Unobserved("no Kubernetes API observation".into()),
     }
 }
 
-fn sessions(watches: &[WatchSession], durability: Option<&Durability>) -> Verdict {
+fn sessions(watches: &[WatchSession], durability: Option<&Durability>, members: &[MemberStatus]) -> Verdict {
     if watches.is_empty() {
         return Verdict::Pass;
     }
+    let written = durability.map(Written::of);
     let mut problems = Vec::new();
     for s in watches {
-        if let Some(p) = session(s, durability) {
-            problems.push(format!("{}: {p}", s.name));
+        if let Some(p) = session(s, durability, written.as_ref(), members) {
+            let at = s.streams.last().map(|(_, m)| format!(" (on {m})")).unwrap_or_default();
+            problems.push(format!("{}{at}: {p}", s.name));
         }
     }
     if problems.is_empty() {
@@ -47,22 +59,60 @@ fn sessions(watches: &[WatchSession], durability: Option<&Durability>) -> Verdic
     }
 }
 
-fn session(s: &WatchSession, durability: Option<&Durability>) -> Option<String> {
+/// Every write some client sent, acknowledged or not, as (key, value): what an event may be.
+struct Written<'a> {
+    writes: HashSet<(&'a str, Option<&'a str>)>,
+    /// The highest revision acknowledged when the writes were read: an event above it may be
+    /// a write sent after, which is not in `writes`.
+    covered: i64,
+}
+
+impl<'a> Written<'a> {
+    fn of(d: &'a Durability) -> Written<'a> {
+        let mut writes: HashSet<(&str, Option<&str>)> = d.unknown.iter().map(|u| (u.key.as_str(), u.value.as_deref())).collect();
+        let mut covered = 0;
+        for a in d.acked.iter() {
+            writes.insert((a.key.as_str(), a.value.as_deref()));
+            covered = covered.max(a.revision);
+        }
+        Written { writes, covered }
+    }
+}
+
+fn session(s: &WatchSession, durability: Option<&Durability>, written: Option<&Written>, members: &[MemberStatus]) -> Option<String> {
     let mut last = s.start_revision - 1;
+    let mut last_key: Option<&str> = None;
+    let mut last_response = 0;
     let mut value_of: HashMap<&str, Option<&str>> = HashMap::new();
+    // The key's create revision and version after the stream's last event of it (`None`:
+    // deleted).
+    let mut created_of: HashMap<&str, Option<(i64, i64)>> = HashMap::new();
     for (i, e) in s.events.iter().enumerate() {
-        if e.revision <= last {
+        let on = s.member_at(i).map(|m| format!(", from {m}")).unwrap_or_default();
+        if let Some(range) = &s.range {
+            if !e.key.starts_with(range.as_str()) {
+                return Some(format!("revision {} delivered {}, outside the watched range {range:?} (event #{i}{on})", e.revision, e.key));
+            }
+        }
+        if e.revision < last || (e.revision == last && (last_key == Some(e.key.as_str()) || i == 0)) {
             return Some(format!(
-                "delivered revision {} ({}) after revision {last}: out of order or twice (event #{i} of the session, {} resumptions)",
+                "delivered revision {} ({}) after revision {last}: out of order or twice (event #{i} of the session{on}, {} resumptions)",
                 e.revision, e.key, s.resumptions
             ));
         }
-        // One key per revision in the workload's object range: every write is a one-key txn.
+        if e.revision == last && e.response != last_response {
+            return Some(format!(
+                "revision {} split across two responses (its event for {} came in a later response than the one before{on}): a revision's events must arrive together",
+                e.revision, e.key
+            ));
+        }
         last = e.revision;
+        last_key = Some(e.key.as_str());
+        last_response = e.response;
         if let Some(before) = value_of.get(e.key.as_str()).filter(|_| !s.prev_unknown) {
             if e.prev.as_deref() != *before {
                 return Some(format!(
-                    "revision {} ({}) came with prev_kv {} but the stream's previous event for the key says {}",
+                    "revision {} ({}) came with prev_kv {} but the stream's previous event for the key says {}{on}",
                     e.revision,
                     e.key,
                     shown(e.prev.as_deref()),
@@ -70,26 +120,69 @@ fn session(s: &WatchSession, durability: Option<&Durability>) -> Option<String> 
                 ));
             }
         }
+        if let (Some((create, version)), Some(_)) = (e.created, &e.value) {
+            let is_create = create == e.revision;
+            let want = match created_of.get(e.key.as_str()) {
+                Some(Some((c, v))) => Some((*c, v + 1)),
+                Some(None) => Some((e.revision, 1)),
+                // The first event of the key in the session: prev_kv says whether it existed.
+                None if !s.prev_unknown && e.prev.is_none() => Some((e.revision, 1)),
+                None => None,
+            };
+            let wrong = match want {
+                Some(w) => w != (create, version),
+                None => !s.prev_unknown && (is_create || version < 2),
+            };
+            if wrong || is_create != (version == 1) {
+                let expected = match want {
+                    Some((c, v)) => format!("create revision {c}, version {v}"),
+                    None => "an update (create revision below it, version above 1)".into(),
+                };
+                return Some(format!(
+                    "revision {} ({}) came with create revision {create}, version {version} (is_create {is_create}) but the key's history implies {expected}{on}",
+                    e.revision, e.key
+                ));
+            }
+        }
+        created_of.insert(e.key.as_str(), e.value.as_ref().and(e.created));
         value_of.insert(e.key.as_str(), e.value.as_deref());
+        if let Some(w) = written.filter(|_| s.range.is_some()) {
+            if e.revision <= w.covered && !w.writes.contains(&(e.key.as_str(), e.value.as_deref())) {
+                return Some(format!(
+                    "revision {} delivered {} = {}, which no client wrote (event #{i}{on})",
+                    e.revision,
+                    e.key,
+                    shown(e.value.as_deref())
+                ));
+            }
+        }
+    }
+    // Increasing by revision (checked above): found by binary search.
+    let events: Vec<&WatchEvent> = s.events.iter().collect();
+    if let Some(p) = progress_after_events(s, &events, members) {
+        return Some(p);
     }
     let d = durability?;
-    // Strictly increasing by revision (checked above): found by binary search.
-    let events: Vec<_> = s.events.iter().collect();
     // Writes acknowledged after the stack came back from the last restore (the session started
     // after it: a restore restarts every watch), expected present, within what the stream has
     // delivered.
     let since = d.marks.last_restore_end();
     let floor = s.compacted_below.unwrap_or(i64::MIN).max(s.start_revision);
+    let expected: Vec<&Ack> = d
+        .acked
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| a.start >= since.max(s.start_ack) && a.revision >= floor && expect_write(*i, a.start, &d.marks) == Expect::Present)
+        .map(|(_, a)| a)
+        .collect();
     let mut missing = Vec::new();
-    for (i, a) in d.acked.iter().enumerate() {
-        if a.start < since.max(s.start_ack)
-            || a.revision < floor
-            || a.revision > last
-            || expect_write(i, a.start, &d.marks) != Expect::Present
-        {
+    for a in &expected {
+        if a.revision > last {
             continue;
         }
-        match events.binary_search_by_key(&a.revision, |e| e.revision).ok().map(|j| events[j]) {
+        let from = events.partition_point(|e| e.revision < a.revision);
+        let at: Vec<&WatchEvent> = events[from..].iter().take_while(|e| e.revision == a.revision).copied().collect();
+        match at.iter().find(|e| e.key == a.key).or(at.first()) {
             None => missing.push((a.revision, a.key.as_str())),
             Some(e) if e.key != a.key || e.value != a.value => {
                 return Some(format!(
@@ -103,6 +196,9 @@ fn session(s: &WatchSession, durability: Option<&Durability>) -> Option<String> 
             }
             Some(_) => {}
         }
+    }
+    if let Some(p) = progress_ahead_of_writes(s, &events, &expected, members) {
+        return Some(p);
     }
     if missing.is_empty() {
         return None;
@@ -119,6 +215,87 @@ fn session(s: &WatchSession, durability: Option<&Durability>) -> Option<String> 
     ))
 }
 
+/// A progress notification at R followed by an event at or below R: the promise came before
+/// the event it covered.
+fn progress_after_events(s: &WatchSession, events: &[&WatchEvent], members: &[MemberStatus]) -> Option<String> {
+    for p in &s.progress {
+        let Some(e) = events.get(p.delivered) else { continue };
+        if e.revision <= p.revision {
+            return Some(format!(
+                "a progress notification at revision {} (after event #{}) promised every event up to it, but revision {} ({}) came after it{}",
+                p.revision,
+                p.delivered,
+                e.revision,
+                e.key,
+                early_progress(s.member_at(p.delivered), members)
+            ));
+        }
+    }
+    None
+}
+
+/// A progress notification at R while an acknowledged write of the range at or below R had not
+/// been delivered (and never was, or the session ended first).
+fn progress_ahead_of_writes(s: &WatchSession, events: &[&WatchEvent], expected: &[&Ack], members: &[MemberStatus]) -> Option<String> {
+    let mut revisions: Vec<(i64, &str)> = expected.iter().map(|a| (a.revision, a.key.as_str())).collect();
+    revisions.sort_unstable();
+    for p in &s.progress {
+        let delivered_to = match p.delivered.checked_sub(1) {
+            None => s.start_revision - 1,
+            Some(j) => events.get(j).map_or(i64::MAX, |e| e.revision),
+        };
+        let from = revisions.partition_point(|(r, _)| *r <= delivered_to);
+        if let Some(&(r, key)) = revisions.get(from).filter(|(r, _)| *r <= p.revision) {
+            return Some(format!(
+                "a progress notification at revision {} promised every event up to it, but the write acknowledged at revision {r} ({}) had not been delivered (the stream had reached revision {delivered_to}){}",
+                p.revision,
+                key,
+                early_progress(s.member_at(p.delivered), members)
+            ));
+        }
+    }
+    None
+}
+
+/// Names etcd-io/etcd#15220 when the member that sent an early progress notification runs an
+/// affected release (3.4 before 3.4.25, 3.5 before 3.5.8).
+fn early_progress(member: Option<&str>, members: &[MemberStatus]) -> String {
+    let on = member.map(|m| format!(" (sent by {m})")).unwrap_or_default();
+    let version = member.and_then(|m| members.iter().find(|s| s.name == m)).and_then(|s| s.version.as_deref());
+    match version.filter(|v| progress_defect(v)) {
+        Some(v) => format!(
+            "{on}. Known etcd defect: {} runs etcd {v} — a requested progress notification is sent outside the watch stream, so it can overtake events still queued for the watcher (etcd-io/etcd#15220, fixed in 3.4.25 and 3.5.8); a client that trusts it (kube-apiserver's watch cache) serves a state older than it claims",
+            member.unwrap_or_default()
+        ),
+        None => on,
+    }
+}
+
+/// etcd releases whose requested progress notifications are not synchronised with the watch
+/// stream (etcd-io/etcd#15220).
+fn progress_defect(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(Some(3)), Some(Some(minor)), Some(Some(patch))) => minor < 4 || (minor == 4 && patch < 25) || (minor == 5 && patch < 8),
+        _ => false,
+    }
+}
+
 fn shown(v: Option<&str>) -> String {
     v.map_or("(deleted)".to_string(), |v| format!("{v:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::progress_defect;
+
+    #[test]
+    fn the_progress_defect_is_named_on_the_releases_before_its_fix() {
+        for v in ["3.4.23", "3.4.24", "3.5.1", "3.5.7", "3.3.27"] {
+            assert!(progress_defect(v), "{v}");
+        }
+        for v in ["3.4.25", "3.5.8", "3.5.16", "3.6.0", "garbage", "3.5"] {
+            assert!(!progress_defect(v), "{v}");
+        }
+    }
 }

@@ -8,7 +8,7 @@ use shakedown_history::{History, ModelKind, Operation};
 use shakedown_invariants::{
     all_serving, check_all, expect_write, Ack, ApiObservation, ApiServerReady, Durability, Expect, HistoryView, InvariantId, Inventory,
     Leader, LeaseRecord, Leases, ListedMember, LocalInventory, Marks, MemberStatus, Observation, Probe, Revoke, ServingSample, Unknown,
-    Verdict, WatchEvent, WatchSession,
+    Verdict, WatchEvent, WatchProgress, WatchSession,
 };
 
 fn model() -> Model {
@@ -51,7 +51,8 @@ fn healthy() -> Observation {
             name: "w0".into(),
             start_revision: 1,
             start_ack: 0,
-            events: vec![WatchEvent { revision: 5, key: "k1".into(), value: Some("v1".into()), prev: None }].into(),
+            events: vec![WatchEvent { revision: 5, key: "k1".into(), value: Some("v1".into()), prev: None, response: 1, created: Some((5, 1)) }]
+                .into(),
             ..WatchSession::default()
         }]),
         // One live lease with its key.
@@ -734,7 +735,7 @@ fn session(events: Vec<WatchEvent>) -> WatchSession {
 }
 
 fn event(revision: i64, key: &str, value: Option<&str>, prev: Option<&str>) -> WatchEvent {
-    WatchEvent { revision, key: key.into(), value: value.map(str::to_string), prev: prev.map(str::to_string) }
+    WatchEvent { revision, key: key.into(), value: value.map(str::to_string), prev: prev.map(str::to_string), response: revision as u64, created: None }
 }
 
 /// A watch must deliver every acknowledged write up to how far it got, once, in order, with the
@@ -790,6 +791,106 @@ fn watch_catches_gaps_reordering_and_wrong_prev_kv() {
     o.watches = Some(vec![session(wrong)]);
     assert!(
         matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m) if m.contains("revision 6 delivered as b = \"y\" but the write acknowledged at it was b = \"x\""))
+    );
+}
+
+/// The rest of etcd's watch guarantees: filtered by the range, atomic responses, the create
+/// revision and version each put implies, nothing no client wrote, and progress notifications
+/// never ahead of the events — the early one named as etcd-io/etcd#15220 on a release that has it.
+#[test]
+fn watch_enforces_range_atomicity_creation_origin_and_progress() {
+    let mut o = healthy();
+    o.durability.as_mut().unwrap().acked =
+        vec![ack("/o/a", Some("1"), 5, 0), ack("/o/b", Some("x"), 6, 0), ack("/o/a", Some("2"), 7, 1), ack("/o/a", None, 8, 2)].into();
+    let put = |rev, key: &str, value: &str, prev: Option<&str>, created: (i64, i64)| WatchEvent {
+        created: Some(created),
+        ..event(rev, key, Some(value), prev)
+    };
+    let good = vec![
+        put(5, "/o/a", "1", None, (5, 1)),
+        put(6, "/o/b", "x", None, (6, 1)),
+        put(7, "/o/a", "2", Some("1"), (5, 2)),
+        event(8, "/o/a", None, Some("2")),
+    ];
+    let watched = |events: Vec<WatchEvent>| WatchSession {
+        range: Some("/o/".into()),
+        streams: vec![(0, "m1".into())],
+        ..session(events)
+    };
+    let judge = |o: &mut Observation, s: WatchSession| {
+        o.watches = Some(vec![s]);
+        verdict(InvariantId::Watch, &model(), o)
+    };
+    assert_eq!(judge(&mut o, watched(good.clone())), Verdict::Pass);
+    let definite = |v: &Verdict, says: &str| matches!(v, Verdict::Definite(m) if m.contains(says));
+
+    // Outside the range.
+    let mut outside = good.clone();
+    outside[1].key = "/other/b".into();
+    let v = judge(&mut o, watched(outside));
+    assert!(definite(&v, "w0 (on m1): revision 6 delivered /other/b, outside the watched range \"/o/\""), "{v:?}");
+
+    // One revision's events in two responses (a two-key transaction at revision 6).
+    o.durability.as_mut().unwrap().unknown.push(Unknown { key: "/o/c".into(), value: Some("y".into()), start: 0, create: true });
+    let mut together = good.clone();
+    together.insert(2, WatchEvent { response: 6, ..put(6, "/o/c", "y", None, (6, 1)) });
+    assert_eq!(judge(&mut o, watched(together.clone())), Verdict::Pass, "two keys at one revision in one response");
+    together[2].response = 99;
+    let v = judge(&mut o, watched(together));
+    assert!(definite(&v, "revision 6 split across two responses"), "{v:?}");
+
+    // A create that says it is an update, an update that says it is a create, a version skipped.
+    for (i, created, says) in [
+        (0, (4, 2), "revision 5 (/o/a) came with create revision 4, version 2 (is_create false) but the key's history implies create revision 5, version 1"),
+        (2, (7, 1), "revision 7 (/o/a) came with create revision 7, version 1 (is_create true) but the key's history implies create revision 5, version 2"),
+        (2, (5, 3), "revision 7 (/o/a) came with create revision 5, version 3"),
+    ] {
+        let mut wrong = good.clone();
+        wrong[i].created = Some(created);
+        let v = judge(&mut o, watched(wrong));
+        assert!(definite(&v, says), "{v:?}");
+    }
+    // The first event of a key with a prev_kv is an update whose creation the session did not see.
+    let first_update = vec![put(7, "/o/a", "2", Some("1"), (5, 2))];
+    let mut s = watched(first_update.clone());
+    s.start_revision = 7;
+    assert_eq!(judge(&mut o, s.clone()), Verdict::Pass);
+    s.events = vec![put(7, "/o/a", "2", Some("1"), (7, 1))].into();
+    assert!(definite(&judge(&mut o, s), "implies an update"));
+
+    // A value no client wrote, within what the writes read cover; above them it may be a write
+    // sent after.
+    let mut phantom = good.clone();
+    phantom[1].value = Some("ghost".into());
+    let v = judge(&mut o, watched(phantom));
+    assert!(definite(&v, "revision 6 delivered /o/b = \"ghost\", which no client wrote (event #1, from m1)"), "{v:?}");
+    let mut later = good.clone();
+    later.push(put(9, "/o/d", "sent-after", None, (9, 1)));
+    assert_eq!(judge(&mut o, watched(later)), Verdict::Pass);
+
+    // Progress: at revision 6 after two events is honest; at 7 after two events, with revision 7
+    // delivered after it, is early — and named on etcd 3.4.23, not on 3.5.16.
+    let with_progress = |revision, delivered| WatchSession {
+        progress: vec![WatchProgress { revision, delivered }],
+        ..watched(good.clone())
+    };
+    assert_eq!(judge(&mut o, with_progress(6, 2)), Verdict::Pass);
+    let v = judge(&mut o, with_progress(7, 2));
+    assert!(
+        definite(&v, "a progress notification at revision 7 (after event #2) promised every event up to it, but revision 7 (/o/a) came after it (sent by m1). Known etcd defect: m1 runs etcd 3.4.23")
+            && definite(&v, "etcd-io/etcd#15220"),
+        "{v:?}"
+    );
+    o.members[1].version = Some("3.5.16".into());
+    let v = judge(&mut o, with_progress(7, 2));
+    assert!(definite(&v, "came after it (sent by m1)") && !definite(&v, "15220"), "{v:?}");
+    // An acknowledged write at or below the promise, never delivered before the session ended.
+    let mut cut = with_progress(8, 2);
+    cut.events = good[..2].to_vec().into();
+    let v = judge(&mut o, cut);
+    assert!(
+        definite(&v, "a progress notification at revision 8 promised every event up to it, but the write acknowledged at revision 7 (/o/a) had not been delivered (the stream had reached revision 6)"),
+        "{v:?}"
     );
 }
 

@@ -196,7 +196,16 @@ impl Recorder {
     /// Every watcher's current session (those that have started one).
     pub fn watch_sessions(&self) -> Vec<WatchSession> {
         let w = self.watches.lock().expect("watches lock");
-        w.iter().filter(|s| s.session.start_revision > 0).map(|s| WatchSession { events: s.log.snapshot(), ..s.session.clone() }).collect()
+        w.iter()
+            .filter(|s| s.session.start_revision > 0)
+            .map(|s| {
+                let mut session = WatchSession { events: s.log.snapshot(), ..s.session.clone() };
+                for (_, member) in &mut session.streams {
+                    *member = self.requests.member_name(member);
+                }
+                session
+            })
+            .collect()
     }
 
     /// Ends every watch session now (a restore brings back another numbering): a check right

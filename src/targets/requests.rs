@@ -151,6 +151,11 @@ impl Requests {
         }
     }
 
+    /// The name of the member with this id (hexadecimal), or the id when it has none yet.
+    pub(crate) fn member_name(&self, id: &str) -> String {
+        self.lock().members.get(id).cloned().unwrap_or_else(|| id.to_string())
+    }
+
     /// Every request so far: those ended, and those in flight (unknown outcome), in the epochs
     /// they span; every member named.
     pub(crate) fn history(&self) -> History {

@@ -113,7 +113,11 @@ pub(super) async fn run(
             let revision = rv(obj.metadata.resource_version.as_deref());
             let key = obj.metadata.name.clone().unwrap_or_default();
             let value = if deleted { None } else { Some(value_of(&obj).unwrap_or_default()) };
-            rec.watches.lock().expect("watches lock")[slot].log.push(WatchEvent { revision, key, value, prev: None });
+            let mut w = rec.watches.lock().expect("watches lock");
+            // A Kubernetes watch delivers one event per message: each is its own response.
+            let response = w[slot].log.len() as u64 + 1;
+            w[slot].log.push(WatchEvent { revision, key, value, prev: None, response, created: None });
+            drop(w);
             rec.stats.watch_events.fetch_add(1, Ordering::Relaxed);
             from = Some(revision.max(from.unwrap_or(0)));
         }

@@ -1,14 +1,17 @@
 //! Long-lived watches of the object keys, the way an informer watches: `prev_kv`, progress
-//! notifications, and after any error a resumption from the last delivered revision + 1 (or
+//! notifications requested every [`PROGRESS_EVERY`] (as kube-apiserver's watch cache does for a
+//! consistent read), and after any error a resumption from the last delivered revision + 1 (or
 //! from the compacted revision, declared, when etcd says the history is gone). A restore of the
-//! stack starts a new session from the current revision.
+//! stack starts a new session from the current revision. Every response is recorded as it came:
+//! which member's stream, which response an event arrived in, each put's create revision and
+//! version, each progress notification and how many events preceded it.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, EventType, GetOptions, WatchOptions};
-use shakedown_invariants::{WatchEvent, WatchSession};
+use shakedown_invariants::{WatchEvent, WatchProgress, WatchSession};
 use tokio::sync::watch;
 
 use super::{pause, Recorder, WatchState, RECONNECT_PAUSE};
@@ -17,6 +20,9 @@ use crate::targets::local::etcd::{bounded, connect};
 /// The longest a watch stream may stay silent before it is treated as broken and resumed (a
 /// stream whose member was paused or cut off never errors on its own).
 const SILENCE: Duration = Duration::from_secs(3);
+
+/// How often a watcher asks its stream for a progress notification.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// Watcher `i` watches through `local` (its "local member", the way a stacked kube-apiserver
 /// talks to the etcd member on its machine) when that answers, else through the endpoint. With
@@ -43,6 +49,8 @@ pub(super) async fn run(
     // Revision to watch from next; 0 = start a new session from the current revision.
     let mut next = 0i64;
     let mut failed_last = false;
+    // Responses that carried events in this session: each event records which one.
+    let mut responses = 0u64;
     while !*stopped.borrow() {
         if generation.has_changed().unwrap_or(false) {
             generation.borrow_and_update();
@@ -73,9 +81,16 @@ pub(super) async fn run(
                 continue;
             };
             next = now + 1;
+            responses = 0;
             let mut w = rec.watches.lock().expect("watches lock");
             w[slot] = WatchState {
-                session: WatchSession { name: name.clone(), start_revision: next, start_ack, ..WatchSession::default() },
+                session: WatchSession {
+                    name: name.clone(),
+                    start_revision: next,
+                    start_ack,
+                    range: Some(prefix.clone()),
+                    ..WatchSession::default()
+                },
                 log: Default::default(),
             };
         } else {
@@ -90,15 +105,23 @@ pub(super) async fn run(
             }
         }
         let opts = WatchOptions::new().with_prefix().with_prev_key().with_progress_notify().with_start_revision(next);
-        let Ok(Ok(mut stream)) = tokio::time::timeout(timeout, c.watch(prefix.as_str(), Some(opts))).await else {
+        let Ok(Ok(stream)) = tokio::time::timeout(timeout, c.watch(prefix.as_str(), Some(opts))).await else {
             failed_last = true;
             pause(RECONNECT_PAUSE, &mut stopped).await;
             continue;
         };
         failed_last = false;
+        let (mut requests, mut stream) = stream.split();
+        let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+        progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let msg = tokio::select! {
                 m = tokio::time::timeout(SILENCE, stream.message()) => m,
+                _ = progress.tick() => {
+                    // A request that cannot be sent is a broken stream: the silence rule resumes.
+                    let _ = tokio::time::timeout(timeout, requests.request_progress()).await;
+                    continue;
+                }
                 _ = stopped.changed() => return,
                 _ = generation.changed() => {
                     // Restored: a new session from the restored store's revision.
@@ -120,19 +143,35 @@ pub(super) async fn run(
                 }
                 break;
             }
-            if resp.events().is_empty() {
+            let mut w = rec.watches.lock().expect("watches lock");
+            if resp.created() {
+                // The stream's first answer: which member serves it.
+                let member = resp.header().map(|h| format!("{:x}", h.member_id())).unwrap_or_else(|| "unknown member".into());
+                let first = w[slot].log.len();
+                w[slot].session.streams.push((first, member));
                 continue;
             }
-            let mut w = rec.watches.lock().expect("watches lock");
+            if resp.events().is_empty() {
+                // A progress notification: every event up to its revision has been delivered.
+                if let Some(h) = resp.header() {
+                    let delivered = w[slot].log.len();
+                    w[slot].session.progress.push(WatchProgress { revision: h.revision(), delivered });
+                }
+                continue;
+            }
+            responses += 1;
             for e in resp.events() {
                 let Some(kv) = e.kv() else { continue };
-                let value = (e.event_type() == EventType::Put).then(|| String::from_utf8_lossy(kv.value()).to_string());
+                let put = e.event_type() == EventType::Put;
+                let value = put.then(|| String::from_utf8_lossy(kv.value()).to_string());
                 let prev = e.prev_kv().map(|p| String::from_utf8_lossy(p.value()).to_string());
                 w[slot].log.push(WatchEvent {
                     revision: kv.mod_revision(),
                     key: String::from_utf8_lossy(kv.key()).to_string(),
                     value,
                     prev,
+                    response: responses,
+                    created: put.then(|| (kv.create_revision(), kv.version())),
                 });
                 next = next.max(kv.mod_revision() + 1);
                 rec.stats.watch_events.fetch_add(1, Ordering::Relaxed);
