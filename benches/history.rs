@@ -95,9 +95,20 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// The process's peak resident memory (MiB), from /proc.
 fn peak_mib() -> Option<f64> {
+    status_mib("VmHWM:")
+}
+
+/// A memory field of /proc/self/status, in MiB.
+fn status_mib(field: &str) -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kb: f64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches(" kB").trim().parse().ok()?;
+    let kb: f64 = status.lines().find_map(|l| l.strip_prefix(field))?.trim().trim_end_matches(" kB").trim().parse().ok()?;
     Some(kb / 1024.0)
+}
+
+/// Resets the peak resident memory to the current one (Linux ≥ 4.0): what follows is measured
+/// alone.
+fn reset_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
 fn main() {
@@ -156,7 +167,10 @@ fn unanswered(r: &Request) -> Request {
 /// and of the whole check at ten steps.
 fn stepwise(minutes: u64, keys: u64) -> serde_json::Value {
     let n = (minutes * 60 * 1000) as usize;
+    let empty = status_mib("VmRSS:");
     let mut h = history(n, keys, 16);
+    // One copy of the history in memory, as a run holds it.
+    let one_copy = status_mib("VmRSS:").zip(empty).map(|(a, b)| a - b).unwrap_or(f64::NAN);
     for o in &mut h.ops {
         o.call *= SCALE;
         o.ret = o.ret.map(|r| r * SCALE);
@@ -172,6 +186,7 @@ fn stepwise(minutes: u64, keys: u64) -> serde_json::Value {
     let mut calls: Vec<&Operation> = h.ops.iter().collect();
     calls.sort_by_key(|o| o.call);
     let (mut per_step, mut whole) = (Vec::new(), Vec::new());
+    let mut whole_mib = None;
     let started = Instant::now();
     for k in 1..=count {
         let t = k * STEP_US;
@@ -197,9 +212,16 @@ fn stepwise(minutes: u64, keys: u64) -> serde_json::Value {
         if whole_at.contains(&k) {
             let mut ops: Vec<Operation> = by_end[..upto].iter().map(|o| (*o).clone()).collect();
             ops.extend(in_flight);
+            let history = History { model: ModelKind::Etcd, ops };
+            // The last one's memory, measured alone: the peak above what the process held
+            // before it (the history itself, the incremental checker's state).
+            let before = (k == count && reset_peak()).then(|| status_mib("VmRSS:")).flatten();
             let clock = Instant::now();
-            let report = check(&History { model: ModelKind::Etcd, ops }, DEFAULT_BOUND);
+            let report = check(&history, DEFAULT_BOUND);
             whole.push(clock.elapsed().as_secs_f64() * 1000.0);
+            if let (Some(before), Some(peak)) = (before, peak_mib()) {
+                whole_mib = Some((peak - before, before));
+            }
             assert_eq!(report.verdict, Verdict::Linearizable, "step {k}: {}", report.summary());
         }
     }
@@ -218,5 +240,7 @@ fn stepwise(minutes: u64, keys: u64) -> serde_json::Value {
     println!("  incremental: median {med:.2} ms, p99 {p99:.2} ms, max {:.2} ms", sorted[sorted.len() - 1]);
     println!("  whole check at ten of the steps (reference): median {whole_med:.1} ms, at the last step {whole_last:.1} ms");
     println!("  whole/incremental (medians): {:.0}x; bench wall time {total:.1} s", whole_med / med);
-    serde_json::json!({"minutes": minutes, "requests": n, "steps": count, "median_ms": med, "p99_ms": p99, "whole_median_ms": whole_med, "whole_last_ms": whole_last})
+    let (added, held) = whole_mib.unwrap_or((f64::NAN, f64::NAN));
+    println!("  memory: the history itself {one_copy:.0} MiB; the whole check at the last step peaks {added:.0} MiB above the {held:.0} MiB the bench held before it (copies of the history, the incremental state)");
+    serde_json::json!({"minutes": minutes, "requests": n, "steps": count, "median_ms": med, "p99_ms": p99, "whole_median_ms": whole_med, "whole_last_ms": whole_last, "history_mib": one_copy, "whole_last_added_mib": added, "held_before_mib": held})
 }

@@ -159,6 +159,12 @@ pub struct Workload {
     /// kube-apiserver watches its local member), through the endpoint when that member does not
     /// answer.
     pub watches: u32,
+    /// `kube`: how often each watch asks etcd for a progress notification (as kube-apiserver's
+    /// watch cache does before a consistent read from it); `"0s"` never asks. `watch` holds
+    /// every notification to its promise: no event at or below its revision comes after it.
+    #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
+    pub watch_progress: Duration,
     /// `kube`: what each client does, by weight (`[workload.mix]`); fields left out keep their
     /// defaults.
     pub mix: Mix,
@@ -217,6 +223,7 @@ impl Default for Workload {
             clients: 4,
             keyspace: 500,
             watches: 3,
+            watch_progress: Duration::from_secs(1),
             mix: Mix::default(),
             lease_ttl: Duration::from_secs(3),
         }

@@ -10,6 +10,11 @@
 //!   rev(applied_n) ≥ revision_n − 1`; reporting less holds a store that did not apply what its
 //!   raft index says it did (or started from another store: a restore from mixed backups). No
 //!   lag tolerance: a follower that is merely behind has applied less.
+//! - **At a quiet point, exactly.** Status is read again until two answers in a row agree; such
+//!   a member's store holds exactly the entries up to its applied index, so two of them with the
+//!   same applied index hold the same revision, and more applied entries never mean fewer
+//!   revisions or more revisions than entries (a revision-numbering shift between members, as in
+//!   etcd-io/etcd#13766, is named as a divergence with no tolerance).
 //! - **Hash at a common revision.** HashKV at a revision every reachable member has reached
 //!   must be equal: their histories up to it are the same log applied in the same order.
 
@@ -41,6 +46,9 @@ pub(crate) fn consistency(obs: &Observation) -> Verdict {
             ) + &known_defect(&[m]));
         }
     }
+    if let Some(v) = quiet_points(&reachable) {
+        return v;
+    }
     let mut by_rev: BTreeMap<i64, BTreeMap<u32, Vec<&str>>> = BTreeMap::new();
     for m in &obs.members {
         if let Some((rev, hash)) = m.hash {
@@ -67,6 +75,38 @@ pub(crate) fn consistency(obs: &Observation) -> Verdict {
         }
     }
     Verdict::Pass
+}
+
+/// At quiet points no tolerance is needed: a member whose two status answers in a row agreed
+/// holds exactly `rev(applied)`, so for two such members with `applied_m ≥ applied_n`,
+/// `0 ≤ revision_m − revision_n ≤ applied_m − applied_n`. The same applied index with different
+/// revisions is a divergence, named at the check where it first shows.
+fn quiet_points(reachable: &[&MemberStatus]) -> Option<Verdict> {
+    let quiet: Vec<(&MemberStatus, i64, u64)> = reachable.iter().filter_map(|m| m.settled.map(|(r, a)| (*m, r, a))).collect();
+    for &(m, rm, am) in &quiet {
+        for &(n, rn, an) in &quiet {
+            if m.name == n.name || am < an || (am == an && m.name > n.name) {
+                continue;
+            }
+            let entries = (am - an) as i64;
+            let said = if am == an && rm != rn {
+                format!("{} and {} applied the same log up to raft index {am} but their stores are at revisions {rm} and {rn}: a replica diverged from the replicated log", m.name, n.name)
+            } else if am == an {
+                continue;
+            } else if rm < rn {
+                format!("{} applied the log up to raft index {am} but its store is at revision {rm}, behind {} at revision {rn} with raft index {an}: {}'s store did not apply what its raft index says", m.name, n.name, m.name)
+            } else if rm - rn > entries {
+                format!("{} is at revision {rm} with raft index {am}, {} revisions ahead of {} at revision {rn} with raft index {an}, though one entry adds at most one revision: the stores diverged", m.name, rm - rn, n.name)
+            } else {
+                continue;
+            };
+            let quiet_states: Vec<String> = quiet.iter().map(|(m, r, a)| format!("{} at revision {r}, applied index {a}", m.name)).collect();
+            return Some(Verdict::Definite(
+                format!("{said} (each read at a quiet point, two status answers in a row agreeing: {})", quiet_states.join(", ")) + &known_defect(&[m, n]),
+            ));
+        }
+    }
+    None
 }
 
 /// The etcd releases that persist a member's consistent index ahead of the data it covers, so

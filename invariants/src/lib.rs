@@ -25,7 +25,7 @@ pub use durability::{expect_write, Expect};
 pub use observation::{
     Ack, Acked, ApiObservation, ApiServerReady, AppData, AppInventory, AppObservation, AppWorkload, Chunked, ChunkedLog, Durability,
     HistoryView, Inventory, KubeInventory, Leader, LeaseRecord, Leases, ListedMember, LocalInventory, Marks, MemberStatus, Observation,
-    Probe, Revoke, ServingSample, Unknown, WatchEvent, WatchProgress, WatchSession,
+    Probe, Revoke, ServingSample, Unknown, WatchEvent, WatchProgress, WatchSession, WatchStream,
 };
 
 /// The shortest quorum loss during a step that counts as a violation (milliseconds).
@@ -56,7 +56,9 @@ shakedown_faults::registry! {
         Quorum => "quorum",
         /// Replicas that applied the same log hold the same store: a member that applied at least
         /// as much of the raft log as another is not more than one revision below it (one entry
-        /// adds at most one revision), and members agree on the KV hash at a common revision.
+        /// adds at most one revision); read at quiet points (two status answers in a row agreeing)
+        /// with no tolerance at all — the same applied index, the same revision; and members agree
+        /// on the KV hash at a common revision.
         Consistency => "consistency",
         /// A linearizable read through the endpoint succeeds within the deadline whenever the model
         /// says the service is up.
@@ -64,9 +66,11 @@ shakedown_faults::registry! {
         /// Every acknowledged write is readable with its value (after a restore: the writes before
         /// the backup; writes after the backup and before the restore are gone).
         Durability => "durability",
-        /// Every long-lived watch delivers each revision of its range once, in order, with the
-        /// acknowledged value and the `prev_kv` its earlier events imply, across resumptions — or
-        /// reports compaction explicitly.
+        /// Every long-lived watch keeps etcd's watch guarantees across resumptions: only events of
+        /// its range, each revision once, in order, in one response; the acknowledged value, and
+        /// the `prev_kv`, create revision and version the key's earlier events imply; nothing no
+        /// client wrote; every acknowledged write up to how far it got — or compaction reported
+        /// explicitly; and no progress notification ahead of the events it vouches for.
         Watch => "watch",
         /// A key whose lease expired or was revoked is gone; a key whose lease is alive is not.
         Leases => "leases",

@@ -223,6 +223,11 @@ pub struct MemberStatus {
     /// least every entry up to `applied_index`.
     #[serde(default)]
     pub revision_after: Option<i64>,
+    /// A quiet point: (revision, applied index) that two status answers in a row reported.
+    /// The member's store then holds exactly the entries up to that index (etcd updates the
+    /// store and the applied index in one apply of an entry, without waiting in between).
+    #[serde(default)]
+    pub settled: Option<(i64, u64)>,
     pub version: Option<String>,
     /// (revision, hash) from HashKV at a revision common to all reachable members.
     pub hash: Option<(i64, u32)>,
@@ -244,6 +249,7 @@ impl MemberStatus {
             applied_index: 0,
             raft_term: None,
             revision_after: None,
+            settled: None,
             version: None,
             hash: None,
             error: None,
@@ -359,16 +365,31 @@ pub struct WatchSession {
     pub range: Option<String>,
     /// The progress notifications the stream received, in order.
     pub progress: Vec<WatchProgress>,
-    /// Which member served each stream of the session: the index of the first event delivered
-    /// on that stream and the member's name (or id, hexadecimal, when it has no name yet).
-    pub streams: Vec<(usize, String)>,
+    /// Which member served each stream of the session, in order.
+    pub streams: Vec<WatchStream>,
+}
+
+/// One stream of a watch session: from its creation to its break.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchStream {
+    /// The index (in the session) of the first event it delivered.
+    pub first: usize,
+    /// The member that served it: its name, or its id (hexadecimal) when it has no name yet.
+    pub member: String,
+    /// The etcd release that member ran when the stream was created (`None`: not known).
+    pub version: Option<String>,
 }
 
 impl WatchSession {
-    /// The member whose stream delivered event `i` (or would deliver the next one): `None` when
-    /// the session does not record it.
+    /// The stream that delivered event `i` (or would deliver the next one): `None` when the
+    /// session does not record its streams.
+    pub fn stream_at(&self, i: usize) -> Option<&WatchStream> {
+        self.streams.iter().rev().find(|s| s.first <= i)
+    }
+
+    /// The member whose stream delivered event `i`.
     pub fn member_at(&self, i: usize) -> Option<&str> {
-        self.streams.iter().rev().find(|(first, _)| *first <= i).map(|(_, m)| m.as_str())
+        self.stream_at(i).map(|s| s.member.as_str())
     }
 }
 

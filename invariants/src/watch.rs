@@ -21,7 +21,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::expect_write;
-use crate::observation::{Ack, Durability, WatchEvent, WatchSession};
+use crate::observation::{Ack, Durability, WatchEvent, WatchSession, WatchStream};
 use crate::{Expect, MemberStatus, Observation, Verdict};
 
 pub(crate) fn watch(obs: &Observation) -> Verdict {
@@ -47,7 +47,7 @@ fn sessions(watches: &[WatchSession], durability: Option<&Durability>, members: 
     let mut problems = Vec::new();
     for s in watches {
         if let Some(p) = session(s, durability, written.as_ref(), members) {
-            let at = s.streams.last().map(|(_, m)| format!(" (on {m})")).unwrap_or_default();
+            let at = s.streams.last().map(|st| format!(" (on {})", st.member)).unwrap_or_default();
             problems.push(format!("{}{at}: {p}", s.name));
         }
     }
@@ -70,10 +70,15 @@ struct Written<'a> {
 impl<'a> Written<'a> {
     fn of(d: &'a Durability) -> Written<'a> {
         let mut writes: HashSet<(&str, Option<&str>)> = d.unknown.iter().map(|u| (u.key.as_str(), u.value.as_deref())).collect();
+        // Revisions start again from the backup's after a restore: only the acknowledgements
+        // since the last one tell how far the current numbering is covered.
+        let since = d.marks.last_restore_end();
         let mut covered = 0;
-        for a in d.acked.iter() {
+        for (i, a) in d.acked.iter().enumerate() {
             writes.insert((a.key.as_str(), a.value.as_deref()));
-            covered = covered.max(a.revision);
+            if i >= since {
+                covered = covered.max(a.revision);
+            }
         }
         Written { writes, covered }
     }
@@ -227,7 +232,7 @@ fn progress_after_events(s: &WatchSession, events: &[&WatchEvent], members: &[Me
                 p.delivered,
                 e.revision,
                 e.key,
-                early_progress(s.member_at(p.delivered), members)
+                early_progress(s.stream_at(p.delivered), members)
             ));
         }
     }
@@ -250,7 +255,7 @@ fn progress_ahead_of_writes(s: &WatchSession, events: &[&WatchEvent], expected: 
                 "a progress notification at revision {} promised every event up to it, but the write acknowledged at revision {r} ({}) had not been delivered (the stream had reached revision {delivered_to}){}",
                 p.revision,
                 key,
-                early_progress(s.member_at(p.delivered), members)
+                early_progress(s.stream_at(p.delivered), members)
             ));
         }
     }
@@ -259,9 +264,13 @@ fn progress_ahead_of_writes(s: &WatchSession, events: &[&WatchEvent], expected: 
 
 /// Names etcd-io/etcd#15220 when the member that sent an early progress notification runs an
 /// affected release (3.4 before 3.4.25, 3.5 before 3.5.8).
-fn early_progress(member: Option<&str>, members: &[MemberStatus]) -> String {
+fn early_progress(stream: Option<&WatchStream>, members: &[MemberStatus]) -> String {
+    let member = stream.map(|s| s.member.as_str());
     let on = member.map(|m| format!(" (sent by {m})")).unwrap_or_default();
-    let version = member.and_then(|m| members.iter().find(|s| s.name == m)).and_then(|s| s.version.as_deref());
+    // The release the member ran when the stream was created; else what it runs now.
+    let version = stream
+        .and_then(|s| s.version.as_deref())
+        .or_else(|| member.and_then(|m| members.iter().find(|s| s.name == m)).and_then(|s| s.version.as_deref()));
     match version.filter(|v| progress_defect(v)) {
         Some(v) => format!(
             "{on}. Known etcd defect: {} runs etcd {v} — a requested progress notification is sent outside the watch stream, so it can overtake events still queued for the watcher (etcd-io/etcd#15220, fixed in 3.4.25 and 3.5.8); a client that trusts it (kube-apiserver's watch cache) serves a state older than it claims",

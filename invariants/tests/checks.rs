@@ -8,7 +8,7 @@ use shakedown_history::{History, ModelKind, Operation};
 use shakedown_invariants::{
     all_serving, check_all, expect_write, Ack, ApiObservation, ApiServerReady, Durability, Expect, HistoryView, InvariantId, Inventory,
     Leader, LeaseRecord, Leases, ListedMember, LocalInventory, Marks, MemberStatus, Observation, Probe, Revoke, ServingSample, Unknown,
-    Verdict, WatchEvent, WatchProgress, WatchSession,
+    Verdict, WatchEvent, WatchProgress, WatchSession, WatchStream,
 };
 
 fn model() -> Model {
@@ -28,6 +28,7 @@ fn member(i: u32, leader: Option<u64>) -> MemberStatus {
         applied_index: 20,
         raft_term: Some(2),
         revision_after: Some(10),
+        settled: Some((10, 20)),
         version: Some("3.4.23".into()),
         hash: Some((10, 0xabcd)),
         error: None,
@@ -411,6 +412,41 @@ fn consistency_flags_a_store_behind_its_applied_index_without_a_lag_tolerance() 
     assert!(
         matches!(verdict(InvariantId::Consistency, &model(), &o), Verdict::Definite(m) if m.contains("m2 applied the log up to raft index 5000 but its store is at revision 3998, behind m0 at revision 4000"))
     );
+}
+
+/// The divergence of issue 28 (etcd 3.5.1, etcd-io/etcd#13766): m0 at revision 968 and m2 at
+/// 969, both at applied index 67. The one-revision tolerance of a single status answer lets it
+/// pass; read at quiet points (two answers in a row agreeing) it is named, with no tolerance.
+#[test]
+fn consistency_at_quiet_points_names_a_one_revision_shift_between_members() {
+    let mut o = healthy();
+    for (m, rev) in o.members.iter_mut().zip([968, 969, 969]) {
+        m.hash = None;
+        (m.applied_index, m.revision, m.revision_after, m.settled) = (67, rev, Some(rev), None);
+    }
+    assert!(verdict(InvariantId::Consistency, &model(), &o).is_pass(), "without quiet points one revision is tolerated");
+    o.members[0].settled = Some((968, 67));
+    assert!(verdict(InvariantId::Consistency, &model(), &o).is_pass(), "one quiet member has nothing to be compared with");
+    o.members[2].settled = Some((969, 67));
+    let v = verdict(InvariantId::Consistency, &model(), &o);
+    assert!(
+        matches!(&v, Verdict::Definite(m) if m.contains("m0 and m2 applied the same log up to raft index 67 but their stores are at revisions 968 and 969: a replica diverged")
+            && m.contains("two status answers in a row agreeing: m0 at revision 968, applied index 67, m2 at revision 969, applied index 67")),
+        "{v:?}"
+    );
+    o.members[2].version = Some("3.5.1".into());
+    assert!(matches!(verdict(InvariantId::Consistency, &model(), &o), Verdict::Definite(m) if m.contains("etcd-io/etcd#13766")));
+    // More applied entries: at most one revision more per entry, never fewer revisions.
+    o.members[2].settled = Some((970, 69));
+    assert!(verdict(InvariantId::Consistency, &model(), &o).is_pass(), "two entries, two revisions");
+    o.members[2].settled = Some((968, 69));
+    assert!(verdict(InvariantId::Consistency, &model(), &o).is_pass(), "two entries that wrote nothing (a compaction, a member change)");
+    o.members[2].settled = Some((971, 69));
+    let v = verdict(InvariantId::Consistency, &model(), &o);
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("m2 is at revision 971 with raft index 69, 3 revisions ahead of m0 at revision 968 with raft index 67")), "{v:?}");
+    o.members[2].settled = Some((967, 69));
+    let v = verdict(InvariantId::Consistency, &model(), &o);
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("m2 applied the log up to raft index 69 but its store is at revision 967, behind m0 at revision 968")), "{v:?}");
 }
 
 #[test]
@@ -814,7 +850,7 @@ fn watch_enforces_range_atomicity_creation_origin_and_progress() {
     ];
     let watched = |events: Vec<WatchEvent>| WatchSession {
         range: Some("/o/".into()),
-        streams: vec![(0, "m1".into())],
+        streams: vec![WatchStream { first: 0, member: "m1".into(), version: None }],
         ..session(events)
     };
     let judge = |o: &mut Observation, s: WatchSession| {
@@ -867,6 +903,16 @@ fn watch_enforces_range_atomicity_creation_origin_and_progress() {
     let mut later = good.clone();
     later.push(put(9, "/o/d", "sent-after", None, (9, 1)));
     assert_eq!(judge(&mut o, watched(later)), Verdict::Pass);
+    // After a restore the numbering starts again from the backup's: the revisions acknowledged
+    // before it say nothing of what the new numbering covers (seed 11 of the 3.4 soak).
+    let mut restored = o.clone();
+    let d = restored.durability.as_mut().unwrap();
+    d.marks.backup_taken(BackupId(0), 0, 0);
+    d.marks.restore_begins(BackupId(0), 4);
+    d.marks.restore_ends(4);
+    let mut s = watched(vec![put(3, "/o/e", "sent-after-the-restore", None, (3, 1))]);
+    (s.start_revision, s.start_ack) = (3, 4);
+    assert_eq!(judge(&mut restored, s), Verdict::Pass);
 
     // Progress: at revision 6 after two events is honest; at 7 after two events, with revision 7
     // delivered after it, is early — and named on etcd 3.4.23, not on 3.5.16.
@@ -884,6 +930,11 @@ fn watch_enforces_range_atomicity_creation_origin_and_progress() {
     o.members[1].version = Some("3.5.16".into());
     let v = judge(&mut o, with_progress(7, 2));
     assert!(definite(&v, "came after it (sent by m1)") && !definite(&v, "15220"), "{v:?}");
+    // The release the member ran when it served the stream counts (it was upgraded since, or
+    // replaced and gone).
+    let mut then = with_progress(7, 2);
+    then.streams[0].version = Some("3.4.23".into());
+    assert!(definite(&judge(&mut o, then), "Known etcd defect: m1 runs etcd 3.4.23"));
     // An acknowledged write at or below the promise, never delivered before the session ended.
     let mut cut = with_progress(8, 2);
     cut.events = good[..2].to_vec().into();

@@ -29,6 +29,8 @@ pub struct Stats {
     pub lists: AtomicU64,
     pub watch_events: AtomicU64,
     pub watch_resumptions: AtomicU64,
+    /// Progress notifications the watches received (each one a promise the check holds them to).
+    pub watch_progress: AtomicU64,
     /// Watches that were told their resourceVersion is too old and relisted (the API workload).
     pub relists: AtomicU64,
 }
@@ -44,6 +46,7 @@ pub struct StatsSnapshot {
     pub lists: u64,
     pub watch_events: u64,
     pub watch_resumptions: u64,
+    pub watch_progress: u64,
     pub relists: u64,
 }
 
@@ -200,8 +203,8 @@ impl Recorder {
             .filter(|s| s.session.start_revision > 0)
             .map(|s| {
                 let mut session = WatchSession { events: s.log.snapshot(), ..s.session.clone() };
-                for (_, member) in &mut session.streams {
-                    *member = self.requests.member_name(member);
+                for stream in &mut session.streams {
+                    stream.member = self.requests.member_name(&stream.member);
                 }
                 session
             })
@@ -229,6 +232,7 @@ impl Recorder {
             lists: l(&s.lists),
             watch_events: l(&s.watch_events),
             watch_resumptions: l(&s.watch_resumptions),
+            watch_progress: l(&s.watch_progress),
             relists: l(&s.relists),
         }
     }

@@ -149,6 +149,7 @@ impl LocalTarget {
                         applied_index: s.raft_applied_index(),
                         raft_term: Some(s.raft_term()),
                         revision_after: None,
+                        settled: None,
                         version: Some(s.version().to_string()),
                         hash: None,
                         error: None,
@@ -179,10 +180,12 @@ impl LocalTarget {
             if !wants(InvariantId::Consistency) {
                 return (vec![], vec![]);
             }
-            // A second status per member, sent after the first answered: its revision reflects
-            // at least every entry up to the applied index the first reported.
-            let again = answered.iter().cloned().map(|(name, url)| async move {
-                (name, etcd::status(&url, request).await.ok().and_then(|s| s.header().map(|h| h.revision())))
+            // More status answers per member, sent after the first answered: the second's
+            // revision reflects at least every entry up to the applied index the first reported,
+            // and two answers in a row that agree are a quiet point.
+            let again = answered.iter().cloned().map(|(name, url)| {
+                let first = statuses.iter().find(|(n, _, _)| *n == name).and_then(|(_, _, r)| r.as_ref().ok()).map(revision_and_applied);
+                async move { (name, settle(&url, first, request).await) }
             });
             let hashes = answered.iter().filter(|&_| lowest.is_some()).cloned().map(|(name, url)| async move {
                 let rev = lowest.unwrap_or(0);
@@ -242,9 +245,10 @@ impl LocalTarget {
         if wants(InvariantId::Linearizability) {
             obs.history = Some(self.workload.requests_view());
         }
-        for (name, rev) in again {
+        for (name, (after, settled)) in again {
             if let Some(m) = obs.members.iter_mut().find(|m| m.name == name) {
-                m.revision_after = rev;
+                m.revision_after = after;
+                m.settled = settled;
             }
         }
         for (name, h) in hashes {
@@ -266,4 +270,31 @@ impl LocalTarget {
         }
         obs
     }
+}
+
+/// How many status answers after the first one [`settle`] asks for at most.
+const SETTLE_TRIES: usize = 6;
+
+fn revision_and_applied(s: &etcd_client::StatusResponse) -> (i64, u64) {
+    (s.header().map(|h| h.revision()).unwrap_or(0), s.raft_applied_index())
+}
+
+/// Asks the member at `url` for its status until two answers in a row report the same revision
+/// and applied index (a quiet point: the store then holds exactly the entries up to that index),
+/// at most [`SETTLE_TRIES`] times after `first`. Returns the next answer's revision after `first`
+/// (`revision_after`) and the quiet point, `None` where there was none or no answer.
+async fn settle(url: &str, first: Option<(i64, u64)>, request: std::time::Duration) -> (Option<i64>, Option<(i64, u64)>) {
+    let Ok(mut c) = etcd::connect(url, request).await else { return (None, None) };
+    let mut after = None;
+    let mut previous = first;
+    for _ in 0..SETTLE_TRIES {
+        let Ok(s) = etcd::bounded("status", request, c.status()).await else { break };
+        let now = revision_and_applied(&s);
+        after.get_or_insert(now.0);
+        if previous == Some(now) && now.0 > 0 && now.1 > 0 {
+            return (after, Some(now));
+        }
+        previous = Some(now);
+    }
+    (after, None)
 }

@@ -400,6 +400,7 @@ impl Target for SimTarget {
                     raft_index: rev as u64 + 10,
                     applied_index: rev as u64 + 10,
                     revision_after: Some(revision),
+                    settled: Some((revision, rev as u64 + 10)),
                     version: Some(m.version.to_string()),
                     hash: Some((revision, if stale.is_some() { hash ^ 1 } else { hash })),
                     ..s

@@ -85,6 +85,7 @@ pub(super) fn start(
             endpoint.to_string(),
             object_prefix(prefix),
             cfg.timeout,
+            cfg.watch_progress,
             bugs.resume_from_now,
             rec.clone(),
             stopped.clone(),

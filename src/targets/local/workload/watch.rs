@@ -1,6 +1,6 @@
 //! Long-lived watches of the object keys, the way an informer watches: `prev_kv`, progress
-//! notifications requested every [`PROGRESS_EVERY`] (as kube-apiserver's watch cache does for a
-//! consistent read), and after any error a resumption from the last delivered revision + 1 (or
+//! notifications requested every `watch_progress` of the profile (as kube-apiserver's watch
+//! cache does before a consistent read), and after any error a resumption from the last delivered revision + 1 (or
 //! from the compacted revision, declared, when etcd says the history is gone). A restore of the
 //! stack starts a new session from the current revision. Every response is recorded as it came:
 //! which member's stream, which response an event arrived in, each put's create revision and
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, EventType, GetOptions, WatchOptions};
-use shakedown_invariants::{WatchEvent, WatchProgress, WatchSession};
+use shakedown_invariants::{WatchEvent, WatchProgress, WatchSession, WatchStream};
 use tokio::sync::watch;
 
 use super::{pause, Recorder, WatchState, RECONNECT_PAUSE};
@@ -20,9 +20,6 @@ use crate::targets::local::etcd::{bounded, connect};
 /// The longest a watch stream may stay silent before it is treated as broken and resumed (a
 /// stream whose member was paused or cut off never errors on its own).
 const SILENCE: Duration = Duration::from_secs(3);
-
-/// How often a watcher asks its stream for a progress notification.
-const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// Watcher `i` watches through `local` (its "local member", the way a stacked kube-apiserver
 /// talks to the etcd member on its machine) when that answers, else through the endpoint. With
@@ -35,6 +32,7 @@ pub(super) async fn run(
     endpoint: String,
     prefix: String,
     timeout: Duration,
+    progress_every: Duration,
     resume_from_now: bool,
     rec: Arc<Recorder>,
     mut stopped: watch::Receiver<bool>,
@@ -57,6 +55,9 @@ pub(super) async fn run(
             next = 0;
         }
         let mut c = None;
+        // The member that answered the status and its release: the stream's, when the stream's
+        // first answer comes from the same member (one connection carries both).
+        let mut serving: Option<(u64, String)> = None;
         // After a failed attempt the endpoint goes first: the local member may answer a status
         // and still refuse watches (a learner being re-added).
         let order: Vec<&String> =
@@ -64,7 +65,8 @@ pub(super) async fn run(
         for url in order {
             if let Ok(mut client) = connect(url, timeout).await {
                 // The connection is lazy: a status request shows whether the member answers.
-                if bounded("status", timeout, client.status()).await.is_ok() {
+                if let Ok(s) = bounded("status", timeout, client.status()).await {
+                    serving = s.header().map(|h| (h.member_id(), s.version().to_string()));
                     c = Some(client);
                     break;
                 }
@@ -112,7 +114,9 @@ pub(super) async fn run(
         };
         failed_last = false;
         let (mut requests, mut stream) = stream.split();
-        let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+        // Never, with a period of zero: an interval of a year is never due in a run.
+        let every = if progress_every.is_zero() { Duration::from_secs(365 * 24 * 3600) } else { progress_every };
+        let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let msg = tokio::select! {
@@ -146,9 +150,11 @@ pub(super) async fn run(
             let mut w = rec.watches.lock().expect("watches lock");
             if resp.created() {
                 // The stream's first answer: which member serves it.
-                let member = resp.header().map(|h| format!("{:x}", h.member_id())).unwrap_or_else(|| "unknown member".into());
+                let id = resp.header().map(|h| h.member_id());
+                let member = id.map(|id| format!("{id:x}")).unwrap_or_else(|| "unknown member".into());
+                let version = serving.as_ref().filter(|(m, _)| Some(*m) == id).map(|(_, v)| v.clone());
                 let first = w[slot].log.len();
-                w[slot].session.streams.push((first, member));
+                w[slot].session.streams.push(WatchStream { first, member, version });
                 continue;
             }
             if resp.events().is_empty() {
@@ -156,6 +162,7 @@ pub(super) async fn run(
                 if let Some(h) = resp.header() {
                     let delivered = w[slot].log.len();
                     w[slot].session.progress.push(WatchProgress { revision: h.revision(), delivered });
+                    rec.stats.watch_progress.fetch_add(1, Ordering::Relaxed);
                 }
                 continue;
             }
