@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use shakedown_faults::{Model, Op, Plan, Profile};
-use shakedown_invariants::{all_serving, InvariantId, Observation, Verdict};
+use shakedown_invariants::{all_serving, known_defects, InvariantId, KnownDefect, Observation, Verdict};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -160,6 +160,8 @@ pub struct Engine<'a> {
     model: Model,
     width: usize,
     total: usize,
+    /// The known defects seen so far, each once.
+    known: Vec<KnownDefect>,
 }
 
 impl<'a> Engine<'a> {
@@ -171,7 +173,36 @@ impl<'a> Engine<'a> {
         progress: &'a mut dyn Progress,
         options: &'a Options,
     ) -> Engine<'a> {
-        Engine { target, profile, invariants, events, progress, options, model: profile.initial_model(), width: 1, total: 0 }
+        Engine {
+            target,
+            profile,
+            invariants,
+            events,
+            progress,
+            options,
+            model: profile.initial_model(),
+            width: 1,
+            total: 0,
+            known: Vec::new(),
+        }
+    }
+
+    /// The known defects of the stack's releases the checks have seen, each once.
+    pub fn known(&self) -> &[KnownDefect] {
+        &self.known
+    }
+
+    /// Reports what `obs` shows of known defects that was not reported yet: on the console and
+    /// in the event log, by name.
+    fn report_known(&mut self, obs: &Observation) {
+        for k in known_defects(self.invariants, obs) {
+            if self.known.iter().any(|s| s.key == k.key) {
+                continue;
+            }
+            self.progress.line(&format!("      known defect (reported, not a failure): {}", k.message));
+            self.events.emit(Event::KnownDefect { invariant: k.invariant, defect: k.defect.clone(), message: k.message.clone() });
+            self.known.push(k);
+        }
     }
 
     /// Executes `plan` from the freshly started stack the profile describes.
@@ -208,6 +239,7 @@ impl<'a> Engine<'a> {
             let mut obs = self.target.observe(&self.model, self.invariants).await;
             obs.quorum_throughout = quorum_throughout;
             let (mut failures, verdicts) = judge(self.invariants, &self.model, &obs);
+            self.report_known(&obs);
             if let Some((invariant, v)) = failures.iter().find(|(_, v)| matches!(v, Verdict::Unobserved(_))) {
                 return Checked::Unobserved { invariant: *invariant, what: v.message().unwrap_or_default().to_string() };
             }

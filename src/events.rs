@@ -211,6 +211,13 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         failure: Option<Failure>,
     },
+    /// A known defect of the stack's releases, seen by a check (once per occurrence): named, not
+    /// a failure.
+    KnownDefect {
+        invariant: InvariantId,
+        defect: String,
+        message: String,
+    },
     /// Something a target recorded (`kind`: `hook`, `kube-wait`, `kube-requests`, `kube-note`, …).
     Target {
         kind: String,

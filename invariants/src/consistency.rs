@@ -100,9 +100,11 @@ fn quiet_points(reachable: &[&MemberStatus]) -> Option<Verdict> {
             } else {
                 continue;
             };
-            let quiet_states: Vec<String> = quiet.iter().map(|(m, r, a)| format!("{} at revision {r}, applied index {a}", m.name)).collect();
+            let quiet_states: Vec<String> =
+                quiet.iter().map(|(m, r, a)| format!("{} at revision {r}, applied index {a}", m.name)).collect();
             return Some(Verdict::Definite(
-                format!("{said} (each read at a quiet point, two status answers in a row agreeing: {})", quiet_states.join(", ")) + &known_defect(&[m, n]),
+                format!("{said} (each read at a quiet point, two status answers in a row agreeing: {})", quiet_states.join(", "))
+                    + &known_defect(&[m, n]),
             ));
         }
     }

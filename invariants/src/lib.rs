@@ -128,6 +128,30 @@ impl InvariantId {
     }
 }
 
+/// A violation that is a known defect of the release the stack runs, seen in an observation:
+/// reported by name at every occurrence (the event log, the run's summary), not a failure of the
+/// run. The invariant's other rules, and this rule on releases without the defect, still fail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KnownDefect {
+    pub invariant: InvariantId,
+    /// The upstream issue (`etcd-io/etcd#15220`).
+    pub defect: String,
+    /// Identifies the occurrence across observations (the same one is seen again at every
+    /// later check): report it once.
+    pub key: String,
+    /// What was seen, where, on which release, and what the defect is.
+    pub message: String,
+}
+
+/// The known defects `obs` shows for the invariants `ids` (see [`KnownDefect`]).
+pub fn known_defects(ids: &[InvariantId], obs: &Observation) -> Vec<KnownDefect> {
+    if ids.contains(&InvariantId::Watch) {
+        watch::known(obs)
+    } else {
+        Vec::new()
+    }
+}
+
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {

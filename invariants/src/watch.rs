@@ -16,47 +16,57 @@
 //!   every event of the range up to R was delivered before it; an event at or below R delivered
 //!   after it, or an acknowledged write at or below R not delivered before it, breaks the promise.
 //!   etcd before 3.4.25 and 3.5.8 can send a requested one ahead of events still queued
-//!   (etcd-io/etcd#15220): a verdict on a member running such a release names it.
+//!   (etcd-io/etcd#15220): on a member running such a release an early notification is that
+//!   known defect, reported by name at every occurrence ([`crate::known_defects`]) rather than
+//!   failing the run; on any other release it is a violation.
 
 use std::collections::{HashMap, HashSet};
 
 use crate::expect_write;
-use crate::observation::{Ack, Durability, WatchEvent, WatchSession, WatchStream};
-use crate::{Expect, MemberStatus, Observation, Verdict};
+use crate::observation::{Ack, Durability, WatchEvent, WatchProgress, WatchSession};
+use crate::{Expect, InvariantId, KnownDefect, MemberStatus, Observation, Verdict};
 
 pub(crate) fn watch(obs: &Observation) -> Verdict {
     match &obs.watches {
-        Some(watches) => sessions(watches, obs.durability.as_ref(), &obs.members),
+        Some(watches) => sessions(watches, obs.durability.as_ref(), &obs.members).0,
         None => Verdict::Unobserved("no watch sessions of the workload".into()),
+    }
+}
+
+/// The early progress notifications of members on a release with etcd-io/etcd#15220: each
+/// named, not failed (every other rule, and this one on every other release, still fails).
+pub(crate) fn known(obs: &Observation) -> Vec<KnownDefect> {
+    match &obs.watches {
+        Some(watches) => sessions(watches, obs.durability.as_ref(), &obs.members).1,
+        None => Vec::new(),
     }
 }
 
 /// `api-watch`: the same rules over the Kubernetes API workload's watches and writes.
 pub(crate) fn api_watch(obs: &Observation) -> Verdict {
     match &obs.api {
-        Some(api) => sessions(&api.watches, api.durability.as_ref(), &[]),
+        Some(api) => sessions(&api.watches, api.durability.as_ref(), &[]).0,
         None => Verdict::Unobserved("no Kubernetes API observation".into()),
     }
 }
 
-fn sessions(watches: &[WatchSession], durability: Option<&Durability>, members: &[MemberStatus]) -> Verdict {
-    if watches.is_empty() {
-        return Verdict::Pass;
-    }
+fn sessions(watches: &[WatchSession], durability: Option<&Durability>, members: &[MemberStatus]) -> (Verdict, Vec<KnownDefect>) {
     let written = durability.map(Written::of);
     let mut problems = Vec::new();
+    let mut known = Vec::new();
     for s in watches {
-        if let Some(p) = session(s, durability, written.as_ref(), members) {
+        if let Some(p) = session(s, durability, written.as_ref(), members, &mut known) {
             let at = s.streams.last().map(|st| format!(" (on {})", st.member)).unwrap_or_default();
             problems.push(format!("{}{at}: {p}", s.name));
         }
     }
-    if problems.is_empty() {
+    let verdict = if problems.is_empty() {
         Verdict::Pass
     } else {
         // What a stream delivered cannot be undelivered: waiting changes nothing.
         Verdict::Definite(problems.join("; "))
-    }
+    };
+    (verdict, known)
 }
 
 /// Every write some client sent, acknowledged or not, as (key, value): what an event may be.
@@ -84,7 +94,13 @@ impl<'a> Written<'a> {
     }
 }
 
-fn session(s: &WatchSession, durability: Option<&Durability>, written: Option<&Written>, members: &[MemberStatus]) -> Option<String> {
+fn session(
+    s: &WatchSession,
+    durability: Option<&Durability>,
+    written: Option<&Written>,
+    members: &[MemberStatus],
+    known: &mut Vec<KnownDefect>,
+) -> Option<String> {
     let mut last = s.start_revision - 1;
     let mut last_key: Option<&str> = None;
     let mut last_response = 0;
@@ -164,7 +180,7 @@ fn session(s: &WatchSession, durability: Option<&Durability>, written: Option<&W
     }
     // Increasing by revision (checked above): found by binary search.
     let events: Vec<&WatchEvent> = s.events.iter().collect();
-    if let Some(p) = progress_after_events(s, &events, members) {
+    if let Some(p) = progress_after_events(s, &events, members, known) {
         return Some(p);
     }
     let d = durability?;
@@ -202,7 +218,7 @@ fn session(s: &WatchSession, durability: Option<&Durability>, written: Option<&W
             Some(_) => {}
         }
     }
-    if let Some(p) = progress_ahead_of_writes(s, &events, &expected, members) {
+    if let Some(p) = progress_ahead_of_writes(s, &events, &expected, members, known) {
         return Some(p);
     }
     if missing.is_empty() {
@@ -222,18 +238,22 @@ fn session(s: &WatchSession, durability: Option<&Durability>, written: Option<&W
 
 /// A progress notification at R followed by an event at or below R: the promise came before
 /// the event it covered.
-fn progress_after_events(s: &WatchSession, events: &[&WatchEvent], members: &[MemberStatus]) -> Option<String> {
+fn progress_after_events(
+    s: &WatchSession,
+    events: &[&WatchEvent],
+    members: &[MemberStatus],
+    known: &mut Vec<KnownDefect>,
+) -> Option<String> {
     for p in &s.progress {
         let Some(e) = events.get(p.delivered) else { continue };
         if e.revision <= p.revision {
-            return Some(format!(
-                "a progress notification at revision {} (after event #{}) promised every event up to it, but revision {} ({}) came after it{}",
-                p.revision,
-                p.delivered,
-                e.revision,
-                e.key,
-                early_progress(s.stream_at(p.delivered), members)
-            ));
+            let said = format!(
+                "a progress notification at revision {} (after event #{}) promised every event up to it, but revision {} ({}) came after it",
+                p.revision, p.delivered, e.revision, e.key,
+            );
+            if let Some(p) = early(s, p, said, members, known) {
+                return Some(p);
+            }
         }
     }
     None
@@ -241,7 +261,13 @@ fn progress_after_events(s: &WatchSession, events: &[&WatchEvent], members: &[Me
 
 /// A progress notification at R while an acknowledged write of the range at or below R had not
 /// been delivered (and never was, or the session ended first).
-fn progress_ahead_of_writes(s: &WatchSession, events: &[&WatchEvent], expected: &[&Ack], members: &[MemberStatus]) -> Option<String> {
+fn progress_ahead_of_writes(
+    s: &WatchSession,
+    events: &[&WatchEvent],
+    expected: &[&Ack],
+    members: &[MemberStatus],
+    known: &mut Vec<KnownDefect>,
+) -> Option<String> {
     let mut revisions: Vec<(i64, &str)> = expected.iter().map(|a| (a.revision, a.key.as_str())).collect();
     revisions.sort_unstable();
     for p in &s.progress {
@@ -251,33 +277,44 @@ fn progress_ahead_of_writes(s: &WatchSession, events: &[&WatchEvent], expected: 
         };
         let from = revisions.partition_point(|(r, _)| *r <= delivered_to);
         if let Some(&(r, key)) = revisions.get(from).filter(|(r, _)| *r <= p.revision) {
-            return Some(format!(
-                "a progress notification at revision {} promised every event up to it, but the write acknowledged at revision {r} ({}) had not been delivered (the stream had reached revision {delivered_to}){}",
-                p.revision,
-                key,
-                early_progress(s.stream_at(p.delivered), members)
-            ));
+            let said = format!(
+                "a progress notification at revision {} promised every event up to it, but the write acknowledged at revision {r} ({key}) had not been delivered (the stream had reached revision {delivered_to})",
+                p.revision
+            );
+            if let Some(p) = early(s, p, said, members, known) {
+                return Some(p);
+            }
         }
     }
     None
 }
 
-/// Names etcd-io/etcd#15220 when the member that sent an early progress notification runs an
-/// affected release (3.4 before 3.4.25, 3.5 before 3.5.8).
-fn early_progress(stream: Option<&WatchStream>, members: &[MemberStatus]) -> String {
+/// An early progress notification: on a member whose release has etcd-io/etcd#15220 (3.4
+/// before 3.4.25, 3.5 before 3.5.8) it is that defect, recorded in `known` by name (`None`);
+/// anywhere else it is a violation (`Some`, naming the member).
+fn early(s: &WatchSession, p: &WatchProgress, said: String, members: &[MemberStatus], known: &mut Vec<KnownDefect>) -> Option<String> {
+    let stream = s.stream_at(p.delivered);
     let member = stream.map(|s| s.member.as_str());
     let on = member.map(|m| format!(" (sent by {m})")).unwrap_or_default();
     // The release the member ran when the stream was created; else what it runs now.
     let version = stream
         .and_then(|s| s.version.as_deref())
         .or_else(|| member.and_then(|m| members.iter().find(|s| s.name == m)).and_then(|s| s.version.as_deref()));
-    match version.filter(|v| progress_defect(v)) {
-        Some(v) => format!(
-            "{on}. Known etcd defect: {} runs etcd {v} — a requested progress notification is sent outside the watch stream, so it can overtake events still queued for the watcher (etcd-io/etcd#15220, fixed in 3.4.25 and 3.5.8); a client that trusts it (kube-apiserver's watch cache) serves a state older than it claims",
-            member.unwrap_or_default()
-        ),
-        None => on,
+    let Some(v) = version.filter(|v| progress_defect(v)) else { return Some(format!("{said}{on}")) };
+    let key = format!("{}/{}/{}", s.name, s.start_revision, p.revision);
+    if !known.iter().any(|k| k.key == key) {
+        known.push(KnownDefect {
+            invariant: InvariantId::Watch,
+            defect: "etcd-io/etcd#15220".into(),
+            key,
+            message: format!(
+                "{}: {said} — {} runs etcd {v}: a requested progress notification is sent outside the watch stream and can overtake events still queued for the watcher (etcd-io/etcd#15220, fixed in 3.4.25 and 3.5.8); a client that trusts it (kube-apiserver's watch cache) serves a state older than it claims",
+                s.name,
+                member.unwrap_or("the member")
+            ),
+        });
     }
+    None
 }
 
 /// etcd releases whose requested progress notifications are not synchronised with the watch

@@ -134,6 +134,8 @@ pub struct RunResult {
     pub record: Option<PathBuf>,
     /// The invariants the profile selects that the target cannot check here, with the reason.
     pub unchecked: Vec<(InvariantId, String)>,
+    /// The known defects of the stack's releases the checks saw (each once), not failures.
+    pub known: Vec<shakedown_invariants::KnownDefect>,
 }
 
 /// `leases (why); watch (why)`.
@@ -252,6 +254,7 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
         spec: spec.clone(),
         record: None,
         unchecked: Vec::new(),
+        known: Vec::new(),
     };
     if x.interrupt.requested() {
         return Ok(result);
@@ -303,10 +306,12 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
     };
     let outcome = {
         let mut engine = Engine::new(target.as_mut(), profile, &invariants, &mut events, &mut progress, &options);
-        tokio::select! {
+        let outcome = tokio::select! {
             r = engine.execute(plan) => Some(r),
             _ = x.interrupt.count(2) => None,
-        }
+        };
+        result.known = engine.known().to_vec();
+        outcome
     };
     let t_down = std::time::Instant::now();
     target.teardown().await;
@@ -444,6 +449,22 @@ fn write_record(opts: &RunOpts, r: &RunResult, f: &Failure) -> Result<PathBuf, F
     }
 }
 
+/// The known defects the run saw, by name and count (each is in the event log as it was seen).
+fn say_known(r: &RunResult) {
+    if r.known.is_empty() {
+        return;
+    }
+    let mut by: BTreeMap<&str, usize> = BTreeMap::new();
+    for k in &r.known {
+        *by.entry(k.defect.as_str()).or_default() += 1;
+    }
+    let seen: Vec<String> = by.iter().map(|(d, n)| format!("{d} ×{n}")).collect();
+    println!(
+        "known defects of the stack's etcd releases seen (each reported, none counted as a failure): {} — `known-defect` lines of events.jsonl",
+        seen.join(", ")
+    );
+}
+
 /// What `run` prints at the end, and its exit code.
 pub fn report_run(r: &RunResult, opts: &RunOpts) -> Exit {
     match &r.outcome {
@@ -457,6 +478,7 @@ pub fn report_run(r: &RunResult, opts: &RunOpts) -> Exit {
         }
         Ok(Outcome::Pass { steps }) => {
             println!("PASS: seed {} · {steps} steps · every invariant held after every step, and the healed stack converged", r.plan.seed);
+            say_known(r);
             if !r.unchecked.is_empty() {
                 println!("not checked: {}", unchecked_text(&r.unchecked));
             }
@@ -466,6 +488,7 @@ pub fn report_run(r: &RunResult, opts: &RunOpts) -> Exit {
         }
         Ok(Outcome::Failed(f)) => {
             println!("FAIL: seed {} · {}", r.plan.seed, describe(f));
+            say_known(r);
             println!("run directory: {}", r.run_dir.display());
             println!("report: {} (forensics in {})", r.run_dir.join("report.html").display(), r.run_dir.join("forensics").display());
             if let Some(path) = &r.record {

@@ -31,6 +31,8 @@ struct RunData {
     forensics: Vec<String>,
     skipped: Vec<(usize, String, String)>,
     unchecked: Vec<(shakedown_invariants::InvariantId, String)>,
+    /// Known defects of the stack's releases the checks saw: (defect, what was seen).
+    known: Vec<(String, String)>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -149,6 +151,7 @@ fn read_run(dir: &Path) -> Result<RunData, events::EventsError> {
             }
             Event::Forensics { files, .. } => d.forensics = files,
             Event::RunEnd { outcome, .. } => d.outcome = Some(outcome),
+            Event::KnownDefect { defect, message, .. } => d.known.push((defect, message)),
             Event::Stopped { .. } | Event::Teardown { .. } | Event::Target { .. } => {}
         }
     }
@@ -462,6 +465,15 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
         let _ = write!(h, " · bring-up {ms}ms");
     }
     h.push_str("</p>");
+    if !d.known.is_empty() {
+        let items: Vec<String> = d.known.iter().map(|(defect, m)| format!("<li><b>{}</b>: {}</li>", esc(defect), esc(m))).collect();
+        let _ = write!(
+            h,
+            r#"<p class="unchecked">known defects of the stack's releases seen ({}; each reported, none counted as a failure):</p><ul class="known">{}</ul>"#,
+            d.known.len(),
+            items.join("")
+        );
+    }
     if !d.unchecked.is_empty() {
         let items: Vec<String> = d.unchecked.iter().map(|(id, why)| format!("<b>{}</b> ({})", esc(&id.to_string()), esc(why))).collect();
         let _ = write!(h, r#"<p class="unchecked">not checked on this target: {}</p>"#, items.join("; "));
