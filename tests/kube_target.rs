@@ -1398,7 +1398,7 @@ async fn api_workload_in_the_workload_cluster_is_checked_and_cleaned_up() {
             .filter(|i| i["verdict"] == "pass")
             .map(|i| i["invariant"].as_str().unwrap())
             .collect();
-        for a in ["api-reachability", "api-durability", "api-watch"] {
+        for a in ["api-reachability", "api-durability", "api-watch", "api-linearizability"] {
             assert!(passed.contains(&a), "step {}: {passed:?}", c["step"]);
         }
     }

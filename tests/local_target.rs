@@ -414,7 +414,7 @@ fn control_plane_stack_checks_the_api_after_every_step_and_leaves_nothing() {
     assert!(!stderr.contains("not checked"), "every invariant is checked on the control-plane stack: {stderr}");
     let run_dir = only_run_dir(&d.runs);
     let ev = events(&run_dir);
-    let api = ["api-reachability", "api-durability", "api-watch"];
+    let api = ["api-reachability", "api-durability", "api-watch", "api-linearizability"];
     let checks: Vec<&serde_json::Value> = ev.iter().filter(|e| e["event"] == "check").collect();
     assert_eq!(checks.len(), steps + 1, "a check after bring-up and after every step");
     for c in &checks {
@@ -431,6 +431,14 @@ fn control_plane_stack_checks_the_api_after_every_step_and_leaves_nothing() {
     assert!(end["workload"]["api"]["acked"].as_u64().unwrap() > 50, "{end}");
     assert!(end["workload"]["api"]["watch_events"].as_u64().unwrap() > 0, "{end}");
     assert!(std::fs::read_to_string(run_dir.join("api-workload.csv")).unwrap().lines().count() > 50);
+    // The API workload's history: its guarded writes and the checks' LISTs, linearizable as a
+    // whole too (`check-history` on the file).
+    let history = run_dir.join("api-history.jsonl");
+    let h = shakedown::history::History::parse(&std::fs::read_to_string(&history).unwrap()).unwrap();
+    assert!(h.ops.iter().filter(|o| matches!(o.request, shakedown::history::format::Request::Txn { .. })).count() > 50);
+    assert!(h.ops.iter().any(|o| o.client == 1_000_000), "the checks' LISTs are reads of the history");
+    let check = run(&["check-history", history.to_str().unwrap()], &d);
+    assert_eq!(check.status.code(), Some(0), "{}{}", text(&check.stdout), text(&check.stderr));
     assert!(std::fs::read_to_string(run_dir.join("logs/m0-apiserver.log")).is_ok());
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 }

@@ -63,7 +63,7 @@ fn a_correct_simulated_stack_passes_and_says_what_it_did_not_check() {
     let names: Vec<&str> = unchecked["invariants"].as_array().unwrap().iter().map(|p| p[0].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["leaks", "watch", "leases", "api-reachability", "api-durability", "api-watch"],
+        ["leaks", "watch", "leases", "api-reachability", "api-durability", "api-watch", "api-linearizability"],
         "the default tier's invariants the sim cannot check"
     );
     // Every step was checked, each by the seven covered invariants.

@@ -94,6 +94,13 @@ shakedown_faults::registry! {
         /// once, across resumptions from its last resourceVersion — or an explicit "too old" that
         /// it recovers from by relisting (a new session), never a silent gap.
         ApiWatch => "api-watch",
+        /// Every answer the API workload's writers got, and every quorum LIST of the checks, is
+        /// explained by one order of the requests consistent with real time, with etcd's
+        /// semantics over resourceVersions: a create succeeds only on an absent object, an update
+        /// or delete only at the resourceVersion it names, a LIST shows exactly each object's
+        /// state at its resourceVersion. A delete's revision is not in its answer: it counts as
+        /// of unknown outcome. Only where an API is under test.
+        ApiLinearizability => "api-linearizability",
         /// The application converges: every workload the app profile names has all its replicas
         /// Ready, and every probe of the profile passes. Only on the application target.
         AppReady => "app-ready",
@@ -105,6 +112,10 @@ shakedown_faults::registry! {
 }
 
 impl InvariantId {
+    /// The invariants of a Kubernetes API under test.
+    pub const API: [InvariantId; 4] =
+        [InvariantId::ApiReachability, InvariantId::ApiDurability, InvariantId::ApiWatch, InvariantId::ApiLinearizability];
+
     /// Checks this invariant. [`Verdict::Fail`] may still go away as the stack converges;
     /// [`Verdict::Definite`] cannot.
     pub fn check(self, model: &Model, obs: &Observation) -> Verdict {
@@ -122,6 +133,7 @@ impl InvariantId {
             InvariantId::ApiReachability => reachability::api_reachability(model, obs),
             InvariantId::ApiDurability => durability::api_durability(model, obs),
             InvariantId::ApiWatch => watch::api_watch(obs),
+            InvariantId::ApiLinearizability => linearizability::api_linearizability(obs),
             InvariantId::AppReady => app::app_ready(model, obs),
             InvariantId::AppDurability => app::app_durability(obs),
         }

@@ -6,9 +6,22 @@ use crate::{Observation, Verdict};
 pub const BOUND: u64 = shakedown_history::DEFAULT_BOUND;
 
 pub(crate) fn linearizability(obs: &Observation) -> Verdict {
-    let Some(history) = &obs.history else {
-        return Verdict::Unobserved("no history of the workload's requests".into());
-    };
+    match &obs.history {
+        Some(history) => judge(history),
+        None => Verdict::Unobserved("no history of the workload's requests".into()),
+    }
+}
+
+/// `api-linearizability`: the same checker over the Kubernetes API workload's history.
+pub(crate) fn api_linearizability(obs: &Observation) -> Verdict {
+    match obs.api.as_ref().map(|a| a.history.as_ref()) {
+        Some(Some(history)) => judge(history),
+        Some(None) => Verdict::Unobserved("no history of the API workload's requests".into()),
+        None => Verdict::Unobserved("no Kubernetes API observation".into()),
+    }
+}
+
+fn judge(history: &crate::HistoryView) -> Verdict {
     // An empty history was observed (no request has ended yet, as at bring-up): nothing
     // contradicts it. The run's history.jsonl shows how much was judged.
     let report = history.check();

@@ -119,6 +119,9 @@ pub struct ApiObservation {
     pub durability: Option<Durability>,
     /// The workload's watches (Kubernetes sends no previous values: `prev_unknown`).
     pub watches: Vec<WatchSession>,
+    /// Every request of the API workload's writers and every LIST of the checks, for
+    /// `api-linearizability` (`None`: not observed).
+    pub history: Option<HistoryView>,
     /// Quorum reads through the API load balancer, each on a fresh connection.
     pub endpoint: Vec<Probe>,
     /// `GET /readyz` of each apiserver the target reaches on its own (the local stack's machines;

@@ -152,7 +152,7 @@ fn verdict(id: InvariantId, m: &Model, o: &Observation) -> Verdict {
 fn healthy_observation_passes_every_invariant() {
     use InvariantId::*;
     let etcd = [Membership, Leaks, Members, Quorum, Consistency, Reachability, Durability, Watch, Leases, Linearizability];
-    let api = [ApiReachability, ApiDurability, ApiWatch];
+    let api = [ApiReachability, ApiDurability, ApiWatch, ApiLinearizability];
     let app = [AppReady, AppDurability];
     assert_eq!(etcd.len() + api.len() + app.len(), InvariantId::ALL.len(), "every invariant has a healthy observation here");
     assert!(check_all(&etcd, &model(), &healthy()).is_empty(), "{:?}", check_all(&etcd, &model(), &healthy()));
@@ -190,6 +190,7 @@ fn an_invariant_without_its_input_is_unobserved() {
         (InvariantId::ApiReachability, "no Kubernetes API"),
         (InvariantId::ApiDurability, "no Kubernetes API"),
         (InvariantId::ApiWatch, "no Kubernetes API"),
+        (InvariantId::ApiLinearizability, "no Kubernetes API"),
         (InvariantId::AppReady, "no application"),
         (InvariantId::AppDurability, "no application"),
     ] {
@@ -1046,15 +1047,60 @@ fn with_api() -> Observation {
         watches: vec![],
         endpoint: vec![Probe { latency_ms: 3, error: None }; 6],
         apiservers: (0..3).map(|i| apiserver(i, true, true)).collect(),
+        history: Some(view(vec![op(0, 0, 10, txn("sd-0-1", 0, "0-1", true, 5)), op(LIST, 20, 30, get("sd-0-1", 7, Some(("0-1", 5))))])),
     });
     o
+}
+
+/// The client id of the checks' LISTs in an API history.
+const LIST: u64 = 1_000_000;
+
+/// A write guarded by a resourceVersion (0: a create), as the API workload records it.
+fn txn(key: &str, if_mod_revision: i64, value: &str, succeeded: bool, revision: i64) -> Request {
+    Request::Txn {
+        key: key.into(),
+        if_mod_revision,
+        then: shakedown_history::format::Then::Put(value.into()),
+        answer: Some(shakedown_history::format::TxnAnswer { succeeded, revision, kv: None }),
+    }
+}
+
+/// api-linearizability: the API workload's creates and guarded updates and the checks' LISTs,
+/// judged by etcd's model over resourceVersions. An update acknowledged against a
+/// resourceVersion the object had already moved past (a lost update), and a LIST that shows an
+/// object older than an update acknowledged before it was sent, are definite.
+#[test]
+fn api_linearizability_judges_guarded_writes_and_lists_over_resource_versions() {
+    let mut o = with_api();
+    assert_eq!(verdict(InvariantId::ApiLinearizability, &model(), &o), Verdict::Pass);
+    let base = vec![op(0, 0, 10, txn("sd-0-1", 0, "0-1", true, 5)), op(0, 20, 30, txn("sd-0-1", 5, "0-2", true, 8))];
+    let judge = |o: &mut Observation, ops: Vec<Operation>| {
+        o.api.as_mut().unwrap().history = Some(view(ops));
+        verdict(InvariantId::ApiLinearizability, &model(), o)
+    };
+    let mut ok = base.clone();
+    ok.push(op(LIST, 40, 50, get("sd-0-1", 9, Some(("0-2", 8)))));
+    assert_eq!(judge(&mut o, ok), Verdict::Pass);
+    // The LIST sent after the update was acknowledged still shows the created object.
+    let mut stale = base.clone();
+    stale.push(op(LIST, 40, 50, get("sd-0-1", 9, Some(("0-1", 5)))));
+    assert!(matches!(judge(&mut o, stale), Verdict::Definite(m) if m.contains("op 2 (client 1000000")));
+    // A second update guarded by the created object's resourceVersion, acknowledged too.
+    let mut lost = base.clone();
+    lost.push(op(1, 40, 50, txn("sd-0-1", 5, "1-1", true, 9)));
+    assert!(matches!(judge(&mut o, lost), Verdict::Definite(_)));
+    // Without a history on an API observation the check is unobserved.
+    o.api.as_mut().unwrap().history = None;
+    assert!(
+        matches!(verdict(InvariantId::ApiLinearizability, &model(), &o), Verdict::Unobserved(m) if m.contains("no history of the API workload"))
+    );
 }
 
 /// The API invariants pass on a healthy API; where there is none (the etcd stack) they are
 /// unobserved, not passed (a target without an API declares them unchecked).
 #[test]
 fn api_invariants_pass_on_a_healthy_api_and_are_unobserved_without_one() {
-    let ids = [InvariantId::ApiReachability, InvariantId::ApiDurability, InvariantId::ApiWatch];
+    let ids = InvariantId::API;
     for id in ids {
         assert!(matches!(verdict(id, &model(), &healthy()), Verdict::Unobserved(_)), "{id}");
     }

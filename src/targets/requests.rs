@@ -109,6 +109,13 @@ impl Requests {
         }
     }
 
+    /// The request of `sent` was refused in a way its request cannot express (a Kubernetes 409
+    /// says the precondition failed but not what the object is): it wrote nothing, and leaves
+    /// the history.
+    pub(crate) fn forget(&self, sent: Sent) {
+        self.lock().in_flight.remove(&sent.ticket);
+    }
+
     /// A read is about to be sent, for [`Self::reads`].
     pub(crate) fn read_sent(&self) -> ReadSent {
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);

@@ -11,6 +11,15 @@
 //! precondition; a 409 re-reads the object and retries, within a budget) and a delete (the
 //! `resourceVersion` precondition) are acknowledged with the revision the API answered, which is
 //! etcd's revision.
+//!
+//! Every request also goes into the workload's history (`api-history.jsonl`), judged by
+//! `api-linearizability` with etcd's model: a resourceVersion is a mod revision, so a create is a
+//! transaction guarded by "absent", an update and a delete are guarded by the object's
+//! resourceVersion. What the API does not tell is left out rather than guessed: a delete's
+//! revision (so an acknowledged delete is of unknown outcome to the checker, and `api-durability`
+//! judges it), a refusal's reason beyond "the precondition failed" (a refused write leaves the
+//! history), and a GET's revision (GETs are not recorded). Each quorum LIST of the checks is, at
+//! its resourceVersion, a read of every object the writers have touched.
 
 pub mod probe;
 mod watch;
@@ -25,10 +34,12 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
 use kube::Client;
 use shakedown_faults::{ApiLoad, BackupId, Model};
-use shakedown_invariants::{Ack, ApiObservation, Durability, InvariantId, Marks, Unknown, WatchSession};
+use shakedown_history::format::{Kv, ReadAnswer, Request, Then, TxnAnswer};
+use shakedown_invariants::{Ack, ApiObservation, Durability, HistoryView, InvariantId, Marks, Unknown, WatchSession};
 use tokio::sync::watch as signal;
 
 use crate::targets::recorder::{pause, unix_ms, Clients, Recorder, Rng, StatsSnapshot};
+use crate::targets::requests::Sent;
 
 /// The label every object of the workload carries, with the run id (the kube target's
 /// `RUN_LABEL`: `reap --kube` finds them by it).
@@ -41,6 +52,8 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 const STOP_BOUND: Duration = Duration::from_secs(3);
 /// Items per page of the read-back LIST.
 const PAGE: u32 = 500;
+/// The history's client id of the checks' LISTs (writers are 0 and up).
+const LIST_CLIENT: u64 = 1_000_000;
 
 /// The API workload: clients and watchers in one namespace, and what they recorded.
 pub struct ApiWorkload {
@@ -84,11 +97,36 @@ impl ApiWorkload {
     /// history: every write the list can reflect is acknowledged, failed or in flight by then.
     pub async fn read(&self) -> Durability {
         let read_sent_at = self.rec.position();
+        let sent = self.rec.requests.read_sent();
         let (read, read_revision, read_error) = match self.list_all().await {
             Ok((read, rev)) => (read, rev, None),
             Err(e) => (HashMap::new(), 0, Some(e.to_string())),
         };
         let (acked, unknown) = self.rec.history();
+        if read_error.is_none() {
+            // The LIST, at its resourceVersion, is a read of every object any writer touched:
+            // those it did not return were absent.
+            let keys: std::collections::BTreeSet<&str> =
+                acked.iter().map(|a| a.key.as_str()).chain(unknown.iter().map(|u| u.key.as_str())).collect();
+            let gets = keys
+                .into_iter()
+                .map(|k| Request::Get {
+                    key: k.to_string(),
+                    serializable: false,
+                    answer: Some(ReadAnswer {
+                        revision: read_revision,
+                        kv: read.get(k).map(|(value, mod_revision)| Kv {
+                            value: value.clone(),
+                            mod_revision: *mod_revision,
+                            create_revision: None,
+                            version: None,
+                        }),
+                    }),
+                })
+                .collect();
+            self.rec.requests.reads(LIST_CLIENT, sent, None, gets);
+        }
+        let read = read.into_iter().map(|(k, (v, _))| (k, v)).collect();
         Durability {
             acked,
             unknown,
@@ -101,7 +139,8 @@ impl ApiWorkload {
         }
     }
 
-    async fn list_all(&self) -> Result<(HashMap<String, String>, i64), ListError> {
+    /// The objects (name → value and resourceVersion) and the list's resourceVersion.
+    async fn list_all(&self) -> Result<(HashMap<String, (String, i64)>, i64), ListError> {
         let mut out = HashMap::new();
         let mut lp = ListParams::default().labels(&self.selector).limit(PAGE);
         let mut revision = 0;
@@ -116,7 +155,8 @@ impl ApiWorkload {
             }
             for cm in page.items {
                 if let Some(name) = cm.metadata.name.clone() {
-                    out.insert(name, value_of(&cm).unwrap_or_default());
+                    let v = rv(cm.metadata.resource_version.as_deref());
+                    out.insert(name, (value_of(&cm).unwrap_or_default(), v));
                 }
             }
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
@@ -125,6 +165,30 @@ impl ApiWorkload {
             }
         }
         Err(ListError::TooManyPages)
+    }
+
+    /// Every request of the writers and every LIST of the checks: the history, as a check sees it.
+    pub fn history_view(&self) -> HistoryView {
+        self.rec.requests.view()
+    }
+
+    /// The whole history, for `api-history.jsonl`.
+    pub fn history(&self) -> shakedown_history::History {
+        self.rec.requests.history()
+    }
+
+    /// Writes the whole history to `path` (`api-history.jsonl`, checked by `shakedown
+    /// check-history`); a failure to write is a warning.
+    pub fn write_history(&self, path: &Path) {
+        if let Err(e) = std::fs::write(path, self.history().to_jsonl()) {
+            tracing::warn!("cannot write the API workload's history to {}: {e}", path.display());
+        }
+    }
+
+    /// The store behind the API is being replaced by a restore (every etcd member is down):
+    /// what answers from now on is the restored store, a new epoch of the history.
+    pub fn store_replaced(&self) {
+        self.rec.requests.new_epoch();
     }
 
     /// Every watcher's current session.
@@ -191,7 +255,7 @@ pub async fn observe(
     let up = model.service_expected_up();
     let reach = wanted(InvariantId::ApiReachability);
     let durability = async {
-        if (wanted(InvariantId::ApiDurability) || wanted(InvariantId::ApiWatch)) && up {
+        if (wanted(InvariantId::ApiDurability) || wanted(InvariantId::ApiWatch) || wanted(InvariantId::ApiLinearizability)) && up {
             Some(workload.read().await)
         } else {
             None
@@ -215,6 +279,8 @@ pub async fn observe(
     ApiObservation {
         durability,
         watches: if wanted(InvariantId::ApiWatch) { workload.watch_sessions() } else { vec![] },
+        // Taken after the LIST (in `read`): every request the LIST can reflect is in it.
+        history: wanted(InvariantId::ApiLinearizability).then(|| workload.history_view()),
         endpoint,
         apiservers,
     }
@@ -365,10 +431,22 @@ impl Writer {
     async fn create(&self, name: &str, value: &str) -> Known {
         let start = self.rec.position();
         let ticket = self.rec.send(Unknown { key: name.into(), value: Some(value.into()), start, create: true });
+        let sent = self.rec.requests.send(self.client(), self.txn(name, 0, Some(value), None));
         match self.call(self.api.create(&PostParams::default(), &self.object(name, value, None))).await {
-            Ok(cm) => self.written(ticket, name, value, start, cm),
-            Err(f) => self.not_written(ticket, f),
+            Ok(cm) => self.written(ticket, sent, name, value, 0, start, cm),
+            Err(f) => self.not_written(ticket, sent, name, 0, Some(value), f),
         }
+    }
+
+    fn client(&self) -> u64 {
+        u64::from(self.i)
+    }
+
+    /// The history's request for a write of `name` guarded by `if_mod_revision` (0: absent):
+    /// a put of `value`, or a delete.
+    fn txn(&self, name: &str, if_mod_revision: i64, value: Option<&str>, answer: Option<TxnAnswer>) -> Request {
+        let then = value.map_or(Then::Delete, |v| Then::Put(v.to_string()));
+        Request::Txn { key: name.into(), if_mod_revision, then, answer }
     }
 
     /// Replace with the resourceVersion precondition; on a conflict, read and try again.
@@ -376,20 +454,23 @@ impl Writer {
         for _ in 0..=CONFLICT_RETRIES {
             let start = self.rec.position();
             let ticket = self.rec.send(Unknown { key: name.into(), value: Some(value.into()), start, create: false });
+            let guard = rv(Some(&version));
+            let sent = self.rec.requests.send(self.client(), self.txn(name, guard, Some(value), None));
             match self.call(self.api.replace(name, &PostParams::default(), &self.object(name, value, Some(version.clone())))).await {
-                Ok(cm) => return self.written(ticket, name, value, start, cm),
+                Ok(cm) => return self.written(ticket, sent, name, value, guard, start, cm),
                 Err(Failure::Refused(404)) => {
                     self.rec.answered(ticket, None);
+                    self.rec.requests.forget(sent);
                     return Known::Absent;
                 }
                 Err(Failure::Refused(409)) => {
-                    self.not_written(ticket, Failure::Refused(409));
+                    self.not_written(ticket, sent, name, guard, Some(value), Failure::Refused(409));
                     match self.read(name).await {
                         Known::Present(v) => version = v,
                         other => return other,
                     }
                 }
-                Err(f) => return self.not_written(ticket, f),
+                Err(f) => return self.not_written(ticket, sent, name, guard, Some(value), f),
             }
         }
         Known::Unsure
@@ -398,36 +479,48 @@ impl Writer {
     async fn delete(&self, name: &str, version: &str) -> Known {
         let start = self.rec.position();
         let ticket = self.rec.send(Unknown { key: name.into(), value: None, start, create: false });
+        let guard = rv(Some(version));
+        let sent = self.rec.requests.send(self.client(), self.txn(name, guard, None, None));
         let dp =
             DeleteParams { preconditions: Some(Preconditions { resource_version: Some(version.into()), uid: None }), ..Default::default() };
         match self.call(self.api.delete(name, &dp)).await {
             Ok(_) => {
-                // The answer is the object as it was: the delete's own revision is not known.
+                // The answer is the object as it was: the delete's own revision is not known,
+                // so to the history checker it is of unknown outcome.
                 self.rec.answered(ticket, Some(Ack { key: name.into(), value: None, revision: 0, start }));
+                self.rec.requests.end(sent, self.txn(name, guard, None, None), None);
                 Known::Absent
             }
-            Err(f) => self.not_written(ticket, f),
+            Err(f) => self.not_written(ticket, sent, name, guard, None, f),
         }
     }
 
     /// A create or replace the API acknowledged with `cm`.
-    fn written(&self, ticket: u64, name: &str, value: &str, start: usize, cm: ConfigMap) -> Known {
+    #[allow(clippy::too_many_arguments)]
+    fn written(&self, ticket: u64, sent: Sent, name: &str, value: &str, guard: i64, start: usize, cm: ConfigMap) -> Known {
         let v = cm.metadata.resource_version.unwrap_or_default();
-        self.rec.answered(ticket, Some(Ack { key: name.into(), value: Some(value.into()), revision: rv(Some(&v)), start }));
+        let revision = rv(Some(&v));
+        self.rec.answered(ticket, Some(Ack { key: name.into(), value: Some(value.into()), revision, start }));
+        let answer = TxnAnswer { succeeded: true, revision, kv: None };
+        self.rec.requests.end(sent, self.txn(name, guard, Some(value), Some(answer)), None);
         Known::Present(v)
     }
 
     /// A write that was refused (counted as a conflict on 409) or got no answer: the object
     /// must be read before the next write.
-    fn not_written(&self, ticket: u64, failure: Failure) -> Known {
+    fn not_written(&self, ticket: u64, sent: Sent, name: &str, guard: i64, value: Option<&str>, failure: Failure) -> Known {
         match failure {
             Failure::Refused(code) => {
                 self.rec.answered(ticket, None);
+                self.rec.requests.forget(sent);
                 if code == 409 {
                     self.rec.stats.conflicts.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            Failure::Unknown => self.rec.failed(ticket),
+            Failure::Unknown => {
+                self.rec.failed(ticket);
+                self.rec.requests.end(sent, self.txn(name, guard, value, None), None);
+            }
         }
         Known::Unsure
     }

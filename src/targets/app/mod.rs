@@ -216,7 +216,8 @@ impl Target for AppTarget {
             | InvariantId::Leases
             | InvariantId::ApiReachability
             | InvariantId::ApiDurability
-            | InvariantId::ApiWatch => Coverage::Unchecked(
+            | InvariantId::ApiWatch
+            | InvariantId::ApiLinearizability => Coverage::Unchecked(
                 "the app target checks the application (app-ready, app-durability, leaks), not an etcd or API stack".into(),
             ),
         }

@@ -52,6 +52,8 @@ pub struct KubeApi {
     run_id: String,
     /// The bound of one probe (the workload's request timeout).
     timeout: Duration,
+    /// Where the workload's history goes at teardown (`api-history.jsonl` in the run directory).
+    history: Option<std::path::PathBuf>,
 }
 
 /// The namespace a run creates in the workload cluster.
@@ -128,6 +130,7 @@ impl KubeApi {
             restores_api: spec.restores_api,
             run_id: run_id.to_string(),
             timeout: spec.load.timeout,
+            history: run_dir.map(|d| d.join("api-history.jsonl")),
         })
     }
 
@@ -141,6 +144,9 @@ impl KubeApi {
     /// the named one. `Err` names what is left (for `reap --kube`).
     pub async fn teardown(&mut self) -> Result<(), TeardownError> {
         self.workload.stop().await;
+        if let Some(path) = &self.history {
+            self.workload.write_history(path);
+        }
         let res = if self.created {
             let namespaces: Api<Namespace> = Api::all(self.client.clone());
             tokio::time::timeout(NAMESPACE_BOUND, namespaces.delete(&self.namespace, &DeleteParams::default())).await.map(|r| r.map(|_| ()))

@@ -223,8 +223,12 @@ impl Target for LocalTarget {
             }
             InvariantId::Leases if self.workload.lease_prefix().is_some() => Coverage::Checked,
             InvariantId::Leases => Coverage::Unchecked("the workload grants no leases (workload.kind = \"kube\" does)".into()),
-            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch if self.api.is_some() => Coverage::Checked,
-            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch => {
+            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch | InvariantId::ApiLinearizability
+                if self.api.is_some() =>
+            {
+                Coverage::Checked
+            }
+            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch | InvariantId::ApiLinearizability => {
                 Coverage::Unchecked("needs a Kubernetes API: the profile's stack = \"control-plane\"".into())
             }
             InvariantId::AppReady | InvariantId::AppDurability => {
@@ -375,6 +379,7 @@ impl Target for LocalTarget {
         self.write_history();
         if let Some(api) = &mut self.api {
             api.workload.stop().await;
+            api.workload.write_history(&self.testbed.cfg.run_dir.join("api-history.jsonl"));
         }
         self.testbed.teardown();
     }

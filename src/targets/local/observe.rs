@@ -264,7 +264,7 @@ impl LocalTarget {
             obs.watches = Some(self.workload.watch_sessions());
         }
         if let Some(api) = &self.api {
-            if [InvariantId::ApiReachability, InvariantId::ApiDurability, InvariantId::ApiWatch].iter().any(|i| invariants.contains(i)) {
+            if InvariantId::API.iter().any(|i| invariants.contains(i)) {
                 obs.api = Some(api.observe(&self.testbed, model, invariants, self.bounds.probe).await);
             }
         }

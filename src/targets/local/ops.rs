@@ -546,6 +546,9 @@ impl LocalTarget {
         }
         // Every member is down: whatever answers from now on is the restored store.
         self.workload.store_replaced();
+        if let Some(api) = &self.api {
+            api.workload.store_replaced();
+        }
         self.restores += 1;
         let token = format!("{}-r{}", self.testbed.cfg.run_id, self.restores);
         let cluster = self.testbed.initial_cluster();

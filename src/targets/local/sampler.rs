@@ -20,18 +20,25 @@ const SAMPLE_REQUEST_BOUND: Duration = Duration::from_millis(250);
 const MEMBERSHIP_EVERY: Duration = Duration::from_millis(100);
 /// How long the sampler may take to stop at the end of a step before it is aborted.
 const FINISH_BOUND: Duration = Duration::from_secs(2);
+/// A member that has answered nothing for this long (every status timed out, or no connection
+/// completed: paused, or cut off) is not serving, from its first unanswered attempt on. Shorter
+/// silences are a slow machine's, not an outage: on 2 loaded cores a live member's first status
+/// of a step once took 440 ms (nightly soak, 2026-12-06).
+const SILENT_AFTER: Duration = Duration::from_secs(1);
 
 /// One member's serving state changes, as (ms since the step began, serving).
 type Flips = Arc<Mutex<Vec<(u64, bool)>>>;
 
 /// Watches one member every `every`. A refused connection marks it not serving (at the time of
-/// the attempt); an answer marks it serving (at the time of the answer); a request that times
-/// out or fails changes nothing, so a slow machine cannot fake an outage. A member that never
-/// answers (paused) counts as not serving once the first 300 ms of the step have passed.
+/// the attempt); an answer marks it serving (at the time of the answer); a member silent for
+/// [`SILENT_AFTER`] (paused, cut off) is not serving from its first unanswered attempt. Shorter
+/// timeouts and error answers change nothing, so a slow machine cannot fake an outage.
 async fn watch_member(url: String, t0: Instant, every: Duration, flips: Flips, mut stop: watch::Receiver<bool>) {
     let addr = url.trim_start_matches("http://").to_string();
     let mut client: Option<etcd_client::Client> = None;
     let mut last: Option<bool> = None;
+    // The first attempt of the current run of unanswered ones.
+    let mut silent_since: Option<Instant> = None;
     let push = |at: Instant, serving: bool, last: &mut Option<bool>| {
         if *last != Some(serving) {
             *last = Some(serving);
@@ -41,22 +48,35 @@ async fn watch_member(url: String, t0: Instant, every: Duration, flips: Flips, m
     while !*stop.borrow() {
         let tick = Instant::now();
         let connect = tokio::time::timeout(CONNECT_BOUND, tokio::net::TcpStream::connect(&addr)).await;
+        let mut silent = false;
         match connect {
-            Ok(Err(_)) => push(tick, false, &mut last),
-            Err(_) => {}
+            Ok(Err(_)) => {
+                silent_since = None;
+                push(tick, false, &mut last);
+            }
+            Err(_) => silent = true,
             Ok(Ok(_)) => {
                 if client.is_none() {
                     client = etcd::connect(&url, SAMPLE_REQUEST_BOUND).await.ok();
                 }
                 if let Some(c) = client.as_mut() {
                     match tokio::time::timeout(SAMPLE_REQUEST_BOUND, c.status()).await {
-                        Ok(Ok(_)) => push(Instant::now(), true, &mut last),
+                        Ok(Ok(_)) => {
+                            silent_since = None;
+                            push(Instant::now(), true, &mut last);
+                        }
                         // An error answer from a listening member is no evidence either way
                         // (a fresh channel may not be ready yet): try again on a new client.
                         Ok(Err(_)) => client = None,
-                        Err(_) => {}
+                        Err(_) => silent = true,
                     }
                 }
+            }
+        }
+        if silent {
+            let since = *silent_since.get_or_insert(tick);
+            if since.elapsed() >= SILENT_AFTER {
+                push(since, false, &mut last);
             }
         }
         tokio::select! {
@@ -147,14 +167,12 @@ fn merge_samples(membership: &[(u64, BTreeMap<String, String>)], watched: &BTree
     for t in times {
         // The membership as last seen at or before t.
         let Some((_, members)) = membership.iter().rev().find(|(mt, _)| *mt <= t) else { continue };
-        // Until every member has answered or refused once (or 300 ms passed), the picture is incomplete.
-        let all_known = members.keys().all(|u| flips.get(u).is_some_and(|f| f.first().is_some_and(|(ft, _)| *ft <= t)));
-        if !all_known && t < 300 {
-            continue;
-        }
+        // A member with no evidence yet at t (no answer, no refusal, not silent long enough)
+        // is not counted down: its silence, once long enough, is dated from its first
+        // unanswered attempt.
         let serving: Vec<String> = members
             .iter()
-            .filter(|(u, _)| flips.get(u).and_then(|f| f.iter().rev().find(|(ft, _)| *ft <= t)).is_some_and(|(_, s)| *s))
+            .filter(|(u, _)| flips.get(u).and_then(|f| f.iter().rev().find(|(ft, _)| *ft <= t)).is_none_or(|(_, s)| *s))
             .map(|(_, n)| n.clone())
             .collect();
         out.push(ServingSample { at_ms: t, serving, cluster_size: members.len() });
@@ -214,5 +232,37 @@ impl Sampler {
         if tokio::time::timeout(FINISH_BOUND, self.task).await.is_err() {
             abort.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flips(v: &[(u64, bool)]) -> Flips {
+        Arc::new(Mutex::new(v.to_vec()))
+    }
+
+    /// A member with no evidence yet is not counted down (a slow first answer on a loaded
+    /// machine once failed `quorum` for 132 ms); a refusal, or a silence dated back to its first
+    /// unanswered attempt, is.
+    #[test]
+    fn only_evidence_counts_a_member_down() {
+        let members: BTreeMap<String, String> = (0..3).map(|i| (format!("u{i}"), format!("m{i}"))).collect();
+        let membership = vec![(0, members)];
+        // m0 answers at 5 ms; m1 answers only at 439 ms (slow, alive); m2 is silent from 10 ms
+        // (its flip pushed a second later, dated back).
+        let watched: BTreeMap<String, Flips> =
+            [("u0".to_string(), flips(&[(5, true)])), ("u1".to_string(), flips(&[(439, true)])), ("u2".to_string(), flips(&[(10, false)]))]
+                .into();
+        let samples = merge_samples(&membership, &watched);
+        let at = |t: u64| samples.iter().rev().find(|s| s.at_ms <= t).map(|s| s.serving.clone()).unwrap();
+        assert_eq!(at(307), ["m0", "m1"], "m1 has not answered yet: no evidence it is down");
+        assert_eq!(at(500), ["m0", "m1"]);
+        // A refusal is evidence at once.
+        watched["u1"].lock().unwrap().insert(0, (20, false));
+        let samples = merge_samples(&membership, &watched);
+        let down = samples.iter().find(|s| s.at_ms == 20).unwrap();
+        assert_eq!(down.serving, ["m0"], "from 20 ms until m1 answers at 439 ms");
     }
 }

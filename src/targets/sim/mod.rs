@@ -226,7 +226,7 @@ impl Target for SimTarget {
             InvariantId::Watch | InvariantId::Leases => {
                 Coverage::Unchecked("the simulated workload runs no watches and grants no leases".into())
             }
-            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch => {
+            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch | InvariantId::ApiLinearizability => {
                 Coverage::Unchecked("the simulated stack has no Kubernetes API".into())
             }
             InvariantId::AppReady | InvariantId::AppDurability => {
