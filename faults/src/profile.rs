@@ -252,7 +252,7 @@ pub enum Stack {
 /// `resourceVersion` precondition (a conflict re-reads and retries) and deleted with one, in the
 /// run's namespace through the load balancer; watches with bookmarks resumed from their last
 /// `resourceVersion`, relisting on "too old". Every acknowledgement is judged by
-/// `api-durability` and `api-watch`.
+/// `api-durability` and `api-watch`, and every request by `api-linearizability`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiLoad {
