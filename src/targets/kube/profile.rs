@@ -65,7 +65,7 @@ pub struct KubeProfile {
     #[serde(default)]
     pub timeouts: KubeTimeouts,
     /// Kubernetes API traffic in the workload cluster during the run (`[api]`), judged by
-    /// `api-durability`, `api-watch` and `api-reachability`. Absent: no API traffic, and those
+    /// `api-durability`, `api-watch`, `api-linearizability` and `api-reachability`. Absent: no API traffic, and those
     /// invariants are not checked (said in a note).
     #[serde(default)]
     pub api: Option<ApiSpec>,
