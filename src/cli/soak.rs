@@ -47,6 +47,8 @@ struct Tally {
     steps: u64,
     ops: BTreeMap<OpKind, u64>,
     failures: BTreeMap<String, u64>,
+    /// Known defects of the stack's releases seen, by upstream issue (occurrences, seeds).
+    known: BTreeMap<String, (u64, u64)>,
     records: Vec<PathBuf>,
     violations: u64,
     rss_kib: Vec<(f64, u64)>,
@@ -144,6 +146,15 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
             Err(Interrupted) => 0,
         };
         tally.steps += ran as u64;
+        let mut known_here: BTreeMap<&str, u64> = BTreeMap::new();
+        for k in &r.known {
+            *known_here.entry(k.defect.as_str()).or_default() += 1;
+        }
+        for (defect, n) in &known_here {
+            let e = tally.known.entry(defect.to_string()).or_default();
+            e.0 += n;
+            e.1 += 1;
+        }
         for op in &plan.ops[..ran] {
             *tally.ops.entry(op.kind()).or_default() += 1;
         }
@@ -182,7 +193,7 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
         let _ = writeln!(
             log,
             "{}",
-            json!({"seed": seed, "verdict": verdict, "steps": ran, "ms": r.elapsed.as_millis() as u64, "run_dir": r.run_dir, "record": r.record, "elapsed_s": elapsed, "rss_kib": rss, "rss_anon_kib": anon})
+            json!({"seed": seed, "verdict": verdict, "steps": ran, "ms": r.elapsed.as_millis() as u64, "run_dir": r.run_dir, "record": r.record, "known_defects": known_here, "elapsed_s": elapsed, "rss_kib": rss, "rss_anon_kib": anon})
         );
         say(&format!("seed {seed}: {verdict} · {ran} steps · {:.1}s · {}", r.elapsed.as_secs_f64(), r.run_dir.display()));
         cases.push(case_of(&r));
@@ -245,6 +256,10 @@ fn summary_rows(args: &SoakArgs, t: &Tally, why: &str, elapsed: Duration, dir: &
     rows.push(("ops by family".into(), if ops.is_empty() { "none".into() } else { ops.join(" · ") }));
     let fails: Vec<String> = t.failures.iter().map(|(k, n)| format!("{k} {n}")).collect();
     rows.push(("failures".into(), if fails.is_empty() { "none".into() } else { fails.join(" · ") }));
+    if !t.known.is_empty() {
+        let known: Vec<String> = t.known.iter().map(|(d, (n, seeds))| format!("{d} ×{n} in {seeds} seed(s)")).collect();
+        rows.push(("known defects".into(), format!("{} (reported, not failures)", known.join(" · "))));
+    }
     for (i, r) in t.records.iter().enumerate() {
         rows.push((if i == 0 { "seed records".into() } else { String::new() }, r.display().to_string()));
     }
