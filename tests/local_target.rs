@@ -437,7 +437,7 @@ fn control_plane_stack_checks_the_api_after_every_step_and_leaves_nothing() {
     let h = shakedown::history::History::parse(&std::fs::read_to_string(&history).unwrap()).unwrap();
     assert!(h.ops.iter().filter(|o| matches!(o.request, shakedown::history::format::Request::Txn { .. })).count() > 50);
     assert!(h.ops.iter().any(|o| o.client == 1_000_000), "the checks' LISTs are reads of the history");
-    let check = run(&["check-history", history.to_str().unwrap()], &d);
+    let check = common::bin().arg("check-history").arg(&history).output().unwrap();
     assert_eq!(check.status.code(), Some(0), "{}{}", text(&check.stdout), text(&check.stderr));
     assert!(std::fs::read_to_string(run_dir.join("logs/m0-apiserver.log")).is_ok());
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
