@@ -200,7 +200,13 @@ impl<'a> Engine<'a> {
                 continue;
             }
             self.progress.line(&format!("      known defect (reported, not a failure): {}", k.message));
-            self.events.emit(Event::KnownDefect { invariant: k.invariant, defect: k.defect.clone(), message: k.message.clone() });
+            self.events.emit(Event::KnownDefect {
+                invariant: k.invariant,
+                defect: k.defect.clone(),
+                message: k.message.clone(),
+                seen: k.seen.clone(),
+                about: k.about.clone(),
+            });
             self.known.push(k);
         }
     }

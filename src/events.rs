@@ -217,6 +217,12 @@ pub enum Event {
         invariant: InvariantId,
         defect: String,
         message: String,
+        /// What was seen (the first part of `message`).
+        #[serde(default)]
+        seen: String,
+        /// What the defect is (the rest of `message`).
+        #[serde(default)]
+        about: String,
     },
     /// Something a target recorded (`kind`: `hook`, `kube-wait`, `kube-requests`, `kube-note`, …).
     Target {

@@ -151,8 +151,12 @@ pub struct KnownDefect {
     /// Identifies the occurrence across observations (the same one is seen again at every
     /// later check): report it once.
     pub key: String,
-    /// What was seen, where, on which release, and what the defect is.
+    /// What was seen, where, on which release, and what the defect is (`seen`: `about`).
     pub message: String,
+    /// What was seen, where, on which release.
+    pub seen: String,
+    /// What the defect is, and where it is fixed.
+    pub about: String,
 }
 
 /// The known defects `obs` shows for the invariants `ids` (see [`KnownDefect`]).

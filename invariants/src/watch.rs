@@ -303,15 +303,15 @@ fn early(s: &WatchSession, p: &WatchProgress, said: String, members: &[MemberSta
     let Some(v) = version.filter(|v| progress_defect(v)) else { return Some(format!("{said}{on}")) };
     let key = format!("{}/{}/{}", s.name, s.start_revision, p.revision);
     if !known.iter().any(|k| k.key == key) {
+        let seen = format!("{}: {said} — {} runs etcd {v}", s.name, member.unwrap_or("the member"));
+        let about = "a requested progress notification is sent outside the watch stream and can overtake events still queued for the watcher (etcd-io/etcd#15220, fixed in 3.4.25 and 3.5.8); a client that trusts it (kube-apiserver's watch cache) serves a state older than it claims";
         known.push(KnownDefect {
             invariant: InvariantId::Watch,
             defect: "etcd-io/etcd#15220".into(),
             key,
-            message: format!(
-                "{}: {said} — {} runs etcd {v}: a requested progress notification is sent outside the watch stream and can overtake events still queued for the watcher (etcd-io/etcd#15220, fixed in 3.4.25 and 3.5.8); a client that trusts it (kube-apiserver's watch cache) serves a state older than it claims",
-                s.name,
-                member.unwrap_or("the member")
-            ),
+            message: format!("{seen}: {about}"),
+            seen,
+            about: about.into(),
         });
     }
     None

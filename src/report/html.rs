@@ -31,8 +31,8 @@ struct RunData {
     forensics: Vec<String>,
     skipped: Vec<(usize, String, String)>,
     unchecked: Vec<(shakedown_invariants::InvariantId, String)>,
-    /// Known defects of the stack's releases the checks saw: (defect, what was seen).
-    known: Vec<(String, String)>,
+    /// Known defects of the stack's releases the checks saw: (defect, what it is, what was seen).
+    known: Vec<(String, String, String)>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -151,7 +151,10 @@ fn read_run(dir: &Path) -> Result<RunData, events::EventsError> {
             }
             Event::Forensics { files, .. } => d.forensics = files,
             Event::RunEnd { outcome, .. } => d.outcome = Some(outcome),
-            Event::KnownDefect { defect, message, .. } => d.known.push((defect, message)),
+            // An event log from before `seen` and `about`: the whole message is what was seen.
+            Event::KnownDefect { defect, message, seen, about, .. } => {
+                d.known.push(if seen.is_empty() { (defect, String::new(), message) } else { (defect, about, seen) })
+            }
             Event::Stopped { .. } | Event::Teardown { .. } | Event::Target { .. } => {}
         }
     }
@@ -466,13 +469,20 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
     }
     h.push_str("</p>");
     if !d.known.is_empty() {
-        let items: Vec<String> = d.known.iter().map(|(defect, m)| format!("<li><b>{}</b>: {}</li>", esc(defect), esc(m))).collect();
-        let _ = write!(
-            h,
-            r#"<p class="unchecked">known defects of the stack's releases seen ({}; each reported, none counted as a failure):</p><ul class="known">{}</ul>"#,
-            d.known.len(),
-            items.join("")
-        );
+        // One paragraph per defect: what it is once, then every occurrence.
+        let mut by: BTreeMap<&str, (&str, Vec<&str>)> = BTreeMap::new();
+        for (defect, about, seen) in &d.known {
+            let e = by.entry(defect.as_str()).or_insert((about.as_str(), Vec::new()));
+            e.1.push(seen.as_str());
+        }
+        let _ =
+            write!(h, r#"<p class="unchecked">known defects of the stack's releases seen (each reported, none counted as a failure):</p>"#);
+        for (defect, (about, seen)) in by {
+            let items: Vec<String> = seen.iter().map(|s| format!("<li>{}</li>", esc(s))).collect();
+            let about = if about.is_empty() { String::new() } else { format!(": {}", esc(about)) };
+            let _ =
+                write!(h, r#"<p class="known"><b>{}</b> ×{}{about}</p><ul class="known">{}</ul>"#, esc(defect), seen.len(), items.join(""));
+        }
     }
     if !d.unchecked.is_empty() {
         let items: Vec<String> = d.unchecked.iter().map(|(id, why)| format!("<b>{}</b> ({})", esc(&id.to_string()), esc(why))).collect();
@@ -676,6 +686,23 @@ mod tests {
         let html = run_report(dir.path()).unwrap();
         assert!(html.contains("seed 4") && html.contains("UNFINISHED") && html.contains("<svg"), "{html}");
         assert!(run_report(&dir.path().join("nope")).is_err());
+    }
+
+    /// Known defects are listed by defect: what it is once, each occurrence under it; an event
+    /// log from before `seen` and `about` shows each whole message.
+    #[test]
+    fn known_defects_are_listed_once_per_defect_with_every_occurrence() {
+        let dir = tempfile::tempdir().unwrap();
+        let start = "{\"v\":1,\"ts_ms\":1,\"event\":\"run-start\",\"run_id\":\"sd-x\",\"seed\":4,\"profile\":\"p\",\"weights\":{},\"ops\":1,\"target\":{\"kind\":\"local\"}}";
+        let known = |seen: &str| {
+            format!("{{\"v\":1,\"ts_ms\":2,\"event\":\"known-defect\",\"invariant\":\"watch\",\"defect\":\"etcd-io/etcd#15220\",\"message\":\"{seen}: early\",\"seen\":\"{seen}\",\"about\":\"early progress\"}}")
+        };
+        let old = "{\"v\":1,\"ts_ms\":3,\"event\":\"known-defect\",\"invariant\":\"watch\",\"defect\":\"etcd-io/etcd#15220\",\"message\":\"w9: whole message\"}";
+        std::fs::write(dir.path().join("events.jsonl"), format!("{start}\n{}\n{}\n{old}\n", known("w0: at 7"), known("w1: at 9"))).unwrap();
+        let html = run_report(dir.path()).unwrap();
+        assert_eq!(html.matches("<b>etcd-io/etcd#15220</b>").count(), 1, "{html}");
+        assert!(html.contains("<b>etcd-io/etcd#15220</b> ×3: early progress"), "{html}");
+        assert!(html.contains("<li>w0: at 7</li><li>w1: at 9</li><li>w9: whole message</li>"), "{html}");
     }
 
     /// The API workload's requests (control-plane stack, kube `[api]`) get their own
