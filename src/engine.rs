@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use shakedown_faults::{Model, Op, Plan, Profile};
-use shakedown_invariants::{all_serving, known_defects, InvariantId, KnownDefect, Observation, Verdict};
+use shakedown_invariants::{all_serving, InvariantId, KnownDefect, Observation, Verdict};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -84,20 +84,23 @@ enum Checked {
     Fail { invariant: InvariantId, also: Vec<InvariantId>, message: String, obs: Box<Observation>, verdicts: Vec<Judged> },
 }
 
-/// Judges every invariant on `obs`, timing each; returns the failures and every verdict.
-fn judge(invariants: &[InvariantId], model: &Model, obs: &Observation) -> (Vec<(InvariantId, Verdict)>, Vec<Judged>) {
+/// Judges every invariant on `obs`, timing each; returns the failures, every verdict, and the
+/// known defects the judgement found.
+fn judge(invariants: &[InvariantId], model: &Model, obs: &Observation) -> (Vec<(InvariantId, Verdict)>, Vec<Judged>, Vec<KnownDefect>) {
     let mut failures = Vec::new();
     let mut verdicts = Vec::with_capacity(invariants.len());
+    let mut known = Vec::new();
     for &id in invariants {
         let t = std::time::Instant::now();
-        let v = id.check(model, obs);
+        let (v, k) = id.check_with_known(model, obs);
+        known.extend(k);
         let us = t.elapsed().as_micros() as u64;
         verdicts.push(Judged { invariant: id, verdict: JudgedVerdict::of(&v), us });
         if !v.is_pass() {
             failures.push((id, v));
         }
     }
-    (failures, verdicts)
+    (failures, verdicts, known)
 }
 
 fn failure(kind: FailureKind, step: usize, op: &str, invariant: Option<InvariantId>, message: String) -> Failure {
@@ -192,10 +195,10 @@ impl<'a> Engine<'a> {
         &self.known
     }
 
-    /// Reports what `obs` shows of known defects that was not reported yet: on the console and
+    /// Reports the known defects a judgement found that were not reported yet: on the console and
     /// in the event log, by name.
-    fn report_known(&mut self, obs: &Observation) {
-        for k in known_defects(self.invariants, obs) {
+    fn report_known(&mut self, found: Vec<KnownDefect>) {
+        for k in found {
             if self.known.iter().any(|s| s.key == k.key) {
                 continue;
             }
@@ -244,8 +247,8 @@ impl<'a> Engine<'a> {
             let t_attempt = Instant::now();
             let mut obs = self.target.observe(&self.model, self.invariants).await;
             obs.quorum_throughout = quorum_throughout;
-            let (mut failures, verdicts) = judge(self.invariants, &self.model, &obs);
-            self.report_known(&obs);
+            let (mut failures, verdicts, known) = judge(self.invariants, &self.model, &obs);
+            self.report_known(known);
             if let Some((invariant, v)) = failures.iter().find(|(_, v)| matches!(v, Verdict::Unobserved(_))) {
                 return Checked::Unobserved { invariant: *invariant, what: v.message().unwrap_or_default().to_string() };
             }

@@ -29,10 +29,24 @@ pub(crate) fn leaderless(members: &[MemberStatus]) -> String {
     )
 }
 
+/// An etcd release `3.minor.patch` as (minor, patch); `None` for anything else.
+fn release(version: &str) -> Option<(u32, u32)> {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(Some(3)), Some(Some(minor)), Some(Some(patch))) => Some((minor, patch)),
+        _ => None,
+    }
+}
+
 /// etcd releases before 3.5 default `--pre-vote` to false (3.5.0 turned it on).
 fn pre_vote_off_by_default(version: &str) -> bool {
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
-    matches!((parts.next(), parts.next()), (Some(Some(3)), Some(Some(minor))) if minor < 5)
+    release(version).is_some_and(|(minor, _)| minor < 5)
+}
+
+/// etcd releases whose requested progress notifications are not synchronised with the watch
+/// stream (etcd-io/etcd#15220; fixed in 3.4.25 and 3.5.8).
+pub(crate) fn progress_ahead_of_events(version: &str) -> bool {
+    release(version).is_some_and(|(minor, patch)| minor < 4 || (minor == 4 && patch < 25) || (minor == 5 && patch < 8))
 }
 
 #[cfg(test)]
@@ -53,6 +67,16 @@ mod tests {
         let said = leaderless(&[status("m0", "3.4.23", 9), status("m1", "3.5.16", 9)]);
         assert!(said.contains("m0 runs etcd 3.4.23") && !said.contains("m1 runs"), "{said}");
         assert!(said.contains("etcd-io/etcd#9333") && said.contains("Raft terms now: m0 9, m1 9."), "{said}");
+    }
+
+    #[test]
+    fn the_progress_defect_is_named_on_the_releases_before_its_fix() {
+        for v in ["3.4.23", "3.4.24", "3.5.1", "3.5.7", "3.3.27"] {
+            assert!(progress_ahead_of_events(v), "{v}");
+        }
+        for v in ["3.4.25", "3.5.8", "3.5.16", "3.6.0", "garbage", "3.5"] {
+            assert!(!progress_ahead_of_events(v), "{v}");
+        }
     }
 
     #[test]

@@ -26,19 +26,13 @@ use crate::expect_write;
 use crate::observation::{Ack, Durability, WatchEvent, WatchProgress, WatchSession};
 use crate::{Expect, InvariantId, KnownDefect, MemberStatus, Observation, Verdict};
 
-pub(crate) fn watch(obs: &Observation) -> Verdict {
+/// The verdict, and the early progress notifications of members on a release with
+/// etcd-io/etcd#15220: each named, not failed (every other rule, and this one on every other
+/// release, still fails).
+pub(crate) fn watch(obs: &Observation) -> (Verdict, Vec<KnownDefect>) {
     match &obs.watches {
-        Some(watches) => sessions(watches, obs.durability.as_ref(), &obs.members).0,
-        None => Verdict::Unobserved("no watch sessions of the workload".into()),
-    }
-}
-
-/// The early progress notifications of members on a release with etcd-io/etcd#15220: each
-/// named, not failed (every other rule, and this one on every other release, still fails).
-pub(crate) fn known(obs: &Observation) -> Vec<KnownDefect> {
-    match &obs.watches {
-        Some(watches) => sessions(watches, obs.durability.as_ref(), &obs.members).1,
-        None => Vec::new(),
+        Some(watches) => sessions(watches, obs.durability.as_ref(), &obs.members),
+        None => (Verdict::Unobserved("no watch sessions of the workload".into()), Vec::new()),
     }
 }
 
@@ -201,8 +195,7 @@ fn session(
         if a.revision > last {
             continue;
         }
-        let from = events.partition_point(|e| e.revision < a.revision);
-        let at: Vec<&WatchEvent> = events[from..].iter().take_while(|e| e.revision == a.revision).copied().collect();
+        let at = &events[events.partition_point(|e| e.revision < a.revision)..events.partition_point(|e| e.revision <= a.revision)];
         match at.iter().find(|e| e.key == a.key).or(at.first()) {
             None => missing.push((a.revision, a.key.as_str())),
             Some(e) if e.key != a.key || e.value != a.value => {
@@ -300,7 +293,7 @@ fn early(s: &WatchSession, p: &WatchProgress, said: String, members: &[MemberSta
     let version = stream
         .and_then(|s| s.version.as_deref())
         .or_else(|| member.and_then(|m| members.iter().find(|s| s.name == m)).and_then(|s| s.version.as_deref()));
-    let Some(v) = version.filter(|v| progress_defect(v)) else { return Some(format!("{said}{on}")) };
+    let Some(v) = version.filter(|v| crate::known::progress_ahead_of_events(v)) else { return Some(format!("{said}{on}")) };
     let key = format!("{}/{}/{}", s.name, s.start_revision, p.revision);
     if !known.iter().any(|k| k.key == key) {
         let seen = format!("{}: {said} — {} runs etcd {v}", s.name, member.unwrap_or("the member"));
@@ -317,31 +310,6 @@ fn early(s: &WatchSession, p: &WatchProgress, said: String, members: &[MemberSta
     None
 }
 
-/// etcd releases whose requested progress notifications are not synchronised with the watch
-/// stream (etcd-io/etcd#15220).
-fn progress_defect(version: &str) -> bool {
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(Some(3)), Some(Some(minor)), Some(Some(patch))) => minor < 4 || (minor == 4 && patch < 25) || (minor == 5 && patch < 8),
-        _ => false,
-    }
-}
-
 fn shown(v: Option<&str>) -> String {
     v.map_or("(deleted)".to_string(), |v| format!("{v:?}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::progress_defect;
-
-    #[test]
-    fn the_progress_defect_is_named_on_the_releases_before_its_fix() {
-        for v in ["3.4.23", "3.4.24", "3.5.1", "3.5.7", "3.3.27"] {
-            assert!(progress_defect(v), "{v}");
-        }
-        for v in ["3.4.25", "3.5.8", "3.5.16", "3.6.0", "garbage", "3.5"] {
-            assert!(!progress_defect(v), "{v}");
-        }
-    }
 }
