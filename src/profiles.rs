@@ -45,7 +45,7 @@ pub fn parse(text: &str) -> Result<Profile, Fatal> {
 /// The invariants a profile checks, in registry order.
 /// Whether `id` judges a stack of this shape (the default set of a profile of that stack).
 pub fn of_stack(id: InvariantId, stack: shakedown_faults::Stack) -> bool {
-    let app = matches!(id, InvariantId::AppReady | InvariantId::AppDurability);
+    let app = matches!(id, InvariantId::AppReady | InvariantId::AppDurability | InvariantId::AppLinearizability);
     match stack {
         shakedown_faults::Stack::App => app || id == InvariantId::Leaks,
         _ => !app,

@@ -79,7 +79,7 @@ spec = { backup = "{backup}", cluster = "{statefulset}" }
 
 fn profile(name: &str, ops: &[&str], steps: usize) -> String {
     format!(
-        "name = \"{name}\"\nversions = [\"3.5\"]\nsteps = {steps}\nmembers = 3\nsites = 1\nstack = \"app\"\nops = [{}]\ninvariants = [\"leaks\", \"app-ready\", \"app-durability\"]\n\n[timeouts]\nconverge = \"60s\"\nliveness = \"90s\"\nop = \"240s\"\n",
+        "name = \"{name}\"\nversions = [\"3.5\"]\nsteps = {steps}\nmembers = 3\nsites = 1\nstack = \"app\"\nops = [{}]\ninvariants = [\"leaks\", \"app-ready\", \"app-durability\", \"app-linearizability\"]\n\n[timeouts]\nconverge = \"60s\"\nliveness = \"90s\"\nop = \"240s\"\n",
         ops.iter().map(|o| format!("\"{o}\"")).collect::<Vec<_>>().join(", ")
     )
 }
@@ -213,6 +213,15 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     // The selected kill took 2 of the 3 etcd pods (50 %, rounded up), named in the event log.
     let run_dir =
         std::fs::read_dir(files.join("runs")).unwrap().flatten().map(|e| e.path()).find(|p| p.is_dir()).expect("the run's directory");
+    // The data workload's history: writes and reads in the epochs before, during and after the
+    // restore, judged by app-linearizability at every step and again whole by check-history.
+    let history = std::fs::read_to_string(run_dir.join("app-history.jsonl")).expect("app-history.jsonl");
+    let ops: Vec<serde_json::Value> = history.lines().skip(1).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let (writes, reads) = (ops.iter().filter(|o| o["type"] == "write").count(), ops.iter().filter(|o| o["type"] == "read").count());
+    assert!(writes > 20 && reads > 20, "{writes} writes, {reads} reads in the history");
+    assert!(ops.iter().any(|o| o["type"] == "read" && o["epoch"] == 2), "reads after the restore (epoch 2)");
+    let (code, out, err) = shakedown(&["check-history", &run_dir.join("app-history.jsonl").display().to_string()], &files);
+    assert_eq!(code, 0, "{out}\n{err}");
     let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
     let kills: Vec<serde_json::Value> =
         events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-kill").collect();
@@ -435,7 +444,11 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     web::deploy(&client).await;
     std::fs::write(files.join("web.toml"), web::PROFILE).unwrap();
     let web_app = files.join("web.toml").display().to_string();
-    std::fs::write(&p, profile("web-partition", &["partition", "partition-heal"], 2).replace(", \"app-durability\"", "")).unwrap();
+    std::fs::write(
+        &p,
+        profile("web-partition", &["partition", "partition-heal"], 2).replace(", \"app-durability\", \"app-linearizability\"", ""),
+    )
+    .unwrap();
     let seed = seed_where(&p, |ops| ops.len() == 2 && ops[0].contains("partition(") && ops[1].contains("partition-heal"))
         .expect("a seed planning partition, partition-heal");
     passes_checked(
@@ -450,8 +463,12 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     // Two groups cut apart, other traffic flowing on: web-0 and web-1 no longer reach each other
     // (verified both ways), web-2 (in neither) still reaches both; healed (both ways again).
     let pg = files.join("groups.toml");
-    std::fs::write(&pg, profile("web-groups", &["partition-groups", "partition-groups-heal"], 2).replace(", \"app-durability\"", ""))
-        .unwrap();
+    std::fs::write(
+        &pg,
+        profile("web-groups", &["partition-groups", "partition-groups-heal"], 2)
+            .replace(", \"app-durability\", \"app-linearizability\"", ""),
+    )
+    .unwrap();
     let groups_seed =
         seed_where(&pg, |ops| ops.len() == 2 && ops[0].contains("partition-groups(") && ops[1].contains("partition-groups-heal("))
             .expect("a seed planning partition-groups, partition-groups-heal");
@@ -513,7 +530,8 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     // A replica failing in place: the same pod not Ready on the pause image for 3 s, then Ready
     // again on its own image; every step checked (leaks: no pod left failed).
     let pf = files.join("pod-failure.toml");
-    std::fs::write(&pf, profile("web-pod-failure", &["pod-failure"], 2).replace(", \"app-durability\"", "")).unwrap();
+    std::fs::write(&pf, profile("web-pod-failure", &["pod-failure"], 2).replace(", \"app-durability\", \"app-linearizability\"", ""))
+        .unwrap();
     let (code, out, err) = shakedown(
         &[
             "run",
@@ -546,7 +564,8 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
 
     // A run killed (-9) while a replica is failed: `reap --kube` gives it its own image back.
     std::fs::write(files.join("web-long.toml"), web::PROFILE.replace("duration = \"3s\"", "duration = \"300s\"")).unwrap();
-    std::fs::write(&pf, profile("web-pod-failure", &["pod-failure"], 1).replace(", \"app-durability\"", "")).unwrap();
+    std::fs::write(&pf, profile("web-pod-failure", &["pod-failure"], 1).replace(", \"app-durability\", \"app-linearizability\"", ""))
+        .unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
         .args([
             "run",

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::format::{History, ModelKind, Operation, Request, Scalar, Then, TxnAnswer as TxnA};
 use crate::kv::{answered_at, Kv, KvOp, Seen, State, TxnAnswer};
-use crate::register::{RegOp, Register};
+use crate::register::{Reg, RegOp, Register};
 use crate::search::{linearizable, Search, Timed};
 use crate::serializable::{misread, KeyWrites};
 
@@ -140,12 +140,13 @@ pub fn check(h: &History, bound: u64) -> Report {
                 let ops: Vec<(usize, RegOp)> = idxs.iter().map(|&i| (i, names.reg(&h.ops[i].request))).collect();
                 let timed: Vec<Timed<'_, RegOp>> =
                     ops.iter().zip(&times).map(|((_, o), &(call, ret))| Timed { call, ret, op: o }).collect();
-                let (search, taken) = linearizable(&Register, None, &timed, bound);
+                let init = if epoch == 0 { Reg::Is(None) } else { Reg::Unseen };
+                let (search, taken) = linearizable(&Register, init, &timed, bound);
                 steps += taken;
                 match search {
                     Search::Ok => Ok(()),
                     Search::Impossible { linearized, blocked, state } => {
-                        Err(Ok((linearized, idxs[blocked], state.map_or("never written".into(), |v| names.value(v)))))
+                        Err(Ok((linearized, idxs[blocked], state.describe(&|v| names.value(v)))))
                     }
                     Search::Undecided { steps, deepest } => Err(Err((steps, deepest))),
                 }

@@ -487,3 +487,32 @@ proptest! {
         prop_assert_eq!(inc.overturned(), 0, "{}", h.to_jsonl());
     }
 }
+
+/// A register after a restore (epoch 1) holds what the restored store held: its first answer
+/// says what, and every later answer in that epoch must agree with it (a key read, then gone
+/// with nothing written: lost).
+#[test]
+fn a_restored_register_is_judged_from_its_first_answer() {
+    let text =
+        |lines: &[&str]| format!("{{\"format\":\"shakedown-history\",\"version\":1,\"model\":\"register\"}}\n{}\n", lines.join("\n"));
+    let write = r#"{"client":0,"call":10,"return":20,"type":"write","key":"a","value":"v1","answer":{}}"#;
+    let gone_then = r#"{"client":1,"epoch":1,"call":100,"return":110,"type":"read","key":"a","answer":{"value":null}}"#;
+    let there = r#"{"client":1,"epoch":1,"call":200,"return":210,"type":"read","key":"a","answer":{"value":"v1"}}"#;
+    let gone = r#"{"client":1,"epoch":1,"call":300,"return":310,"type":"read","key":"a","answer":{"value":null}}"#;
+    // Whatever a restored key first reads as is what the backup held.
+    for first in [gone_then, there] {
+        let h = History::parse(&text(&[write, first])).unwrap();
+        assert_eq!(check(&h, DEFAULT_BOUND).verdict, Verdict::Linearizable, "{first}");
+    }
+    // Read there, then gone, with nothing written in between.
+    let h = History::parse(&text(&[write, there, gone])).unwrap();
+    let report = check(&h, DEFAULT_BOUND);
+    let Verdict::Violation { first, .. } = &report.verdict else { panic!("{report:?}") };
+    assert!(first.message.contains("key a (epoch 1)"), "{}", first.message);
+    // In the first epoch a key nobody wrote cannot be read.
+    let phantom = r#"{"client":1,"call":30,"return":40,"type":"read","key":"b","answer":{"value":"v9"}}"#;
+    let h = History::parse(&text(&[write, phantom])).unwrap();
+    let report = check(&h, DEFAULT_BOUND);
+    let Verdict::Violation { first, .. } = &report.verdict else { panic!("{report:?}") };
+    assert!(first.message.contains("never written"), "{}", first.message);
+}

@@ -108,6 +108,13 @@ shakedown_faults::registry! {
         /// acknowledged is returned by its read command with its value; nothing is returned that
         /// was never written. Only on the application target.
         AppDurability => "app-durability",
+        /// Every answer of the application's data workload — each write its write command
+        /// acknowledged or left unknown, and each key its read command returned or did not — is
+        /// explained by one order of the requests consistent with real time, each key a register
+        /// written once: a key read is never gone from a later read, nothing is read before it
+        /// was written, a value is the one written. After a restore each key holds what its first
+        /// read says. Only on the application target.
+        AppLinearizability => "app-linearizability",
     }
 }
 
@@ -142,6 +149,7 @@ impl InvariantId {
             InvariantId::ApiLinearizability => linearizability::api_linearizability(obs),
             InvariantId::AppReady => app::app_ready(model, obs),
             InvariantId::AppDurability => app::app_durability(obs),
+            InvariantId::AppLinearizability => linearizability::app_linearizability(obs),
         };
         (verdict, Vec::new())
     }

@@ -21,6 +21,15 @@ pub(crate) fn api_linearizability(obs: &Observation) -> Verdict {
     }
 }
 
+/// `app-linearizability`: the same checker over the application's data workload (registers).
+pub(crate) fn app_linearizability(obs: &Observation) -> Verdict {
+    match obs.app.as_ref().map(|a| a.history.as_ref()) {
+        Some(Some(history)) => judge(history),
+        Some(None) => Verdict::Unobserved("no history of the data workload's requests".into()),
+        None => Verdict::Unobserved("no application observation".into()),
+    }
+}
+
 fn judge(history: &crate::HistoryView) -> Verdict {
     // An empty history was observed (no request has ended yet, as at bring-up): nothing
     // contradicts it. The run's history.jsonl shows how much was judged.

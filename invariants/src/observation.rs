@@ -61,6 +61,10 @@ pub struct AppObservation {
     /// The data-integrity workload: keys written once each, their values.
     #[serde(skip)]
     pub data: Option<AppData>,
+    /// Every write and read of the data workload, for `app-linearizability` (`None`: not
+    /// observed).
+    #[serde(skip)]
+    pub history: Option<HistoryView>,
 }
 
 /// What of the run the application target finds in the cluster (for `leaks`).

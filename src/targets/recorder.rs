@@ -99,7 +99,7 @@ impl Recorder {
         let t0 = Instant::now();
         Recorder {
             t0,
-            requests: crate::targets::requests::Requests::new(t0),
+            requests: crate::targets::requests::Requests::new(t0, shakedown_history::ModelKind::Etcd),
             writes: Mutex::default(),
             anomalies: Mutex::default(),
             leases: Mutex::default(),

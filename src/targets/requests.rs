@@ -49,26 +49,45 @@ struct Log {
     reading: HashMap<u64, u64>,
     /// Member ids (as the answers' headers give them) and the members' names.
     members: HashMap<String, String>,
+    /// The requests that ended without an answer, when they may still take effect after a
+    /// restore ([`Requests::outliving`]).
+    unknown: Vec<Operation>,
 }
 
 pub(crate) struct Requests {
     t0: Instant,
+    /// What the requests are: etcd's key-value API, or registers (the application's data).
+    model: ModelKind,
     epoch: AtomicU32,
     tickets: AtomicU64,
     log: Arc<Mutex<Log>>,
     /// The history checker's memory of this log, shared with every view of it.
     memo: Arc<Mutex<Incremental>>,
+    /// A request without an answer may still take effect in a later epoch.
+    outliving: bool,
 }
 
 impl Requests {
-    pub(crate) fn new(t0: Instant) -> Requests {
+    pub(crate) fn new(t0: Instant, model: ModelKind) -> Requests {
         Requests {
             t0,
+            model,
             epoch: AtomicU32::new(0),
             tickets: AtomicU64::new(0),
             log: Arc::default(),
             memo: Arc::new(Mutex::new(Incremental::new(shakedown_invariants::linearizability::BOUND))),
+            outliving: false,
         }
+    }
+
+    /// A log whose requests without an answer may still take effect after a restore: each is
+    /// carried into every later epoch as of unknown outcome. The application's data workload
+    /// is one: its write command runs in a pod, and cut off by its bound it may go on running
+    /// there, past a restore. (etcd's requests are not: a restore replaces every member's data
+    /// directory, and with it any request still in its log.)
+    pub(crate) fn outliving(mut self) -> Requests {
+        self.outliving = true;
+        self
     }
 
     fn now_us(&self) -> u64 {
@@ -93,13 +112,17 @@ impl Requests {
     /// The request of `sent` ended: `answered` is the request with its answer filled in (or
     /// left `None`: no answer), `member` who answered (its id as the answer's header gives it).
     pub(crate) fn end(&self, sent: Sent, request: Request, member: Option<String>) {
-        let now = self.epoch.load(Ordering::SeqCst);
         let mut log = self.lock();
+        // Read under the lock: a new epoch carries what has ended unanswered before it.
+        let now = self.epoch.load(Ordering::SeqCst);
         let ret = self.now_us();
         log.in_flight.remove(&sent.ticket);
         let member = member.map(|m| log.members.get(&m).cloned().unwrap_or(m));
         let answered = request.answered();
         let op = Operation { client: sent.client, member, epoch: sent.epoch, call: sent.call, ret: answered.then_some(ret), request };
+        if self.outliving && !answered {
+            log.unknown.push(Operation { epoch: now, ..op.clone() });
+        }
         if now == sent.epoch {
             log.done.push(op);
         } else {
@@ -146,7 +169,12 @@ impl Requests {
     /// The store is being replaced by a restore: requests from now on are answered by the
     /// restored store, whose revisions start again from the backup's.
     pub(crate) fn new_epoch(&self) {
-        self.epoch.fetch_add(1, Ordering::SeqCst);
+        let mut log = self.lock();
+        let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        let carried: Vec<Operation> = log.unknown.iter().map(|op| Operation { epoch, ..op.clone() }).collect();
+        for op in carried {
+            log.done.push(op);
+        }
     }
 
     /// The members' names by their ids (hexadecimal, as the answers' headers give them): the
@@ -173,7 +201,7 @@ impl Requests {
                 op.member = Some(name.clone());
             }
         }
-        History { model: ModelKind::Etcd, ops }
+        History { model: self.model, ops }
     }
 
     /// The history as a check sees it: the ended requests (shared, not copied), those in flight
@@ -207,4 +235,35 @@ fn unanswered(r: &Request) -> Request {
         Request::Cas { answer, .. } => *answer = None,
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shakedown_history::format::{Done, Scalar};
+
+    fn write(answer: Option<Done>) -> Request {
+        Request::Write { key: "k".into(), value: Scalar::Int(1), answer }
+    }
+
+    /// A write of unknown outcome may still take effect after a restore when the log says its
+    /// requests outlive their answer (the application's exec'd commands), and only then.
+    #[test]
+    fn unanswered_requests_are_carried_into_later_epochs_only_when_they_may_outlive_their_answer() {
+        for outliving in [false, true] {
+            let r = Requests::new(Instant::now(), ModelKind::Register);
+            let r = if outliving { r.outliving() } else { r };
+            let lost = r.send(0, write(None));
+            r.end(lost, write(None), None);
+            let done = r.send(0, write(None));
+            r.end(done, write(Some(Done {})), None);
+            r.new_epoch();
+            r.new_epoch();
+            let h = r.history();
+            let epochs: Vec<(u32, bool)> = h.ops.iter().map(|o| (o.epoch, o.request.answered())).collect();
+            let want = if outliving { vec![(0, false), (0, true), (1, false), (2, false)] } else { vec![(0, false), (0, true)] };
+            assert_eq!(epochs, want, "outliving: {outliving}");
+            assert_eq!(h.model, ModelKind::Register);
+        }
+    }
 }

@@ -148,6 +148,7 @@ impl AppTarget {
         self.torn_down = true;
         if let Some(w) = &self.writer {
             w.stop();
+            w.write_history(&self.run_dir.join("app-history.jsonl"));
         }
         let record = RunRecord::of(&self.spec.app_profile, self.operator_replicas);
         let cleaned = clean_up(&self.client, self.ns(), &self.run_id, &record).await;

@@ -56,6 +56,7 @@ impl AppTarget {
             server,
             spec: spec.clone(),
             run_id: ctx.run_id.to_string(),
+            run_dir: ctx.run_dir.to_path_buf(),
             operator_replicas,
             sts_selector,
             writer,

@@ -1,19 +1,31 @@
 //! The application's data-integrity workload: unique keys written with the app profile's write
 //! command (exec'd in a Ready pod), each acknowledgement recorded; the read command's answer
-//! compared with them by `app-durability`.
+//! compared with them by `app-durability`, and every write and read in the workload's history
+//! (`app-history.jsonl`), judged by `app-linearizability` with the register model: each key a
+//! register written once.
+//!
+//! A read enters the history as one register read per key the writer has sent (and per key it
+//! returned that the writer never sent), less those that cannot constrain anything: a key whose
+//! value in this epoch is already settled — its write acknowledged, or the same answer recorded,
+//! before this read was sent — reads the same again by necessity (nothing rewrites a key; an
+//! absent key is settled only once no write of it can take effect in the epoch). Without that,
+//! every check would add one read per key ever written.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::Client;
 use shakedown_faults::BackupId;
-use shakedown_invariants::{AppData, Marks};
+use shakedown_history::format::{Done, RegisterRead, Scalar};
+use shakedown_history::{ModelKind, Request};
+use shakedown_invariants::{AppData, HistoryView, Marks};
 
 use super::spec::{fill, DataCommands};
 use crate::k8s::exec::{exec, ExecError};
+use crate::targets::requests::Requests;
 
 /// Why the data workload did not start, or its read back has no answer.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +47,10 @@ pub enum DataError {
 /// How long one write or read command may take.
 pub const DATA_COMMAND_BOUND: Duration = Duration::from_secs(15);
 
+/// The history's client numbers: the writer, and the reads of the checks.
+const WRITER: u64 = 0;
+const READER: u64 = 1;
+
 #[derive(Debug, Default)]
 struct Log {
     /// In the order acknowledged.
@@ -46,11 +62,50 @@ struct Log {
     /// What the last write that failed answered (pod, exit code, stderr), for an error that
     /// says why no write is acknowledged.
     last_failure: Option<String>,
+    /// Every key sent, in the order sent.
+    sent: Vec<String>,
+    /// Per key sent: whether its write was acknowledged, and the epoch it ended in (`None`:
+    /// in flight).
+    writes: HashMap<String, (bool, Option<u32>)>,
+    /// The history's epoch: restores begun and ended.
+    epoch: u32,
+    /// A restore is under way: the data may be replaced at any instant, so reads answered now
+    /// are not recorded (their epoch has no order to judge them by).
+    restoring: bool,
+    /// Per key: its value in the epoch, settled (no later read can differ without a violation
+    /// already recorded), and when it was settled.
+    settled: HashMap<String, (u32, Option<String>, Instant)>,
+}
+
+impl Log {
+    /// The register reads a read sent at `sent` in `epoch` that returned `read` adds to the
+    /// history: one per key sent so far and per key returned, less those already settled
+    /// (see the module's documentation). Settles what it records.
+    fn reads(&mut self, epoch: u32, sent: Instant, read: &BTreeMap<String, String>) -> Vec<Request> {
+        let now = Instant::now();
+        let unsent: Vec<String> = read.keys().filter(|k| !self.writes.contains_key(*k)).cloned().collect();
+        let mut out = Vec::new();
+        for key in self.sent.iter().chain(&unsent) {
+            let got = read.get(key).cloned();
+            if self.settled.get(key).is_some_and(|(e, v, at)| *e == epoch && *v == got && *at <= sent) {
+                continue;
+            }
+            out.push(Request::Read { key: key.clone(), answer: Some(RegisterRead { value: got.clone().map(Scalar::Str) }) });
+            // Nothing rewrites a key: once read, a value stays. Absence stays once the key's
+            // write was acknowledged in an earlier epoch (the restored data decides it).
+            let stays = got.is_some() || self.writes.get(key).is_some_and(|&(acked, ended)| acked && ended.is_some_and(|e| e < epoch));
+            if stays && self.settled.get(key).is_none_or(|(e, ..)| *e != epoch) {
+                self.settled.insert(key.clone(), (epoch, got, now));
+            }
+        }
+        out
+    }
 }
 
 /// The writer task and what it recorded.
 pub struct Writer {
     log: Arc<Mutex<Log>>,
+    requests: Arc<Requests>,
     task: tokio::task::JoinHandle<()>,
     client: Client,
     namespace: String,
@@ -72,13 +127,18 @@ pub fn is_ready(p: &Pod) -> bool {
     p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+fn write(key: &str, value: &str, answer: Option<Done>) -> Request {
+    Request::Write { key: key.to_string(), value: Scalar::Str(value.to_string()), answer }
+}
+
 impl Writer {
     pub fn start(client: Client, namespace: &str, commands: DataCommands, run_id: &str) -> Writer {
         let log = Arc::new(Mutex::new(Log::default()));
+        let requests = Arc::new(Requests::new(Instant::now(), ModelKind::Register).outliving());
         let prefix = format!("sd-{}-", run_id.trim_start_matches("sd-"));
         let task = {
-            let (log, client, namespace, commands, prefix) =
-                (log.clone(), client.clone(), namespace.to_string(), commands.clone(), prefix.clone());
+            let (log, requests, client, namespace, commands, prefix) =
+                (log.clone(), requests.clone(), client.clone(), namespace.to_string(), commands.clone(), prefix.clone());
             tokio::spawn(async move {
                 let mut n = 0u64;
                 loop {
@@ -91,14 +151,26 @@ impl Writer {
                     n += 1;
                     let key = format!("{prefix}{n:06}");
                     let value = format!("v{n}");
-                    log.lock().unwrap().in_flight = Some(key.clone());
+                    let sent = {
+                        let mut l = log.lock().unwrap();
+                        l.in_flight = Some(key.clone());
+                        l.sent.push(key.clone());
+                        l.writes.insert(key.clone(), (false, None));
+                        requests.send(WRITER, write(&key, &value, None))
+                    };
                     let cmd = fill(&commands.write, &BTreeMap::from([("key", key.clone()), ("value", value.clone())]));
                     let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
                     let out = exec(&client, &namespace, &name, commands.container.as_deref(), &refs, DATA_COMMAND_BOUND).await;
                     let mut l = log.lock().unwrap();
                     l.in_flight = None;
+                    let acked = matches!(&out, Ok(o) if o.code == 0);
+                    // A write that failed may still have been done (or be done later): unknown.
+                    requests.end(sent, write(&key, &value, acked.then_some(Done {})), Some(name.clone()));
+                    let epoch = l.epoch;
+                    l.writes.insert(key.clone(), (acked, Some(epoch)));
                     match out {
                         Ok(o) if o.code == 0 => {
+                            l.settled.insert(key.clone(), (epoch, Some(value.clone()), Instant::now()));
                             l.acked.push((key, value));
                         }
                         failed => {
@@ -113,23 +185,63 @@ impl Writer {
                 }
             })
         };
-        Writer { log, task, client, namespace: namespace.to_string(), commands, prefix }
+        Writer { log, requests, task, client, namespace: namespace.to_string(), commands, prefix }
     }
 
     /// Reads the data back: what was acknowledged before the read was sent must be in it; what
     /// was written after, or is of unknown outcome, may be.
+    /// The read also enters the history (a read that fails, or that a restore overlaps,
+    /// does not: with no answer to judge, it constrains nothing).
     pub async fn read(&self) -> AppData {
-        let (sent_at, marks) = {
+        let (sent_at, marks, epoch) = {
             let l = self.log.lock().unwrap();
-            (l.acked.len(), l.marks.clone())
+            (l.acked.len(), l.marks.clone(), l.epoch)
         };
+        let sent = Instant::now();
+        let ticket = self.requests.read_sent();
         let read = self.read_command().await;
-        let l = self.log.lock().unwrap();
+        let mut l = self.log.lock().unwrap();
+        if let Ok((pod, answer)) = &read {
+            if l.epoch == epoch && !l.restoring {
+                let gets = l.reads(epoch, sent, answer);
+                self.requests.reads(READER, ticket, Some(pod.clone()), gets);
+            }
+        }
         let mut unknown: BTreeSet<String> = l.unknown.clone();
         // Acknowledged while the read ran: may or may not be in it.
         unknown.extend(l.acked[sent_at..].iter().map(|(k, _)| k.clone()));
         unknown.extend(l.in_flight.clone());
-        AppData { acked: l.acked[..sent_at].to_vec(), marks, unknown, read: read.map_err(|e| e.to_string()) }
+        AppData { acked: l.acked[..sent_at].to_vec(), marks, unknown, read: read.map(|(_, r)| r).map_err(|e| e.to_string()) }
+    }
+
+    /// Every write and read so far, as a check sees them.
+    pub fn history_view(&self) -> HistoryView {
+        self.requests.view()
+    }
+
+    /// Writes the whole history to `path` (`app-history.jsonl`, checked by `shakedown
+    /// check-history`); a failure to write is a warning.
+    pub fn write_history(&self, path: &std::path::Path) {
+        if let Err(e) = std::fs::write(path, self.requests.history().to_jsonl()) {
+            tracing::warn!("cannot write the data workload's history to {}: {e}", path.display());
+        }
+    }
+
+    /// A restore is about to replace the data: a new epoch of the history, whose reads are not
+    /// recorded until [`Writer::restore_ended`] (the data may change at any instant of it).
+    pub fn restore_begins(&self) {
+        let mut l = self.log.lock().unwrap();
+        l.restoring = true;
+        l.epoch += 1;
+        self.requests.new_epoch();
+    }
+
+    /// The restore ended (done or not): from now on the data is what it left, a new epoch.
+    pub fn restore_ended(&self) {
+        let mut l = self.log.lock().unwrap();
+        l.restoring = false;
+        l.epoch += 1;
+        self.requests.new_epoch();
     }
 
     /// Waits (up to `bound`) for the first acknowledged write: a run whose write command never
@@ -175,7 +287,8 @@ impl Writer {
         l.marks.restore_ends(end);
     }
 
-    async fn read_command(&self) -> Result<BTreeMap<String, String>, DataError> {
+    /// The read command's answer, and the pod that gave it.
+    async fn read_command(&self) -> Result<(String, BTreeMap<String, String>), DataError> {
         let pod = ready_pod(&self.client, &self.namespace, &self.commands.selector, None)
             .await
             .ok_or_else(|| DataError::NoReadyPod { selector: self.commands.selector.clone() })?;
@@ -186,18 +299,25 @@ impl Writer {
         if out.code != 0 {
             return Err(DataError::Exit { pod: name, code: out.code, stderr: out.stderr.trim().to_string() });
         }
-        Ok(out
+        let read = out
             .stdout
             .lines()
             .filter_map(|l| l.trim().split_once(' '))
             .filter(|(k, _)| k.starts_with(&self.prefix))
             .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-            .collect())
+            .collect();
+        Ok((name, read))
     }
 
     pub fn stats(&self) -> serde_json::Value {
         let l = self.log.lock().unwrap();
-        serde_json::json!({"data_acked": l.acked.len(), "data_unknown": l.unknown.len(), "data_failed": l.failures})
+        let history = self.requests.view();
+        serde_json::json!({
+            "data_acked": l.acked.len(),
+            "data_unknown": l.unknown.len(),
+            "data_failed": l.failures,
+            "data_history": history.ended.len() + history.in_flight.len(),
+        })
     }
 
     pub fn stop(&self) {
@@ -208,5 +328,54 @@ impl Writer {
 impl Drop for Writer {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(keys: &[(&str, &str)]) -> BTreeMap<String, String> {
+        keys.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn keys(reads: &[Request]) -> Vec<String> {
+        reads
+            .iter()
+            .map(|r| format!("{}={:?}", r.key(), matches!(r, Request::Read { answer: Some(RegisterRead { value: Some(_) }), .. })))
+            .collect()
+    }
+
+    /// A read records what can still constrain the history, and only that: a key whose write
+    /// was acknowledged before the read was sent reads present by necessity; a key already read
+    /// present reads present again; a key read absent in flight may still appear.
+    #[test]
+    fn a_read_records_only_what_can_still_constrain_the_history() {
+        let mut l = Log::default();
+        for k in ["a", "b", "c"] {
+            l.sent.push(k.into());
+        }
+        let before = Instant::now();
+        l.writes.insert("a".into(), (true, Some(0)));
+        l.settled.insert("a".into(), (0, Some("v1".into()), Instant::now()));
+        l.writes.insert("b".into(), (false, Some(0)));
+        l.writes.insert("c".into(), (false, None));
+        // Sent before a's ack: a is recorded; b (unknown outcome) present, c (in flight) absent,
+        // and a key nobody wrote.
+        let r = l.reads(0, before, &answer(&[("a", "v1"), ("b", "v2"), ("z", "v9")]));
+        assert_eq!(keys(&r), ["a=true", "b=true", "c=false", "z=true"]);
+        // Sent after: a and b are settled present, z too; c is still open.
+        let after = Instant::now();
+        let r = l.reads(0, after, &answer(&[("a", "v1"), ("b", "v2"), ("z", "v9")]));
+        assert_eq!(keys(&r), ["c=false"]);
+        // A settled key read otherwise is recorded (the checker says it is lost).
+        let r = l.reads(0, Instant::now(), &answer(&[("b", "v2"), ("z", "v9")]));
+        assert_eq!(keys(&r), ["a=false", "c=false"]);
+        // In a new epoch (after a restore) every key sent is read afresh once (a key nobody wrote
+        // only when returned); absent settles only for a key acknowledged in an earlier epoch.
+        let r = l.reads(1, Instant::now(), &answer(&[("b", "v2")]));
+        assert_eq!(keys(&r), ["a=false", "b=true", "c=false"]);
+        let r = l.reads(1, Instant::now(), &answer(&[("b", "v2")]));
+        assert_eq!(keys(&r), ["c=false"]);
     }
 }

@@ -91,6 +91,8 @@ pub struct AppTarget {
     server: String,
     spec: AppSpec,
     run_id: String,
+    /// Where the data workload's history goes at teardown (`app-history.jsonl`).
+    run_dir: std::path::PathBuf,
     /// The operator's replicas when the run started (restored at teardown).
     operator_replicas: Option<i32>,
     /// The StatefulSet's label selector (`k=v,…`).
@@ -203,10 +205,10 @@ impl Target for AppTarget {
             InvariantId::Leaks | InvariantId::AppReady => Coverage::Checked,
             InvariantId::AppDurability if self.spec.app_profile.data.is_some() => Coverage::Checked,
             InvariantId::AppDurability => Coverage::Unchecked("needs [data] write and read commands in the app profile".into()),
-            InvariantId::Linearizability => Coverage::Unchecked(
-                "the application's data workload records no request history yet (app-durability judges its writes)".into(),
-            ),
+            InvariantId::AppLinearizability if self.spec.app_profile.data.is_some() => Coverage::Checked,
+            InvariantId::AppLinearizability => Coverage::Unchecked("needs [data] write and read commands in the app profile".into()),
             InvariantId::Membership
+            | InvariantId::Linearizability
             | InvariantId::Members
             | InvariantId::Quorum
             | InvariantId::Consistency
@@ -218,7 +220,8 @@ impl Target for AppTarget {
             | InvariantId::ApiDurability
             | InvariantId::ApiWatch
             | InvariantId::ApiLinearizability => Coverage::Unchecked(
-                "the app target checks the application (app-ready, app-durability, leaks), not an etcd or API stack".into(),
+                "the app target checks the application (app-ready, app-durability, app-linearizability, leaks), not an etcd or API stack"
+                    .into(),
             ),
         }
     }

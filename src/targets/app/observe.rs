@@ -18,17 +18,22 @@ use crate::k8s::RUN_LABEL;
 
 impl AppTarget {
     /// What `observe` returns: the workloads' Ready replicas, the probes, the data read-back (for
-    /// `app-durability`), the inventory (for `leaks`), members as serving when their pod is Ready.
+    /// `app-durability`) and the data workload's history (for `app-linearizability`), the inventory (for `leaks`), members as serving when their pod is Ready.
     pub(super) async fn observation(&self, model: &Model, invariants: &[InvariantId]) -> Observation {
         let mut app = AppObservation {
             workloads: self.workloads().await,
             probes: self.probes().await,
             in_cut_groups: self.in_cut_groups(model).await,
             data: None,
+            history: None,
         };
-        if invariants.contains(&InvariantId::AppDurability) {
-            if let Some(w) = &self.writer {
-                app.data = Some(w.read().await);
+        let judged = [InvariantId::AppDurability, InvariantId::AppLinearizability];
+        if let Some(w) = self.writer.as_ref().filter(|_| judged.iter().any(|i| invariants.contains(i))) {
+            // One read serves both: its answer for app-durability, its place in the history
+            // (taken after it) for app-linearizability.
+            app.data = Some(w.read().await);
+            if invariants.contains(&InvariantId::AppLinearizability) {
+                app.history = Some(w.history_view());
             }
         }
         let inventory = if invariants.contains(&InvariantId::Leaks) { Some(Inventory::App(self.inventory().await)) } else { None };

@@ -157,7 +157,14 @@ impl AppTarget {
         self.restores += 1;
         let name = format!("shakedown-{}-restore-{}", self.run_id.trim_start_matches("sd-"), self.restores);
         let start = self.writer.as_ref().map(Writer::position);
-        self.resource_op(&r, "restore", &name, BTreeMap::from([("backup", backup)])).await?;
+        if let Some(w) = &self.writer {
+            w.restore_begins();
+        }
+        let done = self.resource_op(&r, "restore", &name, BTreeMap::from([("backup", backup)])).await;
+        if let Some(w) = &self.writer {
+            w.restore_ended();
+        }
+        done?;
         if let (Some(w), Some(start)) = (&self.writer, start) {
             w.mark_restore(b, start, w.position());
         }

@@ -366,7 +366,7 @@ impl Target for KubeTarget {
                 Ok(_) => Coverage::Checked,
                 Err(why) => Coverage::Unchecked(why.clone()),
             },
-            InvariantId::AppReady | InvariantId::AppDurability => {
+            InvariantId::AppReady | InvariantId::AppDurability | InvariantId::AppLinearizability => {
                 Coverage::Unchecked("only the application target (--target app) checks an application".into())
             }
             InvariantId::Reachability if p.probes.is_empty() && p.commands.is_empty() && p.conditions.is_empty() => {

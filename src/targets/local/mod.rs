@@ -231,7 +231,7 @@ impl Target for LocalTarget {
             InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch | InvariantId::ApiLinearizability => {
                 Coverage::Unchecked("needs a Kubernetes API: the profile's stack = \"control-plane\"".into())
             }
-            InvariantId::AppReady | InvariantId::AppDurability => {
+            InvariantId::AppReady | InvariantId::AppDurability | InvariantId::AppLinearizability => {
                 Coverage::Unchecked("only the application target (--target app) checks an application".into())
             }
         }

@@ -229,7 +229,7 @@ impl Target for SimTarget {
             InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch | InvariantId::ApiLinearizability => {
                 Coverage::Unchecked("the simulated stack has no Kubernetes API".into())
             }
-            InvariantId::AppReady | InvariantId::AppDurability => {
+            InvariantId::AppReady | InvariantId::AppDurability | InvariantId::AppLinearizability => {
                 Coverage::Unchecked("only the application target (--target app) checks an application".into())
             }
         }
