@@ -220,8 +220,12 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let (writes, reads) = (ops.iter().filter(|o| o["type"] == "write").count(), ops.iter().filter(|o| o["type"] == "read").count());
     assert!(writes > 20 && reads > 20, "{writes} writes, {reads} reads in the history");
     assert!(ops.iter().any(|o| o["type"] == "read" && o["epoch"] == 2), "reads after the restore (epoch 2)");
-    let (code, out, err) = shakedown(&["check-history", &run_dir.join("app-history.jsonl").display().to_string()], &files);
-    assert_eq!(code, 0, "{out}\n{err}");
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
+        .arg("check-history")
+        .arg(run_dir.join("app-history.jsonl"))
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}\n{}", String::from_utf8_lossy(&check.stdout), String::from_utf8_lossy(&check.stderr));
     let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
     let kills: Vec<serde_json::Value> =
         events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-kill").collect();

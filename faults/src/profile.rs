@@ -85,7 +85,7 @@ pub struct Profile {
     pub api: ApiLoad,
     /// Names of the invariants checked after every step (`docs/reference.md` lists them).
     /// Absent: all of those of the profile's `stack` (for `app`: `leaks`, `app-ready`,
-    /// `app-durability`; otherwise every other one). A target leaves out, with a note, those it
+    /// `app-durability`, `app-linearizability`; otherwise every other one). A target leaves out, with a note, those it
     /// cannot observe.
     #[serde(default)]
     pub invariants: Option<Vec<String>>,

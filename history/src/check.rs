@@ -114,6 +114,7 @@ pub fn check(h: &History, bound: u64) -> Report {
     if h.model == ModelKind::Etcd {
         findings.extend(revision_order(h));
         findings.extend(serializable_reads(h));
+        findings.extend(members_going_back(h));
     }
     let mut names = Names::default();
     let mut steps = 0u64;
@@ -317,6 +318,84 @@ fn serializable_reads(h: &History) -> Vec<Finding> {
             misread(op, w, op.epoch == 0).map(|(why, j)| serializable_finding(h, i, &why, j))
         })
         .collect()
+}
+
+/// A client's serializable reads from one member, in the order it sent them: the member's store
+/// never goes back (within an epoch), so neither does the revision they claim. A read sent after
+/// another was answered, by the same member, at a lower revision is a member whose store went
+/// back (a restart that lost applied writes). Reads from another member in between end the
+/// chain: serializable reads may be behind, and a client that changed member may see less.
+fn members_going_back(h: &History) -> Vec<Finding> {
+    let mut by_client: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    for (i, op) in h.ops.iter().enumerate() {
+        if matches!(op.request, Request::Get { serializable: true, answer: Some(_), .. }) {
+            by_client.entry(op.client).or_default().push(i);
+        }
+    }
+    let mut findings = Vec::new();
+    for reads in by_client.values_mut() {
+        reads.sort_by_key(|&i| (h.ops[i].call, i));
+        let mut chain = MemberChain::default();
+        for &i in reads.iter() {
+            if let Some(j) = chain.next(i, &h.ops[i], |j| h.ops[j].ret) {
+                findings.push(member_went_back(h, i, j));
+            }
+        }
+    }
+    findings
+}
+
+/// One client's run of serializable reads from one member (see [`members_going_back`]).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct MemberChain {
+    /// Epoch, member, the highest revision so far and the read that claimed it.
+    at: Option<(u32, String, i64, usize)>,
+}
+
+impl MemberChain {
+    /// Read `i` (a serializable get with an answer), the client's next: the earlier read of the
+    /// chain it contradicts (one answered, `ret`, before `i` was sent, at a higher revision).
+    pub(crate) fn next(&mut self, i: usize, op: &Operation, ret: impl Fn(usize) -> Option<u64>) -> Option<usize> {
+        let Request::Get { answer: Some(a), .. } = &op.request else { return None };
+        let Some(member) = &op.member else {
+            self.at = None;
+            return None;
+        };
+        match &mut self.at {
+            Some((epoch, m, top, j)) if *epoch == op.epoch && m == member => {
+                if a.revision < *top && ret(*j).is_some_and(|r| r < op.call) {
+                    return Some(*j);
+                }
+                if a.revision > *top {
+                    (*top, *j) = (a.revision, i);
+                }
+                None
+            }
+            _ => {
+                self.at = Some((op.epoch, member.clone(), a.revision, i));
+                None
+            }
+        }
+    }
+}
+
+/// The finding for serializable read `i` answered below read `j` of the same member.
+pub(crate) fn member_went_back(h: &History, i: usize, j: usize) -> Finding {
+    let rev = |k: usize| match &h.ops[k].request {
+        Request::Get { answer: Some(a), .. } => a.revision,
+        _ => 0,
+    };
+    Finding {
+        kind: FindingKind::SerializableRead,
+        message: format!(
+            "{} claims revision {}, below the revision {} the same member claimed for the same client's earlier read, answered before it was sent ({}): the member's store went back",
+            describe(i, &h.ops[i]),
+            rev(i),
+            rev(j),
+            describe(j, &h.ops[j])
+        ),
+        ops: vec![i, j],
+    }
 }
 
 /// The finding for serializable read `i`, `why` its answer is wrong, `j` the write it contradicts.

@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::check::{check, revision_of, Names, Report, Verdict};
+use crate::check::{check, revision_of, MemberChain, Names, Report, Verdict};
 use crate::format::{History, ModelKind, Operation, Request};
 use crate::kv::{may_still_apply, Kv, KvOp, State};
 use crate::search::{linearizable, Model, Search, Timed};
@@ -126,6 +126,8 @@ pub struct Incremental {
     /// Member names by the ids requests recorded (those that ended before the names were known),
     /// for the whole check's wording.
     members: HashMap<String, String>,
+    /// Each client's run of serializable reads from one member.
+    chains: HashMap<u64, MemberChain>,
 }
 
 impl std::fmt::Debug for Incremental {
@@ -148,6 +150,7 @@ impl Incremental {
             horizon_broken: false,
             overturned: 0,
             members: HashMap::new(),
+            chains: HashMap::new(),
         }
     }
 
@@ -205,6 +208,18 @@ impl Incremental {
             part.writes.add(i, &op);
             if matches!(op.request, Request::Get { serializable: true, .. }) {
                 part.serializable.push(i);
+                if op.request.answered() {
+                    // The member as the whole check names it.
+                    let mut named = op.clone();
+                    if let Some(name) = op.member.as_ref().and_then(|m| self.members.get(m)) {
+                        named.member = Some(name.clone());
+                    }
+                    let ops = &self.ops;
+                    let ret = |j: usize| ops.get(j).and_then(|o| o.ret);
+                    if self.chains.entry(op.client).or_default().next(i, &named, ret).is_some() {
+                        self.order_broken = true;
+                    }
+                }
             } else {
                 let item = Item { call: op.call, ret: op.ret.filter(|_| op.request.answered()), op: self.names.kv(&op.request) };
                 if op.call <= part.cut && part.cut > 0 {

@@ -516,3 +516,39 @@ fn a_restored_register_is_judged_from_its_first_answer() {
     let Verdict::Violation { first, .. } = &report.verdict else { panic!("{report:?}") };
     assert!(first.message.contains("never written"), "{}", first.message);
 }
+
+/// A member's store never goes back within an epoch: a client's serializable read from the
+/// same member, sent after an earlier one was answered, cannot claim a lower revision. A member
+/// replaced under the same name (another id), or another member in between, ends the chain.
+#[test]
+fn a_member_whose_store_goes_back_is_caught_by_its_serializable_reads() {
+    let get = |member: &str, call: u64, revision: i64| Operation {
+        client: 3,
+        member: Some(member.into()),
+        epoch: 0,
+        call,
+        ret: Some(call + 5),
+        request: Request::Get { key: "/k".into(), serializable: true, answer: Some(ReadAnswer { revision, kv: None }) },
+    };
+    let judge = |ops: Vec<Operation>| {
+        let h = History { model: ModelKind::Etcd, ops: ops.clone() };
+        let whole = check(&h, DEFAULT_BOUND).verdict;
+        let mut inc = shakedown_history::Incremental::new(DEFAULT_BOUND);
+        inc.feed(ops);
+        assert_eq!(inc.check(&[], u64::MAX).verdict, whole, "the incremental check agrees");
+        whole
+    };
+    let back = judge(vec![get("m1 (a1)", 0, 10), get("m1 (a1)", 10, 10), get("m1 (a1)", 20, 8)]);
+    let Verdict::Violation { first, .. } = &back else { panic!("{back:?}") };
+    assert!(first.message.contains("went back") && first.message.contains("revision 10"), "{}", first.message);
+    assert_eq!(judge(vec![get("m1 (a1)", 0, 10), get("m1 (b2)", 10, 8)]), Verdict::Linearizable, "a replaced member");
+    assert_eq!(
+        judge(vec![get("m1 (a1)", 0, 10), get("m2 (c3)", 10, 6), get("m1 (a1)", 20, 8)]),
+        Verdict::Linearizable,
+        "another member between"
+    );
+    assert_eq!(judge(vec![get("m1 (a1)", 0, 10), get("m1 (a1)", 10, 12)]), Verdict::Linearizable, "forward");
+    let mut restored = get("m1 (a1)", 10, 8);
+    restored.epoch = 1;
+    assert_eq!(judge(vec![get("m1 (a1)", 0, 10), restored]), Verdict::Linearizable, "a restore starts again");
+}

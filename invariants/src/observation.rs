@@ -584,8 +584,8 @@ impl HistoryView {
             *memo = shakedown_history::Incremental::new(memo.bound());
         }
         let from = memo.fed();
-        memo.feed(self.ended.iter_from(from).cloned());
         memo.name_members(&self.members);
+        memo.feed(self.ended.iter_from(from).cloned());
         memo.check(&self.in_flight, self.horizon)
     }
 }

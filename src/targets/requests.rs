@@ -52,6 +52,8 @@ struct Log {
     /// The requests that ended without an answer, when they may still take effect after a
     /// restore ([`Requests::outliving`]).
     unknown: Vec<Operation>,
+    /// A restore is replacing the store at an instant nobody reports ([`Requests::replacing`]).
+    replacing: bool,
 }
 
 pub(crate) struct Requests {
@@ -117,7 +119,10 @@ impl Requests {
         let now = self.epoch.load(Ordering::SeqCst);
         let ret = self.now_us();
         log.in_flight.remove(&sent.ticket);
-        let member = member.map(|m| log.members.get(&m).cloned().unwrap_or(m));
+        let member = member.map(|m| label(&log.members, m));
+        // An answer given while the store is being replaced may come from the old store or the
+        // new one: it says nothing either can be held to.
+        let request = if log.replacing { unanswered(&request) } else { request };
         let answered = request.answered();
         let op = Operation { client: sent.client, member, epoch: sent.epoch, call: sent.call, ret: answered.then_some(ret), request };
         if self.outliving && !answered {
@@ -156,25 +161,36 @@ impl Requests {
     pub(crate) fn reads(&self, client: u64, sent: ReadSent, member: Option<String>, gets: Vec<Request>) {
         let mut log = self.lock();
         log.reading.remove(&sent.ticket);
-        if self.epoch.load(Ordering::SeqCst) != sent.epoch {
+        if self.epoch.load(Ordering::SeqCst) != sent.epoch || log.replacing {
             return;
         }
         let ret = Some(self.now_us());
-        let member = member.map(|m| log.members.get(&m).cloned().unwrap_or(m));
+        let member = member.map(|m| label(&log.members, m));
         for request in gets {
             log.done.push(Operation { client, member: member.clone(), epoch: sent.epoch, call: sent.call, ret, request });
         }
     }
 
     /// The store is being replaced by a restore: requests from now on are answered by the
-    /// restored store, whose revisions start again from the backup's.
+    /// restored store, whose revisions start again from the backup's. It also ends what
+    /// [`Self::replacing`] began.
     pub(crate) fn new_epoch(&self) {
         let mut log = self.lock();
+        log.replacing = false;
         let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
         let carried: Vec<Operation> = log.unknown.iter().map(|op| Operation { epoch, ..op.clone() }).collect();
         for op in carried {
             log.done.push(op);
         }
+    }
+
+    /// A restore begins that replaces the store at an instant it does not report (a hook, an
+    /// operator): a new epoch, in which every request answered is recorded without its answer,
+    /// and every read left out, until [`Self::new_epoch`] says the restore is over. Only the
+    /// epoch after it holds the restored store's answers.
+    pub(crate) fn replacing(&self) {
+        self.new_epoch();
+        self.lock().replacing = true;
     }
 
     /// The members' names by their ids (hexadecimal, as the answers' headers give them): the
@@ -218,7 +234,18 @@ impl Requests {
             }
         }
         let horizon = in_flight.iter().map(|o| o.call).chain(log.reading.values().copied()).min().unwrap_or(taken).min(taken);
-        HistoryView { ended: log.done.snapshot(), in_flight, horizon, memo: self.memo.clone(), members: log.members.clone() }
+        let members = log.members.keys().map(|id| (id.clone(), label(&log.members, id.clone()))).collect();
+        HistoryView { ended: log.done.snapshot(), in_flight, horizon, memo: self.memo.clone(), members }
+    }
+}
+
+/// How the history names the member with id `id`: its name and its id (a member replaced under
+/// the same name is another member, whose store starts again), or the id alone while its name
+/// is not known.
+fn label(members: &HashMap<String, String>, id: String) -> String {
+    match members.get(&id) {
+        Some(name) => format!("{name} ({id})"),
+        None => id,
     }
 }
 
@@ -265,5 +292,33 @@ mod tests {
             assert_eq!(epochs, want, "outliving: {outliving}");
             assert_eq!(h.model, ModelKind::Register);
         }
+    }
+
+    /// While a restore replaces the store at an unreported instant, answers are recorded as
+    /// unknown and reads left out; the epoch after it judges the restored store alone.
+    #[test]
+    fn answers_given_while_the_store_is_replaced_hold_nothing() {
+        let read = |v: i64| Request::Read {
+            key: "k".into(),
+            answer: Some(shakedown_history::format::RegisterRead { value: Some(Scalar::Int(v)) }),
+        };
+        let r = Requests::new(Instant::now(), ModelKind::Register);
+        r.replacing();
+        let w = r.send(0, write(None));
+        r.end(w, write(Some(Done {})), None);
+        let t = r.read_sent();
+        r.reads(1, t, None, vec![read(1)]);
+        r.new_epoch();
+        let w = r.send(0, write(None));
+        r.end(w, write(Some(Done {})), None);
+        let t = r.read_sent();
+        r.reads(1, t, None, vec![read(1)]);
+        let h = r.history();
+        let seen: Vec<(u32, &str, bool)> = h
+            .ops
+            .iter()
+            .map(|o| (o.epoch, if matches!(o.request, Request::Read { .. }) { "read" } else { "write" }, o.request.answered()))
+            .collect();
+        assert_eq!(seen, [(1, "write", false), (2, "write", true), (2, "read", true)]);
     }
 }

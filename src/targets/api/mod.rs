@@ -191,6 +191,13 @@ impl ApiWorkload {
         self.rec.requests.new_epoch();
     }
 
+    /// A restore begins to replace the store behind the API at an instant it does not report
+    /// (the kube target's restore hook): until [`ApiWorkload::store_replaced`], answers hold
+    /// nothing (an epoch of the history in which they are unknown, and reads are left out).
+    pub fn store_being_replaced(&self) {
+        self.rec.requests.replacing();
+    }
+
     /// Every watcher's current session.
     pub fn watch_sessions(&self) -> Vec<WatchSession> {
         self.rec.watch_sessions()

@@ -37,7 +37,7 @@ impl AppTarget {
         let version = client.apiserver_version().await.map(|v| v.git_version).unwrap_or_else(|_| "unknown".into());
         let mut notes = vec![];
         if p.data.is_none() {
-            notes.push("app-durability not checked: the app profile has no [data] commands".into());
+            notes.push("app-durability and app-linearizability not checked: the app profile has no [data] commands".into());
         }
         let cm = run_configmap(ctx.run_id, p, operator_replicas);
         // The data workload writes before the first fault: durability is checked on writes made

@@ -233,7 +233,7 @@ impl Writer {
         let mut l = self.log.lock().unwrap();
         l.restoring = true;
         l.epoch += 1;
-        self.requests.new_epoch();
+        self.requests.replacing();
     }
 
     /// The restore ended (done or not): from now on the data is what it left, a new epoch.

@@ -63,7 +63,7 @@ pub struct AppProfile {
     #[serde(with = "human", default = "default_op_timeout")]
     #[schemars(schema_with = "duration_schema")]
     pub op_timeout: Duration,
-    /// The data-integrity workload (`[data]`): absent, `app-durability` is not checked.
+    /// The data-integrity workload (`[data]`): absent, `app-durability` and `app-linearizability` are not checked.
     #[serde(default)]
     pub data: Option<DataCommands>,
     /// Probes that must pass for `app-ready` (`[[probes]]`): a command exec'd in a Ready pod, an

@@ -359,13 +359,12 @@ impl Target for KubeTarget {
             | InvariantId::Watch
             | InvariantId::Leases
             | InvariantId::Linearizability => Coverage::Unchecked("needs etcd access, which the kube target does not have".into()),
-            InvariantId::ApiLinearizability if self.api.as_ref().is_ok_and(|a| a.restores_api) => Coverage::Unchecked(
-                "with [api] restores_api a restore rewrites the workload's objects outside its history (Velero recreates them), which no order of the workload's own requests explains".into(),
-            ),
-            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch | InvariantId::ApiLinearizability => match &self.api {
-                Ok(_) => Coverage::Checked,
-                Err(why) => Coverage::Unchecked(why.clone()),
-            },
+            InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch | InvariantId::ApiLinearizability => {
+                match &self.api {
+                    Ok(_) => Coverage::Checked,
+                    Err(why) => Coverage::Unchecked(why.clone()),
+                }
+            }
             InvariantId::AppReady | InvariantId::AppDurability | InvariantId::AppLinearizability => {
                 Coverage::Unchecked("only the application target (--target app) checks an application".into())
             }
@@ -412,6 +411,7 @@ impl Target for KubeTarget {
                 let at = api.workload.acked_len();
                 if let Op::Restore { backup } = op {
                     api.workload.restore_begins(*backup, true);
+                    api.workload.store_being_replaced();
                 }
                 Some(at)
             }
@@ -425,6 +425,7 @@ impl Target for KubeTarget {
                     api.workload.backup_taken(*b, start);
                 }
             } else {
+                api.workload.store_replaced();
                 api.workload.restore_ends(true);
             }
         }
