@@ -79,7 +79,9 @@ shakedown_faults::registry! {
         /// revisions, versions, guarded transactions with both branches, requests of unknown
         /// outcome applied or not); across keys, no request sent after another was answered is
         /// answered at a lower revision (a stale read); a serializable read (or a read at a
-        /// revision) returns exactly the key's state at the revision it claims. A search that
+        /// revision) returns exactly the key's state at the revision it claims, and claims no
+        /// lower revision than the same member claimed for the same client's earlier one (a
+        /// member's store never goes back). A search that
         /// runs out of its bound is a failure, never a pass.
         Linearizability => "linearizability",
         /// Every request through the API load balancer succeeds whenever the model says the
