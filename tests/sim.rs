@@ -166,7 +166,10 @@ fn a_stale_member_is_a_consistency_divergence() {
 #[test]
 fn checks_wait_for_convergence_within_the_bound_and_no_longer() {
     let d = dirs();
+    // A bound the four observations fit in on a loaded machine too (0.3 s did not, under a
+    // parallel test run and a soak): what is asserted is that the check waits for them.
     let profile = quick_profile(&d.runs.join("../p"), 6, "");
+    std::fs::write(&profile, std::fs::read_to_string(&profile).unwrap().replace("converge = \"300ms\"", "converge = \"10s\"")).unwrap();
     let out = sim(&["--seed", "1", "--profile", &profile, "--sim-bug", "slow-converge@2"], &d);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
     let ev = events(&only_run_dir(&d.runs));

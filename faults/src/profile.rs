@@ -165,6 +165,15 @@ pub struct Workload {
     #[serde(with = "human")]
     #[schemars(schema_with = "duration_schema")]
     pub watch_progress: Duration,
+    /// `kube`: how often the history before the previous compaction point is compacted away,
+    /// as kube-apiserver's compactor does (every 5 minutes by default there): each time, to the
+    /// revision the store had one interval earlier. Watches resumed below it are told so by etcd
+    /// (and `watch` holds them to saying it), paginated reads pinned below it are refused.
+    /// `"0s"` (the default, which records made before it existed replay with) never compacts;
+    /// the shipped tiers compact every 10 s.
+    #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
+    pub compact_interval: Duration,
     /// `kube`: what each client does, by weight (`[workload.mix]`); fields left out keep their
     /// defaults.
     pub mix: Mix,
@@ -224,6 +233,7 @@ impl Default for Workload {
             keyspace: 500,
             watches: 3,
             watch_progress: Duration::from_secs(1),
+            compact_interval: Duration::ZERO,
             mix: Mix::default(),
             lease_ttl: Duration::from_secs(3),
         }

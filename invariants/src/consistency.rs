@@ -49,19 +49,23 @@ pub(crate) fn consistency(obs: &Observation) -> Verdict {
     if let Some(v) = quiet_points(&reachable) {
         return v;
     }
-    let mut by_rev: BTreeMap<i64, BTreeMap<u32, Vec<&str>>> = BTreeMap::new();
+    // By (revision, compacted revision): HashKV hashes the history between the two, so members
+    // that have applied a compaction and members that have not yet hash different ranges.
+    let mut by_rev: BTreeMap<(i64, i64), BTreeMap<u32, Vec<&str>>> = BTreeMap::new();
     for m in &obs.members {
         if let Some((rev, hash)) = m.hash {
-            by_rev.entry(rev).or_default().entry(hash).or_default().push(&m.name);
+            by_rev.entry((rev, m.hash_from)).or_default().entry(hash).or_default().push(&m.name);
         }
     }
-    for (rev, hashes) in by_rev {
+    for ((rev, from), hashes) in by_rev {
         if hashes.len() > 1 {
             let detail: Vec<String> = hashes.iter().map(|(h, who)| format!("{h:08x} on {}", who.join(","))).collect();
-            let hashed: Vec<&MemberStatus> = obs.members.iter().filter(|m| m.hash.is_some_and(|(r, _)| r == rev)).collect();
+            let hashed: Vec<&MemberStatus> =
+                obs.members.iter().filter(|m| m.hash.is_some_and(|(r, _)| r == rev) && m.hash_from == from).collect();
+            let rev = if from > 0 { format!("{rev} (from the compaction at {from})") } else { rev.to_string() };
             // Every member has applied revision `rev`, so their stores up to it must be equal
-            // whatever else is in flight: the verdict is definite (no compaction runs here, which
-            // is the one thing that changes what HashKV covers). It names each member's state: a
+            // whatever else is in flight: the verdict is definite (for members at the same
+            // compacted revision: compaction is what changes what HashKV covers). It names each member's state: a
             // replica that applied the same raft log as the others but holds other data diverged
             // from the log (etcd 3.5.0–3.5.2 after a crash under load: etcd-io/etcd#13766,
             // docs/findings.md); a lost write found by `durability` in the same check is its

@@ -23,9 +23,9 @@ use shakedown_faults::{MemberId, Model};
 
 pub use durability::{expect_write, Expect};
 pub use observation::{
-    Ack, Acked, ApiObservation, ApiServerReady, AppData, AppInventory, AppObservation, AppWorkload, Chunked, ChunkedLog, Durability,
-    HistoryView, Inventory, KubeInventory, Leader, LeaseRecord, Leases, ListedMember, LocalInventory, Marks, MemberStatus, Observation,
-    Probe, Revoke, ServingSample, Unknown, WatchEvent, WatchProgress, WatchSession, WatchStream,
+    Ack, Acked, ApiObservation, ApiServerReady, AppData, AppInventory, AppObservation, AppWorkload, Chunked, ChunkedLog, CompactedGap,
+    Durability, HistoryView, Inventory, KubeInventory, Leader, LeaseRecord, Leases, ListedMember, LocalInventory, Marks, MemberStatus,
+    Observation, Probe, Revoke, ServingSample, Unknown, WatchEvent, WatchProgress, WatchSession, WatchStream,
 };
 
 /// The shortest quorum loss during a step that counts as a violation (milliseconds).

@@ -46,6 +46,16 @@ pub struct Observation {
     pub app: Option<AppObservation>,
 }
 
+/// A gap in a watch stream that etcd declared: the history it would have delivered was
+/// compacted (see [`WatchSession::compacted`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactedGap {
+    pub from: i64,
+    pub to: i64,
+    /// The index of the first event delivered after the gap.
+    pub at: usize,
+}
+
 /// What the application target saw of the application: its workloads, its probes, its
 /// data-integrity workload, and what of the run it left in the cluster.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -238,6 +248,10 @@ pub struct MemberStatus {
     pub version: Option<String>,
     /// (revision, hash) from HashKV at a revision common to all reachable members.
     pub hash: Option<(i64, u32)>,
+    /// The compacted revision the hash begins at (HashKV hashes what is left after it): hashes
+    /// are compared only between members at the same one (0: never compacted).
+    #[serde(default)]
+    pub hash_from: i64,
     pub error: Option<String>,
 }
 
@@ -259,6 +273,7 @@ impl MemberStatus {
             settled: None,
             version: None,
             hash: None,
+            hash_from: 0,
             error: None,
         }
     }
@@ -362,9 +377,12 @@ pub struct WatchSession {
     pub events: Chunked<WatchEvent>,
     /// How often the stream broke and was resumed from the last revision + 1.
     pub resumptions: u32,
-    /// Compaction reported by etcd on a resumption: events below this revision are declared
-    /// lost, explicitly (the session goes on from the compacted revision).
-    pub compacted_below: Option<i64>,
+    /// Compaction reported by etcd on a resumption, each a declared gap: the stream resumed
+    /// from revision `from` was told the history below `to` is compacted, and goes on from
+    /// `to`. The writes in `from..to` are declared lost (not missing), and the stream's
+    /// knowledge of each key's value, create revision and version starts again at event `at`
+    /// (the first after the gap).
+    pub compacted: Vec<CompactedGap>,
     /// The stream carries no previous values (a Kubernetes watch): `prev` is not checked.
     pub prev_unknown: bool,
     /// The key prefix the watch asked for (`None`: not an etcd range, a Kubernetes watch):

@@ -103,6 +103,11 @@ fn session(
     // deleted).
     let mut created_of: HashMap<&str, Option<(i64, i64)>> = HashMap::new();
     for (i, e) in s.events.iter().enumerate() {
+        if s.compacted.iter().any(|g| g.at == i) {
+            // A declared gap: what the stream knew of each key is no longer the key's history.
+            value_of.clear();
+            created_of.clear();
+        }
         let on = s.member_at(i).map(|m| format!(", from {m}")).unwrap_or_default();
         if let Some(range) = &s.range {
             if !e.key.starts_with(range.as_str()) {
@@ -182,12 +187,17 @@ fn session(
     // after it: a restore restarts every watch), expected present, within what the stream has
     // delivered.
     let since = d.marks.last_restore_end();
-    let floor = s.compacted_below.unwrap_or(i64::MIN).max(s.start_revision);
+    let declared = |r: i64| s.compacted.iter().any(|g| (g.from..g.to).contains(&r));
     let expected: Vec<&Ack> = d
         .acked
         .iter()
         .enumerate()
-        .filter(|(i, a)| a.start >= since.max(s.start_ack) && a.revision >= floor && expect_write(*i, a.start, &d.marks) == Expect::Present)
+        .filter(|(i, a)| {
+            a.start >= since.max(s.start_ack)
+                && a.revision >= s.start_revision
+                && !declared(a.revision)
+                && expect_write(*i, a.start, &d.marks) == Expect::Present
+        })
         .map(|(_, a)| a)
         .collect();
     let mut missing = Vec::new();

@@ -33,6 +33,11 @@ pub struct Stats {
     pub watch_progress: AtomicU64,
     /// Watches that were told their resourceVersion is too old and relisted (the API workload).
     pub relists: AtomicU64,
+    /// Compactions the compactor had acknowledged.
+    pub compactions: AtomicU64,
+    /// Watch resumptions etcd answered with "compacted" (the events below it are gone,
+    /// declared).
+    pub watch_compacted: AtomicU64,
 }
 
 /// A snapshot of the workload's counters.
@@ -48,6 +53,8 @@ pub struct StatsSnapshot {
     pub watch_resumptions: u64,
     pub watch_progress: u64,
     pub relists: u64,
+    pub compactions: u64,
+    pub watch_compacted: u64,
 }
 
 /// One watcher's current session, written by its task.
@@ -234,6 +241,8 @@ impl Recorder {
             watch_resumptions: l(&s.watch_resumptions),
             watch_progress: l(&s.watch_progress),
             relists: l(&s.relists),
+            compactions: l(&s.compactions),
+            watch_compacted: l(&s.watch_compacted),
         }
     }
 }

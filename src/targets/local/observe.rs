@@ -152,6 +152,7 @@ impl LocalTarget {
                         settled: None,
                         version: Some(s.version().to_string()),
                         hash: None,
+                        hash_from: 0,
                         error: None,
                     }
                 }
@@ -194,7 +195,7 @@ impl LocalTarget {
                     etcd::bounded("hash kv", request, c.hash_kv(rev)).await
                 }
                 .await;
-                (name, r.ok().map(|h| (rev, h.hash())))
+                (name, r.ok().map(|h| ((rev, h.hash()), h.compact_version())))
             });
             tokio::join!(futures_join_all(again), futures_join_all(hashes))
         };
@@ -253,7 +254,8 @@ impl LocalTarget {
         }
         for (name, h) in hashes {
             if let Some(m) = obs.members.iter_mut().find(|m| m.name == name) {
-                m.hash = h;
+                m.hash = h.map(|(h, _)| h);
+                m.hash_from = h.map_or(0, |(_, from)| from);
             }
         }
         obs.probes = probes;

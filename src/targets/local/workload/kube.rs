@@ -77,6 +77,9 @@ pub(super) fn start(
         };
         tasks.push(tokio::spawn(c.run(stopped.clone())));
     }
+    if !cfg.compact_interval.is_zero() {
+        tasks.push(tokio::spawn(compactor(endpoint.to_string(), cfg.compact_interval, cfg.timeout, rec.clone(), stopped.clone())));
+    }
     for i in 0..cfg.watches {
         let local = (!members.is_empty()).then(|| members[i as usize % members.len()].clone());
         tasks.push(tokio::spawn(super::watch::run(
@@ -92,6 +95,49 @@ pub(super) fn start(
         )));
     }
     tasks
+}
+
+/// Compacts the store every `interval` to the revision it had one interval earlier, as
+/// kube-apiserver's compactor does: whatever a watch or a paginated read still needs from
+/// before that is gone, and etcd must say so.
+async fn compactor(
+    endpoint: String,
+    interval: std::time::Duration,
+    timeout: std::time::Duration,
+    rec: Arc<Recorder>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut client: Option<Client> = None;
+    // The revision seen at the previous tick: the next compaction's target.
+    let mut seen: Option<i64> = None;
+    while !*stopped.borrow() {
+        pause(interval, &mut stopped).await;
+        if *stopped.borrow() {
+            return;
+        }
+        if client.is_none() {
+            client = connect(&endpoint, timeout).await.ok();
+        }
+        let Some(c) = client.as_mut() else { continue };
+        let now = match bounded("compaction point", timeout, c.get("compaction point", None)).await {
+            Ok(r) => r.header().map(|h| h.revision()),
+            Err(_) => {
+                client = None;
+                continue;
+            }
+        };
+        if let Some(target) = seen.filter(|&r| r > 1) {
+            match bounded("compact", timeout, c.compact(target, None)).await {
+                Ok(_) => {
+                    rec.stats.compactions.fetch_add(1, Ordering::Relaxed);
+                }
+                // Already compacted past it (a restore brought an older store back, or another
+                // compactor), or the endpoint failed: the next tick tries again.
+                Err(e) => tracing::debug!("compaction to revision {target} failed: {e}"),
+            }
+        }
+        seen = now;
+    }
 }
 
 /// What one request did.

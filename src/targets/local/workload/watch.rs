@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, EventType, GetOptions, WatchOptions};
-use shakedown_invariants::{WatchEvent, WatchProgress, WatchSession, WatchStream};
+use shakedown_invariants::{CompactedGap, WatchEvent, WatchProgress, WatchSession, WatchStream};
 use tokio::sync::watch;
 
 use super::{pause, Recorder, WatchState, RECONNECT_PAUSE};
@@ -142,7 +142,9 @@ pub(super) async fn run(
                 if resp.compact_revision() > 0 {
                     // Declared, not silent: the events before the compacted revision are gone.
                     let mut w = rec.watches.lock().expect("watches lock");
-                    w[slot].session.compacted_below = Some(resp.compact_revision());
+                    let at = w[slot].log.len();
+                    w[slot].session.compacted.push(CompactedGap { from: next, to: resp.compact_revision(), at });
+                    rec.stats.watch_compacted.fetch_add(1, Ordering::Relaxed);
                     next = resp.compact_revision();
                 }
                 break;
