@@ -130,7 +130,7 @@ async fn compactor(
         };
         // Every third compaction goes to the revision just read: ahead of what a watch about to
         // resume or a list in progress still holds, which etcd must then refuse, declared.
-        let target = if tick % 3 == 0 { now } else { seen };
+        let target = if tick.is_multiple_of(3) { now } else { seen };
         if let Some(target) = target.filter(|&r| r > 1) {
             match bounded("compact", timeout, c.compact(target, None)).await {
                 Ok(_) => {
