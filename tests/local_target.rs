@@ -651,9 +651,13 @@ fn a_plan_with_every_op_passes_with_every_invariant_checked_after_every_step() {
     assert!(end["workload"]["watch_progress"].as_u64().unwrap() > 10, "{end}");
     // The default tier compacts every 10 s: the run's checks held under compaction.
     assert!(end["workload"]["compactions"].as_u64().unwrap() > 0, "{end}");
+    // Under compaction an update may come without its prev_kv: etcd-io/etcd#10681, by name.
     for k in ev.iter().filter(|e| e["event"] == "known-defect") {
-        assert_eq!(k["defect"], "etcd-io/etcd#15220", "{k}");
-        assert!(k["message"].as_str().unwrap().contains("runs etcd 3.4."), "{k}");
+        if k["defect"] == "etcd-io/etcd#15220" {
+            assert!(k["message"].as_str().unwrap().contains("runs etcd 3.4."), "{k}");
+        } else {
+            assert_eq!(k["defect"], "etcd-io/etcd#10681", "{k}");
+        }
     }
     // The rolling upgrade really ran etcd 3.5 on the data 3.4 wrote.
     let logs =

@@ -383,6 +383,9 @@ pub struct WatchSession {
     /// knowledge of each key's value, create revision and version starts again at event `at`
     /// (the first after the gap).
     pub compacted: Vec<CompactedGap>,
+    /// The revisions of the compactions requested while the session ran: an event at or below
+    /// one may come without its `prev_kv` (etcd-io/etcd#10681).
+    pub compactions: Vec<i64>,
     /// The stream carries no previous values (a Kubernetes watch): `prev` is not checked.
     pub prev_unknown: bool,
     /// The key prefix the watch asked for (`None`: not an etcd range, a Kubernetes watch):
