@@ -659,6 +659,14 @@ fn a_plan_with_every_op_passes_with_every_invariant_checked_after_every_step() {
             assert_eq!(k["defect"], "etcd-io/etcd#10681", "{k}");
         }
     }
+    // Each defrag said what etcd did: its database sizes before and after, and how long it took.
+    let defrags = ev.iter().filter(|e| e["event"] == "op-start" && e["family"] == "defrag").count();
+    let said: Vec<&serde_json::Value> = ev
+        .iter()
+        .filter(|e| e["event"] == "target" && e["kind"] == "defrag")
+        .filter(|e| e["detail"]["before"]["db_size"].as_i64() > Some(0) && e["detail"]["after"]["db_size"].as_i64() > Some(0))
+        .collect();
+    assert_eq!(said.len(), defrags, "{said:?}");
     // The rolling upgrade really ran etcd 3.5 on the data 3.4 wrote.
     let logs =
         std::fs::read_dir(run_dir.join("logs")).unwrap().flatten().map(|e| std::fs::read_to_string(e.path()).unwrap()).collect::<String>();
@@ -1173,5 +1181,54 @@ fn disk_reattach_re_adds_a_member_whose_data_etcd_refuses_and_notes_it() {
     eprintln!("the note: {}", c.notes[0]);
     let missing = c.missing();
     assert!(missing.is_empty(), "the re-added member does not serve {missing:?}");
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}
+
+/// `defrag(mN)` really has etcd rewrite the member's backend: after 8 MiB written, deleted and
+/// compacted away, the member's database file shrinks by most of it on that member only, the
+/// member keeps serving what it held, and the op's note gives the sizes etcd reported.
+#[test]
+fn defrag_gives_back_the_space_a_compaction_freed_on_that_member() {
+    use shakedown::faults::MemberId;
+    use shakedown::targets::local::{etcd, LocalTarget};
+    use shakedown::targets::Target;
+    let _l = lock();
+    let d = dirs();
+    let mut profile = shakedown::profiles::load("default").unwrap();
+    profile.versions.truncate(1);
+    let (cfg, _run_dir, rt) = library_run(&d, "sd-defrag", &profile);
+    rt.block_on(async {
+        let mut model = profile.initial_model();
+        let mut target = LocalTarget::start(cfg, &profile, &model, Duration::from_secs(30)).await.unwrap();
+        let m = MemberId(1);
+        let url = target.testbed.members[&m].client_url();
+        let other = target.testbed.members[&MemberId(0)].client_url();
+        let mut c = etcd::connect(&target.testbed.endpoint_url(), Duration::from_secs(5)).await.unwrap();
+        let big = "x".repeat(2048);
+        for i in 0..4096 {
+            c.put(format!("/test/big-{i}"), big.clone(), None).await.unwrap();
+        }
+        let deleted = c.delete("/test/big-", Some(etcd_client::DeleteOptions::new().with_prefix())).await.unwrap();
+        assert_eq!(deleted.deleted(), 4096);
+        let rev = deleted.header().unwrap().revision();
+        c.compact(rev, Some(etcd_client::CompactionOptions::new().with_physical())).await.unwrap();
+        put_keys(&target.testbed.endpoint_url(), "kept", 20).await;
+        let size = |url: String| async move { etcd::status(&url, Duration::from_secs(2)).await.unwrap().db_size() };
+        let (before, other_before) = (size(url.clone()).await, size(other.clone()).await);
+        step(&mut target, &mut model, Op::Defrag { member: m }).await;
+        let (after, other_after) = (size(url.clone()).await, size(other.clone()).await);
+        eprintln!("m1: {before} -> {after} bytes; m0: {other_before} -> {other_after}");
+        assert!(before - after > 4 << 20, "the defragmented member's file shrank by {} bytes of 8 MiB freed", before - after);
+        assert!(other_after > other_before - (1 << 20), "only the member asked was defragmented: m0 {other_before} -> {other_after}");
+        let want: Vec<String> = (0..20).map(|i| format!("/test/kept-{i}=v{i}")).collect();
+        let served = keys_served_by(&url, &want).await;
+        assert!(want.iter().all(|w| served.contains(w)), "the member serves what it held: {served:?}");
+        let notes: Vec<_> = target.take_notes().into_iter().filter(|n| n.kind == "defrag").map(|n| n.detail).collect();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let size = |when: &str| notes[0][when]["db_size"].as_i64().unwrap();
+        assert_eq!(notes[0]["member"], "m1");
+        assert!(size("before") - size("after") > 4 << 20, "the note gives the sizes etcd reported around it: {}", notes[0]);
+        target.teardown().await;
+    });
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
 }

@@ -317,7 +317,8 @@ impl Model {
             | OpKind::NodeDrain
             | OpKind::PodFailure
             | OpKind::PartitionGroups
-            | OpKind::PartitionGroupsHeal => 0,
+            | OpKind::PartitionGroupsHeal
+            | OpKind::Defrag => 0,
         };
         let mut after = self.clone();
         after.apply(op).is_ok() && self.quorum_expected() && after.quorum_expected() && self.up() >= self.quorum() + transient
@@ -370,7 +371,8 @@ impl Model {
             | Op::PvcLoss { .. }
             | Op::PodKillSelected { .. }
             | Op::NodeDrain { .. }
-            | Op::PodFailure { .. } => {}
+            | Op::PodFailure { .. }
+            | Op::Defrag { .. } => {}
             Op::Partition { member } => {
                 self.partitioned.insert(member);
             }

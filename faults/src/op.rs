@@ -94,6 +94,12 @@ pub enum Op {
     /// Application target: the group partition's NetworkPolicies removed (verified: the probe
     /// connects both ways between the groups again).
     PartitionGroupsHeal { pick: u32 },
+    /// Defragment the member's backend through etcd's maintenance API, as an operator's
+    /// etcd-defrag job does: etcd rewrites its bolt database into a new file and swaps it in,
+    /// holding every read and write of that member meanwhile. Verified: etcd answers the call,
+    /// and the member answers and is caught up after it (the database sizes before and after
+    /// go into a `defrag` note in the event log).
+    Defrag { member: MemberId },
 }
 
 /// How many different picks `pod-kill-selected` and `partition-groups` draw from (divisible by 1–4 and 6, so that
@@ -155,6 +161,8 @@ crate::registry! {
         PartitionGroups => "partition-groups",
         /// Application target: remove a group partition's NetworkPolicies (verified: the probe connects both ways again).
         PartitionGroupsHeal => "partition-groups-heal",
+        /// Defragment a member's backend through etcd's maintenance API (kube: only through `[hooks.defrag]`).
+        Defrag => "defrag",
     }
 }
 
@@ -186,7 +194,8 @@ impl OpKind {
             | OpKind::DiskReattach
             | OpKind::Backup
             | OpKind::Restore
-            | OpKind::DiskReplace => false,
+            | OpKind::DiskReplace
+            | OpKind::Defrag => false,
         }
     }
 
@@ -227,6 +236,7 @@ impl Op {
             Op::PodFailure { .. } => OpKind::PodFailure,
             Op::PartitionGroups { .. } => OpKind::PartitionGroups,
             Op::PartitionGroupsHeal { .. } => OpKind::PartitionGroupsHeal,
+            Op::Defrag { .. } => OpKind::Defrag,
         }
     }
 
@@ -245,6 +255,7 @@ impl Op {
             | Op::Partition { member }
             | Op::PartitionHeal { member }
             | Op::PodFailure { member }
+            | Op::Defrag { member }
             | Op::NodeDrain { member } => Some(member),
             Op::RollingUpgrade { .. }
             | Op::RollingReplace
@@ -283,6 +294,7 @@ impl Op {
             | Op::PodFailure { .. }
             | Op::PartitionGroups { .. }
             | Op::PartitionGroupsHeal { .. }
+            | Op::Defrag { .. }
             | Op::NodeDrain { .. } => None,
         }
     }
@@ -305,7 +317,8 @@ impl fmt::Display for Op {
             | Op::PvcLoss { .. }
             | Op::Partition { .. }
             | Op::PartitionHeal { .. }
-            | Op::PodFailure { .. } => unreachable!("ops on one member are written above"),
+            | Op::PodFailure { .. }
+            | Op::Defrag { .. } => unreachable!("ops on one member are written above"),
             Op::OperatorRestart => f.write_str("operator-restart"),
             Op::PodKillSelected { pick } => write!(f, "pod-kill-selected(pick {pick})"),
             Op::PartitionGroups { pick } => write!(f, "partition-groups(pick {pick})"),
@@ -511,6 +524,9 @@ impl Model {
                 true => Ok(()),
                 false => Err(PreconditionError::GroupsNotPartitioned(pick)),
             },
+            // Only a member that answers can be asked; it stays a member throughout (a defrag
+            // holds its requests, it does not take it down).
+            Op::Defrag { member } => state_is(member, &[MemberState::Running], "running"),
         }
     }
 
@@ -575,6 +591,7 @@ impl Model {
                 (0..SELECTED_PICKS).map(|pick| Op::PartitionGroups { pick }).filter(|op| self.check(op).is_ok()).collect()
             }
             OpKind::PartitionGroupsHeal => self.groups_partitioned.map(|pick| Op::PartitionGroupsHeal { pick }).into_iter().collect(),
+            OpKind::Defrag => per_member(|member| Op::Defrag { member }),
         }
     }
 }

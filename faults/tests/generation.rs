@@ -474,3 +474,29 @@ proptest! {
         }
     }
 }
+
+/// A defrag asks a member that answers and takes nothing down: refused on a paused or crashed
+/// member and on a detached disk, it leaves the model as it was, and the shipped tiers that draw
+/// every op draw it (the release tier pins it).
+#[test]
+fn defrag_needs_an_answering_member_and_changes_nothing() {
+    let mut m = model3();
+    let before = m.clone();
+    m.apply(&Op::Defrag { member: MemberId(1) }).unwrap();
+    assert_eq!(m, before, "a defrag changes nothing the model tracks");
+    assert!(m.quorum_throughout(&Op::Defrag { member: MemberId(1) }));
+    m.apply(&Op::Pause { member: MemberId(1) }).unwrap();
+    assert!(m.check(&Op::Defrag { member: MemberId(1) }).is_err(), "a paused member cannot be asked");
+    m.apply(&Op::Crash { member: MemberId(1) }).unwrap();
+    assert!(m.check(&Op::Defrag { member: MemberId(1) }).is_err(), "a crashed one neither");
+    m.apply(&Op::Restart { member: MemberId(1) }).unwrap();
+    m.apply(&Op::DiskDetach { member: MemberId(2) }).unwrap();
+    assert!(m.check(&Op::Defrag { member: MemberId(2) }).is_err(), "nor one whose disk is gone");
+    assert_eq!(m.candidates(OpKind::Defrag), vec![Op::Defrag { member: MemberId(0) }, Op::Defrag { member: MemberId(1) }]);
+    assert_eq!(Op::Defrag { member: MemberId(1) }.to_string(), "defrag(m1)");
+    for i in [2, 3] {
+        let p = profile(i);
+        assert!((0..40u64).flat_map(|s| generate(s, &p).ops).any(|o| o.kind() == OpKind::Defrag), "{} draws defrag", p.name);
+    }
+    assert!(profile(3).weights[&OpKind::Defrag] > 0, "the release tier pins every op on");
+}

@@ -258,7 +258,8 @@ impl Target for AppTarget {
             | OpKind::SiteRecover
             | OpKind::DiskDetach
             | OpKind::DiskReattach
-            | OpKind::DiskReplace) => Err(format!("{k} is not an application op").into()),
+            | OpKind::DiskReplace
+            | OpKind::Defrag) => Err(format!("{k} is not an application op").into()),
         }
     }
 
@@ -287,7 +288,8 @@ impl Target for AppTarget {
             | Op::SiteRecover { .. }
             | Op::DiskDetach { .. }
             | Op::DiskReattach { .. }
-            | Op::DiskReplace { .. } => Err(TargetError::Unsupported(format!("{op} is not an application op"))),
+            | Op::DiskReplace { .. }
+            | Op::Defrag { .. } => Err(TargetError::Unsupported(format!("{op} is not an application op"))),
         }
     }
 

@@ -49,6 +49,7 @@ impl KubeTarget {
                 }
                 Ok(_) => Ok(()),
             },
+            Op::Defrag { .. } => Err("defragmenting one etcd member has no Cluster API counterpart (kubeadm's etcd is a static pod): set [hooks.defrag] in the kube profile (etcdctl defrag on the etcd of $SHAKEDOWN_MACHINE, say)".into()),
             Op::DiskReplace { .. } => Err("replacing a member's data (fresh disk, member removed and re-added) is an operator's manual recovery with no Cluster API object to express it: set [hooks.disk-replace] in the kube profile".into()),
             Op::Backup | Op::Restore { .. } => match &self.velero {
                 Err(why) => Err(format!("backup and restore need Velero or [hooks.backup] and [hooks.restore] in the kube profile: {why}").into()),
@@ -466,7 +467,8 @@ impl KubeTarget {
             | Op::NodeDrain { .. }
             | Op::PodFailure { .. }
             | Op::PartitionGroups { .. }
-            | Op::PartitionGroupsHeal { .. } => {}
+            | Op::PartitionGroupsHeal { .. }
+            | Op::Defrag { .. } => {}
         }
         if self.cfg.dry_run {
             println!("dry-run: hook {op}: {:?}", hook.command);
@@ -564,6 +566,7 @@ impl KubeTarget {
             | Op::Resume { .. }
             | Op::SiteOutage { mode: OutageMode::Isolate, .. }
             | Op::DiskReplace { .. }
+            | Op::Defrag { .. }
             | Op::PodKill { .. }
             | Op::OperatorRestart
             | Op::PvcLoss { .. }

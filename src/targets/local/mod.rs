@@ -271,7 +271,8 @@ impl Target for LocalTarget {
             | OpKind::DiskReattach
             | OpKind::Backup
             | OpKind::Restore
-            | OpKind::DiskReplace => Ok(()),
+            | OpKind::DiskReplace
+            | OpKind::Defrag => Ok(()),
             OpKind::PodKill
             | OpKind::OperatorRestart
             | OpKind::PvcLoss
@@ -309,6 +310,7 @@ impl Target for LocalTarget {
                 Op::Backup => self.backup(after).await,
                 Op::Restore { backup } => self.restore(backup).await,
                 Op::DiskReplace { member } => self.replace_member_data(member).await,
+                Op::Defrag { member } => self.defrag(member).await,
                 Op::PodKill { .. }
                 | Op::OperatorRestart
                 | Op::PvcLoss { .. }

@@ -253,7 +253,8 @@ impl Target for SimTarget {
             | OpKind::DiskReattach
             | OpKind::Backup
             | OpKind::Restore
-            | OpKind::DiskReplace => Ok(()),
+            | OpKind::DiskReplace
+            | OpKind::Defrag => Ok(()),
             OpKind::PodKill
             | OpKind::OperatorRestart
             | OpKind::PvcLoss
@@ -318,7 +319,8 @@ impl Target for SimTarget {
             | Op::SiteRecover { .. }
             | Op::DiskDetach { .. }
             | Op::DiskReattach { .. }
-            | Op::DiskReplace { .. } => {}
+            | Op::DiskReplace { .. }
+            | Op::Defrag { .. } => {}
             Op::PodKill { .. }
             | Op::OperatorRestart
             | Op::PvcLoss { .. }
