@@ -63,6 +63,7 @@ fn main() {
             heartbeat_ms: shakedown::targets::local::HEARTBEAT_MS,
             election_ms: shakedown::targets::local::ELECTION_MS,
             stack: shakedown::faults::Stack::Etcd,
+            etcd: Default::default(),
         }
     };
     let model = profile.initial_model();

@@ -431,6 +431,7 @@ fn main() {
                             heartbeat_ms: shakedown::targets::local::HEARTBEAT_MS,
                             election_ms: shakedown::targets::local::ELECTION_MS,
                             stack: bug.stack(),
+                            etcd: Default::default(),
                         };
                         random_crashes(cfg, seed)
                     })

@@ -55,6 +55,7 @@ fn main() {
             heartbeat_ms: 100,
             election_ms: 1000,
             stack: shakedown::faults::Stack::Etcd,
+            etcd: Default::default(),
         };
         let model = profile.initial_model();
         let row = rt.block_on(async {

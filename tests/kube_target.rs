@@ -42,6 +42,7 @@ disk-reattach = 0
 backup = 0
 restore = 0
 disk-replace = 0
+defrag = 0
 [timeouts]
 converge = "20s"
 liveness = "60s"
@@ -676,6 +677,7 @@ disk-reattach = 3
 backup = 2
 restore = 2
 disk-replace = 0
+defrag = 0
 [timeouts]
 converge = "20s"
 liveness = "60s"

@@ -697,6 +697,7 @@ fn library_run(
         heartbeat_ms: shakedown::targets::local::HEARTBEAT_MS,
         election_ms: shakedown::targets::local::ELECTION_MS,
         stack: shakedown::faults::Stack::Etcd,
+        etcd: Default::default(),
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     (cfg, run_dir, rt)
@@ -1231,4 +1232,76 @@ fn defrag_gives_back_the_space_a_compaction_freed_on_that_member() {
         target.teardown().await;
     });
     assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}
+
+/// `[etcd] snapshot_count` reaches etcd: with a small one, a member kept down while the others
+/// apply more than the leader's catch-up window (5,000 entries past its last snapshot) comes
+/// back through a snapshot the leader sends, not through the entries it missed, and says so in
+/// its log, on each etcd line.
+#[test]
+fn a_member_down_past_the_catch_up_window_comes_back_through_a_snapshot() {
+    use shakedown::faults::MemberId;
+    use shakedown::targets::local::{etcd, LocalTarget};
+    use shakedown::targets::Target;
+    let _l = lock();
+    let profile0 = shakedown::profiles::load("default").unwrap();
+    for version in profile0.versions.clone() {
+        let d = dirs();
+        let mut profile = profile0.clone();
+        profile.versions = vec![version];
+        profile.etcd.snapshot_count = Some(500);
+        let (cfg, run_dir, rt) = library_run(&d, &format!("sd-snap-{}", version.to_string().replace('.', "")), &profile);
+        rt.block_on(async {
+            let mut model = profile.initial_model();
+            let mut target = LocalTarget::start(cfg, &profile, &model, Duration::from_secs(30)).await.unwrap();
+            let m = MemberId(1);
+            step(&mut target, &mut model, Op::Crash { member: m }).await;
+            // 6,400 writes while m1 is down: past the 5,000-entry window after the leader's
+            // snapshots every 500. Each retried (m1 may have led: the others elect a leader).
+            let other = target.testbed.members[&MemberId(0)].client_url();
+            let puts: Vec<_> = (0..16)
+                .map(|c| {
+                    let url = other.clone();
+                    tokio::spawn(async move {
+                        let deadline = Instant::now() + Duration::from_secs(60);
+                        for i in 0..400 {
+                            loop {
+                                let res = match etcd::connect(&url, Duration::from_secs(2)).await {
+                                    Ok(mut cl) => cl
+                                        .put(format!("/test/fill-{c}"), format!("v{i}"), None)
+                                        .await
+                                        .map(|_| ())
+                                        .map_err(|e| e.to_string()),
+                                    Err(e) => Err(e.to_string()),
+                                };
+                                match res {
+                                    Ok(()) => break,
+                                    Err(e) if Instant::now() < deadline => eprintln!("fill-{c} v{i}: {e}; retrying"),
+                                    Err(e) => panic!("fill-{c} v{i}: {e}"),
+                                }
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for p in puts {
+                p.await.unwrap();
+            }
+            step(&mut target, &mut model, Op::Restart { member: m }).await;
+            let url = target.testbed.members[&m].client_url();
+            let want: Vec<String> = (0..16).map(|c| format!("/test/fill-{c}=v399")).collect();
+            let served = keys_served_by(&url, &want).await;
+            assert!(want.iter().all(|w| served.contains(w)), "etcd {version}: m1 caught up: {served:?}");
+            target.teardown().await;
+            let notes: Vec<_> = target.take_notes().into_iter().filter(|n| n.kind == "etcd-snapshots").map(|n| n.detail).collect();
+            assert_eq!(notes.len(), 1, "etcd {version}: {notes:?}");
+            assert!(notes[0]["received"]["m1"].as_u64() >= Some(1), "etcd {version}: the teardown note counts m1's snapshot: {}", notes[0]);
+        });
+        let log = std::fs::read_to_string(run_dir.join("logs/m1.log")).unwrap();
+        let started = log.lines().filter(|l| l.contains("--snapshot-count") || l.contains("\"snapshot-count\":500")).count();
+        assert!(started > 0, "etcd {version}: m1 ran with the profile's snapshot count");
+        assert!(log.contains("received and saved database snapshot"), "etcd {version}: m1 came back through the leader's snapshot");
+        assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+    }
 }

@@ -20,7 +20,7 @@ pub mod shrink;
 pub use generate::{generate, next_op_strategy, Plan, Weights};
 pub use model::{Answers, BackupId, DiskState, Member, MemberId, MemberState, Model, OutageMode, SiteId, Version};
 pub use op::{Op, OpKind, PreconditionError, MAX_BACKUPS};
-pub use profile::{ApiLoad, Mix, Profile, ProfileError, Stack, Workload, WorkloadKind};
+pub use profile::{ApiLoad, EtcdFlags, Mix, Profile, ProfileError, Stack, Workload, WorkloadKind};
 pub use shrink::{repair, without, Shrinker};
 
 /// Declares a registry enum: its variants with their names, in one list, from which `ALL` (the

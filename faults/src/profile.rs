@@ -83,6 +83,12 @@ pub struct Profile {
     /// their defaults. (The kube target's API workload is configured in the kube profile.)
     #[serde(default, skip_serializing_if = "is_default")]
     pub api: ApiLoad,
+    /// etcd's own flags for the local target's members (`[etcd]`); fields left out keep etcd's
+    /// defaults (and the testbed's raft timing). Every member the run starts gets them, restarted,
+    /// replaced and restored ones too. The kube and app targets run no etcd of their own and
+    /// ignore it.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub etcd: EtcdFlags,
     /// Names of the invariants checked after every step (`docs/reference.md` lists them).
     /// Absent: all of those of the profile's `stack` (for `app`: `leaks`, `app-ready`,
     /// `app-durability`, `app-linearizability`; otherwise every other one). A target leaves out, with a note, those it
@@ -128,6 +134,70 @@ impl Default for Timeouts {
             liveness: Duration::from_secs(30),
             op: Duration::from_secs(60),
         }
+    }
+}
+
+/// etcd's flags for the local target's members. Each is etcd's own flag of the same name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct EtcdFlags {
+    /// `--snapshot-count`: entries a member applies between two snapshots of its store. After
+    /// each, the member keeps only the last 5,000 raft entries before it (etcd's fixed catch-up
+    /// window on 3.4 and 3.5), so a member further behind than that when the leader has just
+    /// snapshotted is sent the whole snapshot when it comes back, instead of the entries it
+    /// missed. Absent: etcd's default, 100,000 (no run here gets that far).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot_count: Option<u64>,
+    /// `--heartbeat-interval`, raft's heartbeat. Absent: 100 ms, etcd's default.
+    #[serde(default, with = "human_opt", skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub heartbeat: Option<Duration>,
+    /// `--election-timeout`; etcd refuses one shorter than 5 heartbeats. Absent: 1 s, etcd's
+    /// default.
+    #[serde(default, with = "human_opt", skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_schema")]
+    pub election: Option<Duration>,
+    /// `--experimental-compaction-batch-limit`: revisions one batch of a compaction deletes
+    /// before it yields to other transactions. Absent: etcd's default, 1,000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compaction_batch_limit: Option<u64>,
+}
+
+impl EtcdFlags {
+    /// What is wrong with these flags, said as a profile error.
+    fn problem(&self) -> Option<String> {
+        if self.snapshot_count == Some(0) {
+            return Some("etcd.snapshot_count must be at least 1".into());
+        }
+        if self.compaction_batch_limit == Some(0) {
+            return Some("etcd.compaction_batch_limit must be at least 1".into());
+        }
+        let heartbeat = self.heartbeat.unwrap_or(Duration::from_millis(100));
+        let election = self.election.unwrap_or(Duration::from_secs(1));
+        if heartbeat < Duration::from_millis(1) || !heartbeat.subsec_nanos().is_multiple_of(1_000_000) {
+            return Some("etcd.heartbeat must be a whole number of milliseconds, at least 1ms".into());
+        }
+        if !election.subsec_nanos().is_multiple_of(1_000_000) || election < heartbeat * 5 || election > Duration::from_secs(50) {
+            return Some(format!(
+                "etcd.election = {} must be whole milliseconds, at least 5 heartbeats ({}) and at most 50s, as etcd requires",
+                humantime::format_duration(election),
+                humantime::format_duration(heartbeat * 5)
+            ));
+        }
+        None
+    }
+
+    /// The command-line flags these settings add to etcd's (heartbeat and election apart: the
+    /// testbed always sets those).
+    pub fn args(&self) -> Vec<String> {
+        let mut a = vec![];
+        if let Some(n) = self.snapshot_count {
+            a.extend(["--snapshot-count".to_string(), n.to_string()]);
+        }
+        if let Some(n) = self.compaction_batch_limit {
+            a.extend(["--experimental-compaction-batch-limit".to_string(), n.to_string()]);
+        }
+        a
     }
 }
 
@@ -426,6 +496,9 @@ impl Profile {
         if let Some(p) = self.api.problem("api") {
             return bad(p);
         }
+        if let Some(p) = self.etcd.problem() {
+            return bad(p);
+        }
         let w = &self.workload;
         if w.kind == WorkloadKind::Kube {
             if w.clients == 0 || w.clients > 256 {
@@ -480,5 +553,24 @@ mod human {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let s = String::deserialize(d)?;
         humantime::parse_duration(&s).map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e}")))
+    }
+}
+
+/// serde for optional durations written the human way.
+mod human_opt {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.collect_str(&humantime::format_duration(*d)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map(Some).map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e}")))
     }
 }

@@ -500,3 +500,28 @@ fn defrag_needs_an_answering_member_and_changes_nothing() {
     }
     assert!(profile(3).weights[&OpKind::Defrag] > 0, "the release tier pins every op on");
 }
+
+/// `[etcd]` becomes etcd's own flags; what etcd would refuse is refused when the profile loads,
+/// naming the field; a profile without it serializes without it (records made before it stay
+/// byte-identical).
+#[test]
+fn etcd_flags_become_etcds_flags_and_what_etcd_refuses_is_refused_early() {
+    let base = include_str!("../../ci/profiles/default.toml");
+    let with = |t: &str| Profile::from_toml(&format!("{base}\n[etcd]\n{t}\n"));
+    let p = with("snapshot_count = 1000\ncompaction_batch_limit = 50\nheartbeat = \"50ms\"\nelection = \"500ms\"").unwrap();
+    assert_eq!(p.etcd.args(), ["--snapshot-count", "1000", "--experimental-compaction-batch-limit", "50"]);
+    assert_eq!(p.etcd.heartbeat, Some(std::time::Duration::from_millis(50)));
+    assert_eq!(Profile::from_toml(&p.to_toml()).unwrap(), p, "round-trips");
+    for (t, says) in [
+        ("snapshot_count = 0", "etcd.snapshot_count must be at least 1"),
+        ("compaction_batch_limit = 0", "etcd.compaction_batch_limit must be at least 1"),
+        ("election = \"400ms\"", "at least 5 heartbeats (500ms)"),
+        ("heartbeat = \"1500us\"", "etcd.heartbeat must be a whole number of milliseconds"),
+        ("snapshot = 5", "unknown field"),
+    ] {
+        let e = with(t).unwrap_err().to_string();
+        assert!(e.contains(says), "{t}: {e}");
+    }
+    assert!(!profile(0).to_toml().contains("[etcd]"), "absent stays absent");
+    assert_eq!(profile(2).etcd.snapshot_count, Some(1000), "the nightly tier snapshots every 1000 entries");
+}

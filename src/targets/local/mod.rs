@@ -115,6 +115,13 @@ impl LocalTarget {
         let samples = cfg.run_dir.join("workload.csv");
         let mut cfg = cfg;
         cfg.stack = profile.stack;
+        cfg.etcd = profile.etcd.clone();
+        if let Some(h) = profile.etcd.heartbeat {
+            cfg.heartbeat_ms = h.as_millis() as u32;
+        }
+        if let Some(e) = profile.etcd.election {
+            cfg.election_ms = e.as_millis() as u32;
+        }
         let testbed = Testbed::up(cfg, model, bring_up_limit).await?;
         let api = match testbed.api {
             Some(_) => Some(api::LocalApi::start(&testbed, &profile.api).await?),
@@ -384,5 +391,8 @@ impl Target for LocalTarget {
             api.workload.write_history(&self.testbed.cfg.run_dir.join("api-history.jsonl"));
         }
         self.testbed.teardown();
+        let received = observe::snapshots_received(&self.testbed.cfg.run_dir.join("logs"));
+        let total: usize = received.values().sum();
+        self.log.push(crate::targets::Note { kind: "etcd-snapshots".into(), detail: json!({ "received": received, "total": total }) });
     }
 }

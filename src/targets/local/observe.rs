@@ -300,3 +300,28 @@ async fn settle(url: &str, first: Option<(i64, u64)>, request: std::time::Durati
     }
     (after, None)
 }
+
+/// What etcd logs when a member has received a whole snapshot from the leader (3.4 and 3.5).
+const SNAPSHOT_RECEIVED: &str = "received and saved database snapshot";
+
+/// Per member log in `logs` (`<member>.log`), how many times the member caught up through a
+/// snapshot the leader sent it rather than through raft entries: the path a member takes when it
+/// was behind the leader's catch-up window. Logs that cannot be read count nothing.
+pub(crate) fn snapshots_received(logs: &std::path::Path) -> std::collections::BTreeMap<String, usize> {
+    use std::io::BufRead;
+    let mut out = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir(logs).into_iter().flatten().flatten() {
+        let path = e.path();
+        let Some(member) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".log")) else { continue };
+        let Ok(f) = std::fs::File::open(&path) else { continue };
+        let n = std::io::BufReader::new(f).split(b'\n').map_while(Result::ok).filter(|l| contains(l, SNAPSHOT_RECEIVED.as_bytes())).count();
+        if n > 0 {
+            out.insert(member.to_string(), n);
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}

@@ -57,6 +57,8 @@ pub struct TestbedConfig {
     pub heartbeat_ms: u32,
     pub election_ms: u32,
     pub stack: Stack,
+    /// The profile's `[etcd]` flags, on every member started.
+    pub etcd: shakedown_faults::EtcdFlags,
 }
 
 /// etcd's raft heartbeat on the testbed: etcd's default, as kubeadm runs it. (It was 50 ms, with
@@ -78,6 +80,7 @@ impl TestbedConfig {
             heartbeat_ms: HEARTBEAT_MS,
             election_ms: ELECTION_MS,
             stack: Stack::Etcd,
+            etcd: Default::default(),
         }
     }
 }
@@ -553,6 +556,7 @@ impl Testbed {
             .args(["--initial-cluster-token", &self.cfg.run_id])
             .args(["--heartbeat-interval", &self.cfg.heartbeat_ms.to_string()])
             .args(["--election-timeout", &self.cfg.election_ms.to_string()])
+            .args(self.cfg.etcd.args())
             .args(["--logger", "zap", "--log-outputs", "stderr"])
             .gid(self.process_gid(m.site))
             .stdin(Stdio::null())
