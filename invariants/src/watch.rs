@@ -315,38 +315,34 @@ fn early(s: &WatchSession, p: &WatchProgress, said: String, members: &[MemberSta
         .or_else(|| member.and_then(|m| members.iter().find(|s| s.name == m)).and_then(|s| s.version.as_deref()));
     let Some(v) = version.filter(|v| crate::known::progress_ahead_of_events(v)) else { return Some(format!("{said}{on}")) };
     let key = format!("{}/{}/{}", s.name, s.start_revision, p.revision);
-    if !known.iter().any(|k| k.key == key) {
-        let seen = format!("{}: {said} — {} runs etcd {v}", s.name, member.unwrap_or("the member"));
-        let about = "a requested progress notification is sent outside the watch stream and can overtake events still queued for the watcher (etcd-io/etcd#15220, fixed in 3.4.25 and 3.5.8); a client that trusts it (kube-apiserver's watch cache) serves a state older than it claims";
-        known.push(KnownDefect {
-            invariant: InvariantId::Watch,
-            defect: "etcd-io/etcd#15220".into(),
-            key,
-            message: format!("{seen}: {about}"),
-            seen,
-            about: about.into(),
-        });
-    }
+    let seen = format!("{}: {said} — {} runs etcd {v}", s.name, member.unwrap_or("the member"));
+    let about = "a requested progress notification is sent outside the watch stream and can overtake events still queued for the watcher (etcd-io/etcd#15220, fixed in 3.4.25 and 3.5.8); a client that trusts it (kube-apiserver's watch cache) serves a state older than it claims";
+    report_known(known, "etcd-io/etcd#15220", key, seen, about);
     None
+}
+
+/// Adds a known defect of `watch` to `known`, once per `key` (one occurrence).
+fn report_known(known: &mut Vec<KnownDefect>, defect: &str, key: String, seen: String, about: &str) {
+    if known.iter().any(|k| k.key == key) {
+        return;
+    }
+    known.push(KnownDefect {
+        invariant: InvariantId::Watch,
+        defect: defect.into(),
+        key,
+        message: format!("{seen}: {about}"),
+        seen,
+        about: about.into(),
+    });
 }
 
 /// Reports event `i` of `s`, an update or delete that came without its `prev_kv` after a
 /// compaction at or above its revision had been requested (etcd-io/etcd#10681, every release).
 fn prev_kv_compacted(s: &WatchSession, e: &WatchEvent, i: usize, on: &str, known: &mut Vec<KnownDefect>) {
     let key = format!("{}/{}/{}/{}", s.name, s.start_revision, e.revision, e.key);
-    if known.iter().any(|k| k.key == key) {
-        return;
-    }
     let seen = format!("{}: revision {} ({}) came without prev_kv though it is not a create (event #{i}{on})", s.name, e.revision, e.key);
-    let about = "etcd reads an event's prev_kv at the revision before it and leaves it out, silently, when a compaction has removed that revision (etcd-io/etcd#10681, open; kube-apiserver refuses such an event); a client cannot tell it from a create";
-    known.push(KnownDefect {
-        invariant: InvariantId::Watch,
-        defect: "etcd-io/etcd#10681".into(),
-        key,
-        message: format!("{seen}: {about}"),
-        seen,
-        about: about.into(),
-    });
+    let about = "etcd reads an event's prev_kv at the revision before it and leaves it out, silently, when a compaction has removed that revision (etcd-io/etcd#10681, open; kube-apiserver refuses such an event); a client that needs the old value (to know what a delete removed) does not get it";
+    report_known(known, "etcd-io/etcd#10681", key, seen, about);
 }
 
 fn shown(v: Option<&str>) -> String {
