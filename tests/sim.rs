@@ -33,13 +33,17 @@ fn sim(args: &[&str], d: &common::Dirs) -> std::process::Output {
     run(&a, d)
 }
 
-/// The first seed whose default plan of `steps` steps has a `crash`: what a `…@crash` sim bug
-/// needs, found rather than pinned, so that a change in generation moves the seed, not the test.
-fn seed_with_a_crash(steps: usize) -> String {
+/// The first seed whose default plan of `steps` steps has an op of `kind`: what a `…@crash` sim
+/// bug needs, found rather than pinned, so that a change in generation moves the seed, not the test.
+fn seed_with(kind: shakedown::faults::OpKind, steps: usize) -> String {
     let mut p = shakedown::profiles::load("default").unwrap();
     p.steps = steps;
-    let crashes = |s: &u64| shakedown::faults::generate(*s, &p).ops.iter().any(|o| o.kind() == shakedown::faults::OpKind::Crash);
-    (1..1000u64).find(crashes).expect("a seed with a crash").to_string()
+    let has = |s: &u64| shakedown::faults::generate(*s, &p).ops.iter().any(|o| o.kind() == kind);
+    (1..1000u64).find(has).unwrap_or_else(|| panic!("a seed with {kind}")).to_string()
+}
+
+fn seed_with_a_crash(steps: usize) -> String {
+    seed_with(shakedown::faults::OpKind::Crash, steps)
 }
 
 fn only_run_dir(runs: &Path) -> std::path::PathBuf {
@@ -249,14 +253,15 @@ fn exit_codes_tell_the_stack_the_machine_and_shakedown_apart() {
 #[test]
 fn unsupported_ops_are_skipped_with_what_depended_on_them() {
     let d = dirs();
-    let out = sim(&["--seed", "5", "--steps", "40", "--sim-bug", "unsupported@backup"], &d);
+    // A plan with a restore has a backup before it.
+    let out = sim(&["--seed", &seed_with(shakedown::faults::OpKind::Restore, 40), "--steps", "40", "--sim-bug", "unsupported@backup"], &d);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     let ev = events(&only_run_dir(&d.runs));
     let plan: shakedown::faults::Plan = toml::from_str(&std::fs::read_to_string(only_run_dir(&d.runs).join("plan.toml")).unwrap()).unwrap();
     let backups = plan.ops.iter().filter(|o| o.kind().to_string() == "backup").count();
     let restores = plan.ops.iter().filter(|o| o.kind().to_string() == "restore").count();
-    assert!(backups > 0 && restores > 0, "seed 5 plans backups and restores: {:?}", plan.ops);
+    assert!(backups > 0 && restores > 0, "the seed plans backups and restores: {:?}", plan.ops);
     let skipped: Vec<&serde_json::Value> = ev.iter().filter(|e| e["event"] == "op-skipped").collect();
     assert_eq!(skipped.len(), backups + restores, "{skipped:?}");
     assert!(skipped.iter().any(|s| s["reason"].as_str().unwrap().contains("refuses it")));

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use proptest::prelude::*;
-use shakedown_faults::generate::{generate_from, MAX_DRAWN_REPLACE_WEIGHT, MAX_DRAWN_WEIGHT};
+use shakedown_faults::generate::{generate_from, MAX_DRAWN_DEFRAG_WEIGHT, MAX_DRAWN_REPLACE_WEIGHT, MAX_DRAWN_WEIGHT};
 use shakedown_faults::{
     generate, BackupId, DiskState, MemberId, MemberState, Model, Op, OpKind, OutageMode, Profile, SiteId, Stack, Version, MAX_BACKUPS,
 };
@@ -499,6 +499,12 @@ fn defrag_needs_an_answering_member_and_changes_nothing() {
         assert!((0..40u64).flat_map(|s| generate(s, &p).ops).any(|o| o.kind() == OpKind::Defrag), "{} draws defrag", p.name);
     }
     assert!(profile(3).weights[&OpKind::Defrag] > 0, "the release tier pins every op on");
+    let drawn: BTreeSet<u32> = (0..300u64).map(|s| generate(s, &profile(0)).weights[&OpKind::Defrag]).collect();
+    assert_eq!(drawn, (0..=MAX_DRAWN_DEFRAG_WEIGHT).collect(), "swarm draws defrag's weight from 0 to its own cap");
+    let (defrags, all) = (0..100u64)
+        .flat_map(|s| generate(s, &profile(2)).ops)
+        .fold((0, 0), |(d, n), o| (d + usize::from(o.kind() == OpKind::Defrag), n + 1));
+    assert!(defrags * 5 < all, "a nightly plan mostly faults: {defrags} defrags of {all} ops");
 }
 
 /// `[etcd]` becomes etcd's own flags; what etcd would refuse is refused when the profile loads,
