@@ -1305,3 +1305,48 @@ fn a_member_down_past_the_catch_up_window_comes_back_through_a_snapshot() {
         assert_eq!(leftovers(&d.runs), Vec::<String>::new());
     }
 }
+
+/// `partition-until-snapshot(m1)` on each etcd line: m1's raft traffic is cut while the others
+/// apply past the leader's catch-up window, then let back; it comes back through the leader's
+/// snapshot (the op's note counts it), every invariant holds after it (the workload's watch on
+/// m1 included), and no rule is left behind.
+#[test]
+fn partition_until_snapshot_brings_a_member_back_through_a_snapshot() {
+    use shakedown::faults::MemberId;
+    use shakedown::targets::local::LocalTarget;
+    use shakedown::targets::Target;
+    let _l = lock();
+    let profile0 = shakedown::profiles::load("default").unwrap();
+    let mut outcomes = vec![];
+    for version in profile0.versions.clone() {
+        let d = dirs();
+        let mut profile = profile0.clone();
+        profile.versions = vec![version];
+        profile.etcd.snapshot_count = Some(1000);
+        let (cfg, _run_dir, rt) = library_run(&d, &format!("sd-pus-{}", version.to_string().replace('.', "")), &profile);
+        let outcome = rt.block_on(async {
+            let mut model = profile.initial_model();
+            let mut target = LocalTarget::start(cfg, &profile, &model, Duration::from_secs(30)).await.unwrap();
+            let op = Op::PartitionUntilSnapshot { member: MemberId(1) };
+            target.supports(&op).unwrap();
+            let t = Instant::now();
+            step(&mut target, &mut model, op).await;
+            let took = t.elapsed();
+            let notes: Vec<_> =
+                target.take_notes().into_iter().filter(|n| n.kind == "partition-until-snapshot").map(|n| n.detail).collect();
+            assert_eq!(notes.len(), 1, "etcd {version}: {notes:?}");
+            assert!(notes[0]["snapshots_received"].as_u64() >= Some(1), "etcd {version}: {}", notes[0]);
+            let reached = notes[0]["others_reached"].as_u64().unwrap() - notes[0]["cut_at_index"].as_u64().unwrap();
+            assert!(reached >= 6000, "etcd {version}: the others moved {reached} entries past m1, more than snapshot_count + 5,000");
+            eprintln!("etcd {version}: {} in {} ms", notes[0], took.as_millis());
+            let res = converged(&mut target, &model).await;
+            target.teardown().await;
+            res
+        });
+        outcomes.push((version, outcome));
+        assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+    }
+    for (version, outcome) in outcomes {
+        outcome.unwrap_or_else(|e| panic!("etcd {version}: {e}"));
+    }
+}

@@ -30,11 +30,17 @@ pub const MAX_DRAWN_REPLACE_WEIGHT: u32 = 3;
 /// of faulting.
 pub const MAX_DRAWN_DEFRAG_WEIGHT: u32 = 3;
 
+/// The largest weight drawn for `partition-until-snapshot` when the profile does not pin it: each
+/// one holds its cut while the others apply thousands of entries (seconds of filler writes), so
+/// a swarm plan holds a few of them, not dozens.
+pub const MAX_DRAWN_SNAPSHOT_PARTITION_WEIGHT: u32 = 3;
+
 /// The largest weight drawn for `kind` when the profile does not pin it.
 pub fn max_drawn_weight(kind: OpKind) -> u32 {
     match kind {
         OpKind::DiskReplace => MAX_DRAWN_REPLACE_WEIGHT,
         OpKind::Defrag => MAX_DRAWN_DEFRAG_WEIGHT,
+        OpKind::PartitionUntilSnapshot => MAX_DRAWN_SNAPSHOT_PARTITION_WEIGHT,
         _ => MAX_DRAWN_WEIGHT,
     }
 }

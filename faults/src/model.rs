@@ -294,7 +294,8 @@ impl Model {
     #[deny(clippy::wildcard_enum_match_arm)]
     pub fn quorum_throughout(&self, op: &Op) -> bool {
         let transient = match op.kind() {
-            OpKind::RollingUpgrade | OpKind::RollingReplace => 1,
+            // One member at a time, or the one cut off while the op runs.
+            OpKind::RollingUpgrade | OpKind::RollingReplace | OpKind::PartitionUntilSnapshot => 1,
             // A restore takes the whole cluster down on purpose.
             OpKind::Restore => return false,
             // One member (or one site) at a time, or nothing of etcd's: the precondition decides.
@@ -372,7 +373,8 @@ impl Model {
             | Op::PodKillSelected { .. }
             | Op::NodeDrain { .. }
             | Op::PodFailure { .. }
-            | Op::Defrag { .. } => {}
+            | Op::Defrag { .. }
+            | Op::PartitionUntilSnapshot { .. } => {}
             Op::Partition { member } => {
                 self.partitioned.insert(member);
             }

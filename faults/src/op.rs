@@ -100,6 +100,13 @@ pub enum Op {
     /// and the member answers and is caught up after it (the database sizes before and after
     /// go into a `defrag` note in the event log).
     Defrag { member: MemberId },
+    /// The member's peer traffic is cut (raft only: its clients still reach it, as in a split
+    /// between the members' network and the clients'), and held while the others apply enough
+    /// entries that the leader's log no longer reaches back to it (the profile's
+    /// `[etcd] snapshot_count` plus etcd's 5,000-entry catch-up window); then the cut is lifted.
+    /// Verified: the member catches up through a snapshot the leader sends (its log says it
+    /// received one) and is caught up.
+    PartitionUntilSnapshot { member: MemberId },
 }
 
 /// How many different picks `pod-kill-selected` and `partition-groups` draw from (divisible by 1–4 and 6, so that
@@ -163,6 +170,8 @@ crate::registry! {
         PartitionGroupsHeal => "partition-groups-heal",
         /// Defragment a member's backend through etcd's maintenance API (kube: only through `[hooks.defrag]`).
         Defrag => "defrag",
+        /// Cut a member's peer traffic until the leader's log has moved past it, then let it back: it must catch up through a snapshot (local target: needs `[etcd] snapshot_count`; kube: only through `[hooks.partition-until-snapshot]`).
+        PartitionUntilSnapshot => "partition-until-snapshot",
     }
 }
 
@@ -195,7 +204,8 @@ impl OpKind {
             | OpKind::Backup
             | OpKind::Restore
             | OpKind::DiskReplace
-            | OpKind::Defrag => false,
+            | OpKind::Defrag
+            | OpKind::PartitionUntilSnapshot => false,
         }
     }
 
@@ -237,6 +247,7 @@ impl Op {
             Op::PartitionGroups { .. } => OpKind::PartitionGroups,
             Op::PartitionGroupsHeal { .. } => OpKind::PartitionGroupsHeal,
             Op::Defrag { .. } => OpKind::Defrag,
+            Op::PartitionUntilSnapshot { .. } => OpKind::PartitionUntilSnapshot,
         }
     }
 
@@ -256,6 +267,7 @@ impl Op {
             | Op::PartitionHeal { member }
             | Op::PodFailure { member }
             | Op::Defrag { member }
+            | Op::PartitionUntilSnapshot { member }
             | Op::NodeDrain { member } => Some(member),
             Op::RollingUpgrade { .. }
             | Op::RollingReplace
@@ -295,6 +307,7 @@ impl Op {
             | Op::PartitionGroups { .. }
             | Op::PartitionGroupsHeal { .. }
             | Op::Defrag { .. }
+            | Op::PartitionUntilSnapshot { .. }
             | Op::NodeDrain { .. } => None,
         }
     }
@@ -318,7 +331,8 @@ impl fmt::Display for Op {
             | Op::Partition { .. }
             | Op::PartitionHeal { .. }
             | Op::PodFailure { .. }
-            | Op::Defrag { .. } => unreachable!("ops on one member are written above"),
+            | Op::Defrag { .. }
+            | Op::PartitionUntilSnapshot { .. } => unreachable!("ops on one member are written above"),
             Op::OperatorRestart => f.write_str("operator-restart"),
             Op::PodKillSelected { pick } => write!(f, "pod-kill-selected(pick {pick})"),
             Op::PartitionGroups { pick } => write!(f, "partition-groups(pick {pick})"),
@@ -527,6 +541,11 @@ impl Model {
             // Only a member that answers can be asked; it stays a member throughout (a defrag
             // holds its requests, it does not take it down).
             Op::Defrag { member } => state_is(member, &[MemberState::Running], "running"),
+            // The member is cut off for the op's length: one member down, as a pause.
+            Op::PartitionUntilSnapshot { member } => {
+                state_is(member, &[MemberState::Running], "running")?;
+                more_down(1)
+            }
         }
     }
 
@@ -592,6 +611,7 @@ impl Model {
             }
             OpKind::PartitionGroupsHeal => self.groups_partitioned.map(|pick| Op::PartitionGroupsHeal { pick }).into_iter().collect(),
             OpKind::Defrag => per_member(|member| Op::Defrag { member }),
+            OpKind::PartitionUntilSnapshot => per_member(|member| Op::PartitionUntilSnapshot { member }),
         }
     }
 }

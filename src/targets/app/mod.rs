@@ -259,7 +259,8 @@ impl Target for AppTarget {
             | OpKind::DiskDetach
             | OpKind::DiskReattach
             | OpKind::DiskReplace
-            | OpKind::Defrag) => Err(format!("{k} is not an application op").into()),
+            | OpKind::Defrag
+            | OpKind::PartitionUntilSnapshot) => Err(format!("{k} is not an application op").into()),
         }
     }
 
@@ -289,7 +290,8 @@ impl Target for AppTarget {
             | Op::DiskDetach { .. }
             | Op::DiskReattach { .. }
             | Op::DiskReplace { .. }
-            | Op::Defrag { .. } => Err(TargetError::Unsupported(format!("{op} is not an application op"))),
+            | Op::Defrag { .. }
+            | Op::PartitionUntilSnapshot { .. } => Err(TargetError::Unsupported(format!("{op} is not an application op"))),
         }
     }
 

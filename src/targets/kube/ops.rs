@@ -50,6 +50,7 @@ impl KubeTarget {
                 Ok(_) => Ok(()),
             },
             Op::Defrag { .. } => Err("defragmenting one etcd member has no Cluster API counterpart (kubeadm's etcd is a static pod): set [hooks.defrag] in the kube profile (etcdctl defrag on the etcd of $SHAKEDOWN_MACHINE, say)".into()),
+            Op::PartitionUntilSnapshot { .. } => Err("cutting one member's peer traffic until the leader sends it a snapshot is provider-specific: set [hooks.partition-until-snapshot] in the kube profile".into()),
             Op::DiskReplace { .. } => Err("replacing a member's data (fresh disk, member removed and re-added) is an operator's manual recovery with no Cluster API object to express it: set [hooks.disk-replace] in the kube profile".into()),
             Op::Backup | Op::Restore { .. } => match &self.velero {
                 Err(why) => Err(format!("backup and restore need Velero or [hooks.backup] and [hooks.restore] in the kube profile: {why}").into()),
@@ -468,7 +469,8 @@ impl KubeTarget {
             | Op::PodFailure { .. }
             | Op::PartitionGroups { .. }
             | Op::PartitionGroupsHeal { .. }
-            | Op::Defrag { .. } => {}
+            | Op::Defrag { .. }
+            | Op::PartitionUntilSnapshot { .. } => {}
         }
         if self.cfg.dry_run {
             println!("dry-run: hook {op}: {:?}", hook.command);
@@ -567,6 +569,7 @@ impl KubeTarget {
             | Op::SiteOutage { mode: OutageMode::Isolate, .. }
             | Op::DiskReplace { .. }
             | Op::Defrag { .. }
+            | Op::PartitionUntilSnapshot { .. }
             | Op::PodKill { .. }
             | Op::OperatorRestart
             | Op::PvcLoss { .. }

@@ -280,6 +280,7 @@ impl Target for LocalTarget {
             | OpKind::Restore
             | OpKind::DiskReplace
             | OpKind::Defrag => Ok(()),
+            OpKind::PartitionUntilSnapshot => self.partition_until_snapshot_supported(op),
             OpKind::PodKill
             | OpKind::OperatorRestart
             | OpKind::PvcLoss
@@ -318,6 +319,7 @@ impl Target for LocalTarget {
                 Op::Restore { backup } => self.restore(backup).await,
                 Op::DiskReplace { member } => self.replace_member_data(member).await,
                 Op::Defrag { member } => self.defrag(member).await,
+                Op::PartitionUntilSnapshot { member } => self.partition_until_snapshot(member).await,
                 Op::PodKill { .. }
                 | Op::OperatorRestart
                 | Op::PvcLoss { .. }

@@ -48,6 +48,36 @@ pub async fn isolate(table: &str, site: &str, subnet: Ipv4Addr, gid: u32) -> Res
     Ok(())
 }
 
+/// Cuts the raft traffic of one member (`name`, at `ip`, its process running with group `gid`)
+/// and nothing else: peers' packets to its peer port, and its own packets to any peer port. Its
+/// clients still reach it. Rules commented `<name> peer in` / `<name> peer out`.
+pub async fn cut_peer(table: &str, name: &str, ip: Ipv4Addr, gid: u32, peer_port: u16) -> Result<(), LocalError> {
+    nft(&["add", "table", "inet", table]).await?;
+    nft(&["add", "chain", "inet", table, "out", "{ type filter hook output priority 0 ; policy accept ; }"]).await?;
+    let into = format!("ip daddr {ip} tcp dport {peer_port} drop comment \"{name} peer in\"");
+    let from = format!("meta skgid {gid} tcp dport {peer_port} drop comment \"{name} peer out\"");
+    for rule in [into, from] {
+        let mut args = vec!["add", "rule", "inet", table, "out"];
+        args.extend(rule.split(' '));
+        nft(&args).await?;
+    }
+    Ok(())
+}
+
+/// Removes the rules of `cut_peer` for `name`.
+pub async fn heal_peer(table: &str, name: &str) -> Result<(), LocalError> {
+    let listing = nft(&["-a", "list", "chain", "inet", table, "out"]).await?;
+    for line in listing
+        .lines()
+        .filter(|l| l.contains(&format!("comment \"{name} peer in\"")) || l.contains(&format!("comment \"{name} peer out\"")))
+    {
+        if let Some(handle) = line.rsplit("# handle ").next().filter(|h| h.trim().chars().all(|c| c.is_ascii_digit())) {
+            nft(&["delete", "rule", "inet", table, "out", "handle", handle.trim()]).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Removes the rules of `site` (`only_inbound`: the planted bug that forgets the outbound rule).
 pub async fn recover(table: &str, site: &str, forget_outbound: bool) -> Result<(), LocalError> {
     let listing = nft(&["-a", "list", "chain", "inet", table, "out"]).await?;

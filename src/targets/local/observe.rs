@@ -308,18 +308,23 @@ const SNAPSHOT_RECEIVED: &str = "received and saved database snapshot";
 /// snapshot the leader sent it rather than through raft entries: the path a member takes when it
 /// was behind the leader's catch-up window. Logs that cannot be read count nothing.
 pub(crate) fn snapshots_received(logs: &std::path::Path) -> std::collections::BTreeMap<String, usize> {
-    use std::io::BufRead;
     let mut out = std::collections::BTreeMap::new();
     for e in std::fs::read_dir(logs).into_iter().flatten().flatten() {
         let path = e.path();
         let Some(member) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".log")) else { continue };
-        let Ok(f) = std::fs::File::open(&path) else { continue };
-        let n = std::io::BufReader::new(f).split(b'\n').map_while(Result::ok).filter(|l| contains(l, SNAPSHOT_RECEIVED.as_bytes())).count();
+        let n = snapshots_received_in(&path);
         if n > 0 {
             out.insert(member.to_string(), n);
         }
     }
     out
+}
+
+/// How many snapshots the member whose log is `log` says it received (0 when it cannot be read).
+pub(crate) fn snapshots_received_in(log: &std::path::Path) -> usize {
+    use std::io::BufRead;
+    let Ok(f) = std::fs::File::open(log) else { return 0 };
+    std::io::BufReader::new(f).split(b'\n').map_while(Result::ok).filter(|l| contains(l, SNAPSHOT_RECEIVED.as_bytes())).count()
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {

@@ -2,13 +2,16 @@
 //! reattach and replace, backup and restore. Each is bounded by the op bound (the caller's
 //! timeout) and by its own waits.
 
-use shakedown_faults::{BackupId, MemberId, Model, OutageMode, SiteId};
+use std::time::Duration;
+
+use serde_json::json;
+use shakedown_faults::{BackupId, MemberId, Model, Op, OutageMode, SiteId};
 use tokio::time::Instant;
 
 use super::bugs::PlantedBug;
 use super::{
-    backup, etcd, futures_join_all, nft, LocalError, LocalTarget, EXIT_POLL, MOVE_LEADER_BOUND, PEERS_KNOW_POLL, RECONFIGURE_RETRY,
-    REPLACE_STOP_GRACE, UPGRADE_STOP_GRACE,
+    backup, etcd, futures_join_all, nft, observe, testbed::PEER_PORT, DiskMode, LocalError, LocalTarget, EXIT_POLL, MOVE_LEADER_BOUND,
+    PEERS_KNOW_POLL, RECONFIGURE_RETRY, REPLACE_STOP_GRACE, UPGRADE_STOP_GRACE,
 };
 
 /// Why a membership change (see [`LocalTarget::reconfigure`]) did not happen within the op bound.
@@ -452,6 +455,82 @@ impl LocalTarget {
         Ok(())
     }
 
+    /// Whether `partition-until-snapshot` can run here: nftables (root, loop disks: the member's
+    /// own group id), a `[etcd] snapshot_count` small enough for the op's bound, and the member
+    /// alone in its site (its packets are told apart by the site's group id).
+    pub(super) fn partition_until_snapshot_supported(&self, op: &Op) -> Result<(), crate::targets::Unsupported> {
+        if self.testbed.cfg.disks != DiskMode::Loop {
+            return Err("cutting a member's peer traffic needs root (nftables and per-site group ids)".into());
+        }
+        nft::available()?;
+        match self.testbed.cfg.etcd.snapshot_count {
+            Some(n) if n <= MAX_SNAPSHOT_COUNT_TO_OUTRUN => {}
+            Some(n) => {
+                return Err(format!(
+                    "partition-until-snapshot holds the cut while the others apply snapshot_count + 5,000 entries: [etcd] snapshot_count = {n} is more than the {MAX_SNAPSHOT_COUNT_TO_OUTRUN} it waits for"
+                )
+                .into())
+            }
+            None => {
+                return Err("partition-until-snapshot needs [etcd] snapshot_count in the profile (at most 10,000): with etcd's default of 100,000 the others would have to apply 105,000 entries first".into())
+            }
+        }
+        let Some(id) = op.member() else { return Ok(()) };
+        let site = self.testbed.members.get(&id).map(|m| m.site);
+        if self.testbed.members.values().filter(|m| Some(m.site) == site).count() > 1 {
+            return Err(format!("{id} shares its site with another member: its peer traffic cannot be told apart from theirs").into());
+        }
+        Ok(())
+    }
+
+    /// `partition-until-snapshot(mN)`: the member's raft traffic cut ([`nft::cut_peer`]); filler
+    /// writes (one key of the run's own, outside the workload's prefix) through the others until
+    /// the cluster's raft index is past the member's by `snapshot_count` + 5,000 + a margin, so
+    /// the leader has snapshotted and compacted its log beyond it; the cut lifted; then the member
+    /// must be caught up and its log must say it received a snapshot. A member that caught up
+    /// without one fails the op: the condition the op promises was not created.
+    pub(super) async fn partition_until_snapshot(&mut self, id: MemberId) -> Result<(), LocalError> {
+        let deadline = Instant::now() + self.bounds.op;
+        let snapshot_count = self.testbed.cfg.etcd.snapshot_count.unwrap_or(0);
+        let m = self.testbed.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
+        let (ip, site, url) = (m.ip, m.site, m.client_url());
+        let log = self.testbed.cfg.run_dir.join("logs").join(format!("{}.log", m.name()));
+        let received_before = observe::snapshots_received_in(&log);
+        let stack = |e: etcd::EtcdError| LocalError::Stack(format!("partition-until-snapshot {id}: {e}"));
+        let table = self.testbed.nft_table();
+        nft::cut_peer(&table, &id.to_string(), ip, self.testbed.site_gid(site), PEER_PORT).await?;
+        let res = async {
+            let behind = etcd::status(&url, self.bounds.request).await.map_err(stack)?.raft_index();
+            let target = behind + snapshot_count + SNAPSHOT_CATCH_UP_ENTRIES + SNAPSHOT_MARGIN;
+            let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
+            let others = self.answering(others).await;
+            let leader = others
+                .first()
+                .cloned()
+                .ok_or_else(|| LocalError::Stack(format!("partition-until-snapshot {id}: no other member answers")))?;
+            let fill_key = format!("/shakedown/{}/snapshot-fill", self.testbed.cfg.run_id);
+            let reached = fill_until(&others, &fill_key, target, deadline, self.bounds.request).await?;
+            tracing::debug!(member = %id, behind, target, reached, leader = %leader, "partition-until-snapshot: the others moved on");
+            Ok::<_, LocalError>((behind, reached))
+        }
+        .await;
+        // The cut is lifted whatever happened while it held.
+        nft::heal_peer(&table, &id.to_string()).await?;
+        let (behind, reached) = res?;
+        self.wait_caught_up(id, "back from partition-until-snapshot").await?;
+        let received = observe::snapshots_received_in(&log);
+        if received <= received_before {
+            return Err(LocalError::Stack(format!(
+                "partition-until-snapshot {id}: caught up without a snapshot from the leader (cut at raft index {behind}, the others reached {reached} with snapshot_count {snapshot_count}): the leader's log still reached back to it"
+            )));
+        }
+        self.log.push(crate::targets::Note {
+            kind: "partition-until-snapshot".into(),
+            detail: json!({ "member": id.to_string(), "cut_at_index": behind, "others_reached": reached, "snapshots_received": received - received_before }),
+        });
+        Ok(())
+    }
+
     pub(super) fn backup_path(&self, b: BackupId) -> std::path::PathBuf {
         self.testbed.cfg.run_dir.join("backups").join(format!("{b}.db"))
     }
@@ -602,4 +681,72 @@ impl LocalTarget {
         }
         Ok(())
     }
+}
+
+/// etcd's raft entries kept behind a snapshot for followers to catch up from (`SnapshotCatchUpEntries`,
+/// fixed on 3.4 and 3.5).
+const SNAPSHOT_CATCH_UP_ENTRIES: u64 = 5_000;
+/// Entries past the last one that can trigger the snapshot that compacts beyond the member: the
+/// snapshot is saved after the entry is applied.
+const SNAPSHOT_MARGIN: u64 = 200;
+/// The largest `[etcd] snapshot_count` `partition-until-snapshot` outruns (at a few thousand
+/// filler writes a second, about ten seconds of them).
+pub(super) const MAX_SNAPSHOT_COUNT_TO_OUTRUN: u64 = 10_000;
+/// Concurrent filler writers.
+const FILLERS: usize = 8;
+
+/// Writes to `key` through the members at `urls` (each writer through one, round-robin) until
+/// one of them reports a raft index of at least `target`, or `deadline`. Returns the index
+/// reached. Writes that fail are retried while the deadline allows (an election may be under way).
+async fn fill_until(urls: &[String], key: &str, target: u64, deadline: Instant, request: Duration) -> Result<u64, LocalError> {
+    let reached = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..FILLERS {
+        let (url, key, reached) = (urls[w % urls.len()].clone(), key.to_string(), reached.clone());
+        tasks.spawn(async move {
+            let mut client = None;
+            let mut last = String::new();
+            let mut i = 0u64;
+            while reached.load(std::sync::atomic::Ordering::Relaxed) < target && Instant::now() < deadline {
+                if client.is_none() {
+                    client = etcd::connect(&url, request).await.map_err(|e| last = e.to_string()).ok();
+                }
+                let Some(c) = client.as_mut() else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                i += 1;
+                match etcd::bounded("put", request, c.put(key.as_str(), format!("{w}-{i}"), None)).await {
+                    Ok(_) => {}
+                    Err(e) => {
+                        last = e.to_string();
+                        client = None;
+                    }
+                }
+                if i.is_multiple_of(100) {
+                    if let Ok(s) = etcd::status(&url, request).await {
+                        reached.fetch_max(s.raft_index(), std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            }
+            last
+        });
+    }
+    let mut errors = vec![];
+    while let Some(r) = tasks.join_next().await {
+        if let Ok(last) = r {
+            if !last.is_empty() {
+                errors.push(last);
+            }
+        }
+    }
+    let got = reached.load(std::sync::atomic::Ordering::Relaxed);
+    if got < target {
+        errors.dedup();
+        return Err(LocalError::Stack(format!(
+            "the others reached raft index {got} of {target} before the op's bound (last errors: {})",
+            if errors.is_empty() { "none".to_string() } else { errors.join("; ") }
+        )));
+    }
+    Ok(got)
 }

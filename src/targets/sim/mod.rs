@@ -254,7 +254,8 @@ impl Target for SimTarget {
             | OpKind::Backup
             | OpKind::Restore
             | OpKind::DiskReplace
-            | OpKind::Defrag => Ok(()),
+            | OpKind::Defrag
+            | OpKind::PartitionUntilSnapshot => Ok(()),
             OpKind::PodKill
             | OpKind::OperatorRestart
             | OpKind::PvcLoss
@@ -320,7 +321,8 @@ impl Target for SimTarget {
             | Op::DiskDetach { .. }
             | Op::DiskReattach { .. }
             | Op::DiskReplace { .. }
-            | Op::Defrag { .. } => {}
+            | Op::Defrag { .. }
+            | Op::PartitionUntilSnapshot { .. } => {}
             Op::PodKill { .. }
             | Op::OperatorRestart
             | Op::PvcLoss { .. }
