@@ -541,10 +541,17 @@ impl Model {
             // Only a member that answers can be asked; it stays a member throughout (a defrag
             // holds its requests, it does not take it down).
             Op::Defrag { member } => state_is(member, &[MemberState::Running], "running"),
-            // The member is cut off for the op's length: one member down, as a pause.
+            // The member is cut off for the op's length: one member down, as a pause; and the
+            // others must commit without it, or the leader's log never moves past it.
             Op::PartitionUntilSnapshot { member } => {
                 state_is(member, &[MemberState::Running], "running")?;
-                more_down(1)
+                more_down(1)?;
+                if self.up() - 1 < self.quorum() {
+                    return Err(PreconditionError::NeedsQuorum(
+                        "the others must keep quorum while the member is cut off: only they can move the leader's log past it",
+                    ));
+                }
+                Ok(())
             }
         }
     }

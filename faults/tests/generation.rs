@@ -534,3 +534,18 @@ fn etcd_flags_become_etcds_flags_and_what_etcd_refuses_is_refused_early() {
         assert_eq!(profile(i).etcd.snapshot_count, Some(1000), "{} snapshots every 1000 entries", profile(i).name);
     }
 }
+
+/// `partition-until-snapshot` takes one member away while the others must commit: refused when
+/// they would not hold quorum (a destructive tier's second member down), allowed otherwise, and
+/// judged with one member away for the whole op.
+#[test]
+fn partition_until_snapshot_needs_the_others_to_keep_quorum() {
+    let mut m = Model::new(3, 3, vec![Version::new(3, 5)], 2);
+    let op = Op::PartitionUntilSnapshot { member: MemberId(1) };
+    assert!(m.check(&op).is_ok());
+    assert!(m.quorum_throughout(&op), "two of three keep quorum throughout");
+    m.apply(&Op::Crash { member: MemberId(0) }).unwrap();
+    assert!(matches!(m.check(&op), Err(shakedown_faults::PreconditionError::NeedsQuorum(_))), "{:?}", m.check(&op));
+    assert!(m.candidates(OpKind::PartitionUntilSnapshot).is_empty());
+    assert_eq!(op.to_string(), "partition-until-snapshot(m1)");
+}
