@@ -49,6 +49,24 @@ pub(crate) fn progress_ahead_of_events(version: &str) -> bool {
     release(version).is_some_and(|(minor, patch)| minor < 4 || (minor == 4 && patch < 25) || (minor == 5 && patch < 8))
 }
 
+/// For a watch that delivered a revision again or went back: names etcd-io/etcd#15271 when the
+/// member that sent it runs a release with it (3.4 before 3.4.25, 3.5 before 3.5.8; the same
+/// releases as etcd-io/etcd#15220). Empty otherwise. The verdict still fails: a watcher is told
+/// events it has seen, and a cache built from it (kube-apiserver's) goes back in time.
+///
+/// A watch that has caught up with the store moves to etcd's "synced" group, where a sent event
+/// does not advance the revision the watch is known to have reached. When the member installs a
+/// snapshot from the leader, every synced watch is moved back to the "unsynced" group and replayed
+/// from that stale revision: events the watch delivered are delivered again.
+pub(crate) fn watch_back_after_snapshot(member: &str, version: &str) -> String {
+    if !progress_ahead_of_events(version) {
+        return String::new();
+    }
+    format!(
+        ". Known etcd defect: {member} runs etcd {version} — a member that catches up through the leader's snapshot (back from a partition, or far behind) replays its watches from an older revision than they reached, so a watch delivers events again (etcd-io/etcd#15271, fixed in 3.4.25 and 3.5.8; docs/findings.md, finding 6). Run etcd ≥ 3.4.25 or ≥ 3.5.8"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,6 +95,14 @@ mod tests {
         for v in ["3.4.25", "3.5.8", "3.5.16", "3.6.0", "garbage", "3.5"] {
             assert!(!progress_ahead_of_events(v), "{v}");
         }
+    }
+
+    #[test]
+    fn the_snapshot_watch_replay_is_named_on_the_releases_before_its_fix() {
+        let said = watch_back_after_snapshot("m0", "3.4.23");
+        assert!(said.contains("m0 runs etcd 3.4.23") && said.contains("etcd-io/etcd#15271"), "{said}");
+        assert_eq!(watch_back_after_snapshot("m0", "3.5.16"), "");
+        assert_eq!(watch_back_after_snapshot("m0", "3.4.25"), "");
     }
 
     #[test]

@@ -115,8 +115,9 @@ fn session(
             }
         }
         if e.revision < last || (e.revision == last && (last_key == Some(e.key.as_str()) || i == 0)) {
+            let known = version_at(s, i, members).map(|(m, v)| crate::known::watch_back_after_snapshot(m, v)).unwrap_or_default();
             return Some(format!(
-                "delivered revision {} ({}) after revision {last}: out of order or twice (event #{i} of the session{on}, {} resumptions)",
+                "delivered revision {} ({}) after revision {last}: out of order or twice (event #{i} of the session{on}, {} resumptions){known}",
                 e.revision, e.key, s.resumptions
             ));
         }
@@ -302,18 +303,24 @@ fn progress_ahead_of_writes(
     None
 }
 
+/// The member whose stream delivered event `i` of `s` and the etcd release it ran when the
+/// stream was created (else what it runs now).
+fn version_at<'a>(s: &'a WatchSession, i: usize, members: &'a [MemberStatus]) -> Option<(&'a str, &'a str)> {
+    let stream = s.stream_at(i)?;
+    let version =
+        stream.version.as_deref().or_else(|| members.iter().find(|m| m.name == stream.member).and_then(|m| m.version.as_deref()))?;
+    Some((stream.member.as_str(), version))
+}
+
 /// An early progress notification: on a member whose release has etcd-io/etcd#15220 (3.4
 /// before 3.4.25, 3.5 before 3.5.8) it is that defect, recorded in `known` by name (`None`);
 /// anywhere else it is a violation (`Some`, naming the member).
 fn early(s: &WatchSession, p: &WatchProgress, said: String, members: &[MemberStatus], known: &mut Vec<KnownDefect>) -> Option<String> {
-    let stream = s.stream_at(p.delivered);
-    let member = stream.map(|s| s.member.as_str());
+    let member = s.member_at(p.delivered);
     let on = member.map(|m| format!(" (sent by {m})")).unwrap_or_default();
-    // The release the member ran when the stream was created; else what it runs now.
-    let version = stream
-        .and_then(|s| s.version.as_deref())
-        .or_else(|| member.and_then(|m| members.iter().find(|s| s.name == m)).and_then(|s| s.version.as_deref()));
-    let Some(v) = version.filter(|v| crate::known::progress_ahead_of_events(v)) else { return Some(format!("{said}{on}")) };
+    let Some(v) = version_at(s, p.delivered, members).map(|(_, v)| v).filter(|v| crate::known::progress_ahead_of_events(v)) else {
+        return Some(format!("{said}{on}"));
+    };
     let key = format!("{}/{}/{}", s.name, s.start_revision, p.revision);
     let seen = format!("{}: {said} — {} runs etcd {v}", s.name, member.unwrap_or("the member"));
     let about = "a requested progress notification is sent outside the watch stream and can overtake events still queued for the watcher (etcd-io/etcd#15220, fixed in 3.4.25 and 3.5.8); a client that trusts it (kube-apiserver's watch cache) serves a state older than it claims";

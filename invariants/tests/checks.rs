@@ -1036,6 +1036,17 @@ fn watch_enforces_range_atomicity_creation_origin_and_progress() {
     both.progress[0].delivered = 1;
     let v = judge(&mut o, both);
     assert!(definite(&v, "never delivered"), "{v:?}");
+    // A revision delivered again fails on every release; on one with etcd-io/etcd#15271 (a
+    // member back through the leader's snapshot replays its watches) the verdict names it.
+    let mut again = good.clone();
+    again.insert(3, good[2].clone());
+    for (version, named) in [("3.4.23", true), ("3.5.16", false)] {
+        let mut s = watched(again.clone());
+        s.streams[0].version = Some(version.into());
+        let v = judge(&mut o, s);
+        assert!(definite(&v, "delivered revision 7 (/o/a) after revision 7: out of order or twice"), "{v:?}");
+        assert_eq!(definite(&v, "etcd-io/etcd#15271"), named, "{version}: {v:?}");
+    }
 }
 
 fn lease(id: i64, keys: &[&str], revoke: Revoke) -> LeaseRecord {
