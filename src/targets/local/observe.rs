@@ -327,6 +327,83 @@ pub(crate) fn snapshots_received_in(log: &std::path::Path) -> usize {
     std::io::BufReader::new(f).split(b'\n').map_while(Result::ok).filter(|l| contains(l, SNAPSHOT_RECEIVED.as_bytes())).count()
 }
 
+/// What etcd logs (3.4 and 3.5) when it has compacted its raft log after a snapshot, with the
+/// index it compacted to as `"compact-index":N`.
+const RAFT_LOG_COMPACTED: &str = "\"compacted Raft logs\"";
+
+/// The raft log compactions etcd members logged, read incrementally from their log files: each
+/// poll reads only what was appended since the last one.
+pub(crate) struct CompactionsInLogs {
+    logs: Vec<(std::path::PathBuf, u64, u64)>,
+}
+
+impl CompactionsInLogs {
+    pub(crate) fn new(logs: Vec<std::path::PathBuf>) -> CompactionsInLogs {
+        CompactionsInLogs { logs: logs.into_iter().map(|p| (p, 0, 0)).collect() }
+    }
+
+    /// The lowest, over the members, of the highest index each has compacted its raft log to
+    /// (0 for one that has not compacted, or whose log cannot be read).
+    pub(crate) fn poll(&mut self) -> u64 {
+        use std::io::{BufRead, Seek};
+        for (path, offset, highest) in &mut self.logs {
+            let Ok(mut f) = std::fs::File::open(&*path) else { continue };
+            if f.seek(std::io::SeekFrom::Start(*offset)).is_err() {
+                continue;
+            }
+            let mut r = std::io::BufReader::new(f);
+            let mut line = Vec::new();
+            // Only whole lines: a line still being written is read at the next poll.
+            while let Ok(n) = r.read_until(b'\n', &mut line) {
+                if n == 0 || line.last() != Some(&b'\n') {
+                    break;
+                }
+                *offset += n as u64;
+                if contains(&line, RAFT_LOG_COMPACTED.as_bytes()) {
+                    if let Some(i) = compact_index(&line) {
+                        *highest = (*highest).max(i);
+                    }
+                }
+                line.clear();
+            }
+        }
+        self.logs.iter().map(|(_, _, h)| *h).min().unwrap_or(0)
+    }
+}
+
+/// The `"compact-index":N` of a log line.
+fn compact_index(line: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(line).ok()?;
+    let rest = &text[text.find("\"compact-index\":")? + "\"compact-index\":".len()..];
+    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[cfg(test)]
+mod compaction_tests {
+    use super::*;
+
+    #[test]
+    fn raft_log_compactions_are_read_incrementally_and_the_lowest_member_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("m0.log"), dir.path().join("m1.log"));
+        let line = |i: u64| format!("{{\"level\":\"info\",\"msg\":\"compacted Raft logs\",\"compact-index\":{i}}}\n");
+        std::fs::write(&a, format!("{}{}", line(10), line(1010))).unwrap();
+        std::fs::write(&b, "{\"msg\":\"triggering snapshot\"}\n").unwrap();
+        let mut c = CompactionsInLogs::new(vec![a.clone(), b.clone()]);
+        assert_eq!(c.poll(), 0, "m1 has not compacted");
+        std::fs::write(&b, format!("{{\"msg\":\"triggering snapshot\"}}\n{}{{\"msg\":\"compacted Raft logs\",\"compact-ind", line(2000)))
+            .unwrap();
+        assert_eq!(c.poll(), 1010, "the lowest of the highest: m0's 1010, m1's 2000; half a line waits");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&a)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, line(3000).as_bytes()))
+            .unwrap();
+        assert_eq!(c.poll(), 2000);
+        assert_eq!(CompactionsInLogs::new(vec![dir.path().join("gone.log")]).poll(), 0);
+    }
 }

@@ -485,32 +485,39 @@ impl LocalTarget {
 
     /// `partition-until-snapshot(mN)`: the member's raft traffic cut ([`nft::cut_peer`]); filler
     /// writes (one key of the run's own, outside the workload's prefix) through the others until
-    /// the cluster's raft index is past the member's by `snapshot_count` + 5,000 + a margin, so
-    /// the leader has snapshotted and compacted its log beyond it; the cut lifted; then the member
-    /// must be caught up and its log must say it received a snapshot. A member that caught up
-    /// without one fails the op: the condition the op promises was not created.
+    /// each of them has compacted its raft log past the member's index (their logs say so: each
+    /// compacts after a snapshot, to 5,000 entries behind it, and a leader that sent a snapshot
+    /// in the last 30 s does not compact at all); the cut lifted; then the member must be caught
+    /// up and its log must say it received a snapshot. A member that caught up without one fails
+    /// the op: the condition the op promises was not created.
     pub(super) async fn partition_until_snapshot(&mut self, id: MemberId) -> Result<(), LocalError> {
         let deadline = Instant::now() + self.bounds.op;
         let snapshot_count = self.testbed.cfg.etcd.snapshot_count.unwrap_or(0);
         let m = self.testbed.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
         let (ip, site, url) = (m.ip, m.site, m.client_url());
-        let log = self.testbed.cfg.run_dir.join("logs").join(format!("{}.log", m.name()));
+        let logs = self.testbed.cfg.run_dir.join("logs");
+        let log = logs.join(format!("{}.log", m.name()));
+        let other_logs: Vec<std::path::PathBuf> =
+            self.testbed.members.values().filter(|o| o.id != id).map(|o| logs.join(format!("{}.log", o.name()))).collect();
         let received_before = observe::snapshots_received_in(&log);
         let stack = |e: etcd::EtcdError| LocalError::Stack(format!("partition-until-snapshot {id}: {e}"));
         let table = self.testbed.nft_table();
         nft::cut_peer(&table, &id.to_string(), ip, self.testbed.site_gid(site), PEER_PORT).await?;
         let res = async {
             let behind = etcd::status(&url, self.bounds.request).await.map_err(stack)?.raft_index();
-            let target = behind + snapshot_count + SNAPSHOT_CATCH_UP_ENTRIES + SNAPSHOT_MARGIN;
             let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
             let others = self.answering(others).await;
-            let leader = others
-                .first()
-                .cloned()
-                .ok_or_else(|| LocalError::Stack(format!("partition-until-snapshot {id}: no other member answers")))?;
+            if others.is_empty() {
+                return Err(LocalError::Stack(format!("partition-until-snapshot {id}: no other member answers")));
+            }
             let fill_key = format!("/shakedown/{}/snapshot-fill", self.testbed.cfg.run_id);
-            let reached = fill_until(&others, &fill_key, target, deadline, self.bounds.request).await?;
-            tracing::debug!(member = %id, behind, target, reached, leader = %leader, "partition-until-snapshot: the others moved on");
+            let past = behind + COMPACTED_PAST_MARGIN;
+            let reached = fill_until(&others, &fill_key, other_logs, past, deadline, self.bounds.request).await.map_err(|e| {
+                LocalError::Stack(format!(
+                    "partition-until-snapshot {id} (cut at raft index {behind}, snapshot_count {snapshot_count}): {e}"
+                ))
+            })?;
+            tracing::debug!(member = %id, behind, reached, "partition-until-snapshot: the others compacted past it");
             Ok::<_, LocalError>((behind, reached))
         }
         .await;
@@ -521,7 +528,7 @@ impl LocalTarget {
         let received = observe::snapshots_received_in(&log);
         if received <= received_before {
             return Err(LocalError::Stack(format!(
-                "partition-until-snapshot {id}: caught up without a snapshot from the leader (cut at raft index {behind}, the others reached {reached} with snapshot_count {snapshot_count}): the leader's log still reached back to it"
+                "partition-until-snapshot {id}: caught up without a snapshot from the leader (cut at raft index {behind}; the others had reached {reached} and compacted their logs past it)"
             )));
         }
         self.log.push(crate::targets::Note {
@@ -683,31 +690,40 @@ impl LocalTarget {
     }
 }
 
-/// etcd's raft entries kept behind a snapshot for followers to catch up from (`SnapshotCatchUpEntries`,
-/// fixed on 3.4 and 3.5).
-const SNAPSHOT_CATCH_UP_ENTRIES: u64 = 5_000;
-/// Entries past the last one that can trigger the snapshot that compacts beyond the member: the
-/// snapshot is saved after the entry is applied.
-const SNAPSHOT_MARGIN: u64 = 200;
+/// How far past the member's raft index the others must have compacted their logs: the member's
+/// log may hold a few entries beyond its commit index.
+const COMPACTED_PAST_MARGIN: u64 = 100;
 /// The largest `[etcd] snapshot_count` `partition-until-snapshot` outruns (at a few thousand
 /// filler writes a second, about ten seconds of them).
 pub(super) const MAX_SNAPSHOT_COUNT_TO_OUTRUN: u64 = 10_000;
 /// Concurrent filler writers.
 const FILLERS: usize = 8;
+/// How often the others' logs are read for their compactions.
+const COMPACTION_POLL: Duration = Duration::from_millis(200);
 
 /// Writes to `key` through the members at `urls` (each writer through one, round-robin) until
-/// one of them reports a raft index of at least `target`, or `deadline`. Returns the index
-/// reached. Writes that fail are retried while the deadline allows (an election may be under way).
-async fn fill_until(urls: &[String], key: &str, target: u64, deadline: Instant, request: Duration) -> Result<u64, LocalError> {
-    let reached = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+/// every log in `logs` says its member compacted its raft log to at least `past`, or `deadline`.
+/// Returns the highest raft index the writers saw. Writes that fail are retried while the
+/// deadline allows (an election may be under way).
+async fn fill_until(
+    urls: &[String],
+    key: &str,
+    logs: Vec<std::path::PathBuf>,
+    past: u64,
+    deadline: Instant,
+    request: Duration,
+) -> Result<u64, String> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let reached = std::sync::Arc::new(AtomicU64::new(0));
+    let done = std::sync::Arc::new(AtomicBool::new(false));
     let mut tasks = tokio::task::JoinSet::new();
     for w in 0..FILLERS {
-        let (url, key, reached) = (urls[w % urls.len()].clone(), key.to_string(), reached.clone());
+        let (url, key, reached, done) = (urls[w % urls.len()].clone(), key.to_string(), reached.clone(), done.clone());
         tasks.spawn(async move {
             let mut client = None;
             let mut last = String::new();
             let mut i = 0u64;
-            while reached.load(std::sync::atomic::Ordering::Relaxed) < target && Instant::now() < deadline {
+            while !done.load(Ordering::Relaxed) && Instant::now() < deadline {
                 if client.is_none() {
                     client = etcd::connect(&url, request).await.map_err(|e| last = e.to_string()).ok();
                 }
@@ -716,22 +732,29 @@ async fn fill_until(urls: &[String], key: &str, target: u64, deadline: Instant, 
                     continue;
                 };
                 i += 1;
-                match etcd::bounded("put", request, c.put(key.as_str(), format!("{w}-{i}"), None)).await {
-                    Ok(_) => {}
-                    Err(e) => {
-                        last = e.to_string();
-                        client = None;
-                    }
+                if let Err(e) = etcd::bounded("put", request, c.put(key.as_str(), format!("{w}-{i}"), None)).await {
+                    last = e.to_string();
+                    client = None;
                 }
                 if i.is_multiple_of(100) {
                     if let Ok(s) = etcd::status(&url, request).await {
-                        reached.fetch_max(s.raft_index(), std::sync::atomic::Ordering::Relaxed);
+                        reached.fetch_max(s.raft_index(), Ordering::Relaxed);
                     }
                 }
             }
             last
         });
     }
+    let mut compactions = observe::CompactionsInLogs::new(logs);
+    let mut compacted = 0;
+    while Instant::now() < deadline {
+        compacted = compactions.poll();
+        if compacted >= past {
+            break;
+        }
+        tokio::time::sleep(COMPACTION_POLL).await;
+    }
+    done.store(true, Ordering::Relaxed);
     let mut errors = vec![];
     while let Some(r) = tasks.join_next().await {
         if let Ok(last) = r {
@@ -740,13 +763,13 @@ async fn fill_until(urls: &[String], key: &str, target: u64, deadline: Instant, 
             }
         }
     }
-    let got = reached.load(std::sync::atomic::Ordering::Relaxed);
-    if got < target {
+    if compacted < past {
         errors.dedup();
-        return Err(LocalError::Stack(format!(
-            "the others reached raft index {got} of {target} before the op's bound (last errors: {})",
+        return Err(format!(
+            "the others had compacted their raft logs only to {compacted} of {past} (raft index {}) at the op's bound (last errors: {})",
+            reached.load(Ordering::Relaxed),
             if errors.is_empty() { "none".to_string() } else { errors.join("; ") }
-        )));
+        ));
     }
-    Ok(got)
+    Ok(reached.load(Ordering::Relaxed))
 }
