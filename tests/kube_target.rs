@@ -43,6 +43,7 @@ backup = 0
 restore = 0
 disk-replace = 0
 defrag = 0
+partition-until-snapshot = 0
 [timeouts]
 converge = "20s"
 liveness = "60s"
@@ -678,6 +679,7 @@ backup = 2
 restore = 2
 disk-replace = 0
 defrag = 0
+partition-until-snapshot = 0
 [timeouts]
 converge = "20s"
 liveness = "60s"

@@ -35,12 +35,17 @@ async fn nft(args: &[&str]) -> Result<String, LocalError> {
 
 /// Drops all traffic to and from `subnet` (a /24), except within it.
 pub async fn isolate(table: &str, site: &str, subnet: Ipv4Addr, gid: u32) -> Result<(), LocalError> {
-    nft(&["add", "table", "inet", table]).await?;
-    nft(&["add", "chain", "inet", table, "out", "{ type filter hook output priority 0 ; policy accept ; }"]).await?;
     let net = format!("{subnet}/24");
     let into = format!("ip saddr != {net} ip daddr {net} drop comment \"{site} in\"");
     let from = format!("meta skgid {gid} ip daddr != {net} drop comment \"{site} out\"");
-    for rule in [into, from] {
+    add_rules(table, [into, from]).await
+}
+
+/// Adds `rules` to the run's table (created with its output chain when missing).
+async fn add_rules(table: &str, rules: [String; 2]) -> Result<(), LocalError> {
+    nft(&["add", "table", "inet", table]).await?;
+    nft(&["add", "chain", "inet", table, "out", "{ type filter hook output priority 0 ; policy accept ; }"]).await?;
+    for rule in rules {
         let mut args = vec!["add", "rule", "inet", table, "out"];
         args.extend(rule.split(' '));
         nft(&args).await?;
@@ -52,16 +57,9 @@ pub async fn isolate(table: &str, site: &str, subnet: Ipv4Addr, gid: u32) -> Res
 /// and nothing else: peers' packets to its peer port, and its own packets to any peer port. Its
 /// clients still reach it. Rules commented `<name> peer in` / `<name> peer out`.
 pub async fn cut_peer(table: &str, name: &str, ip: Ipv4Addr, gid: u32, peer_port: u16) -> Result<(), LocalError> {
-    nft(&["add", "table", "inet", table]).await?;
-    nft(&["add", "chain", "inet", table, "out", "{ type filter hook output priority 0 ; policy accept ; }"]).await?;
     let into = format!("ip daddr {ip} tcp dport {peer_port} drop comment \"{name} peer in\"");
     let from = format!("meta skgid {gid} tcp dport {peer_port} drop comment \"{name} peer out\"");
-    for rule in [into, from] {
-        let mut args = vec!["add", "rule", "inet", table, "out"];
-        args.extend(rule.split(' '));
-        nft(&args).await?;
-    }
-    Ok(())
+    add_rules(table, [into, from]).await
 }
 
 /// Removes the rules of `cut_peer` for `name`.
