@@ -703,7 +703,7 @@ const COMPACTION_POLL: Duration = Duration::from_millis(200);
 
 /// Writes to `key` through the members at `urls` (each writer through one, round-robin) until
 /// every log in `logs` says its member compacted its raft log to at least `past`, or `deadline`.
-/// Returns the highest raft index the writers saw. Writes that fail are retried while the
+/// Returns the highest raft index the others report at the end. Writes that fail are retried while the
 /// deadline allows (an election may be under way).
 async fn fill_until(
     urls: &[String],
@@ -761,6 +761,12 @@ async fn fill_until(
             if !last.is_empty() {
                 errors.push(last);
             }
+        }
+    }
+    // The writers sample the index every 100 writes: ask where the others are now.
+    for url in urls {
+        if let Ok(s) = etcd::status(url, request).await {
+            reached.fetch_max(s.raft_index(), Ordering::Relaxed);
         }
     }
     if compacted < past {
