@@ -101,9 +101,10 @@ pub enum Op {
     /// go into a `defrag` note in the event log).
     Defrag { member: MemberId },
     /// The member's peer traffic is cut (raft only: its clients still reach it, as in a split
-    /// between the members' network and the clients'), and held while the others apply enough
-    /// entries that the leader's log no longer reaches back to it (the profile's
-    /// `[etcd] snapshot_count` plus etcd's 5,000-entry catch-up window); then the cut is lifted.
+    /// between the members' network and the clients'), and held while the others write until
+    /// each has compacted its raft log past the member (after a snapshot every
+    /// `[etcd] snapshot_count` entries, etcd keeps 5,000 behind it), so the leader's log no
+    /// longer reaches back to it; then the cut is lifted.
     /// Verified: the member catches up through a snapshot the leader sends (its log says it
     /// received one) and is caught up.
     PartitionUntilSnapshot { member: MemberId },

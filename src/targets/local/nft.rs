@@ -64,27 +64,20 @@ pub async fn cut_peer(table: &str, name: &str, ip: Ipv4Addr, gid: u32, peer_port
 
 /// Removes the rules of `cut_peer` for `name`.
 pub async fn heal_peer(table: &str, name: &str) -> Result<(), LocalError> {
-    let listing = nft(&["-a", "list", "chain", "inet", table, "out"]).await?;
-    for line in listing
-        .lines()
-        .filter(|l| l.contains(&format!("comment \"{name} peer in\"")) || l.contains(&format!("comment \"{name} peer out\"")))
-    {
-        if let Some(handle) = line.rsplit("# handle ").next().filter(|h| h.trim().chars().all(|c| c.is_ascii_digit())) {
-            nft(&["delete", "rule", "inet", table, "out", "handle", handle.trim()]).await?;
-        }
-    }
-    Ok(())
+    let (into, from) = (format!("comment \"{name} peer in\""), format!("comment \"{name} peer out\""));
+    delete_rules(table, |l| l.contains(&into) || l.contains(&from)).await
 }
 
 /// Removes the rules of `site` (`only_inbound`: the planted bug that forgets the outbound rule).
 pub async fn recover(table: &str, site: &str, forget_outbound: bool) -> Result<(), LocalError> {
+    let (into, from) = (format!("comment \"{site} in\""), format!("comment \"{site} out\""));
+    delete_rules(table, |l| l.contains(&into) || (!forget_outbound && l.contains(&from))).await
+}
+
+/// Deletes the rules of the run's output chain whose listed line `matches`.
+async fn delete_rules(table: &str, matches: impl Fn(&str) -> bool) -> Result<(), LocalError> {
     let listing = nft(&["-a", "list", "chain", "inet", table, "out"]).await?;
-    for line in listing.lines() {
-        let is_site =
-            line.contains(&format!("comment \"{site} in\"")) || (!forget_outbound && line.contains(&format!("comment \"{site} out\"")));
-        if !is_site {
-            continue;
-        }
+    for line in listing.lines().filter(|l| matches(l)) {
         if let Some(handle) = line.rsplit("# handle ").next().filter(|h| h.trim().chars().all(|c| c.is_ascii_digit())) {
             nft(&["delete", "rule", "inet", table, "out", "handle", handle.trim()]).await?;
         }

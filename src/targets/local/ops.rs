@@ -440,7 +440,7 @@ impl LocalTarget {
     pub(super) async fn defrag(&mut self, id: MemberId) -> Result<(), LocalError> {
         let url = self.url_of(id)?;
         let stack = |e: etcd::EtcdError| LocalError::Stack(format!("defrag {id}: {e}"));
-        let sizes = |s: &etcd_client::StatusResponse| serde_json::json!({ "db_size": s.db_size(), "in_use": s.raft_used_db_size() });
+        let sizes = |s: &etcd_client::StatusResponse| json!({ "db_size": s.db_size(), "in_use": s.raft_used_db_size() });
         let before = etcd::status(&url, self.bounds.request).await.map_err(stack)?;
         // A defrag copies the whole database: its one request gets the op's bound, not a request's.
         let mut c = etcd::connect(&url, self.bounds.op).await.map_err(stack)?;
@@ -449,7 +449,7 @@ impl LocalTarget {
         let took = started.elapsed();
         let after = etcd::status(&url, self.bounds.request).await.map_err(stack)?;
         self.wait_caught_up(id, "defragmented").await?;
-        let detail = serde_json::json!({ "member": id.to_string(), "before": sizes(&before), "after": sizes(&after), "ms": took.as_millis() as u64 });
+        let detail = json!({ "member": id.to_string(), "before": sizes(&before), "after": sizes(&after), "ms": took.as_millis() as u64 });
         tracing::debug!(member = %id, %detail, "defragmented");
         self.log.push(crate::targets::Note { kind: "defrag".into(), detail });
         Ok(())
@@ -713,12 +713,11 @@ async fn fill_until(
     deadline: Instant,
     request: Duration,
 ) -> Result<u64, String> {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    let reached = std::sync::Arc::new(AtomicU64::new(0));
+    use std::sync::atomic::{AtomicBool, Ordering};
     let done = std::sync::Arc::new(AtomicBool::new(false));
     let mut tasks = tokio::task::JoinSet::new();
     for w in 0..FILLERS {
-        let (url, key, reached, done) = (urls[w % urls.len()].clone(), key.to_string(), reached.clone(), done.clone());
+        let (url, key, done) = (urls[w % urls.len()].clone(), key.to_string(), done.clone());
         tasks.spawn(async move {
             let mut client = None;
             let mut last = String::new();
@@ -735,11 +734,6 @@ async fn fill_until(
                 if let Err(e) = etcd::bounded("put", request, c.put(key.as_str(), format!("{w}-{i}"), None)).await {
                     last = e.to_string();
                     client = None;
-                }
-                if i.is_multiple_of(100) {
-                    if let Ok(s) = etcd::status(&url, request).await {
-                        reached.fetch_max(s.raft_index(), Ordering::Relaxed);
-                    }
                 }
             }
             last
@@ -763,19 +757,19 @@ async fn fill_until(
             }
         }
     }
-    // The writers sample the index every 100 writes: ask where the others are now.
+    // Where the others are now.
+    let mut reached = 0;
     for url in urls {
         if let Ok(s) = etcd::status(url, request).await {
-            reached.fetch_max(s.raft_index(), Ordering::Relaxed);
+            reached = reached.max(s.raft_index());
         }
     }
     if compacted < past {
         errors.dedup();
         return Err(format!(
-            "the others had compacted their raft logs only to {compacted} of {past} (raft index {}) at the op's bound (last errors: {})",
-            reached.load(Ordering::Relaxed),
+            "the others had compacted their raft logs only to {compacted} of {past} (raft index {reached}) at the op's bound (last errors: {})",
             if errors.is_empty() { "none".to_string() } else { errors.join("; ") }
         ));
     }
-    Ok(reached.load(Ordering::Relaxed))
+    Ok(reached)
 }
