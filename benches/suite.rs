@@ -679,7 +679,7 @@ fn main() {
         let mut size = 0;
         for _ in 0..5 {
             let t = Instant::now();
-            let html = shakedown::report::html::run_report(&dir).unwrap();
+            let html = shakedown::report::html::run_report(&dir, None).unwrap();
             times.push(t.elapsed().as_secs_f64() * 1000.0);
             size = html.len();
         }

@@ -10,6 +10,7 @@
 //! A recording failure never breaks a run: the first write error is logged and the log goes
 //! quiet.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -165,6 +166,12 @@ pub enum Event {
     BringUp {
         ms: u64,
         detail: Value,
+        /// What each component of the stack runs (`etcd-3.5` → `3.5.16`, `haproxy`, …).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        versions: BTreeMap<String, String>,
+        /// The machine shakedown ran on (host, kernel, OS, CPUs, memory).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        machine: BTreeMap<String, String>,
     },
     OpStart {
         step: usize,

@@ -224,10 +224,36 @@ fn scalar(s: &Value) -> String {
         return "version (`\"3.4\"`)".into();
     }
     match types(s).as_slice() {
-        ["integer"] if s.get("minimum").and_then(Value::as_f64) == Some(0.0) => "integer ≥ 0".into(),
+        ["integer"] => integer_range(s),
         [t] => (*t).to_string(),
         _ => "any".into(),
     }
+}
+
+/// An integer with the bounds its profile check enforces (`#[schemars(range(…))]`); the
+/// bounds of the Rust type alone (0, 255, u32::MAX) are no rule worth stating.
+fn integer_range(s: &Value) -> String {
+    let thousands = |n: u64| {
+        let d = n.to_string();
+        let mut out = String::new();
+        for (i, c) in d.chars().enumerate() {
+            if i > 0 && (d.len() - i).is_multiple_of(3) {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        out
+    };
+    match (s.get("minimum").and_then(Value::as_u64).unwrap_or(0), stated_max(s)) {
+        (min, Some(max)) => format!("integer, {} to {}", thousands(min), thousands(max)),
+        (min, None) => format!("integer ≥ {}", thousands(min)),
+    }
+}
+
+/// An integer's maximum, unless it is only its Rust type's.
+fn stated_max(s: &Value) -> Option<u64> {
+    let type_max = |m: u64| [u64::from(u8::MAX), u64::from(u16::MAX), u64::from(u32::MAX), u64::MAX].contains(&m);
+    s.get("maximum").and_then(Value::as_u64).filter(|m| !type_max(*m))
 }
 
 /// The values of a string enum with their descriptions (`enum`, or `oneOf` of `const`s when the
@@ -307,6 +333,62 @@ mod tests {
         }
     }
 
+    /// Every bound the reference states for a profile's integer is the one loading enforces:
+    /// one past it is refused, the bound itself is not refused for that field.
+    #[test]
+    fn documented_integer_bounds_are_the_enforced_ones() {
+        let schema = schema::<Profile>();
+        let defs = schema.get("$defs").and_then(Value::as_object).cloned().unwrap_or_default();
+        let mut bounded = vec![];
+        let mut tables = vec![(String::new(), schema.clone())];
+        while let Some((prefix, table)) = tables.pop() {
+            let Some(props) = resolve(&defs, &table).get("properties").and_then(Value::as_object) else { continue };
+            for (name, prop) in props {
+                let target = resolve(&defs, prop_target(prop));
+                let path = format!("{prefix}{name}");
+                if is_table(target) {
+                    tables.push((format!("{path}."), target.clone()));
+                } else if types(target).as_slice() == ["integer"] && integer_range(target) != "integer ≥ 0" {
+                    bounded.push((path, target.get("minimum").and_then(Value::as_u64), stated_max(target)));
+                }
+            }
+        }
+        let names: Vec<&str> = bounded.iter().map(|(p, ..)| p.as_str()).collect();
+        for want in ["steps", "sites", "members", "max_down", "workload.clients", "workload.watches", "api.objects"] {
+            assert!(names.contains(&want), "{want} has documented bounds: {names:?}");
+        }
+        // A profile where each field can sit at its bounds: nine members over one site.
+        let base: toml::Table = toml::from_str(
+            "name = \"b\"\nsteps = 5\nversions = [\"3.4\"]\nmembers = 9\nsites = 1\nmax_down = 1\n[workload]\nkind = \"kube\"\n[api]\n",
+        )
+        .unwrap();
+        let with = |path: &str, v: i64| {
+            let mut t = base.clone();
+            let mut at = &mut t;
+            let mut parts: Vec<&str> = path.split('.').collect();
+            let last = parts.pop().unwrap();
+            for p in parts {
+                at = at.entry(p).or_insert_with(|| toml::Value::Table(Default::default())).as_table_mut().unwrap();
+            }
+            at.insert(last.into(), toml::Value::Integer(v));
+            Profile::from_toml(&toml::to_string(&t).unwrap())
+        };
+        for (path, min, max) in &bounded {
+            let field = path.rsplit('.').next().unwrap();
+            let min = min.unwrap_or(0) as i64;
+            let names_it = |r: Result<Profile, shakedown_faults::ProfileError>| matches!(r, Err(e) if e.to_string().contains(field));
+            if min > 0 {
+                assert!(names_it(with(path, min - 1)), "{path} = {} is refused, naming the field", min - 1);
+                assert!(!names_it(with(path, min)), "{path} = {min} is allowed");
+            }
+            if let Some(max) = *max {
+                let max = max as i64;
+                assert!(names_it(with(path, max + 1)), "{path} = {} is refused, naming the field", max + 1);
+                assert!(!names_it(with(path, max)), "{path} = {max} is allowed");
+            }
+        }
+    }
+
     /// Every field of both profiles, and every name listed, has a description and a type.
     #[test]
     fn reference_documents_every_field() {
@@ -319,11 +401,15 @@ mod tests {
         }
         for field in [
             "`timeouts.converge` | duration | `\"10s\"`",
-            "`workload.clients` | integer ≥ 0 | `4`",
-            "`sites` | integer ≥ 0 | `3`",
+            "`workload.clients` | integer, 1 to 256 | `4`",
+            "`workload.watches` | integer, 0 to 16 | `3`",
+            "`sites` | integer ≥ 1 | `3`",
+            "`members` | integer, 1 to 9 | `3`",
+            "`max_down` | integer ≥ 1 | absent",
+            "`workload.mix.create` | integer ≥ 0 | `20`",
             "`velero.ttl` | duration | `\"1day\"`",
             "`hooks.<op kind>.timeout` | duration | `\"2m\"`",
-            "`steps` | integer ≥ 0 | **required**",
+            "`steps` | integer, 1 to 100,000 | **required**",
         ] {
             assert!(text.contains(field), "{field} in\n{text}");
         }

@@ -203,6 +203,11 @@ fn missing_etcd_binary_is_an_environment_error_naming_the_fix() {
     assert_eq!(out.status.code(), Some(4));
     assert!(text(&out.stderr).contains("/nonexistent/etcd is not an etcd 3.5 binary"), "{}", text(&out.stderr));
     assert!(!d.runs.exists(), "nothing is created when the environment cannot run the stack");
+    // A soak checks the same before its own directory exists (it left an empty soak-*/).
+    let out = run(&["soak", "--for", "1m", "--profile", "control-plane", "--kube-apiserver", "/nonexistent/kube-apiserver"], &d);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("is not a kube-apiserver binary"), "{}", text(&out.stderr));
+    assert!(!d.runs.exists(), "a soak that cannot start leaves no soak directory");
 }
 
 /// Inputs that would change what runs without a word are refused before anything is created:

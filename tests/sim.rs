@@ -66,7 +66,9 @@ fn a_correct_simulated_stack_passes_and_says_what_it_did_not_check() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains("PASS: seed 7 · 60 steps"), "{stdout}");
-    assert!(stdout.contains("not checked: leaks (the simulated stack holds no resources of its own)"), "{stdout}");
+    // Said once, at the end, the invariants with one reason together.
+    assert!(stdout.contains("not checked: leaks (the simulated stack holds no resources of its own); watch, leases ("), "{stdout}");
+    assert_eq!(stdout.matches("not checked").count(), 1, "{stdout}");
     let dir = only_run_dir(&d.runs);
     for f in ["plan.toml", "profile.toml", "events.jsonl", "junit.xml", "report.html"] {
         assert!(dir.join(f).is_file(), "{f} in {}", dir.display());
@@ -89,7 +91,15 @@ fn a_correct_simulated_stack_passes_and_says_what_it_did_not_check() {
     let junit = std::fs::read_to_string(dir.join("junit.xml")).unwrap();
     assert!(junit.contains(r#"name="unchecked" value="leaks ("#), "{junit}");
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
-    assert!(html.contains("not checked on this target: <b>leaks</b>"), "the report says it");
+    assert!(html.contains("<dt>not checked</dt><dd>leaks (the simulated stack holds no resources of its own); watch, leases ("), "{html}");
+    // What ran on what: the target, its versions, the machine.
+    for fact in ["<dt>target</dt><dd>sim", "<dt>versions</dt><dd>", "<dt>machine</dt><dd>", " CPUs · "] {
+        assert!(html.contains(fact), "{fact} in {html}");
+    }
+    // Each invariant judged has its own labelled column, in checking order.
+    let headers: Vec<&str> = html.split(r#"<th class="ih"><div>"#).skip(1).map(|h| h.split('<').next().unwrap()).collect();
+    assert_eq!(headers, ["membership", "members", "quorum", "consistency", "reachability", "durability", "linearizability"]);
+    assert!(!html.contains("replay it:"), "a pass has nothing to replay");
     // The simulated stack records no workload requests: said so, not "0 writes".
     assert!(html.contains("no workload request was recorded") && !html.contains("0 writes"), "{html}");
     assert!(seed_records(&d.seeds).is_empty());
@@ -112,6 +122,14 @@ fn a_lost_write_is_recorded_replayed_and_shrunk_to_the_op_that_lost_it() {
     let step = rec.failure.step;
     assert_eq!(rec.plan.ops[step - 1].kind().to_string(), "crash", "caught at the crash itself: {:?}", rec.failure);
     assert!(stdout.contains(&format!("shakedown replay {}", records[0].display())), "{stdout}");
+    // The report says how to get the failure back: the command and the record.
+    let html = std::fs::read_to_string(only_run_dir(&d.runs).join("report.html")).unwrap();
+    assert!(html.contains(&format!("replay it: <code>shakedown replay {}", records[0].display())), "{html}");
+    assert!(html.contains(&format!("seed record: <code>{}</code>", records[0].display())), "{html}");
+    assert!(
+        html.split(r#" title="durability: "#).skip(1).any(|cell| cell.split("</td>").next().is_some_and(|c| c.ends_with('✗'))),
+        "the failing invariant's cell is marked: {html}"
+    );
 
     let f = records[0].to_str().unwrap();
     let out = run(&["replay", f], &d);

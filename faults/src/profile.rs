@@ -32,15 +32,18 @@ pub struct Profile {
     pub description: String,
     /// Plan length: how many ops a plan of this tier has, 1 to 100,000. `--steps N` overrides
     /// it for one command.
+    #[schemars(range(min = 1, max = MAX_STEPS))]
     pub steps: usize,
     /// How many sites (failure domains) the members are spread over, round-robin: member `i`
     /// is in site `i mod sites`. A `site-outage` takes one site down. At least 1 and at most
     /// `members` (a site without a member would be empty); the kube target needs at least this
     /// many failure domains.
+    #[schemars(range(min = 1))]
     #[serde(default = "default_three")]
     pub sites: u8,
     /// How many etcd members the stack starts with, 1 to 9 (kube: control-plane Machines,
     /// which must equal the KubeadmControlPlane's `spec.replicas`).
+    #[schemars(range(min = 1, max = 9))]
     #[serde(default = "default_three_u32")]
     pub members: u32,
     /// Versions the stack can run, oldest first, without repeats, as `"MAJOR.MINOR"`; the
@@ -52,6 +55,7 @@ pub struct Profile {
     /// disk), at least 1. Absent: as many as keeps quorum (1 of 3 members). A larger value makes
     /// destructive plans that lose quorum on purpose; the invariants follow the model (nothing
     /// acknowledged may be lost, the healed stack must converge).
+    #[schemars(range(min = 1))]
     #[serde(default)]
     pub max_down: Option<usize>,
     /// The op kinds this tier may use; kinds not listed get weight 0. Absent: every kind. A
@@ -221,13 +225,16 @@ pub struct Workload {
     pub timeout: Duration,
     /// `kube`: concurrent clients writing objects (transactions guarded by a revision compare,
     /// conflict retries), 1 to 256.
+    #[schemars(range(min = 1, max = 256))]
     pub clients: u32,
     /// `kube`: how many object keys the clients share, at least 1 (fewer keys, more conflicts).
+    #[schemars(range(min = 1))]
     pub keyspace: u32,
     /// `kube`: long-lived watches of the object keys, 0 to 16, each resumed after an error from
     /// its last revision plus one. Watch `i` goes to member `i` first (as a stacked
     /// kube-apiserver watches its local member), through the endpoint when that member does not
     /// answer.
+    #[schemars(range(max = 16))]
     pub watches: u32,
     /// `kube`: how often each watch asks etcd for a progress notification (as kube-apiserver's
     /// watch cache does before a consistent read from it); `"0s"` never asks. `watch` holds
@@ -329,6 +336,17 @@ pub enum Stack {
     App,
 }
 
+impl Stack {
+    /// The name a profile writes (`stack = "control-plane"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Stack::Etcd => "etcd",
+            Stack::ControlPlane => "control-plane",
+            Stack::App => "app",
+        }
+    }
+}
+
 /// Clients of a Kubernetes API (kube-rs): ConfigMaps created, updated with a
 /// `resourceVersion` precondition (a conflict re-reads and retries) and deleted with one, in the
 /// run's namespace through the load balancer; watches with bookmarks resumed from their last
@@ -339,10 +357,13 @@ pub enum Stack {
 pub struct ApiLoad {
     /// Concurrent clients, 1 to 64; each owns `objects` ConfigMaps (one writer per object, so
     /// acknowledgement order is the order the API applied them).
+    #[schemars(range(min = 1, max = 64))]
     pub clients: u32,
     /// ConfigMaps per client, 1 to 1000.
+    #[schemars(range(min = 1, max = 1000))]
     pub objects: u32,
     /// Watches of the run's ConfigMaps, 0 to 16.
+    #[schemars(range(max = 16))]
     pub watches: u32,
     /// Pause between two requests of one client.
     #[serde(with = "human")]
@@ -438,12 +459,7 @@ impl Profile {
         // (not, as it once was, every kind at weight 1).
         let allowed: Vec<OpKind> = OpKind::ALL.into_iter().filter(|k| self.allows(*k)).collect();
         if allowed.is_empty() {
-            let stack = match self.stack {
-                Stack::Etcd => "etcd",
-                Stack::ControlPlane => "control-plane",
-                Stack::App => "app",
-            };
-            return bad(format!("ops names no op kind the {stack} stack can run: nothing would be planned"));
+            return bad(format!("ops names no op kind the {} stack can run: nothing would be planned", self.stack.name()));
         }
         if allowed.iter().all(|k| self.weights.get(k) == Some(&0)) {
             return bad("every op kind this tier may use has weight 0 (a weight of 0 disables a kind): nothing would be planned".into());

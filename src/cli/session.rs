@@ -139,9 +139,7 @@ pub struct RunResult {
 }
 
 /// `leases (why); watch (why)`.
-pub fn unchecked_text(unchecked: &[(InvariantId, String)]) -> String {
-    unchecked.iter().map(|(id, why)| format!("{id} ({why})")).collect::<Vec<_>>().join("; ")
-}
+pub use crate::report::unchecked_text;
 
 #[derive(Debug)]
 pub struct Interrupted;
@@ -272,7 +270,8 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
     };
     let up_ms = t0.elapsed().as_millis() as u64;
     let up = target.started();
-    events.emit(Event::BringUp { ms: up_ms, detail: up.fields });
+    result.versions = target.component_versions();
+    events.emit(Event::BringUp { ms: up_ms, detail: up.fields, versions: result.versions.clone(), machine: crate::report::machine() });
     x.say(&format!("stack up in {up_ms}ms · {}", up.line));
     for note in up.notes {
         events.emit(Event::Target { kind: "note".into(), detail: json!({"note": note}) });
@@ -288,12 +287,9 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
     }
     if !unchecked.is_empty() {
         events.emit(Event::Unchecked { target: target.name().into(), invariants: unchecked.clone() });
-        if !x.opts.target.kube.dry_run {
-            x.say(&format!("not checked on the {} target: {}", target.name(), unchecked_text(&unchecked)));
-        }
+        // Said once, beside the verdict at the end (and in the report and JUnit), not here too.
     }
     result.unchecked = unchecked;
-    result.versions = target.component_versions();
 
     // The plan on the started target: a first stop request ends it after the current step, a
     // second at once; the target is torn down whatever happens.
@@ -354,19 +350,21 @@ pub fn finish(x: &Exec<'_>, mut result: RunResult) -> Result<RunResult, Fatal> {
     if result.record.is_none() {
         result.record = x.replaying.map(Path::to_path_buf);
     }
-    write_reports(&result);
+    write_reports(&result, x.opts);
     Ok(result)
 }
 
 /// JUnit XML and the HTML report of one run, into its run directory. Best effort: a report that
 /// cannot be written is a warning, never a lost run.
-fn write_reports(r: &RunResult) {
+fn write_reports(r: &RunResult, opts: &RunOpts) {
     let case = case_of(r);
     let junit = report::junit(&format!("shakedown {}", r.profile.name), std::slice::from_ref(&case));
     if let Err(e) = std::fs::write(r.run_dir.join("junit.xml"), junit) {
         tracing::warn!("cannot write {}/junit.xml: {e}", r.run_dir.display());
     }
-    match report::html::run_report(&r.run_dir) {
+    let replay = r.record.as_ref().map(|p| format!("shakedown replay {}{}", p.display(), r.spec.replay_flags(&opts.target)));
+    let replay = r.record.as_deref().zip(replay.as_deref()).map(|(record, command)| report::html::Replay { record, command });
+    match report::html::run_report(&r.run_dir, replay) {
         Ok(html) => {
             if let Err(e) = std::fs::write(r.run_dir.join("report.html"), html) {
                 tracing::warn!("cannot write {}/report.html: {e}", r.run_dir.display());

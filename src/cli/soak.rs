@@ -74,6 +74,11 @@ fn status_kib(key: &str) -> u64 {
 }
 
 pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &Interrupt) -> Result<Exit, Fatal> {
+    // What every seed's run checks before it creates anything (binaries, a kubeconfig, the
+    // profile's invariants) is checked once before the soak's own directory exists: a soak that
+    // cannot start leaves nothing behind.
+    crate::profiles::invariants(&args.profile)?;
+    crate::targets::prepare(&args.spec, &opts.target, &args.profile)?;
     let soak_id = format!("soak-{}", new_run_id().trim_start_matches("sd-"));
     let dir = create_run_dir(&opts.runs_dir, &soak_id)?;
     let t0 = Instant::now();
@@ -137,7 +142,18 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
         if let Some(b) = &bar {
             b.set_prefix(format!("seeds {} · steps {} · failures {} · seed {seed}", tally.seeds, tally.steps, tally.failed));
         }
-        let r = execute(&x, &args.spec, &args.profile, &plan).await?;
+        let r = match execute(&x, &args.spec, &args.profile, &plan).await {
+            Ok(r) => r,
+            Err(e) => {
+                // A target refused at connect (a kubeconfig, an apiserver) before the first seed
+                // ran: the soak's directory holds only its owner file and an empty log.
+                if tally.seeds == 0 {
+                    drop(log);
+                    remove_if_unstarted(&dir);
+                }
+                return Err(e);
+            }
+        };
         tally.seeds += 1;
         let ran = match &r.outcome {
             Ok(Outcome::Pass { steps }) => *steps,
@@ -290,4 +306,14 @@ fn table(rows: &[(String, String)]) -> String {
         let _ = writeln!(s, "  {k:<w$}  {v}");
     }
     s.trim_end().to_string()
+}
+
+/// A soak directory that holds nothing but what the soak wrote before its first seed (its owner
+/// file and an empty seed log) is removed: nothing ran, nothing is worth keeping.
+fn remove_if_unstarted(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let empty_log = std::fs::metadata(dir.join("soak.jsonl")).map_or(true, |m| m.len() == 0);
+    if empty_log && entries.flatten().all(|e| e.file_name().to_str().is_some_and(|n| n == "run.json" || n == "soak.jsonl")) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use shakedown_faults::{Model, Op, Plan, Profile};
+use shakedown_faults::{Model, Op, OpKind, Plan, Profile};
 
 use crate::events::{self, Check, CheckVerdict, Event, RunOutcome};
 use crate::targets::TargetSpec;
@@ -33,6 +33,19 @@ struct RunData {
     unchecked: Vec<(shakedown_invariants::InvariantId, String)>,
     /// Known defects of the stack's releases the checks saw: (defect, what it is, what was seen).
     known: Vec<(String, String, String)>,
+    /// What the target said at its start (`local · versions 3.4, 3.5`).
+    target: Option<String>,
+    /// Each component's version, from the bring-up.
+    versions: BTreeMap<String, String>,
+    /// The machine the run ran on.
+    machine: BTreeMap<String, String>,
+}
+
+/// How a failing run is got back: its seed record and the command that replays it.
+#[derive(Debug, Clone, Copy)]
+pub struct Replay<'a> {
+    pub record: &'a Path,
+    pub command: &'a str,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -55,13 +68,13 @@ struct Write {
 }
 
 /// Builds the report of the run in `run_dir` (`events.jsonl`, `workload.csv`, `plan.toml`,
-/// `profile.toml`).
-pub fn run_report(run_dir: &Path) -> Result<String, events::EventsError> {
+/// `profile.toml`); a failing run's report says how to replay it when a record was written.
+pub fn run_report(run_dir: &Path, replay: Option<Replay<'_>>) -> Result<String, events::EventsError> {
     let data = read_run(run_dir)?;
     let writes = read_writes(&run_dir.join("workload.csv"));
     // The Kubernetes API workload's requests (the control-plane stack, the kube target's [api]).
     let api = read_writes(&run_dir.join("api-workload.csv"));
-    let mut html = render(&data, &writes, &api);
+    let mut html = render(&data, &writes, &api, replay);
     if let Some(section) = history_window(&data, run_dir) {
         // After the failure's own paragraph: before the workload section.
         if let Some(at) = html.find("<h2>Workload</h2>") {
@@ -75,10 +88,13 @@ pub fn run_report(run_dir: &Path) -> Result<String, events::EventsError> {
 /// run's `history.jsonl` (checked again whole: the finding the run stopped at, or the first one).
 fn history_window(d: &RunData, run_dir: &Path) -> Option<String> {
     let (inv, _) = d.failure.as_ref()?;
-    if inv != "linearizability" {
-        return None;
-    }
-    let text = std::fs::read_to_string(run_dir.join("history.jsonl")).ok()?;
+    let file = match inv.as_str() {
+        "linearizability" => "history.jsonl",
+        "api-linearizability" => "api-history.jsonl",
+        "app-linearizability" => "app-history.jsonl",
+        _ => return None,
+    };
+    let text = std::fs::read_to_string(run_dir.join(file)).ok()?;
     let h = crate::history::History::parse(&text).ok()?;
     let report = crate::history::check(&h, crate::history::DEFAULT_BOUND);
     let crate::history::Verdict::Violation { first, .. } = &report.verdict else { return None };
@@ -106,12 +122,17 @@ fn read_run(dir: &Path) -> Result<RunData, events::EventsError> {
             Event::RunStart { seed, run_id, target, .. } => {
                 d.seed = Some(seed);
                 d.run_id = run_id;
+                d.target = Some(target.describe());
                 d.bug = match target {
                     TargetSpec::Local(l) => l.testbed_bug.map(|b| b.to_string()),
                     _ => None,
                 };
             }
-            Event::BringUp { ms, .. } => d.bring_up_ms = Some(ms),
+            Event::BringUp { ms, versions, machine, .. } => {
+                d.bring_up_ms = Some(ms);
+                d.versions = versions;
+                d.machine = machine;
+            }
             Event::Unchecked { invariants, .. } => d.unchecked = invariants,
             Event::OpStart { step, op, text, family } => {
                 let s = d.steps.entry(step).or_default();
@@ -210,6 +231,20 @@ fn fault_windows(d: &RunData) -> Vec<(u64, u64, String)> {
     if let Some((start, what)) = open {
         windows.push((start, d.t_end, what));
     }
+    // Ops that take members down while they run and leave the model whole when done (a restore
+    // stops every member; a rolling op one at a time; a partition until snapshot cuts one off).
+    for st in d.steps.values() {
+        let (Some(op), Some(ms)) = (&st.op, st.op_ms) else { continue };
+        let what = match op.kind() {
+            OpKind::Restore => "every member stopped and restored from the backup",
+            OpKind::RollingUpgrade | OpKind::RollingReplace => "one member at a time stopped and replaced",
+            OpKind::DiskReplace => "a member stopped for a new disk",
+            OpKind::PartitionUntilSnapshot => "a member's raft traffic cut",
+            _ => continue,
+        };
+        windows.push((st.start, st.start + ms.max(1), format!("{}: {what}", st.text)));
+    }
+    windows.sort_by_key(|w| w.0);
     windows
 }
 
@@ -425,7 +460,7 @@ fn seconds(s: f64, span_ms: f64) -> String {
     }
 }
 
-fn render(d: &RunData, writes: &[Write], api: &[Write]) -> String {
+fn render(d: &RunData, writes: &[Write], api: &[Write], replay: Option<Replay<'_>>) -> String {
     let mut h = String::with_capacity(64 * 1024 + d.steps.len() * 600);
     let title = format!(
         "shakedown · seed {} · {}",
@@ -447,8 +482,12 @@ h1{{font-size:20px}} h2{{font-size:16px;margin-top:28px}}
 .badge{{display:inline-block;padding:2px 10px;border-radius:4px;color:#fff;font-weight:bold}}
 .pass{{background:#2a8a2a}} .fail{{background:#c00}} .skip{{background:#888}}
 table{{border-collapse:collapse;font-size:13px}} td,th{{border-bottom:1px solid #eee;padding:3px 8px;text-align:left;vertical-align:top}}
-td.n{{text-align:right;font-variant-numeric:tabular-nums}} td.chips{{white-space:nowrap}} .inv{{display:inline-block;width:12px;height:12px;margin-right:2px;border-radius:2px}}
-.inv.pass{{background:#6c6}} .inv.fail{{background:#e66}} .inv.definite{{background:#a00}}
+td.n{{text-align:right;font-variant-numeric:tabular-nums}}
+th.ih{{height:110px;vertical-align:bottom;padding:0 1px;font-weight:normal;font-size:11px}} th.ih div{{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap}}
+td.iv{{text-align:center;padding:3px 1px;font-size:11px;color:#fff;min-width:14px}}
+td.iv.pass{{background:#6c6}} td.iv.fail{{background:#e66}} td.iv.definite{{background:#a00}}
+.box{{border-left:4px solid #c00;background:#fff6f6;padding:6px 12px;margin:12px 0}} .box p{{margin:4px 0}}
+dl.facts{{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;font-size:13px}} dl.facts dt{{color:#666}} dl.facts dd{{margin:0}}
 tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
 .legend span{{margin-right:16px}}
 </style></head><body>"#,
@@ -468,6 +507,22 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
         let _ = write!(h, " · bring-up {ms}ms");
     }
     h.push_str("</p>");
+    if let Some((inv, msg)) = &d.failure {
+        let _ = write!(h, r#"<div class="box"><p><b>{}</b>: {}</p>"#, esc(inv), esc(msg));
+        match replay {
+            Some(r) => {
+                let _ = write!(
+                    h,
+                    r#"<p>replay it: <code>{}</code></p><p>seed record: <code>{}</code> (the seed, the profile and the exact ops; <code>shakedown shrink</code> it to the ops that matter)</p>"#,
+                    esc(r.command),
+                    esc(&r.record.display().to_string())
+                );
+            }
+            None => h.push_str(r#"<p class="muted">no seed record was written for this run: replay its seed and profile (<code>plan.toml</code> and <code>profile.toml</code> beside this report)</p>"#),
+        }
+        h.push_str("</div>");
+    }
+    facts(&mut h, d);
     if !d.known.is_empty() {
         // One paragraph per defect: what it is once, then every occurrence.
         let mut by: BTreeMap<&str, (&str, Vec<&str>)> = BTreeMap::new();
@@ -484,13 +539,6 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
                 write!(h, r#"<p class="known"><b>{}</b> ×{}{about}</p><ul class="known">{}</ul>"#, esc(defect), seen.len(), items.join(""));
         }
     }
-    if !d.unchecked.is_empty() {
-        let items: Vec<String> = d.unchecked.iter().map(|(id, why)| format!("<b>{}</b> ({})", esc(&id.to_string()), esc(why))).collect();
-        let _ = write!(h, r#"<p class="unchecked">not checked on this target: {}</p>"#, items.join("; "));
-    }
-    if let Some((inv, msg)) = &d.failure {
-        let _ = write!(h, r#"<p><b>{}</b>: {}</p>"#, esc(inv), esc(msg));
-    }
     if !d.forensics.is_empty() {
         let links: Vec<String> = d.forensics.iter().map(|f| format!(r#"<a href="forensics/{0}">{0}</a>"#, esc(f))).collect();
         let _ = write!(h, "<p>forensics: {}</p>", links.join(" · "));
@@ -504,29 +552,50 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
     } else {
         workload_section(&mut h, d, writes, api);
     }
-    h.push_str("<h2>Timeline</h2><table><tr><th>step</th><th>at</th><th>op</th><th>op ms</th><th>checks ms</th><th>invariants</th><th>verdict</th></tr>");
+    // One labelled column per invariant judged in the run, in checking order.
+    let mut judged: Vec<String> = Vec::new();
+    for j in d.steps.values().filter_map(|st| st.check.as_ref()).flat_map(|c| &c.invariants) {
+        let name = j.invariant.to_string();
+        if !judged.contains(&name) {
+            judged.push(name);
+        }
+    }
+    h.push_str("<h2>Timeline</h2><table><tr><th>step</th><th>at</th><th>op</th><th>op ms</th><th>checks ms</th>");
+    for name in &judged {
+        let _ = write!(h, r#"<th class="ih"><div>{}</div></th>"#, esc(name));
+    }
+    h.push_str("<th>verdict</th></tr>");
+    let blank = r#"<td></td>"#.repeat(judged.len());
     for (n, st) in &d.steps {
         let check = st.check.as_ref();
         let failed = check.is_some_and(|c| c.verdict == CheckVerdict::Fail) || st.op_error.is_some();
-        let chips: String = check
-            .map(|c| {
-                c.invariants
-                    .iter()
-                    .map(|j| format!(r#"<span class="inv {0}" title="{1}: {0} ({2}µs)"></span>"#, j.verdict.name(), j.invariant, j.us))
-                    .collect()
+        let chips: String = judged
+            .iter()
+            .map(|name| match check.and_then(|c| c.invariants.iter().find(|j| j.invariant.to_string() == *name)) {
+                Some(j) => format!(
+                    r#"<td class="iv {0}" title="{1}: {0} ({2}µs)">{3}</td>"#,
+                    j.verdict.name(),
+                    esc(name),
+                    j.us,
+                    if j.verdict.name() == "pass" { "✓" } else { "✗" }
+                ),
+                None => "<td></td>".into(),
             })
-            .unwrap_or_default();
+            .collect();
         let verdict = match (check, &st.op_error) {
             (Some(c), _) if c.verdict == CheckVerdict::Fail => {
                 format!("{}: {}", c.invariant.map(|i| i.to_string()).unwrap_or_default(), c.message.as_deref().unwrap_or(""))
             }
             (_, Some(e)) => format!("op failed: {e}"),
-            (Some(c), _) => format!("ok ({} attempts)", c.attempts.unwrap_or(1)),
+            (Some(c), _) => match c.attempts.unwrap_or(1) {
+                1 => "ok".to_string(),
+                n => format!("ok after {n} attempts"),
+            },
             (None, None) => String::new(),
         };
         let _ = write!(
             h,
-            r#"<tr{}><td class="n">{n}</td><td class="n">{:.1}s</td><td>{}</td><td class="n">{}</td><td class="n">{}</td><td class="chips">{chips}</td><td>{}</td></tr>"#,
+            r#"<tr{}><td class="n">{n}</td><td class="n">{:.1}s</td><td>{}</td><td class="n">{}</td><td class="n">{}</td>{chips}<td>{}</td></tr>"#,
             if failed { r#" class="failed""# } else { "" },
             st.start.saturating_sub(d.t0) as f64 / 1000.0,
             esc(&st.text),
@@ -538,7 +607,7 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
     for (n, op, why) in &d.skipped {
         let _ = write!(
             h,
-            r#"<tr class="muted"><td class="n">{n}</td><td></td><td>{}</td><td></td><td></td><td></td><td>skipped: {}</td></tr>"#,
+            r#"<tr class="muted"><td class="n">{n}</td><td></td><td>{}</td><td></td><td></td>{blank}<td>skipped: {}</td></tr>"#,
             esc(op),
             esc(why)
         );
@@ -552,7 +621,7 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
         };
         let _ = write!(
             h,
-            r#"<tr><td class="n">✓</td><td></td><td>heal: {}</td><td></td><td></td><td></td><td>liveness {v}: {what}</td></tr>"#,
+            r#"<tr><td class="n">✓</td><td></td><td>heal: {}</td><td></td><td></td>{blank}<td>liveness {v}: {what}</td></tr>"#,
             esc(&heal.join(", "))
         );
     }
@@ -570,6 +639,42 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
     h.push_str(env!("CARGO_PKG_VERSION"));
     h.push_str("</p></body></html>\n");
     h
+}
+
+/// What ran, on what, and what was not checked.
+fn facts(h: &mut String, d: &RunData) {
+    let mut rows: Vec<(&str, String)> = Vec::new();
+    if let Some(t) = &d.target {
+        rows.push(("target", esc(t)));
+    }
+    if !d.versions.is_empty() {
+        rows.push(("versions", esc(&d.versions.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(" · "))));
+    }
+    if !d.machine.is_empty() {
+        let m = &d.machine;
+        let parts: Vec<String> = [
+            m.get("host").cloned(),
+            m.get("os").cloned(),
+            m.get("kernel").map(|k| format!("Linux {k}")),
+            m.get("cpus").map(|c| format!("{c} CPUs")),
+            m.get("memory").cloned(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        rows.push(("machine", esc(&parts.join(" · "))));
+    }
+    if !d.unchecked.is_empty() {
+        rows.push(("not checked", esc(&super::unchecked_text(&d.unchecked))));
+    }
+    if rows.is_empty() {
+        return;
+    }
+    h.push_str(r#"<dl class="facts">"#);
+    for (k, v) in rows {
+        let _ = write!(h, "<dt>{k}</dt><dd>{v}</dd>");
+    }
+    h.push_str("</dl>");
 }
 
 /// What a soak's HTML index shows.
@@ -643,11 +748,14 @@ fn workload_section(h: &mut String, d: &RunData, writes: &[Write], api: &[Write]
     let acked = writes.iter().filter(|w| w.ok).count();
     let _ = write!(
         h,
-        r#"<p class="legend">{} writes, {} acknowledged, {} failed · <span style="color:#1f5fa8">● median latency per interval</span><span style="color:#7aa6d8">│ maximum</span><span style="color:#c00">▪ failed writes</span><span style="color:#2a8a2a">— share acknowledged</span><span style="background:#f4a6a6">&nbsp;fault in effect&nbsp;</span></p>"#,
+        r#"<p class="legend">{} writes, {} acknowledged, {} not acknowledged · <span style="color:#1f5fa8">● median latency per interval</span><span style="color:#7aa6d8">│ maximum</span><span style="color:#c00">▪ failed writes</span><span style="color:#2a8a2a">— share acknowledged</span><span style="background:#f4a6a6">&nbsp;fault in effect&nbsp;</span></p>"#,
         writes.len(),
         acked,
         writes.len() - acked
     );
+    if acked < writes.len() {
+        h.push_str(r#"<p class="muted">A write that is not acknowledged (refused, or no answer within the workload's timeout) is what a client may see while a fault is in effect, and is no failure: the checks fail a run when a write that <i>was</i> acknowledged is lost, or an answer contradicts the others.</p>"#);
+    }
     if !api.is_empty() {
         let answered = api.iter().filter(|w| w.ok).count();
         let _ = write!(
@@ -683,9 +791,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("events.jsonl"), "{\"v\":1,\"ts_ms\":1,\"event\":\"run-start\",\"run_id\":\"sd-x\",\"seed\":4,\"profile\":\"p\",\"weights\":{},\"ops\":1,\"target\":{\"kind\":\"local\"}}\n{\"ts_ms\":2,\"ev").unwrap();
         std::fs::write(dir.path().join("workload.csv"), "unix_ms,latency_us,ok\n1,500,1\n2,9").unwrap();
-        let html = run_report(dir.path()).unwrap();
+        let html = run_report(dir.path(), None).unwrap();
         assert!(html.contains("seed 4") && html.contains("UNFINISHED") && html.contains("<svg"), "{html}");
-        assert!(run_report(&dir.path().join("nope")).is_err());
+        assert!(run_report(&dir.path().join("nope"), None).is_err());
+    }
+
+    /// A restore stops every member while it runs and leaves the model whole: its run is shaded
+    /// as a fault (the acknowledged share drops to 0 there), as are rolling ops; a backup is not.
+    #[test]
+    fn ops_that_take_members_down_while_they_run_are_shaded() {
+        let profile = Profile::from_toml("name = \"t\"\nsteps = 3\nversions = [\"3.4\", \"3.5\"]\n").unwrap();
+        let mut d = RunData { profile: Some(profile), t0: 1000, t_end: 20000, ..Default::default() };
+        use shakedown_faults::BackupId;
+        let step = |op: Op, start: u64, ms: u64| Step { text: op.to_string(), op: Some(op), start, op_ms: Some(ms), ..Default::default() };
+        d.steps.insert(1, step(Op::Backup, 2000, 300));
+        d.steps.insert(2, step(Op::Restore { backup: BackupId(0) }, 4000, 2500));
+        d.steps.insert(3, step(Op::RollingUpgrade { to: shakedown_faults::Version::new(3, 5) }, 9000, 6000));
+        let w = fault_windows(&d);
+        assert_eq!(w.iter().map(|(a, b, _)| (*a, *b)).collect::<Vec<_>>(), [(4000, 6500), (9000, 15000)], "{w:?}");
+        assert!(w[0].2.starts_with("restore(b0): every member stopped"), "{w:?}");
     }
 
     /// Known defects are listed by defect: what it is once, each occurrence under it; an event
@@ -699,7 +823,7 @@ mod tests {
         };
         let old = "{\"v\":1,\"ts_ms\":3,\"event\":\"known-defect\",\"invariant\":\"watch\",\"defect\":\"etcd-io/etcd#15220\",\"message\":\"w9: whole message\"}";
         std::fs::write(dir.path().join("events.jsonl"), format!("{start}\n{}\n{}\n{old}\n", known("w0: at 7"), known("w1: at 9"))).unwrap();
-        let html = run_report(dir.path()).unwrap();
+        let html = run_report(dir.path(), None).unwrap();
         assert_eq!(html.matches("<b>etcd-io/etcd#15220</b>").count(), 1, "{html}");
         assert!(html.contains("<b>etcd-io/etcd#15220</b> ×3: early progress"), "{html}");
         assert!(html.contains("<li>w0: at 7</li><li>w1: at 9</li><li>w9: whole message</li>"), "{html}");
@@ -712,10 +836,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("events.jsonl"), "{\"v\":1,\"ts_ms\":1,\"event\":\"run-start\",\"run_id\":\"sd-x\",\"seed\":4,\"profile\":\"p\",\"weights\":{},\"ops\":1,\"target\":{\"kind\":\"local\"}}\n").unwrap();
         std::fs::write(dir.path().join("workload.csv"), "unix_ms,latency_us,ok\n1,500,1\n2,600,1\n").unwrap();
-        let without = run_report(dir.path()).unwrap();
+        let without = run_report(dir.path(), None).unwrap();
         assert!(!without.contains("#7b3fa0") && !without.contains("Kubernetes API workload"));
         std::fs::write(dir.path().join("api-workload.csv"), "unix_ms,latency_us,ok\n1,900,1\n2,3000000,0\n3,800,1\n").unwrap();
-        let with = run_report(dir.path()).unwrap();
+        let with = run_report(dir.path(), None).unwrap();
         assert!(with.contains("Kubernetes API workload: 3 requests, 2 answered, 1 failed"), "{with}");
         assert!(
             with.split("<polyline").skip(1).any(|p| p.split('>').next().is_some_and(|tag| tag.contains("#7b3fa0"))),

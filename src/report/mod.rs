@@ -10,6 +10,47 @@ use std::time::Duration;
 
 use quick_junit::{NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestSuite};
 
+/// The machine a run ran on, for its report: host, kernel, OS, CPUs, memory. What cannot be
+/// read is left out.
+pub fn machine() -> std::collections::BTreeMap<String, String> {
+    let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+    let mut m = std::collections::BTreeMap::new();
+    if let Some(h) = read("/proc/sys/kernel/hostname") {
+        m.insert("host".into(), h);
+    }
+    if let Some(k) = read("/proc/sys/kernel/osrelease") {
+        m.insert("kernel".into(), k);
+    }
+    let os = read("/etc/os-release")
+        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("PRETTY_NAME=")).map(|v| v.trim_matches('"').to_string()));
+    if let Some(os) = os {
+        m.insert("os".into(), os);
+    }
+    if let Ok(n) = std::thread::available_parallelism() {
+        m.insert("cpus".into(), n.to_string());
+    }
+    let mem_kib = read("/proc/meminfo").and_then(|t| {
+        t.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    });
+    if let Some(kib) = mem_kib {
+        m.insert("memory".into(), format!("{:.1} GiB", kib as f64 / 1024.0 / 1024.0));
+    }
+    m
+}
+
+/// The invariants a target could not check, those with one reason together:
+/// `a, b (why); c (why)`.
+pub fn unchecked_text(unchecked: &[(shakedown_invariants::InvariantId, String)]) -> String {
+    let mut by_why: Vec<(&str, Vec<String>)> = Vec::new();
+    for (id, why) in unchecked {
+        match by_why.iter_mut().find(|(w, _)| *w == why.as_str()) {
+            Some((_, ids)) => ids.push(id.to_string()),
+            None => by_why.push((why, vec![id.to_string()])),
+        }
+    }
+    by_why.iter().map(|(why, ids)| format!("{} ({why})", ids.join(", "))).collect::<Vec<_>>().join("; ")
+}
+
 /// One seed as a JUnit test case.
 #[derive(Debug, Clone)]
 pub struct Case {

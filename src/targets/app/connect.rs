@@ -26,8 +26,9 @@ impl AppTarget {
         let p = &spec.app_profile;
         if ctx.profile.stack != Stack::App {
             return Err(Fatal::usage(format!(
-                "--target app runs profiles with stack = \"app\" (the application ops); profile {} has stack = {:?}",
-                ctx.profile.name, ctx.profile.stack
+                "--target app runs profiles with stack = \"app\" (the application ops); profile {} has stack = \"{}\"",
+                ctx.profile.name,
+                ctx.profile.stack.name()
             )));
         }
         let (client, evict_client, server) = clients(spec, ctx).await?;

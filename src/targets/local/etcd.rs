@@ -14,7 +14,7 @@ const POLL: Duration = Duration::from_millis(20);
 /// its bound.
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
-    #[error("cannot connect to {url}: {source}")]
+    #[error("cannot connect to {url}: {}", error_text(.source))]
     Connect {
         url: String,
         #[source]
@@ -23,7 +23,7 @@ pub enum EtcdError {
     #[error("cannot connect to {url}: timed out after {}ms", bound.as_millis())]
     ConnectTimeout { url: String, bound: Duration },
     /// etcd answered `what` with an error.
-    #[error("{what}: {source}")]
+    #[error("{what}: {}", error_text(.source))]
     Call {
         what: String,
         #[source]
@@ -34,6 +34,29 @@ pub enum EtcdError {
     /// The member did not see a leader and catch up within the bound (`last`: what it said last).
     #[error("{url} not healthy and caught up within {}ms: {last}", bound.as_millis())]
     NotCaughtUp { url: String, bound: Duration, last: String },
+}
+
+/// An etcd client error as words. A gRPC status's own Display ends with its source's Debug text
+/// (`source: tonic::transport::Error(Transport, ConnectError(…Elapsed(())))`); this gives the
+/// status's message and code, then each cause's own words: `the service is currently unavailable: tcp connect error:
+/// transport error: deadline has elapsed`.
+pub fn error_text(e: &etcd_client::Error) -> String {
+    use std::error::Error as _;
+    let (mut text, mut cause): (String, Option<&(dyn std::error::Error + 'static)>) = match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            let code = s.code().description().trim_end_matches('.').to_lowercase();
+            (if s.message().is_empty() { code } else { format!("{code}: {}", s.message()) }, s.source())
+        }
+        other => (other.to_string(), other.source()),
+    };
+    while let Some(c) = cause {
+        let words = c.to_string();
+        if !words.is_empty() && !text.contains(&words) {
+            text = format!("{text}: {words}");
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// A client for one URL. The connection is made lazily by the first request.
@@ -95,4 +118,27 @@ pub async fn wait_caught_up(url: &str, others: &[String], limit: Duration) -> Re
         tokio::time::sleep(POLL).await;
     }
     Err(EtcdError::NotCaughtUp { url: url.to_string(), bound: limit, last })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a verdict says of an etcd that cannot be reached is words, not the Debug text of
+    /// tonic's and hyper's errors. A port nothing listens on (a crashed member) and one that
+    /// takes connections and never answers (a paused member) are what down members give.
+    #[tokio::test]
+    async fn an_unreachable_member_is_described_in_words() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let silent_port = silent.local_addr().unwrap().port();
+        for url in [format!("http://127.0.0.1:{closed}"), format!("http://127.0.0.1:{silent_port}")] {
+            let e = status(&url, Duration::from_millis(300)).await.expect_err("nothing answers there");
+            let text = e.to_string();
+            for debug in ["Error(", "(())", "Kind", "Some(", "{ "] {
+                assert!(!text.contains(debug), "{url}: Debug text {debug:?} in {text:?}");
+            }
+            assert!(text.contains(&url) || text.contains("status"), "{text}");
+        }
+    }
 }

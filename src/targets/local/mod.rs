@@ -236,7 +236,7 @@ impl Target for LocalTarget {
                 Coverage::Checked
             }
             InvariantId::ApiReachability | InvariantId::ApiDurability | InvariantId::ApiWatch | InvariantId::ApiLinearizability => {
-                Coverage::Unchecked("needs a Kubernetes API: the profile's stack = \"control-plane\"".into())
+                Coverage::Unchecked("needs a Kubernetes API: a profile with stack = \"control-plane\"".into())
             }
             InvariantId::AppReady | InvariantId::AppDurability | InvariantId::AppLinearizability => {
                 Coverage::Unchecked("only the application target (--target app) checks an application".into())
