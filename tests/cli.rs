@@ -814,3 +814,46 @@ fn check_history_past_its_bound_is_undecided() {
     let out = bin().args(["check-history"]).arg(&file).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "with the default bound it is decided: {}", text(&out.stdout));
 }
+
+/// Every shakedown command line in the README's and docs' code blocks is one this shakedown
+/// accepts (clap parses it: subcommands, flags and values exist), and every subcommand of
+/// `--help` is in the README's command table: the help and the docs cannot drift apart.
+#[test]
+fn the_docs_command_lines_parse_and_the_readme_lists_every_subcommand() {
+    use clap::{CommandFactory, Parser};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    files.extend(
+        std::fs::read_dir(root.join("docs")).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "md")),
+    );
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let mut in_block = false;
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("```") {
+                in_block = !in_block;
+                continue;
+            }
+            let line = line.trim();
+            let args = ["shakedown ", "cargo run --release -- ", "./target/release/shakedown "].iter().find_map(|p| line.strip_prefix(p));
+            let (true, Some(args)) = (in_block, args) else { continue };
+            // A trailing comment is the docs' own.
+            let args = args.split("  #").next().unwrap().trim();
+            let words = shlex::split(args).unwrap_or_else(|| panic!("{}:{}: unbalanced quotes: {line}", file.display(), n + 1));
+            let argv = std::iter::once("shakedown".to_string()).chain(words);
+            if let Err(e) = shakedown::cli::Cli::try_parse_from(argv) {
+                panic!("{}:{}: `{line}` is not a valid command line:\n{e}", file.display(), n + 1);
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 15, "the docs' command lines were found ({checked})");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    for sub in shakedown::cli::Cli::command().get_subcommands().map(|c| c.get_name().to_string()) {
+        if sub == "help" {
+            continue;
+        }
+        assert!(readme.contains(&format!("| `shakedown {sub}")), "README's command table lists `shakedown {sub}`");
+    }
+}
