@@ -343,7 +343,13 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             match format {
                 PlanFormat::Toml => print!("{}", toml::to_string(&plan).expect("plans serialize")),
                 PlanFormat::Text => {
-                    println!("seed {} · profile {} · {} ops · weights {}", plan.seed, plan.profile, plan.ops.len(), weights_text(&plan));
+                    println!(
+                        "seed {} · profile {} · {} · weights {}",
+                        plan.seed,
+                        plan.profile,
+                        shakedown_faults::counted(plan.ops.len() as u64, "op"),
+                        weights_text(&plan)
+                    );
                     for (i, op) in plan.ops.iter().enumerate() {
                         println!("{:>4}  {op}", i + 1);
                     }

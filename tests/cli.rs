@@ -287,7 +287,7 @@ fn a_plan_shorter_than_its_steps_is_said() {
     std::fs::write(&path, "name = \"crash-only\"\nsteps = 5\nversions = [\"3.4\"]\nops = [\"crash\"]\n").unwrap();
     let out = bin().args(["plan", "--seed", "1", "--profile"]).arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("· 1 ops ·"), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("· 1 op ·"), "{}", text(&out.stdout));
     let err = text(&out.stderr);
     assert!(err.contains("seed 1: the plan has 1 of the 5 steps asked for") && err.contains("(crash)"), "{err}");
     assert!(!err.contains('\u{1b}'), "no colour codes when stderr is not a terminal: {err:?}");
@@ -835,7 +835,7 @@ fn the_docs_command_lines_parse_and_the_readme_lists_every_subcommand() {
                 in_block = !in_block;
                 continue;
             }
-            let line = line.trim();
+            let line = line.trim().trim_start_matches("$ ");
             let args = ["shakedown ", "cargo run --release -- ", "./target/release/shakedown "].iter().find_map(|p| line.strip_prefix(p));
             let (true, Some(args)) = (in_block, args) else { continue };
             // A trailing comment is the docs' own.

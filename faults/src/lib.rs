@@ -23,6 +23,16 @@ pub use op::{Op, OpKind, PreconditionError, MAX_BACKUPS};
 pub use profile::{ApiLoad, EtcdFlags, Mix, Profile, ProfileError, Stack, Workload, WorkloadKind};
 pub use shrink::{repair, without, Shrinker};
 
+/// `n` and a noun, the noun plural unless `n` is 1: "1 member", "3 members".
+pub fn counted(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Declares a registry enum: its variants with their names, in one list, from which `ALL` (the
 /// variants in declaration order), `name()`, `Display` and `FromStr` are generated — so a new
 /// variant cannot be left out of `ALL` (op kinds, invariants and planted bugs use it).
@@ -94,4 +104,14 @@ pub fn parse_name<T: Copy>(s: &str, all: &[T], name: fn(T) -> &'static str, what
         given: s.to_string(),
         known: all.iter().map(|&t| name(t)).collect(),
     })
+}
+
+#[cfg(test)]
+mod counted_tests {
+    #[test]
+    fn one_is_singular_and_every_other_count_plural() {
+        assert_eq!(super::counted(1u32, "member"), "1 member");
+        assert_eq!(super::counted(0u32, "op"), "0 ops");
+        assert_eq!(super::counted(3u64, "step"), "3 steps");
+    }
 }

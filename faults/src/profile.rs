@@ -478,21 +478,21 @@ impl Profile {
         }
         if let Some(d) = self.max_down {
             if d > self.members as usize {
-                return bad(format!("max_down = {d} is more than the {} members", self.members));
+                return bad(format!("max_down = {d} is more than the {}", crate::counted(self.members, "member")));
             }
         }
         if self.max_down() == 0 {
             return bad(format!(
-                "max_down is 0 for {} members: no fault could run; set max_down = 1 or more (more than {} loses quorum: destructive plans)",
-                self.members,
+                "max_down is 0 for {}: no fault could run; set max_down = 1 or more (more than {} loses quorum: destructive plans)",
+                crate::counted(self.members, "member"),
                 self.members - (self.members / 2 + 1)
             ));
         }
         if u32::from(self.sites) > self.members {
             return bad(format!(
-                "sites = {} is more than the {} members: members go round-robin over the sites, so {} site(s) would be empty and an outage of one would take nothing down",
+                "sites = {} is more than the {}: members go round-robin over the sites, so {} site(s) would be empty and an outage of one would take nothing down",
                 self.sites,
-                self.members,
+                crate::counted(self.members, "member"),
                 u32::from(self.sites) - self.members
             ));
         }

@@ -27,10 +27,10 @@ pub(crate) fn quorum(model: &Model, obs: &Observation) -> Verdict {
             if long_enough {
                 let until = end.map(|l| format!("until +{}ms", l.at_ms)).unwrap_or_else(|| format!("until at least +{end_ms}ms"));
                 return Verdict::Definite(format!(
-                    "quorum lost during the step: from +{}ms {until} only {} of {} members were serving ({})",
+                    "quorum lost during the step: from +{}ms {until} only {} of {} were serving ({})",
                     start.at_ms,
                     start.serving.len(),
-                    start.cluster_size,
+                    shakedown_faults::counted(start.cluster_size as u64, "member"),
                     names(&start.serving),
                 ));
             }
@@ -77,9 +77,9 @@ pub(crate) fn quorum(model: &Model, obs: &Observation) -> Verdict {
     };
     if !reachable.iter().any(|m| sees_it(m)) {
         return Verdict::Fail(format!(
-            "no leader, although {} of {} members are expected up (quorum {}){}",
+            "no leader, although {} of {} are expected up (quorum {}){}",
             model.up(),
-            model.size(),
+            shakedown_faults::counted(model.size() as u64, "member"),
             model.quorum(),
             crate::known::leaderless(&obs.members)
         ));

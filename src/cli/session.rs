@@ -222,10 +222,10 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
     let started = now_rfc3339();
     let t0 = std::time::Instant::now();
     x.say(&format!(
-        "seed {} · profile {} · {} ops · run {run_id} · {}\nweights {}\nrun directory {}",
+        "seed {} · profile {} · {} · run {run_id} · {}\nweights {}\nrun directory {}",
         plan.seed,
         profile.name,
-        plan.ops.len(),
+        shakedown_faults::counted(plan.ops.len() as u64, "op"),
         spec.describe(),
         weights_text(plan),
         run_dir.display()
@@ -471,11 +471,15 @@ pub fn report_run(r: &RunResult, opts: &RunOpts) -> Exit {
             Exit::Interrupted
         }
         Ok(Outcome::Pass { steps }) if opts.target.kube.dry_run => {
-            println!("dry run: seed {} · {steps} ops · nothing was checked", r.plan.seed);
+            println!("dry run: seed {} · {} · nothing was checked", r.plan.seed, shakedown_faults::counted(*steps as u64, "op"));
             Exit::Pass
         }
         Ok(Outcome::Pass { steps }) => {
-            println!("PASS: seed {} · {steps} steps · every invariant held after every step, and the healed stack converged", r.plan.seed);
+            println!(
+                "PASS: seed {} · {} · every invariant held after every step, and the healed stack converged",
+                r.plan.seed,
+                shakedown_faults::counted(*steps as u64, "step")
+            );
             say_known(r);
             if !r.unchecked.is_empty() {
                 println!("not checked: {}", unchecked_text(&r.unchecked));

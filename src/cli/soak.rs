@@ -191,7 +191,7 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
             }
             Ok(Outcome::Stopped { .. }) | Err(Interrupted) => {
                 tally.cut += 1;
-                format!("cut short after {ran} steps")
+                format!("cut short after {}", shakedown_faults::counted(ran as u64, "step"))
             }
         };
         let elapsed = t0.elapsed().as_secs_f64();
@@ -211,7 +211,12 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
             "{}",
             json!({"seed": seed, "verdict": verdict, "steps": ran, "ms": r.elapsed.as_millis() as u64, "run_dir": r.run_dir, "record": r.record, "known_defects": known_here, "elapsed_s": elapsed, "rss_kib": rss, "rss_anon_kib": anon})
         );
-        say(&format!("seed {seed}: {verdict} · {ran} steps · {:.1}s · {}", r.elapsed.as_secs_f64(), r.run_dir.display()));
+        say(&format!(
+            "seed {seed}: {verdict} · {} · {:.1}s · {}",
+            shakedown_faults::counted(ran as u64, "step"),
+            r.elapsed.as_secs_f64(),
+            r.run_dir.display()
+        ));
         cases.push(case_of(&r));
     };
     if let Some(b) = &bar {
