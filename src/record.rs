@@ -538,5 +538,41 @@ mod tests {
             let back = SeedRecord::parse(&r.to_toml()).map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert_eq!(back, r);
         }
+
+        /// A record with any of its numbers replaced by any integer — negative, zero, past
+        /// u32 or i64 — or with any text spliced in anywhere, loads or is refused with a
+        /// reason: never a panic, never an error without words.
+        #[test]
+        fn any_number_or_spliced_text_in_a_record_loads_or_is_refused_without_panic(
+            seed in any::<u64>(),
+            which in 0usize..64,
+            value in prop_oneof![any::<i64>(), Just(i64::MAX), Just(i64::MIN), Just(-1i64), Just(0i64), Just(u32::MAX as i64 + 1)],
+            at in any::<prop::sample::Index>(),
+            splice in ".{0,40}",
+        ) {
+            let text = record(seed).to_toml();
+            // The n-th line of the form `key = <integer>` (wrapping), its value replaced: the
+            // seed, steps, members, sites, weights, failure.step, each op's member, site, backup.
+            let numeric: Vec<usize> = text.lines().enumerate()
+                .filter(|(_, l)| l.split_once(" = ").is_some_and(|(_, v)| v.trim().parse::<i64>().is_ok()))
+                .map(|(i, _)| i)
+                .collect();
+            prop_assume!(!numeric.is_empty());
+            let target = numeric[which % numeric.len()];
+            let changed: String = text.lines().enumerate()
+                .map(|(i, l)| if i == target { format!("{} = {value}\n", l.split_once(" = ").unwrap().0) } else { format!("{l}\n") })
+                .collect();
+            if let Err(e) = SeedRecord::parse(&changed) {
+                prop_assert!(!e.to_string().trim().is_empty());
+            }
+            let mut cut = at.index(text.len() + 1);
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let spliced = format!("{}{splice}{}", &text[..cut], &text[cut..]);
+            if let Err(e) = SeedRecord::parse(&spliced) {
+                prop_assert!(!e.to_string().trim().is_empty());
+            }
+        }
     }
 }
