@@ -1,4 +1,4 @@
-//! Commands: plan, run, replay, shrink, soak, testbed, reap, profiles.
+//! Commands: plan, run, replay, shrink, soak, testbed, reap, profiles, validate.
 
 #[cfg(test)]
 mod k8s_manifests;
@@ -9,6 +9,7 @@ pub mod session;
 pub mod shrink;
 pub mod soak;
 mod testbed;
+pub mod validate;
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -24,7 +25,7 @@ use partition::{parse_partition, Partition};
 use session::{weights_text, Exec, Interrupt};
 
 #[derive(Parser, Debug)]
-#[command(name = "shakedown", version, about = "Seeded fault plans against real stacks (a local etcd testbed, or a Cluster API cluster with --target kube): invariants after every step, failing seeds recorded, shrunk and replayable.", after_help = EXIT_CODES)]
+#[command(name = "shakedown", version, about = "Seeded fault plans against real stacks (a local etcd testbed; a Cluster API cluster with --target kube; an application's StatefulSet and operator on a Kubernetes cluster with --target app): invariants after every step, failing seeds recorded, shrunk and replayable.", after_help = EXIT_CODES)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -218,6 +219,31 @@ pub enum Command {
         #[arg(long, default_value_t = shakedown_history::DEFAULT_BOUND)]
         bound: u64,
     },
+    /// Check profiles, kube profiles, app profiles and seed records offline (no cluster, no
+    /// stack, no network, nothing created) with the checks a run, replay or shrink applies before
+    /// it starts: one line per input (`ok: PATH: KIND NAME · …`, or the error with its line and
+    /// column), exit 0 when every input is valid, 2 when any is not.
+    Validate {
+        /// Files (or directories: their *.toml files; or shipped profile names), each recognised
+        /// by its keys: a seed record by `format`, `plan` or `failure`, else the kind of profile
+        /// that knows most of its keys. When two kinds fit equally, it says so: name the file
+        /// with the flag of its kind instead.
+        #[arg(value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// A profile (a shipped name or a .toml file), whatever its keys.
+        #[arg(long = "profile", value_name = "NAME|FILE")]
+        profiles: Vec<String>,
+        /// A kube profile (`run --target kube --kube-profile`).
+        #[arg(long = "kube-profile", value_name = "FILE")]
+        kube_profiles: Vec<PathBuf>,
+        /// An app profile (`run --target app --app-profile`).
+        #[arg(long = "app-profile", value_name = "FILE")]
+        app_profiles: Vec<PathBuf>,
+        /// A seed record (`replay FILE`): its profile, its plans against the profile's model, its
+        /// failure's step and its target.
+        #[arg(long = "record", value_name = "FILE")]
+        records: Vec<PathBuf>,
+    },
     /// List the shipped profiles.
     Profiles {
         /// Print the reference of every profile and kube profile field instead (markdown,
@@ -337,6 +363,9 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
     let json_logs = matches!(cli.log_format, LogFormat::Json);
     match cli.command {
         Command::CheckHistory { file, bound } => check_history(&file, bound),
+        Command::Validate { files, profiles, kube_profiles, app_profiles, records } => {
+            validate::validate(&validate::Inputs { files, profiles, kube_profiles, app_profiles, records })
+        }
         Command::Plan { seed, profile, steps, format } => {
             let profile = with_steps(profiles::load(&profile)?, steps)?;
             let plan = planned(seed, &profile);
@@ -419,7 +448,7 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             let spec = TargetSpec::from_options(kind, &opts.target, None)?;
             writable_outputs(junit.as_deref(), &opts)?;
             if opts.target.kube.dry_run {
-                return Err(Fatal::usage("--dry-run is for `run --target kube`; a soak sends its writes"));
+                return Err(Fatal::usage("--dry-run is for `run --target kube` and `run --target app`; a soak sends its writes"));
             }
             let partition = partitioned(partition, seed)?;
             let interrupt = Interrupt::install(json_logs);

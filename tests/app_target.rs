@@ -181,6 +181,11 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let kubeconfig = node.kubeconfig.display().to_string();
     let app = files.join("app.toml").display().to_string();
 
+    // A dry run connects and reads (the StatefulSet's replicas against the profile's members),
+    // prints every write and wait of the plan, and changes nothing: the same pods (UIDs), claims,
+    // scale, cordons, and no policy, ConfigMap or custom resource of a run.
+    dry_run_changes_nothing(&client, &files, &kubeconfig, &app).await;
+
     // A seeded plan with a pod kill, a kill of half the app's pods by label selector, an
     // operator restart, a claim loss, a backup and a restore through the operator's custom
     // resources passes, checked after every step (after the restore, app-durability expects
@@ -974,4 +979,86 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let left = node.teardown();
     assert!(left.is_empty(), "left behind: {left}");
     hostnet::assert_same(&net_before, &hostnet::snapshot(), "by the app target's runs and the node's teardown");
+}
+
+/// What a run could change in the app's namespace and on the node, as text to compare.
+async fn app_state(client: &kube::Client) -> String {
+    use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+    use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
+    let lp = ListParams::default();
+    let uids = |v: Vec<(Option<String>, Option<String>)>| {
+        v.into_iter().map(|(n, u)| format!("{}={}", n.unwrap_or_default(), u.unwrap_or_default())).collect::<Vec<_>>().join(",")
+    };
+    let pods = Api::<Pod>::namespaced(client.clone(), NS).list(&lp).await.unwrap().items;
+    let pods = uids(pods.into_iter().map(|p| (p.metadata.name, p.metadata.uid)).collect());
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), NS).list(&lp).await.unwrap().items;
+    let claims = uids(claims.into_iter().map(|p| (p.metadata.name, p.metadata.uid)).collect());
+    let policies = Api::<NetworkPolicy>::namespaced(client.clone(), NS).list(&lp).await.unwrap().items.len();
+    let cms: Vec<String> = Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .filter(|n| n.starts_with("shakedown-"))
+        .collect();
+    let sts = Api::<StatefulSet>::namespaced(client.clone(), NS).get("etcd").await.unwrap().spec.and_then(|s| s.replicas);
+    let op = Api::<Deployment>::namespaced(client.clone(), NS).get("etcd-operator").await.unwrap().spec.and_then(|s| s.replicas);
+    let nodes: Vec<String> = Api::<KubeNode>::all(client.clone())
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|n| format!("{}:{:?}", n.metadata.name.unwrap_or_default(), n.spec.and_then(|s| s.unschedulable)))
+        .collect();
+    format!("pods {pods}\nclaims {claims}\npolicies {policies}\nconfigmaps {cms:?}\nstatefulset {sts:?}\noperator {op:?}\nnodes {nodes:?}")
+}
+
+/// `run --target app --dry-run` of a plan of every kind of write: it prints the writes and the
+/// waits and ends with their count, and the cluster is as it was.
+async fn dry_run_changes_nothing(client: &kube::Client, files: &Path, kubeconfig: &str, app: &str) {
+    let dry = files.join("dry");
+    std::fs::create_dir_all(&dry).unwrap();
+    let p = dry.join("dry.toml");
+    let ops = ["pod-kill", "pod-kill-selected", "operator-restart", "pvc-loss", "node-drain", "partition", "backup"];
+    std::fs::write(&p, profile("app-dry", &ops, 10)).unwrap();
+    let seed = seed_with(&p, &["pod-kill", "operator-restart", "pvc-loss", "node-drain"]);
+    let before = app_state(client).await;
+    let (code, out, err) = shakedown(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--dry-run",
+            "--kubeconfig",
+            kubeconfig,
+            "--app-profile",
+            app,
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            &seed.to_string(),
+        ],
+        &dry,
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    eprintln!("the dry run (seed {seed}):\n{out}");
+    for write in [
+        "dry-run: DELETE /api/v1/namespaces/app/pods/etcd-",
+        "dry-run: PATCH /apis/apps/v1/namespaces/app/deployments/etcd-operator (merge patch) {\"spec\":{\"replicas\":0}}",
+        "dry-run: DELETE /api/v1/namespaces/app/persistentvolumeclaims/data-etcd-",
+        "dry-run: PATCH /api/v1/nodes/",
+        "dry-run: POST /api/v1/namespaces/app/configmaps",
+        "dry-run: wait (up to 180s) until",
+    ] {
+        assert!(out.contains(write), "the dry run prints {write:?}: {out}");
+    }
+    let printed = out.lines().filter(|l| l.starts_with("dry-run: ") && !l.starts_with("dry-run: wait")).count();
+    assert!(
+        out.contains(&format!("dry run: {printed} write request(s) printed, none sent")),
+        "the dry run counts the {printed} writes it printed: {out}"
+    );
+    assert_eq!(app_state(client).await, before, "a dry run changed the cluster");
 }

@@ -857,3 +857,188 @@ fn the_docs_command_lines_parse_and_the_readme_lists_every_subcommand() {
         assert!(readme.contains(&format!("| `shakedown {sub}")), "README's command table lists `shakedown {sub}`");
     }
 }
+
+/// The repository's own inputs, each by path from the crate root.
+fn repo(path: &str) -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path).display().to_string()
+}
+
+/// The whole app profile of docs/app-target.md, written to `dir`.
+fn documented_app_profile(dir: &std::path::Path) -> std::path::PathBuf {
+    let page = std::fs::read_to_string(repo("docs/app-target.md")).unwrap();
+    let from = page.find("2. Describe the application in an app profile").expect("the app target page's app profile step");
+    let block = page[from..].split("```toml").nth(1).and_then(|b| b.split("```").next()).expect("its toml block");
+    let text: String = block.lines().map(|l| l.strip_prefix("   ").unwrap_or(l)).collect::<Vec<_>>().join("\n");
+    let p = dir.join("app.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Every file under `dir`, as paths relative to it.
+fn listing(dir: &std::path::Path) -> Vec<String> {
+    walkdir(dir).into_iter().map(|p| p.strip_prefix(dir).unwrap().display().to_string()).collect()
+}
+
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        out.push(e.path());
+        if e.path().is_dir() {
+            out.extend(walkdir(&e.path()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `validate` recognises and accepts, offline, what the repository ships: every profile of
+/// ci/profiles (by file and by name), the kube profile of ci/k8s, the app profile of
+/// docs/app-target.md, and the seed records of seeds/ (given as a directory); one `ok:` line
+/// each with its kind and a summary, exit 0, nothing created where it ran.
+#[test]
+fn validate_accepts_the_shipped_profiles_app_and_kube_profiles_and_seed_records() {
+    let cwd = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let app = documented_app_profile(files.path());
+    let profiles: Vec<String> = std::fs::read_dir(repo("ci/profiles"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().display().to_string())
+        .filter(|p| p.ends_with(".toml"))
+        .collect();
+    assert!(profiles.len() >= 8, "{profiles:?}");
+    let records: Vec<String> = std::fs::read_dir(repo("seeds"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().display().to_string())
+        .filter(|p| p.ends_with(".toml"))
+        .collect();
+    assert!(!records.is_empty());
+    let mut args =
+        vec!["validate".to_string(), "default".into(), repo("ci/k8s/kube-profile.toml"), app.display().to_string(), repo("seeds")];
+    args.extend(profiles.iter().cloned());
+    let out = bin().current_dir(cwd.path()).args(&args).output().unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(stdout.lines().count(), 3 + records.len() + profiles.len(), "one line per input: {stdout}");
+    assert!(stdout.lines().all(|l| l.starts_with("ok: ")), "{stdout}");
+    let line = |path: &str| {
+        stdout.lines().find(|l| l.starts_with(&format!("ok: {path}: "))).unwrap_or_else(|| panic!("no line for {path}: {stdout}"))
+    };
+    assert!(line("default").contains(": profile default · stack etcd · 3 members on 3 sites"), "{stdout}");
+    for p in &profiles {
+        assert!(line(p).contains(": profile "), "{p}: {stdout}");
+    }
+    assert!(line(&repo("ci/profiles/app-smoke.toml")).contains("runs on --target app"), "{stdout}");
+    assert!(line(&repo("ci/k8s/kube-profile.toml")).contains(": kube profile · upgrades to 3.5 (v1.30.0)"), "{stdout}");
+    assert!(line(&app.display().to_string()).contains(": app profile "), "{stdout}");
+    for r in &records {
+        assert!(line(r).contains(": seed record seed "), "{r}: {stdout}");
+    }
+    assert!(listing(cwd.path()).is_empty(), "validate created {:?}", listing(cwd.path()));
+}
+
+/// `validate` refuses each bad input with its file and the loader's reason — malformed TOML at
+/// its line and column, a value out of range, a record whose failure.step is past its plan, a
+/// record cut short, an app profile with an empty namespace, a kube profile with a zero bound, a
+/// file whose kind cannot be told, a file that does not exist — exits 2, still says ok for the
+/// valid input beside them, and creates nothing.
+#[test]
+fn validate_refuses_bad_inputs_with_the_file_and_the_reason() {
+    let cwd = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let f = |name: &str, body: &str| {
+        let p = files.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        p.display().to_string()
+    };
+    let record = std::fs::read_to_string(repo("seeds/seed-4-leaks-recover-leaves-rule.toml")).unwrap();
+    assert!(record.contains("\nstep = 4\n"));
+    let cases: Vec<(Vec<String>, String, &str)> = vec![
+        (vec![], f("malformed.toml", "name = \"x\"\nsteps = \n"), "line 2, column 9"),
+        (
+            vec!["--profile".into()],
+            f("malformed-profile.toml", "name = \"x\"\nsteps = \n"),
+            "not a valid profile: TOML parse error at line 2, column 9",
+        ),
+        (vec![], f("zero.toml", "name = \"zero\"\nsteps = 0\nversions = [\"3.5\"]\n"), "profile \"zero\": steps must be at least 1"),
+        (vec![], f("members.toml", "name = \"big\"\nsteps = 5\nmembers = 12\nversions = [\"3.5\"]\n"), "members = 12 is more than the 9"),
+        (
+            vec![],
+            f("past.toml", &record.replacen("\nstep = 4\n", "\nstep = 4000\n", 1)),
+            "failure.step = 4000 is past the recorded plan's 8 ops",
+        ),
+        (vec!["--record".into()], f("cut.toml", &record[..record.len() / 2]), "not a valid seed record"),
+        (vec![], f("empty-ns.toml", "namespace = \"\"\nstatefulset = \"db\"\n"), "namespace = \"\" is not a Kubernetes name: it is empty"),
+        (vec!["--kube-profile".into()], f("rollout.toml", "[timeouts]\nrollout = \"0s\"\n"), "[timeouts] rollout must be more than zero"),
+        (
+            vec![],
+            f("which.toml", "versions = [\"3.5\"]\n"),
+            "cannot tell what it is: its keys (versions) fit a profile and a kube profile equally",
+        ),
+        (vec![], f("nothing.toml", "colour = \"blue\"\n"), "cannot tell what it is: none of its keys (colour)"),
+        (vec![], files.path().join("missing.toml").display().to_string(), "cannot read it: No such file"),
+        (vec!["--app-profile".into()], files.path().join("missing-app.toml").display().to_string(), "cannot read app profile"),
+    ];
+    for (flag, path, want) in &cases {
+        let out = bin().current_dir(cwd.path()).arg("validate").args(flag).arg(path).arg("smoke").output().unwrap();
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(2), "{path}: {stdout}\n{stderr}");
+        assert!(stderr.contains(&format!("error: {path}: ")) && stderr.contains(want), "{path}: wanted {want:?} in {stderr}");
+        assert!(stderr.contains("error: 1 of 2 inputs are not valid"), "{stderr}");
+        assert!(stdout.starts_with("ok: smoke: profile smoke"), "the valid input beside it: {stdout}");
+    }
+    let out = bin().current_dir(cwd.path()).arg("validate").output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "nothing to validate is a usage error");
+    assert!(listing(cwd.path()).is_empty(), "validate created {:?}", listing(cwd.path()));
+}
+
+/// The top-level help names the three targets, the application target included.
+#[test]
+fn the_top_level_help_names_every_target() {
+    let out = bin().arg("--help").output().unwrap();
+    let help = text(&out.stdout);
+    assert!(help.contains("--target kube") && help.contains("--target app") && help.contains("local etcd testbed"), "{help}");
+    assert!(help.contains("validate"), "{help}");
+}
+
+/// `--dry-run` is taken by `run --target app` (it then fails on what it reads first, here the
+/// kubeconfig, not on the flag) and refused, with the targets that take it, by the local target
+/// and by a soak.
+#[test]
+fn dry_run_is_taken_by_the_app_target_and_refused_elsewhere() {
+    let d = dirs();
+    std::fs::create_dir_all(&d.runs).unwrap();
+    let app = d.runs.join("app.toml");
+    std::fs::write(&app, "namespace = \"db\"\nstatefulset = \"db\"\n").unwrap();
+    let app = app.display().to_string();
+    let out = run(
+        &[
+            "run",
+            "--target",
+            "app",
+            "--dry-run",
+            "--app-profile",
+            &app,
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--profile",
+            "app-smoke",
+            "--seed",
+            "1",
+        ],
+        &d,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("cannot load the kubeconfig /nonexistent/kubeconfig"), "{}", text(&out.stderr));
+    let out = run(&["run", "--target", "local", "--dry-run", "--seed", "1"], &d);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--dry-run is for the kube and app targets; --target local does not take it"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(&["soak", "--target", "app", "--for", "1m", "--dry-run", "--app-profile", &app, "--profile", "app-smoke"], &d);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("a soak sends its writes"), "{}", text(&out.stderr));
+}

@@ -135,6 +135,29 @@ pub fn refuse_options(given: &[&str], owner: &str, target: &str) -> Result<(), F
     }
 }
 
+/// Whether a profile's `stack` runs on a target of `kind`: the app stack only on `--target app`,
+/// the others nowhere else (`sim` runs any). Checked before anything is created, and by
+/// `validate`.
+pub fn stack_fits(kind: TargetKind, profile: &Profile) -> Result<(), Fatal> {
+    use shakedown_faults::Stack;
+    match (kind, profile.stack) {
+        (TargetKind::Local, Stack::App) => Err(Fatal::usage(format!(
+            "profile {} has stack = \"app\": it runs on --target app (an application on a Kubernetes cluster), not the local stack",
+            profile.name
+        ))),
+        (TargetKind::Kube, Stack::App) => Err(Fatal::usage(format!(
+            "profile {} has stack = \"app\": it runs on --target app, not on a Cluster API Cluster",
+            profile.name
+        ))),
+        (TargetKind::App, stack) if stack != Stack::App => Err(Fatal::usage(format!(
+            "--target app runs profiles with stack = \"app\" (the application ops); profile {} has stack = \"{}\"",
+            profile.name,
+            stack.name()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Where and for what a target is started.
 pub struct StartContext<'a> {
     pub run_id: &'a str,
@@ -263,6 +286,7 @@ pub enum Prepared {
 /// Checks, before anything is created, that this machine can start the target (the local
 /// target's binaries and disks): a run that cannot start leaves no run directory behind.
 pub fn prepare(spec: &TargetSpec, options: &TargetOptions, profile: &Profile) -> Result<Prepared, Fatal> {
+    stack_fits(spec.kind(), profile)?;
     Ok(match spec {
         TargetSpec::Local(s) => Prepared::Local(s.clone(), options.local.environment(profile)?),
         TargetSpec::Kube(s) => Prepared::Kube(s.clone()),

@@ -146,6 +146,11 @@ impl AppTarget {
             return;
         }
         self.torn_down = true;
+        if self.dry_run {
+            // Nothing was made or changed: nothing to undo, and no request to undo it with.
+            println!("dry run: {} write request(s) printed, none sent", self.dry_run_writes().len());
+            return;
+        }
         if let Some(w) = &self.writer {
             w.stop();
             w.write_history(&self.run_dir.join("app-history.jsonl"));

@@ -8,7 +8,7 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, PostParams};
 use kube::Client;
-use shakedown_faults::{Profile, Stack};
+use shakedown_faults::Profile;
 
 use super::data::Writer;
 use super::resources::resource_kinds;
@@ -24,13 +24,7 @@ impl AppTarget {
     /// workload and awaits its first acknowledged write, then creates the run's ConfigMap.
     pub(super) async fn connect(spec: &AppSpec, ctx: &StartContext<'_>) -> Result<AppTarget, Fatal> {
         let p = &spec.app_profile;
-        if ctx.profile.stack != Stack::App {
-            return Err(Fatal::usage(format!(
-                "--target app runs profiles with stack = \"app\" (the application ops); profile {} has stack = \"{}\"",
-                ctx.profile.name,
-                ctx.profile.stack.name()
-            )));
-        }
+        crate::targets::stack_fits(crate::targets::TargetKind::App, ctx.profile)?;
         let (client, evict_client, server) = clients(spec, ctx).await?;
         check_namespace(&client, &server, p).await?;
         let sts_selector = check_statefulset(&client, p, ctx.profile).await?;
@@ -41,16 +35,42 @@ impl AppTarget {
             notes.push("app-durability and app-linearizability not checked: the app profile has no [data] commands".into());
         }
         let cm = run_configmap(ctx.run_id, p, operator_replicas);
-        // The data workload writes before the first fault: durability is checked on writes made
-        // before it and under it, not on nothing.
-        let writer = p.data.clone().map(|d| Writer::start(client.clone(), &p.namespace, d, ctx.run_id));
-        if let Some(w) = &writer {
-            w.first_ack(p.op_timeout.min(FIRST_ACK_BOUND)).await.map_err(|e| Fatal::environment(e.to_string()))?;
-        }
+        let dry_run = ctx.options.kube.dry_run;
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &p.namespace);
-        bounded("create the run's ConfigMap", cms.create(&PostParams::default(), &cm))
-            .await
-            .map_err(|e| Fatal::environment(e.to_string()))?;
+        let mut dry_run_writes = vec![];
+        // A dry run starts no data workload (its commands write) and creates no ConfigMap: both
+        // are printed, as every later write is.
+        let writer = match &p.data {
+            Some(d) if dry_run => {
+                let w = format!(
+                    "exec in the Ready pods of {}: {:?} every {}ms (the data workload; its first acknowledged write awaited for up to {}s)",
+                    d.selector,
+                    d.write,
+                    d.interval.as_millis(),
+                    p.op_timeout.min(FIRST_ACK_BOUND).as_secs()
+                );
+                println!("dry-run: {w}");
+                dry_run_writes.push(w);
+                None
+            }
+            // The data workload writes before the first fault: durability is checked on writes
+            // made before it and under it, not on nothing.
+            Some(d) => {
+                let w = Writer::start(client.clone(), &p.namespace, d.clone(), ctx.run_id);
+                w.first_ack(p.op_timeout.min(FIRST_ACK_BOUND)).await.map_err(|e| Fatal::environment(e.to_string()))?;
+                Some(w)
+            }
+            None => None,
+        };
+        if dry_run {
+            let w = format!("POST {} {}", cms.resource_url(), serde_json::to_value(&cm).unwrap_or_default());
+            println!("dry-run: {w}");
+            dry_run_writes.push(w);
+        } else {
+            bounded("create the run's ConfigMap", cms.create(&PostParams::default(), &cm))
+                .await
+                .map_err(|e| Fatal::environment(e.to_string()))?;
+        }
         Ok(AppTarget {
             client,
             evict_client,
@@ -68,6 +88,8 @@ impl AppTarget {
             restores: 0,
             probe_jobs: Default::default(),
             torn_down: false,
+            dry_run,
+            dry_run_writes: std::sync::Mutex::new(dry_run_writes),
         })
     }
 }

@@ -42,6 +42,19 @@ impl AppTarget {
                 "node {node_name} is already cordoned, not by this run: draining it is someone else's maintenance"
             )));
         }
+        if self.dry_run {
+            let url = format!("/api/v1/nodes/{node_name}");
+            self.dry_write(|| format!("PATCH {url} (merge patch) {}", cordon_patch(Some(&self.run_id))));
+            for (ns, name, _) in self.evictable(&node_name).await? {
+                self.dry_write(|| {
+                    format!("POST /api/v1/namespaces/{ns}/pods/{name}/eviction (retried while a PodDisruptionBudget refuses it)")
+                });
+            }
+            self.dry_wait(&format!("node {node_name} drained (the evicted pods gone)"));
+            self.dry_write(|| format!("PATCH {url} (merge patch) {}", cordon_patch(None)));
+            self.dry_wait(&format!("node {node_name} schedulable again"));
+            return Ok(());
+        }
         bounded("cordon", nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(cordon_patch(Some(&self.run_id)))))
             .await
             .map_err(env)?;
@@ -70,22 +83,7 @@ impl AppTarget {
     /// Evicts every pod of `node` a drain evicts and waits until they are gone: the pods, or why not.
     /// With the pods, the one that took longest to go after the evictions, and how long (ms).
     async fn evict_all(&mut self, node: &str) -> Result<(Vec<String>, Option<(String, u64)>), TargetError> {
-        let all: Api<Pod> = Api::all(self.client.clone());
-        let on_node = bounded("pods on the node", all.list(&ListParams::default().fields(&format!("spec.nodeName={node}"))))
-            .await
-            .map_err(env)?
-            .items;
-        // What `kubectl drain --ignore-daemonsets` evicts: not a DaemonSet's pod (its controller
-        // ignores the cordon), not a static pod (its mirror cannot be evicted), nothing finished.
-        let evictable: Vec<PodRef> = on_node
-            .iter()
-            .filter(|p| !p.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|o| o.kind == "DaemonSet")))
-            .filter(|p| !p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")))
-            .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
-            .map(|p| {
-                (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default(), p.metadata.uid.clone())
-            })
-            .collect();
+        let evictable = self.evictable(node).await?;
         let names: Vec<String> = evictable.iter().map(|(ns, n, _)| format!("{ns}/{n}")).collect();
         let (refused, result) = self.evict(node, &evictable).await;
         self.log.push(crate::targets::Note {
@@ -103,6 +101,27 @@ impl AppTarget {
         self.log
             .push(crate::targets::Note { kind: "app-drained".into(), detail: serde_json::json!({"node": node, "gone-after-ms": gone}) });
         Ok((names, last))
+    }
+
+    /// The pods of `node` a drain evicts: what `kubectl drain --ignore-daemonsets` evicts.
+    async fn evictable(&self, node: &str) -> Result<Vec<PodRef>, TargetError> {
+        let all: Api<Pod> = Api::all(self.client.clone());
+        let on_node = bounded("pods on the node", all.list(&ListParams::default().fields(&format!("spec.nodeName={node}"))))
+            .await
+            .map_err(env)?
+            .items;
+        // What `kubectl drain --ignore-daemonsets` evicts: not a DaemonSet's pod (its controller
+        // ignores the cordon), not a static pod (its mirror cannot be evicted), nothing finished.
+        let evictable: Vec<PodRef> = on_node
+            .iter()
+            .filter(|p| !p.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|o| o.kind == "DaemonSet")))
+            .filter(|p| !p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")))
+            .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
+            .map(|p| {
+                (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default(), p.metadata.uid.clone())
+            })
+            .collect();
+        Ok(evictable)
     }
 
     /// Evicts the pods one after the other through the eviction API (on the client without

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Client;
-use shakedown_faults::{BackupId, MemberId, Model, Op, OpKind};
+use shakedown_faults::{BackupId, MemberId, Model, Op};
 use shakedown_invariants::{InvariantId, Observation};
 
 use super::{Coverage, StartContext, Started, Target, TargetError};
@@ -109,6 +109,10 @@ pub struct AppTarget {
     /// How many checker Jobs the probes have created (their names).
     probe_jobs: std::sync::atomic::AtomicU32,
     torn_down: bool,
+    /// `--dry-run`: every write is printed (and counted here) instead of sent, every wait
+    /// printed instead of waited for; reads are still done.
+    dry_run: bool,
+    dry_run_writes: std::sync::Mutex<Vec<String>>,
 }
 
 fn env(e: impl std::fmt::Display) -> TargetError {
@@ -152,6 +156,28 @@ impl AppTarget {
 
     fn pod_name(&self, m: MemberId) -> String {
         format!("{}-{}", self.spec.app_profile.statefulset, m.0)
+    }
+
+    /// With `--dry-run`: prints the write (`METHOD path …`) instead of sending it, counts it,
+    /// and says so (`true`: the caller sends nothing). Without: `false`, nothing printed.
+    fn dry_write(&self, write: impl FnOnce() -> String) -> bool {
+        if !self.dry_run {
+            return false;
+        }
+        let w = write();
+        println!("dry-run: {w}");
+        self.dry_run_writes.lock().unwrap_or_else(|e| e.into_inner()).push(w);
+        true
+    }
+
+    /// With `--dry-run`: prints the wait (or the check) the op would make, with its bound.
+    fn dry_wait(&self, what: &str) {
+        println!("dry-run: wait (up to {}s) until {what}", self.spec.app_profile.op_timeout.as_secs());
+    }
+
+    /// The writes a dry run printed, in order.
+    pub fn dry_run_writes(&self) -> Vec<String> {
+        self.dry_run_writes.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     async fn wait<T, F, Fut>(&self, what: &str, mut f: F) -> Result<T, TargetError>
@@ -226,42 +252,8 @@ impl Target for AppTarget {
         }
     }
 
-    #[deny(clippy::wildcard_enum_match_arm)]
     fn supports(&self, op: &Op) -> Result<(), super::Unsupported> {
-        let p = &self.spec.app_profile;
-        match op.kind() {
-            OpKind::PodKill => Ok(()),
-            OpKind::PodKillSelected if p.pod_kill_selected.is_some() => Ok(()),
-            OpKind::PodKillSelected => Err("the app profile has no [pod_kill_selected] (a label selector and a count or percent)".into()),
-            OpKind::OperatorRestart if p.operator.is_some() => Ok(()),
-            OpKind::OperatorRestart => Err("the app profile names no operator Deployment".into()),
-            OpKind::PvcLoss if p.claim.is_some() => Ok(()),
-            OpKind::PvcLoss => Err("the app profile names no claim (volumeClaimTemplate)".into()),
-            OpKind::Partition | OpKind::PartitionHeal if p.partition.is_some() => Ok(()),
-            OpKind::Partition | OpKind::PartitionHeal => Err("the app profile has no [partition] probe".into()),
-            OpKind::PartitionGroups | OpKind::PartitionGroupsHeal if p.partition.as_ref().is_some_and(|p| !p.groups.is_empty()) => Ok(()),
-            OpKind::PartitionGroups | OpKind::PartitionGroupsHeal => Err("the app profile has no [[partition.groups]] (two label groups to cut apart, and the [partition] probe)".into()),
-            OpKind::NodeDrain => Ok(()),
-            OpKind::PodFailure if p.pod_failure.is_some() => Ok(()),
-            OpKind::PodFailure => Err("the app profile has no [pod_failure] image (one the nodes have that does not run the application: the cluster's pause image, say)".into()),
-            OpKind::Backup if p.backup.is_some() => Ok(()),
-            OpKind::Backup => Err("the app profile has no [backup] (the operator's backup custom resource)".into()),
-            OpKind::Restore if p.restore.is_some() => Ok(()),
-            OpKind::Restore => Err("the app profile has no [restore] (the operator's restore custom resource)".into()),
-            k @ (OpKind::Crash
-            | OpKind::Restart
-            | OpKind::Pause
-            | OpKind::Resume
-            | OpKind::RollingUpgrade
-            | OpKind::RollingReplace
-            | OpKind::SiteOutage
-            | OpKind::SiteRecover
-            | OpKind::DiskDetach
-            | OpKind::DiskReattach
-            | OpKind::DiskReplace
-            | OpKind::Defrag
-            | OpKind::PartitionUntilSnapshot) => Err(format!("{k} is not an application op").into()),
-        }
+        self.spec.app_profile.supports(op.kind()).map_err(super::Unsupported)
     }
 
     #[deny(clippy::wildcard_enum_match_arm)]
@@ -326,5 +318,148 @@ impl Target for AppTarget {
 
     async fn teardown(&mut self) {
         self.teardown_run().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// A pod of the StatefulSet `db`, Ready, on node `n1`.
+    fn pod(name: &str) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "app", "uid": format!("uid-{name}"),
+                "labels": {"app": "db", "statefulset.kubernetes.io/pod-name": name}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "db", "image": "db:1"}]},
+            "status": {"podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]},
+        })
+    }
+
+    /// What a cluster answers to the reads of the ops (a 404 to anything else); every request
+    /// it was sent is kept, as `METHOD path`.
+    fn cluster(sent: Arc<Mutex<Vec<String>>>) -> Client {
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let sent = sent.clone();
+            async move {
+                let path = req.uri().path().to_string();
+                sent.lock().unwrap().push(format!("{} {}", req.method(), req.uri()));
+                let list =
+                    |items: Vec<serde_json::Value>| serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items});
+                let body = match (req.method().as_str(), path.as_str()) {
+                    ("GET", "/api/v1/namespaces/app/pods") | ("GET", "/api/v1/pods") => {
+                        Some(list(vec![pod("db-0"), pod("db-1"), pod("db-2")]))
+                    }
+                    ("GET", p) if p.starts_with("/api/v1/namespaces/app/pods/") => Some(pod(p.rsplit('/').next().unwrap_or_default())),
+                    ("GET", "/api/v1/namespaces/app/persistentvolumeclaims/data-db-0") => Some(serde_json::json!({
+                        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                        "metadata": {"name": "data-db-0", "uid": "pvc-uid"}, "spec": {"volumeName": "pv-1"}, "status": {"phase": "Bound"}})),
+                    ("GET", "/apis/apps/v1/namespaces/app/deployments/op") => Some(serde_json::json!({
+                        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "op"},
+                        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "op"}}, "template": {}}})),
+                    ("GET", "/api/v1/nodes/n1") => Some(serde_json::json!({
+                        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "annotations": {OPT_IN: "true"}}})),
+                    ("GET", "/api/v1/namespaces/app") => Some(serde_json::json!({
+                        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app", "labels": {"kubernetes.io/metadata.name": "app"}}})),
+                    _ => None,
+                };
+                let (status, body) = match body {
+                    Some(b) => (200, b),
+                    None => (
+                        404,
+                        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
+                    ),
+                };
+                let resp = http::Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(body.to_string().into_bytes()));
+                Ok::<_, std::convert::Infallible>(resp.expect("a response"))
+            }
+        });
+        Client::new(service, "app")
+    }
+
+    fn target(client: Client) -> AppTarget {
+        let app_profile = spec::AppProfile::from_toml(
+            "namespace = \"app\"\nstatefulset = \"db\"\nclaim = \"data\"\noperator = \"op\"\nop_timeout = \"1s\"\n\
+             [partition]\ncommand = [\"nc\", \"{ip}\", \"1\"]\n[[partition.groups]]\na = \"statefulset.kubernetes.io/pod-name=db-0\"\nb = \"statefulset.kubernetes.io/pod-name=db-1\"\n\
+             [pod_kill_selected]\nselector = \"app=db\"\ncount = 2\n[pod_failure]\nimage = \"pause\"\nduration = \"1ms\"\n",
+        )
+        .unwrap();
+        AppTarget {
+            evict_client: client.clone(),
+            client,
+            server: "https://cluster.test".into(),
+            spec: AppSpec { context: None, app_profile },
+            run_id: "sd-dry".into(),
+            run_dir: std::env::temp_dir(),
+            operator_replicas: Some(1),
+            sts_selector: "app=db".into(),
+            writer: None,
+            notes: vec![],
+            version: "v1.30.0".into(),
+            log: vec![],
+            backups: BTreeMap::new(),
+            restores: 0,
+            probe_jobs: Default::default(),
+            torn_down: false,
+            dry_run: true,
+            dry_run_writes: Default::default(),
+        }
+    }
+
+    /// A dry run of every op that needs no custom resource sends reads only: each write is
+    /// printed and counted (the deletes, the scale, the cordon, the evictions, the policies, the
+    /// pod's images) and none reaches the cluster; no wait is waited for (a 1 s bound on each
+    /// would fail the ops, the cluster never changing); the teardown sends nothing either.
+    #[tokio::test]
+    async fn a_dry_run_prints_every_write_and_sends_none() {
+        let sent = Arc::new(Mutex::new(vec![]));
+        let mut t = target(cluster(sent.clone()));
+        let m0 = MemberId(0);
+        let ops = [
+            Op::PodKill { member: m0 },
+            Op::PodKillSelected { pick: 0 },
+            Op::PvcLoss { member: m0 },
+            Op::OperatorRestart,
+            Op::NodeDrain { member: m0 },
+            Op::PodFailure { member: m0 },
+            Op::Partition { member: m0 },
+            Op::PartitionHeal { member: m0 },
+            Op::PartitionGroups { pick: 0 },
+            Op::PartitionGroupsHeal { pick: 0 },
+        ];
+        let profile = shakedown_faults::Profile::from_toml("name = \"t\"\nsteps = 1\nversions = [\"3.5\"]\nstack = \"app\"\n").unwrap();
+        let model = profile.initial_model();
+        for op in &ops {
+            t.execute(op, &model, &model).await.unwrap_or_else(|e| panic!("{op}: {e}"));
+        }
+        t.teardown().await;
+        let sent = sent.lock().unwrap().clone();
+        let writes: Vec<&String> = sent.iter().filter(|r| !r.starts_with("GET ")).collect();
+        assert!(writes.is_empty(), "a dry run sent writes: {writes:?}");
+        assert!(!sent.is_empty(), "the reads are still done");
+        let printed = t.dry_run_writes();
+        let want = [
+            "DELETE /api/v1/namespaces/app/pods/db-0 (grace period 0)",
+            "DELETE /api/v1/namespaces/app/pods/db-1 (grace period 0)",
+            "DELETE /api/v1/namespaces/app/persistentvolumeclaims/data-db-0",
+            "PATCH /apis/apps/v1/namespaces/app/deployments/op (merge patch) {\"spec\":{\"replicas\":0}}",
+            "PATCH /apis/apps/v1/namespaces/app/deployments/op (merge patch) {\"spec\":{\"replicas\":1}}",
+            "PATCH /api/v1/nodes/n1 (merge patch)",
+            "POST /api/v1/namespaces/app/pods/db-2/eviction",
+            "PATCH /api/v1/namespaces/app/pods/db-0 (strategic merge patch)",
+            "POST /apis/networking.k8s.io/v1/namespaces/app/networkpolicies {",
+            "DELETE /apis/networking.k8s.io/v1/namespaces/app/networkpolicies/shakedown-partition-m0",
+            "DELETE /apis/networking.k8s.io/v1/namespaces/app/networkpolicies/shakedown-partition-groups-p0-b",
+        ];
+        for w in want {
+            assert!(printed.iter().any(|p| p.starts_with(w)), "{w} not printed: {printed:#?}");
+        }
+        // Per op: 1 + 2 + 2 + 2 + (2 + 3 evictions) + 2 + 1 + 1 + 2 + 2.
+        assert_eq!(printed.len(), 20, "{printed:#?}");
     }
 }

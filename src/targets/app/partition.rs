@@ -103,6 +103,13 @@ impl AppTarget {
         Ok(self.probe_exec(from, ip).await?.code == 0)
     }
 
+    /// With `--dry-run`: the `[partition]` probe the op would exec in pod `from` towards `to`
+    /// (at `ip`) and what it waits for it to show, printed instead of exec'd.
+    fn dry_probe(&self, from: &str, to: &str, ip: &str, shows: &str) {
+        let cmd = self.spec.app_profile.partition.as_ref().map(|p| fill(&p.command, &BTreeMap::from([("ip", ip.to_string())])));
+        self.dry_wait(&format!("the [partition] probe {:?} exec'd in {from} {shows} to {to} ({ip})", cmd.unwrap_or_default()));
+    }
+
     /// Before a partition, with no policy of it in place: the probe must connect from `from` to
     /// `to` (at `ip`), or its failing afterwards would show nothing — a probe that never
     /// connects (a wrong port, a command the pod lacks) would pass every cut. Tried for up to
@@ -145,13 +152,19 @@ impl AppTarget {
             )));
         }
         let (from, ip) = self.probe_ends(m).await?;
-        self.probe_baseline(&from, &target, &ip).await?;
-        let policy: NetworkPolicy = serde_json::from_value(serde_json::json!({
+        let body = serde_json::json!({
             "metadata": {"name": name, "labels": {RUN_LABEL: self.run_id}},
             "spec": {"podSelector": {"matchLabels": {"statefulset.kubernetes.io/pod-name": target}}, "policyTypes": ["Ingress", "Egress"]},
-        }))
-        .map_err(env)?;
+        });
         let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
+        if self.dry_run {
+            self.dry_probe(&from, &target, &ip, "connects (before any policy is made)");
+            self.dry_write(|| format!("POST {} {body}", api.resource_url()));
+            self.dry_probe(&from, &target, &ip, "no longer connects");
+            return Ok(());
+        }
+        self.probe_baseline(&from, &target, &ip).await?;
+        let policy: NetworkPolicy = serde_json::from_value(body).map_err(env)?;
         bounded("create NetworkPolicy", api.create(&PostParams::default(), &policy)).await.map_err(env)?;
         // Verified: the probe no longer connects (policies may apply after a moment).
         let t0 = Instant::now();
@@ -187,6 +200,11 @@ impl AppTarget {
     pub(super) async fn partition_heal(&mut self, m: MemberId) -> Result<(), TargetError> {
         let name = self.policy_name(m);
         let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
+        if self.dry_write(|| format!("DELETE {}/{name}", api.resource_url())) {
+            let (from, ip) = self.probe_ends(m).await?;
+            self.dry_probe(&from, &self.pod_name(m), &ip, "connects again");
+            return Ok(());
+        }
         match bounded("delete NetworkPolicy", api.delete(&name, &DeleteParams::default())).await {
             Ok(_) => {}
             Err(e) if e.is_not_found() => {}
@@ -239,6 +257,12 @@ impl AppTarget {
 
     async fn delete_group_policies(&self, pick: u32) -> Result<(), TargetError> {
         let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
+        if self.dry_run {
+            for side in ['a', 'b'] {
+                self.dry_write(|| format!("DELETE {}/{}", api.resource_url(), group_policy_name(pick, side)));
+            }
+            return Ok(());
+        }
         for side in ['a', 'b'] {
             match bounded("delete NetworkPolicy", api.delete(&group_policy_name(pick, side), &DeleteParams::default())).await {
                 Ok(_) => {}
@@ -346,9 +370,20 @@ impl AppTarget {
             .is_some_and(|l| l.contains_key(NAMESPACE_NAME_LABEL));
         let other_namespaces = named.then(|| self.ns().to_string());
         let (a_end, b_end) = (self.group_end(&cut.a).await?, self.group_end(&cut.b).await?);
+        let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
+        if self.dry_run {
+            self.dry_probe(&a_end.0, &b_end.0, &b_end.1, "connects (before any policy is made)");
+            self.dry_probe(&b_end.0, &a_end.0, &a_end.1, "connects (before any policy is made)");
+            for (side, own, other) in [('a', &a, &b), ('b', &b, &a)] {
+                let body = group_policy(&group_policy_name(pick, side), &self.run_id, own, other, other_namespaces.as_deref());
+                self.dry_write(|| format!("POST {} {body}", api.resource_url()));
+            }
+            self.dry_probe(&a_end.0, &b_end.0, &b_end.1, "no longer connects");
+            self.dry_probe(&b_end.0, &a_end.0, &a_end.1, "no longer connects");
+            return Ok(());
+        }
         self.probe_baseline(&a_end.0, &b_end.0, &b_end.1).await?;
         self.probe_baseline(&b_end.0, &a_end.0, &a_end.1).await?;
-        let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), self.ns());
         for (side, own, other) in [('a', &a, &b), ('b', &b, &a)] {
             let policy: NetworkPolicy =
                 serde_json::from_value(group_policy(&group_policy_name(pick, side), &self.run_id, own, other, other_namespaces.as_deref()))
@@ -416,6 +451,10 @@ impl AppTarget {
     pub(super) async fn partition_groups_heal(&mut self, pick: u32) -> Result<(), TargetError> {
         let (cut, _, _) = self.group_cut(pick)?;
         self.delete_group_policies(pick).await?;
+        if self.dry_run {
+            self.dry_wait(&format!("the [partition] probe connects both ways between {} and {} again", cut.a, cut.b));
+            return Ok(());
+        }
         let deadline = Instant::now() + self.spec.app_profile.op_timeout;
         loop {
             if self.probe_groups(&cut).await? == (true, true) {

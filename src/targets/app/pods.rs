@@ -22,6 +22,10 @@ impl AppTarget {
             .map_err(env)?
             .ok_or_else(|| TargetError::Stack(format!("pod {name} does not exist")))?;
         let old_uid = old.metadata.uid.clone();
+        if self.dry_write(|| format!("DELETE {}/{name} (grace period 0)", pods.resource_url())) {
+            self.dry_wait(&format!("pod {name} recreated after its kill (another UID than {})", old_uid.unwrap_or_default()));
+            return Ok(());
+        }
         bounded("delete pod", pods.delete(&name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }))
             .await
             .map_err(env)?;
@@ -62,6 +66,13 @@ impl AppTarget {
             sel.selector,
             chosen.join(", ")
         );
+        if self.dry_run {
+            for (name, _) in &killed {
+                self.dry_write(|| format!("DELETE {}/{name} (grace period 0)", pods.resource_url()));
+            }
+            self.dry_wait(&format!("{} replaced and {ready_before} pods of {} Ready again", chosen.join(", "), sel.selector));
+            return Ok(());
+        }
         tracing::info!("{text}");
         self.log.push(crate::targets::Note {
             kind: "app-kill".into(),
@@ -114,6 +125,17 @@ impl AppTarget {
         let pod = bounded("get pod", pods.get(&name)).await.map_err(env)?;
         let uid = pod.metadata.uid.clone();
         let own = own_images(&pod);
+        if self.dry_run {
+            let url = pods.resource_url();
+            self.dry_write(|| {
+                format!("PATCH {url}/{name} (strategic merge patch) {}", failure_patch(Some(&self.run_id), &own, Some(&pf.image)))
+            });
+            self.dry_wait(&format!("{name} failed (the same pod not Ready on image {})", pf.image));
+            println!("dry-run: wait {}s (the failure's duration)", pf.duration.as_secs());
+            self.dry_write(|| format!("PATCH {url}/{name} (strategic merge patch) {}", failure_patch(None, &own, None)));
+            self.dry_wait(&format!("{name} Ready again on its own images"));
+            return Ok(());
+        }
         let t0 = Instant::now();
         bounded(
             &format!("fail pod {name}"),
@@ -182,6 +204,11 @@ impl AppTarget {
             .map_err(env)?
             .ok_or_else(|| TargetError::Stack(format!("claim {pvc_name} does not exist")))?;
         let (old_uid, old_volume) = (old.metadata.uid.clone(), old.spec.and_then(|s| s.volume_name));
+        if self.dry_write(|| format!("DELETE {}/{pvc_name}", pvcs.resource_url())) {
+            self.dry_write(|| format!("DELETE {}/{pod} (grace period 0)", pods.resource_url()));
+            self.dry_wait(&format!("claim {pvc_name} recreated empty (another UID and volume) and bound"));
+            return Ok(());
+        }
         bounded("delete claim", pvcs.delete(&pvc_name, &DeleteParams::default())).await.map_err(env)?;
         bounded("delete pod", pods.delete(&pod, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }))
             .await

@@ -34,6 +34,14 @@ impl AppTarget {
             .filter_map(|p| p.metadata.uid)
             .collect();
         let scale = |n: i32| serde_json::json!({"spec": {"replicas": n}});
+        if self.dry_run {
+            let url = deps.resource_url();
+            self.dry_write(|| format!("PATCH {url}/{name} (merge patch) {}", scale(0)));
+            self.dry_wait(&format!("the operator {name}'s pods gone ({} now)", before.len()));
+            self.dry_write(|| format!("PATCH {url}/{name} (merge patch) {}", scale(replicas)));
+            self.dry_wait(&format!("the operator {name} available again ({replicas} Ready on new pods)"));
+            return Ok(());
+        }
         bounded("scale the operator to 0", deps.patch(&name, &PatchParams::default(), &Patch::Merge(scale(0)))).await.map_err(env)?;
         // Verified: every operator pod is gone.
         let gone = self
@@ -94,10 +102,14 @@ impl AppTarget {
         let body = r.object(name, &self.run_labels(), &vars);
         let obj: DynamicObject =
             serde_json::from_value(body.clone()).map_err(|e| TargetError::Environment(format!("[{section}.template]: {e}")))?;
+        let what = format!("the operator's {section} {name} done ({} = {:?})", r.done.field, r.done.equals);
+        if self.dry_write(|| format!("POST {} {body}", api.resource_url())) {
+            self.dry_wait(&what);
+            return Ok(());
+        }
         let t = Instant::now();
         bounded(&format!("create {name}"), api.create(&PostParams::default(), &obj)).await.map_err(env)?;
         // Verified: the operator says it is done; a failure it reports ends the wait at once.
-        let what = format!("the operator's {section} {name} done ({} = {:?})", r.done.field, r.done.equals);
         let waited = self
             .wait(&what, || {
                 let (api, r) = (api.clone(), r.clone());

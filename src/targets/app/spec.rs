@@ -8,6 +8,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use shakedown_faults::profile::duration_schema;
+use shakedown_faults::OpKind;
 
 use crate::clock::human;
 use crate::exit::Fatal;
@@ -531,6 +532,48 @@ impl AppProfile {
     pub fn load(path: &Path) -> Result<AppProfile, AppProfileError> {
         let text = std::fs::read_to_string(path).map_err(|source| AppProfileError::Read { path: path.to_path_buf(), source })?;
         AppProfile::from_toml(&text)
+    }
+}
+
+impl AppProfile {
+    /// `Err(why)` when this app profile does not describe what op kind `kind` needs here (the
+    /// target skips the op and says why), or `kind` is not an application op.
+    #[deny(clippy::wildcard_enum_match_arm)]
+    pub fn supports(&self, kind: OpKind) -> Result<(), String> {
+        let p = self;
+        match kind {
+            OpKind::PodKill => Ok(()),
+            OpKind::PodKillSelected if p.pod_kill_selected.is_some() => Ok(()),
+            OpKind::PodKillSelected => Err("the app profile has no [pod_kill_selected] (a label selector and a count or percent)".into()),
+            OpKind::OperatorRestart if p.operator.is_some() => Ok(()),
+            OpKind::OperatorRestart => Err("the app profile names no operator Deployment".into()),
+            OpKind::PvcLoss if p.claim.is_some() => Ok(()),
+            OpKind::PvcLoss => Err("the app profile names no claim (volumeClaimTemplate)".into()),
+            OpKind::Partition | OpKind::PartitionHeal if p.partition.is_some() => Ok(()),
+            OpKind::Partition | OpKind::PartitionHeal => Err("the app profile has no [partition] probe".into()),
+            OpKind::PartitionGroups | OpKind::PartitionGroupsHeal if p.partition.as_ref().is_some_and(|p| !p.groups.is_empty()) => Ok(()),
+            OpKind::PartitionGroups | OpKind::PartitionGroupsHeal => Err("the app profile has no [[partition.groups]] (two label groups to cut apart, and the [partition] probe)".into()),
+            OpKind::NodeDrain => Ok(()),
+            OpKind::PodFailure if p.pod_failure.is_some() => Ok(()),
+            OpKind::PodFailure => Err("the app profile has no [pod_failure] image (one the nodes have that does not run the application: the cluster's pause image, say)".into()),
+            OpKind::Backup if p.backup.is_some() => Ok(()),
+            OpKind::Backup => Err("the app profile has no [backup] (the operator's backup custom resource)".into()),
+            OpKind::Restore if p.restore.is_some() => Ok(()),
+            OpKind::Restore => Err("the app profile has no [restore] (the operator's restore custom resource)".into()),
+            k @ (OpKind::Crash
+            | OpKind::Restart
+            | OpKind::Pause
+            | OpKind::Resume
+            | OpKind::RollingUpgrade
+            | OpKind::RollingReplace
+            | OpKind::SiteOutage
+            | OpKind::SiteRecover
+            | OpKind::DiskDetach
+            | OpKind::DiskReattach
+            | OpKind::DiskReplace
+            | OpKind::Defrag
+            | OpKind::PartitionUntilSnapshot) => Err(format!("{k} is not an application op")),
+        }
     }
 }
 

@@ -266,12 +266,7 @@ pub struct KubeTarget {
 impl KubeTarget {
     /// Connects to the Cluster `spec` names (see [`KubeTarget::connect`]).
     pub async fn start_spec(spec: &KubeSpec, ctx: &StartContext<'_>) -> Result<KubeTarget, Fatal> {
-        if ctx.profile.stack == shakedown_faults::Stack::App {
-            return Err(Fatal::usage(format!(
-                "profile {} has stack = \"app\": it runs on --target app, not on a Cluster API Cluster",
-                ctx.profile.name
-            )));
-        }
+        crate::targets::stack_fits(crate::targets::TargetKind::Kube, ctx.profile)?;
         let (ns, name) = spec.namespace_name();
         let cfg = KubeConfig {
             kubeconfig: ctx.options.kube.kubeconfig.clone(),

@@ -36,7 +36,9 @@ pub struct KubeOptions {
     /// kube target: versions, failure domains, hooks, probes and checks (TOML; see docs/kube-target.md).
     #[arg(long, env = "SHAKEDOWN_KUBE_PROFILE", value_name = "FILE")]
     pub kube_profile: Option<PathBuf>,
-    /// kube target: print every write request the plan would make, and make none.
+    /// kube and app targets (`run`): connect and read as a run does (the profile is checked
+    /// against the cluster), then print every write request the plan would make and every wait,
+    /// and make none; the run ends with the count of writes printed.
     #[arg(long)]
     pub dry_run: bool,
 }
@@ -44,18 +46,23 @@ pub struct KubeOptions {
 impl KubeOptions {
     /// Kube options given to another target are an error, not silently ignored.
     pub fn refuse_for(&self, target: &str) -> Result<(), Fatal> {
-        crate::targets::refuse_options(&self.given(false), "kube", target)
+        let given: Vec<&str> = self.given(false).into_iter().filter(|g| *g != "--dry-run").collect();
+        crate::targets::refuse_options(&given, "kube", target)?;
+        if self.dry_run {
+            return Err(Fatal::usage(format!("--dry-run is for the kube and app targets; --target {target} does not take it")));
+        }
+        Ok(())
     }
 
     /// The kube options given, by their flags; with `for_app`, only those the app target does
-    /// not take (it takes the kubeconfig and context).
+    /// not take (it takes the kubeconfig, the context and the dry run).
     fn given(&self, for_app: bool) -> Vec<&'static str> {
         [
             (self.kubeconfig.is_some() && !for_app, "--kubeconfig"),
             (self.context.is_some() && !for_app, "--context (or SHAKEDOWN_CONTEXT)"),
             (self.cluster.is_some(), "--cluster (or SHAKEDOWN_CLUSTER)"),
             (self.kube_profile.is_some(), "--kube-profile (or SHAKEDOWN_KUBE_PROFILE)"),
-            (self.dry_run, "--dry-run"),
+            (self.dry_run && !for_app, "--dry-run"),
         ]
         .into_iter()
         .filter_map(|(g, n)| g.then_some(n))
@@ -64,8 +71,8 @@ impl KubeOptions {
 }
 
 impl KubeOptions {
-    /// The app target takes the kubeconfig and context; the Cluster, kube profile and dry run
-    /// are the kube target's alone.
+    /// The app target takes the kubeconfig, the context and `--dry-run`; the Cluster and the
+    /// kube profile are the kube target's alone.
     pub fn refuse_for_app(&self) -> Result<(), Fatal> {
         crate::targets::refuse_options(&self.given(true), "kube", "app")
     }

@@ -86,12 +86,7 @@ impl LocalOptions {
             haproxy: self.haproxy.clone(),
             kube_apiserver: self.kube_apiserver.clone(),
         };
-        if profile.stack == Stack::App {
-            return Err(Fatal::usage(format!(
-                "profile {} has stack = \"app\": it runs on --target app (an application on a Kubernetes cluster), not the local stack",
-                profile.name
-            )));
-        }
+        crate::targets::stack_fits(crate::targets::TargetKind::Local, profile)?;
         let mut binaries = binaries::discover(&profile.versions, &overrides)?;
         if profile.stack == Stack::ControlPlane {
             binaries.kube_apiserver = Some(binaries::discover_apiserver(overrides.kube_apiserver.as_deref())?);
