@@ -419,6 +419,12 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             Ok(exit)
         }
         Command::Replay { file, times, original, matching, write_rate, opts } => {
+            if opts.target.kube.dry_run {
+                // A dry run checks nothing, so it could only ever say "did not reproduce".
+                return Err(Fatal::usage(
+                    "--dry-run is for `run --target kube` and `run --target app`; a replay must send its writes to reproduce anything",
+                ));
+            }
             if write_rate && file.is_dir() {
                 return Err(Fatal::usage(format!(
                     "--write-rate writes into one record; {} is a directory (replay each record with --times N --write-rate)",
@@ -436,6 +442,11 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             }
         }
         Command::Shrink { file, budget, max_runs, confirm, needs, matching, opts } => {
+            if opts.target.kube.dry_run {
+                return Err(Fatal::usage(
+                    "--dry-run is for `run --target kube` and `run --target app`; a shrink must send its writes to see a candidate fail",
+                ));
+            }
             if needs > confirm {
                 return Err(Fatal::usage(format!("--needs {needs} is more than --confirm {confirm}: a candidate runs at most --confirm times (give --confirm {needs} or more)")));
             }

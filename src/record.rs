@@ -287,6 +287,17 @@ impl SeedRecord {
             Some(f) => return Err(RecordError::UnsupportedFormat { format: f }),
         };
         record.profile.validate()?;
+        // The target's own profile is held to its loader's rules too: a record is replayed as
+        // it reads, and an edited one must not reach a cluster with a zero bound or an empty name.
+        match &record.target {
+            TargetSpec::Kube(k) => {
+                k.kube_profile.validate().map_err(|e| RecordError::TargetProfile { which: "kube", detail: e.to_string() })?
+            }
+            TargetSpec::App(a) => {
+                a.app_profile.validate().map_err(|e| RecordError::TargetProfile { which: "app", detail: e.to_string() })?
+            }
+            TargetSpec::Local(_) | TargetSpec::Sim(_) => {}
+        }
         crate::profiles::invariants(&record.profile).map_err(|e| RecordError::Invariants { detail: e.to_string() })?;
         if let Err((i, e)) = record.plan.validate(record.profile.initial_model()) {
             return Err(RecordError::Plan { which: "recorded", step: i + 1, op: record.plan.ops[i].to_string(), source: e });
@@ -334,6 +345,9 @@ pub enum RecordError {
     },
     #[error("failure.step = {step} is past the recorded plan's {ops} ops (0 is the bring-up, {} the check after healing)", ops + 1)]
     StepPastPlan { step: usize, ops: usize },
+    /// The recorded target's own profile (a kube or an app profile) breaks a rule its loader has.
+    #[error("the recorded {which} profile is not valid: {detail}")]
+    TargetProfile { which: &'static str, detail: String },
 }
 
 /// A TOML error with the line and column it points at, as profile errors have.
@@ -526,6 +540,28 @@ mod tests {
         let also = Failure { also: vec![f.invariant.unwrap()], ..other.clone() };
         assert!(Match::Step.matches(&f, &also) && Match::Invariant.matches(&f, &also));
         assert!(!Match::Step.matches(&f, &Failure { step: 4, ..also }));
+    }
+
+    /// A record's kube or app profile is held to its loader's rules: an edited record with a
+    /// zero rollout bound or an empty namespace is refused before anything connects.
+    #[test]
+    fn a_records_kube_or_app_profile_is_held_to_its_loaders_rules() {
+        use crate::targets::app::spec::{AppProfile, AppSpec};
+        use crate::targets::kube::profile::KubeProfile;
+        use crate::targets::kube::KubeSpec;
+        let mut r = record(3);
+        let mut kp = KubeProfile::from_toml("").unwrap();
+        r.target = TargetSpec::Kube(KubeSpec { cluster: "ns/c".into(), context: None, kube_profile: kp.clone() });
+        SeedRecord::parse(&r.to_toml()).unwrap();
+        kp.timeouts.rollout = std::time::Duration::ZERO;
+        r.target = TargetSpec::Kube(KubeSpec { cluster: "ns/c".into(), context: None, kube_profile: kp });
+        let e = SeedRecord::parse(&r.to_toml()).unwrap_err().to_string();
+        assert!(e.contains("the recorded kube profile is not valid") && e.contains("rollout must be more than zero"), "{e}");
+        let mut ap = AppProfile::from_toml("namespace = \"db\"\nstatefulset = \"db\"\n").unwrap();
+        ap.namespace = String::new();
+        r.target = TargetSpec::App(AppSpec { context: None, app_profile: ap });
+        let e = SeedRecord::parse(&r.to_toml()).unwrap_err().to_string();
+        assert!(e.contains("the recorded app profile is not valid") && e.contains("namespace"), "{e}");
     }
 
     proptest! {

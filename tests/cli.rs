@@ -1031,6 +1031,17 @@ fn dry_run_is_taken_by_the_app_target_and_refused_elsewhere() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("cannot load the kubeconfig /nonexistent/kubeconfig"), "{}", text(&out.stderr));
+    let left: Vec<_> = std::fs::read_dir(&d.runs).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, ["app.toml"], "a run refused at connect leaves no run directory");
+    // Nor the runs directory, when the run made it.
+    let fresh = dirs();
+    std::fs::create_dir_all(&fresh.seeds).unwrap();
+    let app2 = fresh.seeds.join("app.toml");
+    std::fs::write(&app2, "namespace = \"db\"\nstatefulset = \"db\"\n").unwrap();
+    let args = ["run", "--target", "app", "--app-profile", app2.to_str().unwrap(), "--kubeconfig", "/nonexistent/kubeconfig"];
+    let out = run(&[&args[..], &["--profile", "app-smoke", "--seed", "1"]].concat(), &fresh);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(!fresh.runs.exists(), "the runs directory the refused run made is gone too");
     let out = run(&["run", "--target", "local", "--dry-run", "--seed", "1"], &d);
     assert_eq!(out.status.code(), Some(2));
     assert!(
@@ -1041,4 +1052,10 @@ fn dry_run_is_taken_by_the_app_target_and_refused_elsewhere() {
     let out = run(&["soak", "--target", "app", "--for", "1m", "--dry-run", "--app-profile", &app, "--profile", "app-smoke"], &d);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("a soak sends its writes"), "{}", text(&out.stderr));
+    // A dry replay or shrink could only say "did not reproduce": refused before the record is read.
+    for (cmd, why) in [("replay", "a replay must send its writes"), ("shrink", "a shrink must send its writes")] {
+        let out = run(&[cmd, "seeds/seed-1-durability-ack-before-write.toml", "--dry-run"], &d);
+        assert_eq!(out.status.code(), Some(2), "{cmd}");
+        assert!(text(&out.stderr).contains(why), "{cmd}: {}", text(&out.stderr));
+    }
 }

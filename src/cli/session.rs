@@ -195,12 +195,13 @@ pub fn create_run_dir(runs_dir: &Path, run_id: &str) -> Result<PathBuf, Fatal> {
 /// leaves no directory behind: it held only what the session wrote before the start (plan,
 /// profile, owner, an event log with `run-start`). A target that wrote anything (the local
 /// stack's logs of an etcd that would not start) keeps it, for the diagnosis.
-fn remove_if_unstarted(run_dir: &Path) {
+fn remove_if_unstarted(run_dir: &Path) -> bool {
     const BEFORE_START: [&str; 4] = ["plan.toml", "profile.toml", "run.json", "events.jsonl"];
-    let Ok(entries) = std::fs::read_dir(run_dir) else { return };
+    let Ok(entries) = std::fs::read_dir(run_dir) else { return false };
     if entries.flatten().all(|e| e.file_name().to_str().is_some_and(|n| BEFORE_START.contains(&n))) {
-        let _ = std::fs::remove_dir_all(run_dir);
+        return std::fs::remove_dir_all(run_dir).is_ok();
     }
+    false
 }
 
 pub fn weights_text(plan: &Plan) -> String {
@@ -214,6 +215,8 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
     let wanted = profiles::invariants(profile)?;
     let prepared = targets::prepare(spec, &x.opts.target, profile)?;
     let run_id = new_run_id();
+    // A runs directory this run creates goes again with an unstarted run's own.
+    let runs_dir_existed = x.runs_dir.exists();
     let run_dir = create_run_dir(x.runs_dir, &run_id)?;
     // The plan is on disk before anything executes.
     std::fs::write(run_dir.join("plan.toml"), toml::to_string(plan).expect("plans serialize"))
@@ -262,7 +265,10 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
         t = targets::start(prepared, &ctx) => match t {
             Ok(t) => t,
             Err(e) => {
-                remove_if_unstarted(&run_dir);
+                if remove_if_unstarted(&run_dir) && !runs_dir_existed {
+                    // Only when empty: another run may have started there meanwhile.
+                    let _ = std::fs::remove_dir(x.runs_dir);
+                }
                 return Err(e);
             }
         },

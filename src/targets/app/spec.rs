@@ -478,13 +478,20 @@ fn invalid(detail: String) -> AppProfileError {
 impl AppProfile {
     pub fn from_toml(text: &str) -> Result<AppProfile, AppProfileError> {
         let p: AppProfile = toml::from_str(text).map_err(AppProfileError::Parse)?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// The rules an app profile must keep beyond its shape, checked offline: what `from_toml` and a
+    /// seed record's embedded copy are both held to.
+    pub fn validate(&self) -> Result<(), AppProfileError> {
         // Names the apiserver would refuse (or, empty, a request for every object of a kind)
         // are refused here, before anything connects.
         for (field, name) in [
-            ("namespace", Some(&p.namespace)),
-            ("statefulset", Some(&p.statefulset)),
-            ("claim", p.claim.as_ref()),
-            ("operator", p.operator.as_ref()),
+            ("namespace", Some(&self.namespace)),
+            ("statefulset", Some(&self.statefulset)),
+            ("claim", self.claim.as_ref()),
+            ("operator", self.operator.as_ref()),
         ] {
             if let Some(name) = name {
                 if let Some(problem) = dns_label_problem(name) {
@@ -492,13 +499,13 @@ impl AppProfile {
                 }
             }
         }
-        if p.data.as_ref().is_some_and(|d| d.write.is_empty() || d.read.is_empty()) {
+        if self.data.as_ref().is_some_and(|d| d.write.is_empty() || d.read.is_empty()) {
             return Err(invalid("[data] needs a write and a read command".into()));
         }
-        for probe in &p.probes {
+        for probe in &self.probes {
             probe.check()?;
         }
-        if let Some(k) = &p.pod_kill_selected {
+        if let Some(k) = &self.pod_kill_selected {
             if k.count.is_some() && k.percent.is_some() {
                 return Err(invalid("[pod_kill_selected] takes count or percent, not both".into()));
             }
@@ -509,13 +516,13 @@ impl AppProfile {
                 return Err(invalid("[pod_kill_selected] needs a label selector".into()));
             }
         }
-        for cut in p.partition.iter().flat_map(|p| &p.groups) {
+        for cut in self.partition.iter().flat_map(|p| &p.groups) {
             let (a, b) = (GroupCut::labels(&cut.a)?, GroupCut::labels(&cut.b)?);
             if a == b {
                 return Err(invalid(format!("[[partition.groups]] a and b are the same group ({:?}): nothing to cut apart", cut.a)));
             }
         }
-        for (section, r) in [("backup", &p.backup), ("restore", &p.restore)] {
+        for (section, r) in [("backup", &self.backup), ("restore", &self.restore)] {
             if let Some(r) = r {
                 if !r.template.is_object() {
                     return Err(invalid(format!("[{section}] template must be a table (apiVersion, kind, spec, …)")));
@@ -526,7 +533,7 @@ impl AppProfile {
                 }
             }
         }
-        Ok(p)
+        Ok(())
     }
 
     pub fn load(path: &Path) -> Result<AppProfile, AppProfileError> {

@@ -306,26 +306,35 @@ fn invalid(detail: String) -> ProfileError {
 impl KubeProfile {
     pub fn from_toml(text: &str) -> Result<KubeProfile, ProfileError> {
         let p: KubeProfile = toml::from_str(text).map_err(ProfileError::Parse)?;
-        for (op, h) in p.hooks.iter().map(|(k, h)| (k.to_string(), h)).chain(p.commands.iter().map(|h| ("command probe".to_string(), h))) {
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// The rules a kube profile must keep beyond its shape, checked offline: what `from_toml` and a
+    /// seed record's embedded copy are both held to.
+    pub fn validate(&self) -> Result<(), ProfileError> {
+        for (op, h) in
+            self.hooks.iter().map(|(k, h)| (k.to_string(), h)).chain(self.commands.iter().map(|h| ("command probe".to_string(), h)))
+        {
             if h.command.is_empty() {
                 return Err(invalid(format!("the {op} command is empty")));
             }
         }
         // A bound of zero fails every wait at once, and a probe URL that is no URL fails only
         // after connecting: both refused here, offline.
-        let t = &p.timeouts;
+        let t = &self.timeouts;
         let bounds = [("[timeouts] rollout", t.rollout), ("[timeouts] sync", t.sync), ("[timeouts] unreachable", t.unreachable)]
             .into_iter()
             .map(|(n, d)| (n.to_string(), d))
-            .chain(p.hooks.iter().map(|(k, h)| (format!("[hooks.{k}] timeout"), h.timeout)))
-            .chain(p.commands.iter().map(|h| ("[[commands]] timeout".to_string(), h.timeout)))
-            .chain(p.probes.iter().map(|h| (format!("the timeout of probe {}", h.url), h.timeout)));
+            .chain(self.hooks.iter().map(|(k, h)| (format!("[hooks.{k}] timeout"), h.timeout)))
+            .chain(self.commands.iter().map(|h| ("[[commands]] timeout".to_string(), h.timeout)))
+            .chain(self.probes.iter().map(|h| (format!("the timeout of probe {}", h.url), h.timeout)));
         for (name, d) in bounds {
             if d.is_zero() {
                 return Err(invalid(format!("{name} must be more than zero")));
             }
         }
-        for probe in &p.probes {
+        for probe in &self.probes {
             let uri: Option<http::Uri> = probe.url.parse().ok();
             let web =
                 uri.as_ref().is_some_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some_and(|h| !h.is_empty()));
@@ -336,12 +345,12 @@ impl KubeProfile {
                 )));
             }
         }
-        for c in &p.conditions {
+        for c in &self.conditions {
             if c.name.is_some() == c.selector.is_some() {
                 return Err(invalid(format!("condition check {} {} needs exactly one of name and selector", c.kind, c.type_)));
             }
         }
-        if let Some(d) = &p.disk {
+        if let Some(d) = &self.disk {
             if d.pvc.is_some() == d.pv.is_some() {
                 return Err(invalid("[disk] needs exactly one of pvc = \"namespace/name\" and pv = \"name\"".into()));
             }
@@ -352,10 +361,10 @@ impl KubeProfile {
                 return Err(invalid(format!("[disk] pvc = {:?}: expected \"namespace/name\"", d.pvc.clone().unwrap_or_default())));
             }
         }
-        if let Some(problem) = p.api.as_ref().and_then(|a| a.load.problem("[api.load]")) {
+        if let Some(problem) = self.api.as_ref().and_then(|a| a.load.problem("[api.load]")) {
             return Err(invalid(problem.to_string()));
         }
-        Ok(p)
+        Ok(())
     }
 
     pub fn load(path: &std::path::Path) -> Result<KubeProfile, ProfileError> {
