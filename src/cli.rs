@@ -803,8 +803,12 @@ print(json.dumps({"jobs": sorted(jobs), "commands": lines, "problems": problems,
                 ],
             ),
         ] {
-            let out =
-                std::process::Command::new("python3").arg("-c").arg(script).arg(root.join(file)).output().expect("python3 with PyYAML");
+            let out = std::process::Command::new(crate::binaries::python())
+                .arg("-c")
+                .arg(script)
+                .arg(root.join(file))
+                .output()
+                .expect("python3 with PyYAML");
             assert!(out.status.success(), "{file}: {}", String::from_utf8_lossy(&out.stderr));
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
             let found: Vec<&str> = v["jobs"].as_array().unwrap().iter().filter_map(|j| j.as_str()).collect();

