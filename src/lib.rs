@@ -10,6 +10,7 @@ pub mod cli;
 pub mod clock;
 pub mod command;
 pub mod engine;
+pub mod entry;
 pub mod events;
 pub mod exit;
 pub mod k8s;
