@@ -126,6 +126,9 @@ fn a_lost_write_is_recorded_replayed_and_shrunk_to_the_op_that_lost_it() {
     let html = std::fs::read_to_string(only_run_dir(&d.runs).join("report.html")).unwrap();
     assert!(html.contains(&format!("replay it: <code>shakedown replay {}", records[0].display())), "{html}");
     assert!(html.contains(&format!("seed record: <code>{}</code>", records[0].display())), "{html}");
+    // The plan marks the op after which the run failed.
+    let marked: Vec<&str> = html.split(r#"<li class="failedop"><b>"#).skip(1).map(|l| l.split('<').next().unwrap()).collect();
+    assert_eq!(marked, [rec.plan.ops[step - 1].to_string()], "{html}");
     assert!(
         html.split(r#" title="durability: "#).skip(1).any(|cell| cell.split("</td>").next().is_some_and(|c| c.ends_with('✗'))),
         "the failing invariant's cell is marked: {html}"

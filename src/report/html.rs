@@ -488,7 +488,7 @@ td.iv{{text-align:center;padding:3px 1px;font-size:11px;color:#fff;min-width:14p
 td.iv.pass{{background:#6c6}} td.iv.fail{{background:#e66}} td.iv.definite{{background:#a00}}
 .box{{border-left:4px solid #c00;background:#fff6f6;padding:6px 12px;margin:12px 0}} .box p{{margin:4px 0}}
 dl.facts{{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;font-size:13px}} dl.facts dt{{color:#666}} dl.facts dd{{margin:0}}
-tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
+tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}} li.failedop{{color:#c00}}
 .legend span{{margin-right:16px}}
 </style></head><body>"#,
         esc(&title)
@@ -628,10 +628,20 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}}
     h.push_str("</table>");
     if let Some(p) = &d.plan {
         let reached = d.steps.keys().copied().max().unwrap_or(0);
+        // The op after which the run failed, marked: where a replay or a shrink starts looking.
+        let failed_at = d
+            .steps
+            .iter()
+            .find(|(_, st)| st.op_error.is_some() || st.check.as_ref().is_some_and(|c| c.verdict == CheckVerdict::Fail))
+            .map(|(n, _)| *n);
         h.push_str("<h2>Plan</h2><ol>");
         for (i, op) in p.ops.iter().enumerate() {
-            let cls = if i + 1 > reached { r#" class="muted""# } else { "" };
-            let _ = write!(h, "<li{cls}>{}</li>", esc(&op.to_string()));
+            let text = esc(&op.to_string());
+            let _ = match (Some(i + 1) == failed_at, i + 1 > reached) {
+                (true, _) => write!(h, r#"<li class="failedop"><b>{text}</b> ← failed here</li>"#),
+                (false, true) => write!(h, r#"<li class="muted">{text}</li>"#),
+                (false, false) => write!(h, "<li>{text}</li>"),
+            };
         }
         h.push_str("</ol>");
     }
