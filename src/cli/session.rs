@@ -138,7 +138,6 @@ pub struct RunResult {
     pub known: Vec<shakedown_invariants::KnownDefect>,
 }
 
-/// `leases (why); watch (why)`.
 pub use crate::report::unchecked_text;
 
 #[derive(Debug)]
@@ -196,12 +195,22 @@ pub fn create_run_dir(runs_dir: &Path, run_id: &str) -> Result<PathBuf, Fatal> {
 /// profile, owner, an event log with `run-start`). A target that wrote anything (the local
 /// stack's logs of an etcd that would not start) keeps it, for the diagnosis.
 fn remove_if_unstarted(run_dir: &Path) -> bool {
-    const BEFORE_START: [&str; 4] = ["plan.toml", "profile.toml", "run.json", "events.jsonl"];
-    let Ok(entries) = std::fs::read_dir(run_dir) else { return false };
-    if entries.flatten().all(|e| e.file_name().to_str().is_some_and(|n| BEFORE_START.contains(&n))) {
-        return std::fs::remove_dir_all(run_dir).is_ok();
+    remove_if_holding_only(run_dir, &["plan.toml", "profile.toml", "run.json", "events.jsonl"])
+}
+
+/// Removes `dir` when every file in it is one of `names` (what was written before anything
+/// started); whether it was removed.
+pub fn remove_if_holding_only(dir: &Path, names: &[&str]) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else { return false };
+    if entries.flatten().all(|e| e.file_name().to_str().is_some_and(|n| names.contains(&n))) {
+        return std::fs::remove_dir_all(dir).is_ok();
     }
     false
+}
+
+/// The command that replays a run's seed record, with the flags its target needs again.
+pub fn replay_command(r: &RunResult, opts: &RunOpts) -> Option<String> {
+    r.record.as_ref().map(|p| format!("shakedown replay {}{}", p.display(), r.spec.replay_flags(&opts.target)))
 }
 
 pub fn weights_text(plan: &Plan) -> String {
@@ -368,8 +377,8 @@ fn write_reports(r: &RunResult, opts: &RunOpts) {
     if let Err(e) = std::fs::write(r.run_dir.join("junit.xml"), junit) {
         tracing::warn!("cannot write {}/junit.xml: {e}", r.run_dir.display());
     }
-    let replay = r.record.as_ref().map(|p| format!("shakedown replay {}{}", p.display(), r.spec.replay_flags(&opts.target)));
-    let replay = r.record.as_deref().zip(replay.as_deref()).map(|(record, command)| report::html::Replay { record, command });
+    let command = replay_command(r, opts);
+    let replay = r.record.as_deref().zip(command.as_deref()).map(|(record, command)| report::html::Replay { record, command });
     match report::html::run_report(&r.run_dir, replay) {
         Ok(html) => {
             if let Err(e) = std::fs::write(r.run_dir.join("report.html"), html) {
@@ -499,9 +508,9 @@ pub fn report_run(r: &RunResult, opts: &RunOpts) -> Exit {
             say_known(r);
             println!("run directory: {}", r.run_dir.display());
             println!("report: {} (forensics in {})", r.run_dir.join("report.html").display(), r.run_dir.join("forensics").display());
-            if let Some(path) = &r.record {
+            if let (Some(path), Some(command)) = (&r.record, replay_command(r, opts)) {
                 println!("seed record: {}", path.display());
-                println!("shakedown replay {}{}", path.display(), r.spec.replay_flags(&opts.target));
+                println!("{command}");
             }
             exit_for(f)
         }

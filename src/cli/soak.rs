@@ -20,7 +20,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::session::{case_of, create_run_dir, execute, new_run_id, progress_line, Exec, Interrupt, Interrupted};
+use super::session::{case_of, create_run_dir, execute, new_run_id, progress_line, remove_if_holding_only, Exec, Interrupt, Interrupted};
 use super::RunOpts;
 
 /// How often the progress line redraws on a terminal.
@@ -149,7 +149,7 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
                 // ran: the soak's directory holds only its owner file and an empty log.
                 if tally.seeds == 0 {
                     drop(log);
-                    remove_if_unstarted(&dir);
+                    remove_if_holding_only(&dir, &["run.json", "soak.jsonl"]);
                 }
                 return Err(e);
             }
@@ -311,14 +311,4 @@ fn table(rows: &[(String, String)]) -> String {
         let _ = writeln!(s, "  {k:<w$}  {v}");
     }
     s.trim_end().to_string()
-}
-
-/// A soak directory that holds nothing but what the soak wrote before its first seed (its owner
-/// file and an empty seed log) is removed: nothing ran, nothing is worth keeping.
-fn remove_if_unstarted(dir: &std::path::Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    let empty_log = std::fs::metadata(dir.join("soak.jsonl")).map_or(true, |m| m.len() == 0);
-    if empty_log && entries.flatten().all(|e| e.file_name().to_str().is_some_and(|n| n == "run.json" || n == "soak.jsonl")) {
-        let _ = std::fs::remove_dir_all(dir);
-    }
 }
