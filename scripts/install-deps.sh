@@ -13,6 +13,10 @@
 #                                      (kube-apiserver, kubelet, controller-manager, scheduler,
 #                                      pause; about 12 minutes once, then cached;
 #                                      SHAKEDOWN_SKIP_KUBE_APISERVER=1 skips it), containerd, runc,
+#                                      etcd 3.4.23 with its failpoints compiled in (built from
+#                                      Debian's source with gofail by
+#                                      scripts/build-etcd-failpoints.sh, cached: `[etcd]
+#                                      failpoints`), containerd, runc,
 #                                      containernetworking-plugins, busybox-static, iproute2,
 #                                      br_netfilter, openssl (the command-line tool: the kube tests'
 #                                      keys; shakedown links no OpenSSL, its TLS is rustls), kubectl
@@ -27,7 +31,7 @@ all=0
 case "${1:-}" in
   "") ;;
   --all) all=1 ;;
-  -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
   *) echo "usage: $0 [--all]   (--all: also what the tests, the control-plane stack and the local node need)" >&2; exit 2 ;;
 esac
 export DEBIAN_FRONTEND=noninteractive
@@ -113,6 +117,9 @@ fi
 # Debian's etcd-server package may start a system etcd on 127.0.0.1:2379; shakedown does not
 # need it (and never uses 127.0.0.1), so it is left alone.
 echo "dependencies ok: $(/usr/bin/etcd --version | sed -n 1p); $(/var/cache/shakedown/etcd-3.5/etcd --version | sed -n 1p); $(haproxy -v | sed -n 1p | cut -d' ' -f1-3)"
+# etcd 3.4.23 with etcd's own failpoints (the `failpoint` op, `[etcd] failpoints = true`): built
+# from Debian's source with Debian's gofail and Go, about 30 s once, then cached.
+"$(dirname "$0")/build-etcd-failpoints.sh"
 # Kubernetes 1.20 (kube-apiserver for the kube target's tests; kubelet, controller-manager,
 # scheduler and pause for the local node): built from Debian's source once (about 12 minutes on
 # 2 cores), then cached. SHAKEDOWN_SKIP_KUBE_APISERVER=1 skips it (the kube and node tests then
