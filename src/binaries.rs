@@ -15,6 +15,36 @@ pub struct EtcdBinary {
     pub full_version: String,
     /// The snapshot-restore tool shipped beside it: `etcdutl` (3.5+) or `etcdctl` (3.4).
     pub restore_tool: Option<PathBuf>,
+    /// A failpoint build's failpoints, as gofail registers them (`etcdserver/raftBeforeSave`),
+    /// read from the `failpoints` list beside it; `None` for a plain etcd.
+    pub failpoints: Option<Vec<String>>,
+}
+
+/// Where scripts/build-etcd-failpoints.sh caches etcd 3.4.23 with its failpoints compiled in
+/// (with the `failpoints` list it reports and Debian's etcdctl beside it).
+pub const ETCD_FAILPOINTS_CACHE: &str = "/var/cache/shakedown/etcd-3.4-failpoints";
+
+/// The failpoints a failpoint build at `etcd` reports: the `failpoints` file its build wrote
+/// beside it (one gofail path per line, as its endpoint lists them).
+fn failpoints_beside(etcd: &Path) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(etcd.parent()?.join("failpoints")).ok()?;
+    let list: Vec<String> = text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+    (!list.is_empty()).then_some(list)
+}
+
+impl EtcdBinary {
+    fn at(path: PathBuf, full_version: String) -> EtcdBinary {
+        EtcdBinary { restore_tool: restore_tool_beside(&path), failpoints: failpoints_beside(&path), path, full_version }
+    }
+
+    /// The version a record and a report name: `3.4.23`, or `3.4.23+failpoints` for a
+    /// failpoint build.
+    pub fn named_version(&self) -> String {
+        match self.failpoints {
+            Some(_) => format!("{}+failpoints", self.full_version),
+            None => self.full_version.clone(),
+        }
+    }
 }
 
 /// `etcdutl` or `etcdctl` next to an etcd binary.
@@ -31,6 +61,9 @@ pub struct BinaryOverrides {
     pub haproxy: Option<PathBuf>,
     /// `--kube-apiserver PATH` / `SHAKEDOWN_KUBE_APISERVER`.
     pub kube_apiserver: Option<PathBuf>,
+    /// Every etcd must be a failpoint build (a profile's `[etcd] failpoints = true`): found in
+    /// [`ETCD_FAILPOINTS_CACHE`] first, and a binary without the failpoints list is refused.
+    pub failpoints: bool,
 }
 
 /// Where scripts/build-kube-apiserver.sh caches the apiserver it builds.
@@ -146,10 +179,18 @@ pub fn discover(versions: &[Version], overrides: &BinaryOverrides) -> Result<Bin
     for &v in versions {
         let env_name = format!("SHAKEDOWN_ETCD_{}_{}", v.major, v.minor);
         let explicit = overrides.etcd.get(&v).cloned().or_else(|| std::env::var_os(&env_name).map(PathBuf::from));
-        let matches = |p: &Path| etcd_version(p).filter(|full| full.starts_with(&format!("{v}.")));
+        let matches = |p: &Path| {
+            etcd_version(p).filter(|full| full.starts_with(&format!("{v}."))).filter(|_| !overrides.failpoints || failpoints_beside(p).is_some())
+        };
         let found = match explicit {
+            Some(p) if overrides.failpoints && failpoints_beside(&p).is_none() => {
+                return Err(Fatal::environment(format!(
+                    "{} is not a failpoint build of etcd (no 'failpoints' list beside it), and the profile sets [etcd] failpoints = true: build one with ./scripts/build-etcd-failpoints.sh (etcd 3.4.23, into {ETCD_FAILPOINTS_CACHE})",
+                    p.display()
+                )))
+            }
             Some(p) => match matches(&p) {
-                Some(full) => EtcdBinary { restore_tool: restore_tool_beside(&p), path: p, full_version: full },
+                Some(full) => EtcdBinary::at(p, full),
                 None => {
                     return Err(Fatal::environment(format!(
                         "{} is not an etcd {v} binary (its --version does not say {v}.x): pass the right path with --etcd {v}=PATH or {env_name}",
@@ -158,17 +199,39 @@ pub fn discover(versions: &[Version], overrides: &BinaryOverrides) -> Result<Bin
                 }
             },
             None => found_candidates
-                .get_or_insert_with(candidates)
+                .get_or_insert_with(|| {
+                    let mut c = candidates();
+                    if overrides.failpoints {
+                        c.insert(0, Path::new(ETCD_FAILPOINTS_CACHE).join("etcd"));
+                    }
+                    c
+                })
                 .iter()
                 .cloned()
-                .find_map(|p| matches(&p).map(|full| EtcdBinary { restore_tool: restore_tool_beside(&p), path: p, full_version: full }))
-                .ok_or_else(|| {
-                    Fatal::environment(format!(
+                .find_map(|p| matches(&p).map(|full| EtcdBinary::at(p, full)))
+                .ok_or_else(|| match overrides.failpoints {
+                    true => Fatal::environment(format!(
+                        "no failpoint build of etcd {v} found (the profile sets [etcd] failpoints = true): for 3.4, build one with ./scripts/build-etcd-failpoints.sh (into {ETCD_FAILPOINTS_CACHE}; install-deps.sh --all does), or pass --etcd {v}=PATH to a build with a 'failpoints' list beside it"
+                    )),
+                    false => Fatal::environment(format!(
                         "etcd {v} binary not found: {}, or pass --etcd {v}=PATH (or set {env_name})",
                         install_hint(v)
-                    ))
+                    )),
                 })?,
         };
+        if overrides.failpoints {
+            let listed = found.failpoints.as_deref().unwrap_or_default();
+            let missing: Vec<String> =
+                shakedown_faults::Failpoint::ALL.into_iter().map(|f| f.path()).filter(|p| !listed.contains(p)).collect();
+            if !missing.is_empty() {
+                return Err(Fatal::environment(format!(
+                    "the failpoint build {} does not have {} (its 'failpoints' list names {}): shakedown's failpoints are etcd 3.4.23's",
+                    found.path.display(),
+                    missing.join(", "),
+                    listed.len()
+                )));
+            }
+        }
         etcd.insert(v, found);
     }
     let haproxy = overrides

@@ -14,6 +14,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("nightly", include_str!("../ci/profiles/nightly.toml")),
     ("release", include_str!("../ci/profiles/release.toml")),
     ("control-plane", include_str!("../ci/profiles/control-plane.toml")),
+    ("failpoints", include_str!("../ci/profiles/failpoints.toml")),
     ("app-smoke", include_str!("../ci/profiles/app-smoke.toml")),
     ("app-release", include_str!("../ci/profiles/app-release.toml")),
     ("app-full", include_str!("../ci/profiles/app-full.toml")),

@@ -638,7 +638,7 @@ fn a_plan_with_every_op_passes_with_every_invariant_checked_after_every_step() {
     let mut profile = shakedown::profiles::load("default").unwrap();
     profile.steps = 40;
     let all: std::collections::BTreeSet<OpKind> =
-        OpKind::ALL.into_iter().filter(|k| k.drawn_for(profile.stack) && profile.weights.get(k) != Some(&0)).collect();
+        OpKind::ALL.into_iter().filter(|k| profile.has_kind(*k) && profile.weights.get(k) != Some(&0)).collect();
     // Per seed, the length of the shortest prefix of its plan that uses every kind.
     let covering = |s: u64| {
         let mut seen = std::collections::BTreeSet::new();

@@ -83,11 +83,12 @@ fn draw<S: Strategy>(runner: &mut TestRunner, strategy: &S) -> S::Value {
 /// If every weight ends up 0 (the drawn ones all drew 0), every kind the profile did not pin
 /// to 0 gets weight 1: a pinned 0 disables its kind whatever the draw.
 pub fn draw_weights(runner: &mut TestRunner, profile: &Profile) -> Weights {
-    // Only the kinds of the profile's stack have a weight (an etcd tier's plans and records
-    // never mention the application ops, and the other way round).
+    // Only the kinds the profile's stack can have get a weight (an etcd tier's plans and records
+    // never mention the application ops, and the other way round; nor `failpoint` without a
+    // failpoint build).
     let mut weights: Weights = OpKind::ALL
         .into_iter()
-        .filter(|kind| kind.drawn_for(profile.stack))
+        .filter(|kind| profile.has_kind(*kind))
         .map(|kind| {
             let w = match profile.weights.get(&kind) {
                 _ if !profile.allows(kind) => 0,

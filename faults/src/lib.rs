@@ -10,6 +10,7 @@
 //!
 //! Architecture invariant: this crate never does IO and never reads the OS RNG.
 
+pub mod failpoint;
 pub mod generate;
 pub mod model;
 pub mod op;
@@ -17,6 +18,7 @@ pub mod profile;
 pub mod seed;
 pub mod shrink;
 
+pub use failpoint::{Failpoint, FailpointAction};
 pub use generate::{generate, next_op_strategy, Plan, Weights};
 pub use model::{Answers, BackupId, DiskState, Member, MemberId, MemberState, Model, OutageMode, SiteId, Version};
 pub use op::{Op, OpKind, PreconditionError, MAX_BACKUPS};

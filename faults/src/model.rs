@@ -189,6 +189,10 @@ pub struct Model {
     /// The pick of the group partition in place (`partition-groups`; application target).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub groups_partitioned: Option<u32>,
+    /// etcd's failpoints the stack can reach (a failpoint build, `[etcd] failpoints = true`),
+    /// in catalogue order; empty for every other stack.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failpoints: Vec<crate::failpoint::Failpoint>,
 }
 
 impl Model {
@@ -214,6 +218,7 @@ impl Model {
             restores: vec![],
             partitioned: Default::default(),
             groups_partitioned: None,
+            failpoints: vec![],
         }
     }
 
@@ -295,7 +300,7 @@ impl Model {
     pub fn quorum_throughout(&self, op: &Op) -> bool {
         let transient = match op.kind() {
             // One member at a time, or the one cut off while the op runs.
-            OpKind::RollingUpgrade | OpKind::RollingReplace | OpKind::PartitionUntilSnapshot => 1,
+            OpKind::RollingUpgrade | OpKind::RollingReplace | OpKind::PartitionUntilSnapshot | OpKind::Failpoint => 1,
             // A restore takes the whole cluster down on purpose.
             OpKind::Restore => return false,
             // One member (or one site) at a time, or nothing of etcd's: the precondition decides.
@@ -375,6 +380,12 @@ impl Model {
             | Op::PodFailure { .. }
             | Op::Defrag { .. }
             | Op::PartitionUntilSnapshot { .. } => {}
+            // A panic is a crash at that point; after a sleep the member runs on.
+            Op::Failpoint { member, action, .. } => {
+                if action == crate::failpoint::FailpointAction::Panic {
+                    self.set_state(member, MemberState::Crashed);
+                }
+            }
             Op::Partition { member } => {
                 self.partitioned.insert(member);
             }

@@ -5,6 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::failpoint::{Failpoint, FailpointAction, Trigger};
 use crate::model::{BackupId, DiskState, MemberId, MemberState, Model, OutageMode, SiteId, Version};
 
 /// One step of a plan.
@@ -108,6 +109,14 @@ pub enum Op {
     /// Verified: the member catches up through a snapshot the leader sends (its log says it
     /// received one) and is caught up.
     PartitionUntilSnapshot { member: MemberId },
+    /// On a failpoint build of etcd (`[etcd] failpoints = true`): one of etcd's own failpoints
+    /// armed on the member through gofail's endpoint, to `panic` or `sleep` once, and etcd driven
+    /// there ([`Failpoint::trigger`]: writes through the member, leadership moved to or off it,
+    /// a defrag, or a cut until the leader sends it a snapshot). Verified: a panic — the member's
+    /// process exited at that failpoint (its log says so), after which it is down like a crashed
+    /// member until a `restart` (or the heal) starts it again; a sleep — the op's own request to
+    /// the member waited it out, and the member is caught up after it.
+    Failpoint { member: MemberId, failpoint: Failpoint, action: FailpointAction },
 }
 
 /// How many different picks `pod-kill-selected` and `partition-groups` draw from (divisible by 1–4 and 6, so that
@@ -173,6 +182,8 @@ crate::registry! {
         Defrag => "defrag",
         /// Cut a member's peer traffic until the leader's log has moved past it, then let it back: it must catch up through a snapshot (local target: needs `[etcd] snapshot_count`; kube: only through `[hooks.partition-until-snapshot]`).
         PartitionUntilSnapshot => "partition-until-snapshot",
+        /// Arm one of etcd's own failpoints (gofail) on a member to panic or sleep once, and drive etcd there (local target with `[etcd] failpoints = true`: a failpoint build of etcd 3.4.23).
+        Failpoint => "failpoint",
     }
 }
 
@@ -206,7 +217,8 @@ impl OpKind {
             | OpKind::Restore
             | OpKind::DiskReplace
             | OpKind::Defrag
-            | OpKind::PartitionUntilSnapshot => false,
+            | OpKind::PartitionUntilSnapshot
+            | OpKind::Failpoint => false,
         }
     }
 
@@ -249,6 +261,7 @@ impl Op {
             Op::PartitionGroupsHeal { .. } => OpKind::PartitionGroupsHeal,
             Op::Defrag { .. } => OpKind::Defrag,
             Op::PartitionUntilSnapshot { .. } => OpKind::PartitionUntilSnapshot,
+            Op::Failpoint { .. } => OpKind::Failpoint,
         }
     }
 
@@ -269,6 +282,7 @@ impl Op {
             | Op::PodFailure { member }
             | Op::Defrag { member }
             | Op::PartitionUntilSnapshot { member }
+            | Op::Failpoint { member, .. }
             | Op::NodeDrain { member } => Some(member),
             Op::RollingUpgrade { .. }
             | Op::RollingReplace
@@ -309,6 +323,7 @@ impl Op {
             | Op::PartitionGroupsHeal { .. }
             | Op::Defrag { .. }
             | Op::PartitionUntilSnapshot { .. }
+            | Op::Failpoint { .. }
             | Op::NodeDrain { .. } => None,
         }
     }
@@ -316,6 +331,9 @@ impl Op {
 
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Op::Failpoint { member, failpoint, action } = self {
+            return write!(f, "failpoint({member}, {failpoint}, {action})");
+        }
         if let Some(member) = self.member() {
             return write!(f, "{}({member})", self.kind());
         }
@@ -333,7 +351,8 @@ impl fmt::Display for Op {
             | Op::PartitionHeal { .. }
             | Op::PodFailure { .. }
             | Op::Defrag { .. }
-            | Op::PartitionUntilSnapshot { .. } => unreachable!("ops on one member are written above"),
+            | Op::PartitionUntilSnapshot { .. }
+            | Op::Failpoint { .. } => unreachable!("ops on one member are written above"),
             Op::OperatorRestart => f.write_str("operator-restart"),
             Op::PodKillSelected { pick } => write!(f, "pod-kill-selected(pick {pick})"),
             Op::PartitionGroups { pick } => write!(f, "partition-groups(pick {pick})"),
@@ -386,6 +405,10 @@ pub enum PreconditionError {
     PartitionInPlace(String),
     #[error("no group partition (pick {0}) is in place")]
     GroupsNotPartitioned(u32),
+    #[error("failpoint {0} is not one this stack can reach (a profile with [etcd] failpoints = true; the snapshot ones also need [etcd] snapshot_count)")]
+    NoSuchFailpoint(Failpoint),
+    #[error("failpoint {0} is reached only on a snapshot path: a sleep there cannot be verified, only a panic")]
+    CannotSleep(Failpoint),
 }
 
 impl Model {
@@ -554,6 +577,27 @@ impl Model {
                 }
                 Ok(())
             }
+            // The member stalls (sleep) or dies (panic) at the failpoint: one member down while
+            // it runs, and the others must commit the writes that drive etcd there.
+            Op::Failpoint { member, failpoint, action } => {
+                if !self.failpoints.contains(&failpoint) {
+                    return Err(PreconditionError::NoSuchFailpoint(failpoint));
+                }
+                if matches!(action, FailpointAction::Sleep { .. }) && !failpoint.can_sleep() {
+                    return Err(PreconditionError::CannotSleep(failpoint));
+                }
+                state_is(member, &[MemberState::Running], "running")?;
+                more_down(1)?;
+                if self.up() - 1 < self.quorum() {
+                    return Err(PreconditionError::NeedsQuorum(
+                        "the others must keep quorum while the member stalls or dies at the failpoint: they commit the writes that drive etcd there",
+                    ));
+                }
+                if failpoint.trigger() == Trigger::Following && self.up() < 2 {
+                    return Err(PreconditionError::NeedsQuorum("a follower needs a leader among the others"));
+                }
+                Ok(())
+            }
         }
     }
 
@@ -620,6 +664,19 @@ impl Model {
             OpKind::PartitionGroupsHeal => self.groups_partitioned.map(|pick| Op::PartitionGroupsHeal { pick }).into_iter().collect(),
             OpKind::Defrag => per_member(|member| Op::Defrag { member }),
             OpKind::PartitionUntilSnapshot => per_member(|member| Op::PartitionUntilSnapshot { member }),
+            OpKind::Failpoint => {
+                let actions = std::iter::once(FailpointAction::Panic)
+                    .chain(crate::failpoint::SLEEPS_MS.map(|ms| FailpointAction::Sleep { ms }))
+                    .collect::<Vec<_>>();
+                let mut ops = vec![];
+                for &member in self.members.keys() {
+                    for &failpoint in &self.failpoints {
+                        ops.extend(actions.iter().map(|&action| Op::Failpoint { member, failpoint, action }));
+                    }
+                }
+                ops.retain(|op| self.check(op).is_ok());
+                ops
+            }
         }
     }
 }

@@ -165,6 +165,31 @@ pub struct EtcdFlags {
     /// before it yields to other transactions. Absent: etcd's default, 1,000.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compaction_batch_limit: Option<u64>,
+    /// Run a failpoint build of etcd (its own gofail failpoints compiled in; for 3.4,
+    /// `scripts/build-etcd-failpoints.sh` makes one from Debian's source, installed by
+    /// `install-deps.sh --all`) and draw the `failpoint` op: etcd made to panic or sleep at a
+    /// chosen point of its raft loop, backend or defragmentation. Each version's binary must
+    /// be such a build (a `failpoints` list beside it). The snapshot paths' failpoints are drawn
+    /// only with a `snapshot_count` of at most 10,000.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub failpoints: bool,
+}
+
+/// The largest `[etcd] snapshot_count` at which a run can outrun a member's raft log (the
+/// others apply `snapshot_count` + 5,000 entries): `partition-until-snapshot` and the snapshot
+/// paths' failpoints need one this small.
+pub const MAX_SNAPSHOT_COUNT_TO_OUTRUN: u64 = 10_000;
+
+impl EtcdFlags {
+    /// The failpoints a run of these flags can reach, in catalogue order: none without a
+    /// failpoint build; the snapshot paths' only when snapshots come often enough.
+    pub fn reachable_failpoints(&self) -> Vec<crate::failpoint::Failpoint> {
+        if !self.failpoints {
+            return vec![];
+        }
+        let snapshots = self.snapshot_count.is_some_and(|n| n <= MAX_SNAPSHOT_COUNT_TO_OUTRUN);
+        crate::failpoint::Failpoint::ALL.into_iter().filter(|f| snapshots || !f.needs_snapshots()).collect()
+    }
 }
 
 impl EtcdFlags {
@@ -542,7 +567,14 @@ impl Profile {
 
     /// Whether the tier may use op kind `k` at all (its `ops` list, when it has one).
     pub fn allows(&self, k: OpKind) -> bool {
-        k.drawn_for(self.stack) && self.ops.as_ref().is_none_or(|ops| ops.contains(&k))
+        self.has_kind(k) && self.ops.as_ref().is_none_or(|ops| ops.contains(&k))
+    }
+
+    /// Whether this profile's stack can have op kind `k` at all, whatever `ops` and the weights
+    /// say: its stack draws it ([`OpKind::drawn_for`]), and `failpoint` needs `[etcd]
+    /// failpoints = true`. Plans' weights name exactly these kinds.
+    pub fn has_kind(&self, k: OpKind) -> bool {
+        k.drawn_for(self.stack) && (k != OpKind::Failpoint || self.etcd.failpoints)
     }
 
     /// max_down as configured, or the most that keeps quorum.
@@ -552,7 +584,9 @@ impl Profile {
 
     /// The model of a freshly started stack for this profile.
     pub fn initial_model(&self) -> Model {
-        Model::new(self.sites, self.members, self.versions.clone(), self.max_down())
+        let mut model = Model::new(self.sites, self.members, self.versions.clone(), self.max_down());
+        model.failpoints = self.etcd.reachable_failpoints();
+        model
     }
 }
 

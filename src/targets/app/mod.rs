@@ -283,7 +283,8 @@ impl Target for AppTarget {
             | Op::DiskReattach { .. }
             | Op::DiskReplace { .. }
             | Op::Defrag { .. }
-            | Op::PartitionUntilSnapshot { .. } => Err(TargetError::Unsupported(format!("{op} is not an application op"))),
+            | Op::PartitionUntilSnapshot { .. }
+            | Op::Failpoint { .. } => Err(TargetError::Unsupported(format!("{op} is not an application op"))),
         }
     }
 

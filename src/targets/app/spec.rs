@@ -579,7 +579,8 @@ impl AppProfile {
             | OpKind::DiskReattach
             | OpKind::DiskReplace
             | OpKind::Defrag
-            | OpKind::PartitionUntilSnapshot) => Err(format!("{k} is not an application op")),
+            | OpKind::PartitionUntilSnapshot
+            | OpKind::Failpoint) => Err(format!("{k} is not an application op")),
         }
     }
 }

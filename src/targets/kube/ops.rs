@@ -51,6 +51,7 @@ impl KubeTarget {
             },
             Op::Defrag { .. } => Err("defragmenting one etcd member has no Cluster API counterpart (kubeadm's etcd is a static pod): set [hooks.defrag] in the kube profile (etcdctl defrag on the etcd of $SHAKEDOWN_MACHINE, say)".into()),
             Op::PartitionUntilSnapshot { .. } => Err("cutting one member's peer traffic until the leader sends it a snapshot is provider-specific: set [hooks.partition-until-snapshot] in the kube profile".into()),
+            Op::Failpoint { .. } => Err("etcd's failpoints need a failpoint build of etcd running as the member (not kubeadm's image): set [hooks.failpoint] in the kube profile (it is told SHAKEDOWN_FAILPOINT and SHAKEDOWN_ACTION)".into()),
             Op::DiskReplace { .. } => Err("replacing a member's data (fresh disk, member removed and re-added) is an operator's manual recovery with no Cluster API object to express it: set [hooks.disk-replace] in the kube profile".into()),
             Op::Backup | Op::Restore { .. } => match &self.velero {
                 Err(why) => Err(format!("backup and restore need Velero or [hooks.backup] and [hooks.restore] in the kube profile: {why}").into()),
@@ -449,6 +450,10 @@ impl KubeTarget {
             }
             Op::Restore { backup } => env.push(("SHAKEDOWN_BACKUP".into(), backup.to_string())),
             Op::Backup => env.push(("SHAKEDOWN_BACKUP".into(), format!("b{}", self.model.backups.len()))),
+            Op::Failpoint { failpoint, action, .. } => {
+                env.push(("SHAKEDOWN_FAILPOINT".into(), failpoint.path()));
+                env.push(("SHAKEDOWN_ACTION".into(), action.terms(*failpoint)));
+            }
             // A member op's variables are set above; the rest have none of their own.
             Op::Crash { .. }
             | Op::Restart { .. }
@@ -570,6 +575,7 @@ impl KubeTarget {
             | Op::DiskReplace { .. }
             | Op::Defrag { .. }
             | Op::PartitionUntilSnapshot { .. }
+            | Op::Failpoint { .. }
             | Op::PodKill { .. }
             | Op::OperatorRestart
             | Op::PvcLoss { .. }

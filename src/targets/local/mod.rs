@@ -8,6 +8,7 @@ pub mod backup;
 pub mod bugs;
 pub mod disk;
 pub mod etcd;
+mod failpoint;
 pub mod nft;
 mod observe;
 mod ops;
@@ -246,7 +247,7 @@ impl Target for LocalTarget {
 
     fn component_versions(&self) -> BTreeMap<String, String> {
         let b = &self.testbed.cfg.binaries;
-        let mut v: BTreeMap<String, String> = b.etcd.iter().map(|(k, e)| (format!("etcd-{k}"), e.full_version.clone())).collect();
+        let mut v: BTreeMap<String, String> = b.etcd.iter().map(|(k, e)| (format!("etcd-{k}"), e.named_version())).collect();
         v.insert("haproxy".into(), b.haproxy_version.clone());
         if let (Some((_, version)), Some(_)) = (&b.kube_apiserver, &self.api) {
             v.insert("kube-apiserver".into(), version.clone());
@@ -281,6 +282,7 @@ impl Target for LocalTarget {
             | OpKind::DiskReplace
             | OpKind::Defrag => Ok(()),
             OpKind::PartitionUntilSnapshot => self.partition_until_snapshot_supported(op),
+            OpKind::Failpoint => self.failpoint_supported(op),
             OpKind::PodKill
             | OpKind::OperatorRestart
             | OpKind::PvcLoss
@@ -320,6 +322,7 @@ impl Target for LocalTarget {
                 Op::DiskReplace { member } => self.replace_member_data(member).await,
                 Op::Defrag { member } => self.defrag(member).await,
                 Op::PartitionUntilSnapshot { member } => self.partition_until_snapshot(member).await,
+                Op::Failpoint { member, failpoint, action } => self.failpoint(member, failpoint, action).await,
                 Op::PodKill { .. }
                 | Op::OperatorRestart
                 | Op::PvcLoss { .. }

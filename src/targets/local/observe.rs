@@ -322,9 +322,14 @@ pub(crate) fn snapshots_received(logs: &std::path::Path) -> std::collections::BT
 
 /// How many snapshots the member whose log is `log` says it received (0 when it cannot be read).
 pub(crate) fn snapshots_received_in(log: &std::path::Path) -> usize {
+    lines_containing(log, SNAPSHOT_RECEIVED)
+}
+
+/// How many lines of the log file at `log` contain `needle` (0 if it cannot be read).
+pub(crate) fn lines_containing(log: &std::path::Path, needle: &str) -> usize {
     use std::io::BufRead;
     let Ok(f) = std::fs::File::open(log) else { return 0 };
-    std::io::BufReader::new(f).split(b'\n').map_while(Result::ok).filter(|l| contains(l, SNAPSHOT_RECEIVED.as_bytes())).count()
+    std::io::BufReader::new(f).split(b'\n').map_while(Result::ok).filter(|l| contains(l, needle.as_bytes())).count()
 }
 
 /// What etcd logs (3.4 and 3.5) when it has compacted its raft log after a snapshot, with the

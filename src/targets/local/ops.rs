@@ -491,39 +491,9 @@ impl LocalTarget {
     /// up and its log must say it received a snapshot. A member that caught up without one fails
     /// the op: the condition the op promises was not created.
     pub(super) async fn partition_until_snapshot(&mut self, id: MemberId) -> Result<(), LocalError> {
-        let deadline = Instant::now() + self.bounds.op;
-        let snapshot_count = self.testbed.cfg.etcd.snapshot_count.unwrap_or(0);
-        let m = self.testbed.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
-        let (ip, site, url) = (m.ip, m.site, m.client_url());
-        let logs = self.testbed.cfg.run_dir.join("logs");
-        let log = logs.join(format!("{}.log", m.name()));
-        let other_logs: Vec<std::path::PathBuf> =
-            self.testbed.members.values().filter(|o| o.id != id).map(|o| logs.join(format!("{}.log", o.name()))).collect();
+        let log = self.member_log(id)?;
         let received_before = observe::snapshots_received_in(&log);
-        let stack = |e: etcd::EtcdError| LocalError::Stack(format!("partition-until-snapshot {id}: {e}"));
-        let table = self.testbed.nft_table();
-        nft::cut_peer(&table, &id.to_string(), ip, self.testbed.site_gid(site), PEER_PORT).await?;
-        let res = async {
-            let behind = etcd::status(&url, self.bounds.request).await.map_err(stack)?.raft_index();
-            let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
-            let others = self.answering(others).await;
-            if others.is_empty() {
-                return Err(LocalError::Stack(format!("partition-until-snapshot {id}: no other member answers")));
-            }
-            let fill_key = format!("/shakedown/{}/snapshot-fill", self.testbed.cfg.run_id);
-            let past = behind + COMPACTED_PAST_MARGIN;
-            let reached = fill_until(&others, &fill_key, other_logs, past, deadline, self.bounds.request).await.map_err(|e| {
-                LocalError::Stack(format!(
-                    "partition-until-snapshot {id} (cut at raft index {behind}, snapshot_count {snapshot_count}): {e}"
-                ))
-            })?;
-            tracing::debug!(member = %id, behind, reached, "partition-until-snapshot: the others compacted past it");
-            Ok::<_, LocalError>((behind, reached))
-        }
-        .await;
-        // The cut is lifted whatever happened while it held.
-        nft::heal_peer(&table, &id.to_string()).await?;
-        let (behind, reached) = res?;
+        let (behind, reached) = self.cut_until_outrun(id, "partition-until-snapshot").await?;
         self.wait_caught_up(id, "back from partition-until-snapshot").await?;
         let received = observe::snapshots_received_in(&log);
         if received <= received_before {
@@ -536,6 +506,49 @@ impl LocalTarget {
             detail: json!({ "member": id.to_string(), "cut_at_index": behind, "others_reached": reached, "snapshots_received": received - received_before }),
         });
         Ok(())
+    }
+
+    /// Member `id`'s log file (its etcd's stderr, kept across restarts).
+    pub(super) fn member_log(&self, id: MemberId) -> Result<std::path::PathBuf, LocalError> {
+        let m = self.testbed.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
+        Ok(self.testbed.cfg.run_dir.join("logs").join(format!("{}.log", m.name())))
+    }
+
+    /// The cut of `partition-until-snapshot` (and of the snapshot paths' failpoints): the
+    /// member's raft traffic cut, filler writes through the others until each has compacted its
+    /// raft log past the member's index, the cut lifted (whatever happened meanwhile). From here
+    /// the leader can only send the member a snapshot. Returns the member's raft index at the cut
+    /// and the others' at the end.
+    pub(super) async fn cut_until_outrun(&mut self, id: MemberId, what: &str) -> Result<(u64, u64), LocalError> {
+        let deadline = Instant::now() + self.bounds.op;
+        let snapshot_count = self.testbed.cfg.etcd.snapshot_count.unwrap_or(0);
+        let m = self.testbed.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
+        let (ip, site, url) = (m.ip, m.site, m.client_url());
+        let logs = self.testbed.cfg.run_dir.join("logs");
+        let other_logs: Vec<std::path::PathBuf> =
+            self.testbed.members.values().filter(|o| o.id != id).map(|o| logs.join(format!("{}.log", o.name()))).collect();
+        let stack = |e: etcd::EtcdError| LocalError::Stack(format!("{what} {id}: {e}"));
+        let table = self.testbed.nft_table();
+        nft::cut_peer(&table, &id.to_string(), ip, self.testbed.site_gid(site), PEER_PORT).await?;
+        let res = async {
+            let behind = etcd::status(&url, self.bounds.request).await.map_err(stack)?.raft_index();
+            let others: Vec<String> = self.urls().into_iter().filter(|u| *u != url).collect();
+            let others = self.answering(others).await;
+            if others.is_empty() {
+                return Err(LocalError::Stack(format!("{what} {id}: no other member answers")));
+            }
+            let fill_key = format!("/shakedown/{}/snapshot-fill", self.testbed.cfg.run_id);
+            let past = behind + COMPACTED_PAST_MARGIN;
+            let reached = fill_until(&others, &fill_key, other_logs, past, deadline, self.bounds.request)
+                .await
+                .map_err(|e| LocalError::Stack(format!("{what} {id} (cut at raft index {behind}, snapshot_count {snapshot_count}): {e}")))?;
+            tracing::debug!(member = %id, behind, reached, "{what}: the others compacted past it");
+            Ok::<_, LocalError>((behind, reached))
+        }
+        .await;
+        // The cut is lifted whatever happened while it held.
+        nft::heal_peer(&table, &id.to_string()).await?;
+        res
     }
 
     pub(super) fn backup_path(&self, b: BackupId) -> std::path::PathBuf {
@@ -695,11 +708,64 @@ impl LocalTarget {
 const COMPACTED_PAST_MARGIN: u64 = 100;
 /// The largest `[etcd] snapshot_count` `partition-until-snapshot` outruns (at a few thousand
 /// filler writes a second, about ten seconds of them).
-pub(super) const MAX_SNAPSHOT_COUNT_TO_OUTRUN: u64 = 10_000;
+pub(super) use shakedown_faults::profile::MAX_SNAPSHOT_COUNT_TO_OUTRUN;
 /// Concurrent filler writers.
 const FILLERS: usize = 8;
 /// How often the others' logs are read for their compactions.
 const COMPACTION_POLL: Duration = Duration::from_millis(200);
+
+/// [`FILLERS`] writers putting to one key through the members at `urls` (each writer through
+/// one, round-robin) until stopped or `deadline`. Writes that fail are retried while the
+/// deadline allows (an election may be under way, a member may have gone).
+pub(super) struct Fillers {
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tasks: tokio::task::JoinSet<String>,
+}
+
+impl Fillers {
+    pub(super) fn start(urls: &[String], key: &str, deadline: Instant, request: Duration) -> Fillers {
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut tasks = tokio::task::JoinSet::new();
+        for w in 0..FILLERS {
+            let (url, key, done) = (urls[w % urls.len()].clone(), key.to_string(), done.clone());
+            tasks.spawn(async move {
+                let mut client = None;
+                let mut last = String::new();
+                let mut i = 0u64;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+                    if client.is_none() {
+                        client = etcd::connect(&url, request).await.map_err(|e| last = e.to_string()).ok();
+                    }
+                    let Some(c) = client.as_mut() else {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    };
+                    i += 1;
+                    if let Err(e) = etcd::bounded("put", request, c.put(key.as_str(), format!("{w}-{i}"), None)).await {
+                        last = e.to_string();
+                        client = None;
+                    }
+                }
+                last
+            });
+        }
+        Fillers { done, tasks }
+    }
+
+    /// Stops the writers and waits for them; returns each one's last error, if any.
+    pub(super) async fn stop(mut self) -> Vec<String> {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut errors = vec![];
+        while let Some(r) = self.tasks.join_next().await {
+            if let Ok(last) = r {
+                if !last.is_empty() {
+                    errors.push(last);
+                }
+            }
+        }
+        errors
+    }
+}
 
 /// Writes to `key` through the members at `urls` (each writer through one, round-robin) until
 /// every log in `logs` says its member compacted its raft log to at least `past`, or `deadline`.
@@ -713,32 +779,7 @@ async fn fill_until(
     deadline: Instant,
     request: Duration,
 ) -> Result<u64, String> {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let done = std::sync::Arc::new(AtomicBool::new(false));
-    let mut tasks = tokio::task::JoinSet::new();
-    for w in 0..FILLERS {
-        let (url, key, done) = (urls[w % urls.len()].clone(), key.to_string(), done.clone());
-        tasks.spawn(async move {
-            let mut client = None;
-            let mut last = String::new();
-            let mut i = 0u64;
-            while !done.load(Ordering::Relaxed) && Instant::now() < deadline {
-                if client.is_none() {
-                    client = etcd::connect(&url, request).await.map_err(|e| last = e.to_string()).ok();
-                }
-                let Some(c) = client.as_mut() else {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                };
-                i += 1;
-                if let Err(e) = etcd::bounded("put", request, c.put(key.as_str(), format!("{w}-{i}"), None)).await {
-                    last = e.to_string();
-                    client = None;
-                }
-            }
-            last
-        });
-    }
+    let fillers = Fillers::start(urls, key, deadline, request);
     let mut compactions = observe::CompactionsInLogs::new(logs);
     let mut compacted = 0;
     while Instant::now() < deadline {
@@ -748,15 +789,7 @@ async fn fill_until(
         }
         tokio::time::sleep(COMPACTION_POLL).await;
     }
-    done.store(true, Ordering::Relaxed);
-    let mut errors = vec![];
-    while let Some(r) = tasks.join_next().await {
-        if let Ok(last) = r {
-            if !last.is_empty() {
-                errors.push(last);
-            }
-        }
-    }
+    let mut errors = fillers.stop().await;
     // Where the others are now.
     let mut reached = 0;
     for url in urls {

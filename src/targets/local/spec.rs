@@ -85,6 +85,7 @@ impl LocalOptions {
             etcd: self.etcd.iter().cloned().collect::<BTreeMap<_, _>>(),
             haproxy: self.haproxy.clone(),
             kube_apiserver: self.kube_apiserver.clone(),
+            failpoints: profile.etcd.failpoints,
         };
         crate::targets::stack_fits(crate::targets::TargetKind::Local, profile)?;
         let mut binaries = binaries::discover(&profile.versions, &overrides)?;

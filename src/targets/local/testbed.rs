@@ -207,6 +207,12 @@ async fn wait_http(addr: SocketAddrV4, limit: Duration) {
     }
 }
 
+/// A failpoint build serves gofail's endpoint at the member's own address
+/// ([`super::failpoint::FAILPOINT_PORT`]); a plain etcd gets nothing.
+fn failpoint_endpoint(failpoint_build: bool, ip: Ipv4Addr) -> Option<(&'static str, String)> {
+    failpoint_build.then(|| ("GOFAIL_HTTP", format!("{ip}:{}", super::failpoint::FAILPOINT_PORT)))
+}
+
 fn log_file(run_dir: &Path, name: &str) -> Result<(File, File), LocalError> {
     let path = run_dir.join("logs").join(format!("{name}.log"));
     let f = OpenOptions::new()
@@ -542,8 +548,8 @@ impl Testbed {
     /// Starts member `id`'s etcd (its version's binary) on its data directory.
     pub fn spawn_member(&mut self, id: MemberId, initial_cluster: &str, state: &str) -> Result<(), LocalError> {
         let m = self.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
-        let bin =
-            &self.cfg.binaries.etcd.get(&m.version).ok_or_else(|| LocalError::Environment(format!("no etcd {} binary", m.version)))?.path;
+        let binary = self.cfg.binaries.etcd.get(&m.version).ok_or_else(|| LocalError::Environment(format!("no etcd {} binary", m.version)))?;
+        let (bin, bin_failpoints) = (&binary.path, binary.failpoints.is_some());
         let (out, err) = log_file(&self.cfg.run_dir, &m.name())?;
         let data = m.disk.data_dir();
         let child = Command::new(bin)
@@ -558,6 +564,7 @@ impl Testbed {
             .args(["--election-timeout", &self.cfg.election_ms.to_string()])
             .args(self.cfg.etcd.args())
             .args(["--logger", "zap", "--log-outputs", "stderr"])
+            .envs(failpoint_endpoint(bin_failpoints, m.ip))
             .gid(self.process_gid(m.site))
             .stdin(Stdio::null())
             .stdout(out)

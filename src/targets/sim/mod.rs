@@ -255,7 +255,8 @@ impl Target for SimTarget {
             | OpKind::Restore
             | OpKind::DiskReplace
             | OpKind::Defrag
-            | OpKind::PartitionUntilSnapshot => Ok(()),
+            | OpKind::PartitionUntilSnapshot
+            | OpKind::Failpoint => Ok(()),
             OpKind::PodKill
             | OpKind::OperatorRestart
             | OpKind::PvcLoss
@@ -322,7 +323,8 @@ impl Target for SimTarget {
             | Op::DiskReattach { .. }
             | Op::DiskReplace { .. }
             | Op::Defrag { .. }
-            | Op::PartitionUntilSnapshot { .. } => {}
+            | Op::PartitionUntilSnapshot { .. }
+            | Op::Failpoint { .. } => {}
             Op::PodKill { .. }
             | Op::OperatorRestart
             | Op::PvcLoss { .. }

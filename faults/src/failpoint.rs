@@ -1,0 +1,207 @@
+//! etcd's own failpoints (gofail): the points inside etcd 3.4's raft loop, peer transport and
+//! backend where a failpoint build can be made to panic or sleep, and what makes etcd reach each
+//! one. The `failpoint` op arms one on one member and drives etcd there.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+crate::registry! {
+    /// A failpoint of etcd 3.4.23's source, by the name its `// gofail:` comment gives it.
+    /// Declaration order is `ALL`'s order, which generation depends on: add new ones at the end.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    pub enum Failpoint: "failpoint" {
+        /// Raft loop, before the entries and hard state of a Ready are written to the WAL.
+        RaftBeforeSave => "raftBeforeSave",
+        /// Raft loop, after the WAL write, before the entries are handed to raft's storage.
+        RaftAfterSave => "raftAfterSave",
+        /// Raft loop of the leader, before it sends its messages (appends, heartbeats).
+        RaftBeforeLeaderSend => "raftBeforeLeaderSend",
+        /// Raft loop of a follower, before it sends its messages (append answers, votes).
+        RaftBeforeFollowerSend => "raftBeforeFollowerSend",
+        /// A snapshot received from the leader, before it is saved.
+        RaftBeforeSaveSnap => "raftBeforeSaveSnap",
+        /// A snapshot received from the leader, saved, before the entries are.
+        RaftAfterSaveSnap => "raftAfterSaveSnap",
+        /// A snapshot received from the leader, saved and synced, before raft's storage applies it.
+        RaftBeforeApplySnap => "raftBeforeApplySnap",
+        /// A snapshot received from the leader, applied to raft's storage.
+        RaftAfterApplySnap => "raftAfterApplySnap",
+        /// A snapshot received from the leader, after the WAL files before it were released.
+        RaftAfterWalRelease => "raftAfterWALRelease",
+        /// The member's own snapshot (every `snapshot_count` entries), its file written, before
+        /// the WAL records it (the name's typo is etcd's).
+        RaftBeforeWalSaveSnapshot => "raftBeforeWALSaveSnaphot",
+        /// Backend, before a batch transaction is committed to bolt (every 100 ms under writes).
+        BeforeCommit => "beforeCommit",
+        /// Backend, after a batch transaction was committed to bolt.
+        AfterCommit => "afterCommit",
+        /// Defragmentation, before the database is copied into the new file.
+        DefragBeforeCopy => "defragBeforeCopy",
+        /// Defragmentation, the copy made, before the new file replaces the old.
+        DefragBeforeRename => "defragBeforeRename",
+    }
+}
+
+/// What makes etcd reach a failpoint, which the op then drives on the member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// Writes through the member (any member applies and persists every write).
+    Writes,
+    /// Writes while the member leads (leadership is moved to it first).
+    Leading,
+    /// Writes while the member follows (leadership is moved off it first).
+    Following,
+    /// Writes until the member takes its own snapshot (`[etcd] snapshot_count` entries).
+    OwnSnapshot,
+    /// The member cut off until the leader must send it a snapshot (as `partition-until-snapshot`).
+    IncomingSnapshot,
+    /// A defragmentation of the member.
+    Defrag,
+}
+
+impl Failpoint {
+    /// The path gofail registers it under in the binary (`etcdserver/raftBeforeSave`).
+    pub fn path(self) -> String {
+        let package = match self {
+            Failpoint::BeforeCommit | Failpoint::AfterCommit | Failpoint::DefragBeforeCopy | Failpoint::DefragBeforeRename => "backend",
+            _ => "etcdserver",
+        };
+        format!("{package}/{}", self.name())
+    }
+
+    /// What reaches it.
+    pub fn trigger(self) -> Trigger {
+        match self {
+            Failpoint::RaftBeforeSave | Failpoint::RaftAfterSave | Failpoint::BeforeCommit | Failpoint::AfterCommit => Trigger::Writes,
+            Failpoint::RaftBeforeLeaderSend => Trigger::Leading,
+            Failpoint::RaftBeforeFollowerSend => Trigger::Following,
+            Failpoint::RaftBeforeSaveSnap
+            | Failpoint::RaftAfterSaveSnap
+            | Failpoint::RaftBeforeApplySnap
+            | Failpoint::RaftAfterApplySnap
+            | Failpoint::RaftAfterWalRelease => Trigger::IncomingSnapshot,
+            Failpoint::RaftBeforeWalSaveSnapshot => Trigger::OwnSnapshot,
+            Failpoint::DefragBeforeCopy | Failpoint::DefragBeforeRename => Trigger::Defrag,
+        }
+    }
+
+    /// Whether reaching it needs snapshots within a run's reach (`[etcd] snapshot_count`).
+    pub fn needs_snapshots(self) -> bool {
+        matches!(self.trigger(), Trigger::OwnSnapshot | Trigger::IncomingSnapshot)
+    }
+
+    /// Whether a sleep there can be verified: the op's own request to the member must wait it
+    /// out (the raft loop or the backend's lock is held). On the snapshot paths nothing the op
+    /// sends waits for it, so only a panic is drawn there.
+    pub fn can_sleep(self) -> bool {
+        !self.needs_snapshots()
+    }
+}
+
+/// What an armed failpoint does when etcd reaches it, once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FailpointAction {
+    /// The process panics there (gofail's `panic`): a crash at exactly that point.
+    Panic,
+    /// The goroutine sleeps there, once (gofail's `1*sleep(ms)`): the member stalls.
+    Sleep { ms: u32 },
+}
+
+/// The sleeps a plan draws: one shorter than etcd's default election timeout, one longer (a
+/// stalled leader loses its leadership).
+pub const SLEEPS_MS: [u32; 2] = [500, 2_000];
+
+impl FailpointAction {
+    /// gofail's terms for it at `fp`, as PUT to the failpoint's endpoint. A panic carries the
+    /// failpoint's path as its value, so the process's panic message names it
+    /// (`failpoint panic: etcdserver/raftBeforeSave`; a plain `panic` says `failpoint panic: {}`).
+    pub fn terms(self, fp: Failpoint) -> String {
+        match self {
+            FailpointAction::Panic => format!("panic(\"{}\")", fp.path()),
+            FailpointAction::Sleep { ms } => format!("1*sleep({ms})"),
+        }
+    }
+}
+
+impl fmt::Display for FailpointAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FailpointAction::Panic => f.write_str("panic"),
+            FailpointAction::Sleep { ms } => write!(f, "sleep {ms}ms"),
+        }
+    }
+}
+
+impl FromStr for FailpointAction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "panic" {
+            return Ok(FailpointAction::Panic);
+        }
+        let ms = s.strip_prefix("sleep ").and_then(|d| d.strip_suffix("ms")).and_then(|n| n.parse::<u32>().ok());
+        match ms {
+            Some(ms) if ms > 0 => Ok(FailpointAction::Sleep { ms }),
+            _ => Err(format!("failpoint action {s:?}: \"panic\" or \"sleep Nms\" (N > 0)")),
+        }
+    }
+}
+
+impl Serialize for FailpointAction {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for FailpointAction {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for Failpoint {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Failpoint {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_round_trip_through_their_text_and_bad_text_is_refused() {
+        for a in [FailpointAction::Panic, FailpointAction::Sleep { ms: 500 }, FailpointAction::Sleep { ms: 2_000 }] {
+            assert_eq!(a.to_string().parse::<FailpointAction>(), Ok(a));
+        }
+        for bad in ["", "sleep", "sleep 0ms", "sleep 2s", "panic!", "1*panic"] {
+            assert!(bad.parse::<FailpointAction>().is_err(), "{bad:?} parsed");
+        }
+        assert_eq!(FailpointAction::Sleep { ms: 500 }.terms(Failpoint::BeforeCommit), "1*sleep(500)");
+        assert_eq!(FailpointAction::Panic.terms(Failpoint::RaftBeforeSave), "panic(\"etcdserver/raftBeforeSave\")");
+    }
+
+    #[test]
+    fn paths_are_the_ones_gofail_registers_in_etcd_3_4() {
+        // As scripts/build-etcd-failpoints.sh lists them from the binary (backend/… and etcdserver/…).
+        assert_eq!(Failpoint::RaftBeforeSave.path(), "etcdserver/raftBeforeSave");
+        assert_eq!(Failpoint::RaftAfterWalRelease.path(), "etcdserver/raftAfterWALRelease");
+        assert_eq!(Failpoint::RaftBeforeWalSaveSnapshot.path(), "etcdserver/raftBeforeWALSaveSnaphot");
+        assert_eq!(Failpoint::DefragBeforeRename.path(), "backend/defragBeforeRename");
+        assert_eq!(Failpoint::BeforeCommit.path(), "backend/beforeCommit");
+    }
+
+    #[test]
+    fn only_failpoints_an_op_request_waits_for_may_sleep() {
+        let sleepers: Vec<_> = Failpoint::ALL.into_iter().filter(|f| f.can_sleep()).collect();
+        assert!(sleepers.contains(&Failpoint::DefragBeforeCopy) && sleepers.contains(&Failpoint::RaftBeforeLeaderSend));
+        assert!(!sleepers.contains(&Failpoint::RaftBeforeApplySnap) && !sleepers.contains(&Failpoint::RaftBeforeWalSaveSnapshot));
+    }
+}

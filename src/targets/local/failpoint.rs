@@ -1,0 +1,267 @@
+//! `failpoint(mN, NAME, ACTION)`: one of etcd's own failpoints armed on a member of a failpoint
+//! build through gofail's HTTP endpoint (each member serves it at its own address,
+//! [`FAILPOINT_PORT`]), etcd driven there, and the outcome verified: a panic is the member's
+//! process gone with gofail's panic for that failpoint in its log; a sleep is a request of the
+//! op's own that had to wait it out.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use serde_json::json;
+use shakedown_faults::failpoint::Trigger;
+use shakedown_faults::{Failpoint, FailpointAction, MemberId, Op};
+use tokio::time::Instant;
+
+use super::ops::Fillers;
+use super::{etcd, observe, LocalError, LocalTarget, EXIT_POLL, MOVE_LEADER_BOUND};
+
+/// The port a failpoint build's member serves gofail's endpoint on, at the member's own address
+/// (`GOFAIL_HTTP`).
+pub const FAILPOINT_PORT: u16 = 22381;
+
+/// Bound of one request to gofail's endpoint.
+const GOFAIL_BOUND: Duration = Duration::from_secs(3);
+
+/// A sleep counts as waited out by a request that took at least this share of it: the request
+/// may arrive a little after etcd reached the failpoint (a backend commit comes up to 100 ms
+/// after the write it commits).
+const SLEEP_SEEN_SHARE: f64 = 0.8;
+
+/// How long the op drives etcd towards a sleeping failpoint before it says it never got there:
+/// this many times the sleep, plus [`SLEEP_SLACK`].
+const SLEEP_TRIES: u32 = 3;
+const SLEEP_SLACK: Duration = Duration::from_secs(5);
+
+/// What gofail's panic writes for a failpoint armed by [`FailpointAction::terms`] (the
+/// goroutine's panic message, on the process's stderr: the member's log).
+fn panic_line(fp: Failpoint) -> String {
+    format!("failpoint panic: {}", fp.path())
+}
+
+/// One request to a member's gofail endpoint: `(status, body)`.
+async fn gofail(method: http::Method, url: &str, body: &str) -> Result<(u16, String), String> {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = http::Request::builder()
+        .method(method.clone())
+        .uri(url)
+        .body(Full::new(Bytes::from(body.to_string())))
+        .map_err(|e| format!("{method} {url}: {e}"))?;
+    let res = tokio::time::timeout(GOFAIL_BOUND, async {
+        let res = client.request(req).await.map_err(|e| e.to_string())?;
+        let status = res.status().as_u16();
+        let body = res.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok::<_, String>((status, String::from_utf8_lossy(&body).trim().to_string()))
+    })
+    .await;
+    match res {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => Err(format!("{method} {url}: {e}")),
+        Err(_) => Err(format!("{method} {url}: no answer within {}s", GOFAIL_BOUND.as_secs())),
+    }
+}
+
+impl LocalTarget {
+    /// Whether `failpoint(mN, …)` can run here: the member's etcd is a failpoint build, and the
+    /// snapshot paths can be reached (as `partition-until-snapshot`: nftables, a small
+    /// `snapshot_count`, the member alone in its site).
+    pub(super) fn failpoint_supported(&self, op: &Op) -> Result<(), crate::targets::Unsupported> {
+        let Op::Failpoint { member, failpoint, .. } = *op else { return Ok(()) };
+        let binary = self.testbed.members.get(&member).and_then(|m| self.testbed.cfg.binaries.etcd.get(&m.version));
+        if binary.and_then(|b| b.failpoints.as_ref()).is_none() {
+            return Err(format!("{member}'s etcd is not a failpoint build: set [etcd] failpoints = true in the profile").into());
+        }
+        match failpoint.trigger() {
+            Trigger::IncomingSnapshot => self.partition_until_snapshot_supported(&Op::PartitionUntilSnapshot { member }),
+            Trigger::OwnSnapshot if self.testbed.cfg.etcd.snapshot_count.is_none() => {
+                Err("the member's own snapshot comes every [etcd] snapshot_count entries: set it (at most 10,000)".into())
+            }
+            Trigger::OwnSnapshot | Trigger::Writes | Trigger::Leading | Trigger::Following | Trigger::Defrag => Ok(()),
+        }
+    }
+
+    /// `failpoint(mN, NAME, ACTION)`: see the module's documentation. A `failpoint` note in the
+    /// event log says what was armed and what happened (exit status, or the longest wait).
+    pub(super) async fn failpoint(&mut self, id: MemberId, fp: Failpoint, action: FailpointAction) -> Result<(), LocalError> {
+        let what = format!("failpoint({id}, {fp}, {action})");
+        let m = self.testbed.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
+        let endpoint = format!("http://{}:{FAILPOINT_PORT}/{}", m.ip, fp.path());
+        let log = self.member_log(id)?;
+        match fp.trigger() {
+            Trigger::Leading => self.move_leader_to(id).await.map_err(|e| LocalError::Stack(format!("{what}: {e}")))?,
+            Trigger::Following => self.move_leader_off(id).await,
+            Trigger::Writes | Trigger::OwnSnapshot | Trigger::IncomingSnapshot | Trigger::Defrag => {}
+        }
+        // Armed, and the endpoint shows it armed.
+        let panics_before = observe::lines_containing(&log, &panic_line(fp));
+        let terms = action.terms(fp);
+        let armed_at = Instant::now();
+        match gofail(http::Method::PUT, &endpoint, &terms).await {
+            Ok((204, _)) => {}
+            Ok((status, body)) => return Err(LocalError::Stack(format!("{what}: gofail refused {terms:?} ({status}: {body})"))),
+            Err(e) => return Err(LocalError::Environment(format!("{what}: arming it: {e}"))),
+        }
+        match gofail(http::Method::GET, &endpoint, "").await {
+            Ok((200, shown)) if shown == terms => {}
+            Ok((status, shown)) => {
+                return Err(LocalError::Stack(format!("{what}: armed with {terms:?}, its endpoint shows {shown:?} ({status})")))
+            }
+            // A panic on the way (a busy raft loop reaches it at once) takes the endpoint down.
+            Err(_) if action == FailpointAction::Panic => {}
+            Err(e) => return Err(LocalError::Stack(format!("{what}: reading it back: {e}"))),
+        }
+        let detail = match action {
+            FailpointAction::Panic => {
+                let exit = self.drive_to_panic(id, fp).await;
+                let exit = match exit {
+                    Ok(Some(status)) => status,
+                    Ok(None) => {
+                        let _ = gofail(http::Method::DELETE, &endpoint, "").await;
+                        return Err(LocalError::Stack(format!(
+                            "{what}: etcd was driven there for {}s and did not panic: the failpoint was not reached",
+                            self.bounds.op.as_secs()
+                        )));
+                    }
+                    Err(e) => return Err(LocalError::Stack(format!("{what}: {e}"))),
+                };
+                if observe::lines_containing(&log, &panic_line(fp)) <= panics_before {
+                    return Err(LocalError::Stack(format!(
+                        "{what}: the process exited ({exit}) without gofail's panic for {} in its log: it died of something else",
+                        fp.path()
+                    )));
+                }
+                // Down like a crashed member: on the control-plane stack its machine's apiserver
+                // goes with it (a restart starts both, as after a crash).
+                self.testbed.kill(id).await?;
+                json!({ "member": id.to_string(), "failpoint": fp.path(), "action": action.to_string(), "exit": exit.to_string(), "ms": armed_at.elapsed().as_millis() as u64 })
+            }
+            FailpointAction::Sleep { ms } => {
+                let sleep = Duration::from_millis(ms.into());
+                let waited = self.drive_to_sleep(id, fp, sleep).await;
+                let _ = gofail(http::Method::DELETE, &endpoint, "").await;
+                let waited = waited.map_err(|e| LocalError::Stack(format!("{what}: {e}")))?;
+                self.wait_caught_up(id, &format!("after {what}")).await?;
+                json!({ "member": id.to_string(), "failpoint": fp.path(), "action": action.to_string(), "waited_ms": waited.as_millis() as u64 })
+            }
+        };
+        tracing::debug!(member = %id, %detail, "failpoint fired");
+        self.log.push(crate::targets::Note { kind: "failpoint".into(), detail });
+        Ok(())
+    }
+
+    /// Drives etcd to an armed panic: writes through every member (or the cut and the snapshot,
+    /// or a defrag), until the member's process exits or the op bound. The exit status, or
+    /// `None` if the process still runs at the bound.
+    async fn drive_to_panic(&mut self, id: MemberId, fp: Failpoint) -> Result<Option<std::process::ExitStatus>, String> {
+        let deadline = Instant::now() + self.bounds.op;
+        let key = format!("/shakedown/{}/failpoint-fill", self.testbed.cfg.run_id);
+        let fillers = match fp.trigger() {
+            Trigger::Writes | Trigger::Leading | Trigger::Following | Trigger::OwnSnapshot => {
+                Some(Fillers::start(&self.urls(), &key, deadline, self.bounds.request))
+            }
+            Trigger::IncomingSnapshot => {
+                // The leader can only send it a snapshot after this; the member panics on it.
+                self.cut_until_outrun(id, "failpoint").await.map_err(|e| e.to_string())?;
+                None
+            }
+            Trigger::Defrag => {
+                let url = self.url_of(id).map_err(|e| e.to_string())?;
+                let bound = self.bounds.op;
+                // Its answer does not matter: the process dies in it.
+                tokio::spawn(async move {
+                    if let Ok(mut c) = etcd::connect(&url, bound).await {
+                        let _ = etcd::bounded("defragment", bound, c.defragment()).await;
+                    }
+                });
+                None
+            }
+        };
+        let mut exit = None;
+        while Instant::now() < deadline {
+            if let Some(status) = self.testbed.exit_status(id) {
+                exit = Some(status);
+                break;
+            }
+            tokio::time::sleep(EXIT_POLL).await;
+        }
+        if let Some(f) = fillers {
+            f.stop().await;
+        }
+        Ok(exit)
+    }
+
+    /// Drives etcd to an armed sleep with requests of the op's own to the member, one at a
+    /// time — puts, or a defrag — until one of them waits out most of the sleep (the raft loop
+    /// or the backend's lock is held while etcd sleeps there). The longest wait.
+    async fn drive_to_sleep(&mut self, id: MemberId, fp: Failpoint, sleep: Duration) -> Result<Duration, String> {
+        let url = self.url_of(id).map_err(|e| e.to_string())?;
+        let bound = sleep + self.bounds.request;
+        let deadline = Instant::now() + sleep * SLEEP_TRIES + SLEEP_SLACK;
+        let key = format!("/shakedown/{}/failpoint-fill", self.testbed.cfg.run_id);
+        let mut c = etcd::connect(&url, bound).await.map_err(|e| e.to_string())?;
+        let mut longest = Duration::ZERO;
+        let mut errors = vec![];
+        let mut i = 0u64;
+        while Instant::now() < deadline {
+            i += 1;
+            let started = Instant::now();
+            // An error (a leader that lost its leadership while it slept, say) still waited.
+            let res = match fp.trigger() {
+                Trigger::Defrag => etcd::bounded("defragment", bound, c.defragment()).await.map(drop),
+                _ => etcd::bounded("put", bound, c.put(key.as_str(), i.to_string(), None)).await.map(drop),
+            };
+            let took = started.elapsed();
+            longest = longest.max(took);
+            if let Err(e) = res {
+                errors.push(e.to_string());
+            }
+            if took.as_secs_f64() >= sleep.as_secs_f64() * SLEEP_SEEN_SHARE {
+                return Ok(took);
+            }
+        }
+        errors.dedup();
+        Err(format!(
+            "no request to the member waited out the sleep: the longest took {} ms of {} ms in {} requests (errors: {}): the failpoint was not reached",
+            longest.as_millis(),
+            sleep.as_millis(),
+            i,
+            if errors.is_empty() { "none".into() } else { errors.join("; ") }
+        ))
+    }
+
+    /// Makes member `id` the leader (etcd's MoveLeader, sent to the current leader), verified
+    /// by the member's own status.
+    async fn move_leader_to(&self, id: MemberId) -> Result<(), String> {
+        let url = self.url_of(id).map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + self.bounds.op.min(Duration::from_secs(20));
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            match etcd::status(&url, self.bounds.request).await {
+                Ok(s) => {
+                    let me = s.header().map(|h| h.member_id()).unwrap_or(0);
+                    if me != 0 && s.leader() == me {
+                        return Ok(());
+                    }
+                    // MoveLeader must be asked of the leader.
+                    for other in self.urls().into_iter().filter(|u| *u != url) {
+                        let Ok(o) = etcd::status(&other, self.bounds.request).await else { continue };
+                        if o.header().map(|h| h.member_id()) != Some(o.leader()) {
+                            continue;
+                        }
+                        match etcd::connect(&other, MOVE_LEADER_BOUND).await {
+                            Ok(mut c) => {
+                                if let Err(e) = etcd::bounded("move leader", MOVE_LEADER_BOUND, c.move_leader(me)).await {
+                                    last = e.to_string();
+                                }
+                            }
+                            Err(e) => last = e.to_string(),
+                        }
+                    }
+                }
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Err(format!("leadership could not be moved to {id} (last error: {})", if last.is_empty() { "none" } else { &last }))
+    }
+}
