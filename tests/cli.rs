@@ -212,7 +212,8 @@ fn missing_etcd_binary_is_an_environment_error_naming_the_fix() {
 
 /// Inputs that would change what runs without a word are refused before anything is created:
 /// an `--etcd` for a version the profile does not run (it was ignored and the run went ahead on
-/// the default binaries), two for one version, a reap filter without `--kube`.
+/// the default binaries), two for one version, a plain etcd for a failpoint tier, a reap filter
+/// without `--kube`.
 #[test]
 fn flags_that_would_be_ignored_are_refused_before_anything_runs() {
     let d = dirs();
@@ -224,6 +225,12 @@ fn flags_that_would_be_ignored_are_refused_before_anything_runs() {
     let out = run(&["run", "--seed", "1", "--steps", "2", "--etcd", "3.5=/a/etcd", "--etcd", "3.5=/b/etcd"], &d);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("--etcd 3.5= is given twice"), "{}", text(&out.stderr));
+    assert!(!d.runs.exists());
+    // A failpoint tier on a plain etcd would draw failpoint ops its etcd has no endpoint for.
+    let out = run(&["run", "--seed", "1", "--steps", "2", "--profile", "failpoints", "--etcd", "3.4=/usr/bin/etcd"], &d);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("/usr/bin/etcd is not a failpoint build of etcd"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("./scripts/build-etcd-failpoints.sh"), "{}", text(&out.stderr));
     assert!(!d.runs.exists());
     for filter in [["--namespace", "team-a"], ["--context", "prod"], ["--kubeconfig", "/tmp/kc"]] {
         let out = bin().arg("reap").args(filter).arg("--runs-dir").arg(&d.runs).output().unwrap();
