@@ -20,9 +20,15 @@ pub struct EtcdBinary {
     pub failpoints: Option<Vec<String>>,
 }
 
-/// Where scripts/build-etcd-failpoints.sh caches etcd 3.4.23 with its failpoints compiled in
-/// (with the `failpoints` list it reports and Debian's etcdctl beside it).
-pub const ETCD_FAILPOINTS_CACHE: &str = "/var/cache/shakedown/etcd-3.4-failpoints";
+/// Where scripts/build-etcd-failpoints.sh caches etcd with its failpoints compiled in, one
+/// directory per version (`etcd-3.4-failpoints`: 3.4.23, `etcd-3.5-failpoints`: 3.5.16), each with
+/// the `failpoints` list the binary reports and its restore tool beside it.
+pub const ETCD_FAILPOINTS_CACHE: &str = "/var/cache/shakedown";
+
+/// The failpoint build of etcd `v` scripts/build-etcd-failpoints.sh makes.
+pub fn failpoint_build(v: Version) -> PathBuf {
+    Path::new(ETCD_FAILPOINTS_CACHE).join(format!("etcd-{v}-failpoints")).join("etcd")
+}
 
 /// The failpoints a failpoint build at `etcd` reports: the `failpoints` file its build wrote
 /// beside it (one gofail path per line, as its endpoint lists them).
@@ -187,8 +193,9 @@ pub fn discover(versions: &[Version], overrides: &BinaryOverrides) -> Result<Bin
         let found = match explicit {
             Some(p) if overrides.failpoints && failpoints_beside(&p).is_none() => {
                 return Err(Fatal::environment(format!(
-                    "{} is not a failpoint build of etcd (no 'failpoints' list beside it), and the profile sets [etcd] failpoints = true: build one with ./scripts/build-etcd-failpoints.sh (etcd 3.4.23, into {ETCD_FAILPOINTS_CACHE})",
-                    p.display()
+                    "{} is not a failpoint build of etcd (no 'failpoints' list beside it), and the profile sets [etcd] failpoints = true: build one with ./scripts/build-etcd-failpoints.sh (etcd 3.4.23 and 3.5.16, into {})",
+                    p.display(),
+                    failpoint_build(v).display()
                 )))
             }
             Some(p) => match matches(&p) {
@@ -204,7 +211,7 @@ pub fn discover(versions: &[Version], overrides: &BinaryOverrides) -> Result<Bin
                 .get_or_insert_with(|| {
                     let mut c = candidates();
                     if overrides.failpoints {
-                        c.insert(0, Path::new(ETCD_FAILPOINTS_CACHE).join("etcd"));
+                        c.splice(0..0, versions.iter().map(|&v| failpoint_build(v)));
                     }
                     c
                 })
@@ -213,7 +220,8 @@ pub fn discover(versions: &[Version], overrides: &BinaryOverrides) -> Result<Bin
                 .find_map(|p| matches(&p).map(|full| EtcdBinary::at(p, full)))
                 .ok_or_else(|| match overrides.failpoints {
                     true => Fatal::environment(format!(
-                        "no failpoint build of etcd {v} found (the profile sets [etcd] failpoints = true): for 3.4, build one with ./scripts/build-etcd-failpoints.sh (into {ETCD_FAILPOINTS_CACHE}; install-deps.sh --all does), or pass --etcd {v}=PATH to a build with a 'failpoints' list beside it"
+                        "no failpoint build of etcd {v} found (the profile sets [etcd] failpoints = true): build 3.4.23's and 3.5.16's with ./scripts/build-etcd-failpoints.sh (into {}; install-deps.sh --all does), or pass --etcd {v}=PATH to a build with a 'failpoints' list beside it",
+                        failpoint_build(v).display()
                     )),
                     false => Fatal::environment(format!(
                         "etcd {v} binary not found: {}, or pass --etcd {v}=PATH (or set {env_name})",
@@ -223,11 +231,11 @@ pub fn discover(versions: &[Version], overrides: &BinaryOverrides) -> Result<Bin
         };
         if overrides.failpoints {
             let listed = found.failpoints.as_deref().unwrap_or_default();
-            let missing: Vec<String> =
-                shakedown_faults::Failpoint::ALL.into_iter().map(|f| f.path()).filter(|p| !listed.contains(p)).collect();
+            let missing: Vec<&str> =
+                shakedown_faults::Failpoint::ALL.into_iter().filter(|f| f.registered_in(listed).is_none()).map(|f| f.name()).collect();
             if !missing.is_empty() {
                 return Err(Fatal::environment(format!(
-                    "the failpoint build {} does not have {} (its 'failpoints' list names {}): shakedown's failpoints are etcd 3.4.23's",
+                    "the failpoint build {} does not have {} (its 'failpoints' list names {}): shakedown's failpoints are those etcd 3.4.23 and 3.5.16 both have",
                     found.path.display(),
                     missing.join(", "),
                     listed.len()

@@ -1416,9 +1416,9 @@ fn partition_until_snapshot_brings_a_member_back_through_a_snapshot() {
     }
 }
 
-/// `failpoint` on the failpoint build of etcd 3.4.23 (scripts/build-etcd-failpoints.sh), one of
-/// each way etcd is driven there: a member's raft loop panics before its WAL write under the
-/// op's writes; the leader sleeps 2 s before sending (leadership moved to it first; an op
+/// `failpoint` on the failpoint builds of etcd 3.4.23 and 3.5.16 (scripts/build-etcd-failpoints.sh),
+/// one of each way etcd is driven there: a member's raft loop panics before its WAL write under
+/// the op's writes; the leader sleeps 2 s before sending (leadership moved to it first; an op
 /// request waits it out); a defrag panics before its rename; a member panics applying the
 /// leader's snapshot after the cut. Each panic leaves the process exited with gofail's panic
 /// naming the failpoint in its log, and the member comes back on its data by a restart; after
@@ -1429,41 +1429,47 @@ fn failpoints_panic_and_sleep_where_etcd_is_driven_to_them() {
     use shakedown::targets::local::LocalTarget;
     use shakedown::targets::Target;
     let _l = lock();
-    let d = dirs();
-    let mut profile = shakedown::profiles::load("failpoints").unwrap();
-    profile.workload.compact_interval = Duration::ZERO;
-    let (cfg, run_dir, rt) = library_run(&d, "sd-failpoints", &profile);
-    rt.block_on(async {
-        let mut model = profile.initial_model();
-        let mut target = LocalTarget::start(cfg, &profile, &model, Duration::from_secs(30)).await.unwrap();
-        assert_eq!(target.component_versions()["etcd-3.4"], "3.4.23+failpoints");
-        let plan = [
-            (MemberId(1), Failpoint::RaftBeforeSave, FailpointAction::Panic),
-            (MemberId(0), Failpoint::RaftBeforeLeaderSend, FailpointAction::Sleep { ms: 2_000 }),
-            (MemberId(2), Failpoint::DefragBeforeRename, FailpointAction::Panic),
-            (MemberId(1), Failpoint::RaftBeforeApplySnap, FailpointAction::Panic),
-        ];
-        for (member, failpoint, action) in plan {
-            let op = Op::Failpoint { member, failpoint, action };
-            target.supports(&op).unwrap_or_else(|u| panic!("{op}: {}", u.0));
-            step(&mut target, &mut model, op.clone()).await;
-            let notes: Vec<_> = target.take_notes().into_iter().filter(|n| n.kind == "failpoint").map(|n| n.detail).collect();
-            assert_eq!(notes.len(), 1, "{op}: {notes:?}");
-            assert_eq!(notes[0]["failpoint"], failpoint.path(), "{op}");
-            eprintln!("{op}: {}", notes[0]);
-            if action == FailpointAction::Panic {
-                assert!(notes[0]["exit"].as_str().unwrap().contains("exit status: 2"), "{op}: Go's panic exit: {}", notes[0]);
-                let name = target.testbed.members[&member].name();
-                let log = std::fs::read_to_string(run_dir.join(format!("logs/{name}.log"))).unwrap();
-                assert!(log.contains(&format!("failpoint panic: {}", failpoint.path())), "{op}: its log names the failpoint");
-                converged(&mut target, &model).await.unwrap_or_else(|e| panic!("{op}: {e}"));
-                step(&mut target, &mut model, Op::Restart { member }).await;
-            } else {
-                assert!(notes[0]["waited_ms"].as_u64() >= Some(1_600), "{op}: a request waited out the sleep: {}", notes[0]);
+    let profile0 = shakedown::profiles::load("failpoints").unwrap();
+    for version in ["3.4", "3.5"] {
+        let d = dirs();
+        let mut profile = profile0.clone();
+        profile.versions = vec![version.parse().unwrap()];
+        profile.workload.compact_interval = Duration::ZERO;
+        let (cfg, run_dir, rt) = library_run(&d, &format!("sd-failpoints-{}", version.replace('.', "")), &profile);
+        rt.block_on(async {
+            let mut model = profile.initial_model();
+            let mut target = LocalTarget::start(cfg, &profile, &model, Duration::from_secs(30)).await.unwrap();
+            let named = target.component_versions()[&format!("etcd-{version}")].clone();
+            assert!(named.starts_with(&format!("{version}.")) && named.ends_with("+failpoints"), "{named}");
+            let plan = [
+                (MemberId(1), Failpoint::RaftBeforeSave, FailpointAction::Panic),
+                (MemberId(0), Failpoint::RaftBeforeLeaderSend, FailpointAction::Sleep { ms: 2_000 }),
+                (MemberId(2), Failpoint::DefragBeforeRename, FailpointAction::Panic),
+                (MemberId(1), Failpoint::RaftBeforeApplySnap, FailpointAction::Panic),
+            ];
+            for (member, failpoint, action) in plan {
+                let op = Op::Failpoint { member, failpoint, action };
+                target.supports(&op).unwrap_or_else(|u| panic!("{named} {op}: {}", u.0));
+                step(&mut target, &mut model, op.clone()).await;
+                let notes: Vec<_> = target.take_notes().into_iter().filter(|n| n.kind == "failpoint").map(|n| n.detail).collect();
+                assert_eq!(notes.len(), 1, "{named} {op}: {notes:?}");
+                let registered = notes[0]["failpoint"].as_str().unwrap().to_string();
+                assert!(registered.ends_with(failpoint.name()), "{named} {op}: {registered}");
+                eprintln!("{named} {op}: {}", notes[0]);
+                if action == FailpointAction::Panic {
+                    assert!(notes[0]["exit"].as_str().unwrap().contains("exit status: 2"), "{named} {op}: Go's panic exit: {}", notes[0]);
+                    let name = target.testbed.members[&member].name();
+                    let log = std::fs::read_to_string(run_dir.join(format!("logs/{name}.log"))).unwrap();
+                    assert!(log.contains(&format!("failpoint panic: {registered}")), "{named} {op}: its log names the failpoint");
+                    converged(&mut target, &model).await.unwrap_or_else(|e| panic!("{named} {op}: {e}"));
+                    step(&mut target, &mut model, Op::Restart { member }).await;
+                } else {
+                    assert!(notes[0]["waited_ms"].as_u64() >= Some(1_600), "{named} {op}: a request waited out the sleep: {}", notes[0]);
+                }
+                converged(&mut target, &model).await.unwrap_or_else(|e| panic!("{named} after {op}: {e}"));
             }
-            converged(&mut target, &model).await.unwrap_or_else(|e| panic!("after {op}: {e}"));
-        }
-        target.teardown().await;
-    });
-    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+            target.teardown().await;
+        });
+        assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+    }
 }

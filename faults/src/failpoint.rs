@@ -8,7 +8,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 crate::registry! {
-    /// A failpoint of etcd 3.4.23's source, by the name its `// gofail:` comment gives it.
+    /// A failpoint of etcd's source (3.4.23 and 3.5.16 both have each), by the name its
+    /// `// gofail:` comment gives it.
     /// Declaration order is `ALL`'s order, which generation depends on: add new ones at the end.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
     pub enum Failpoint: "failpoint" {
@@ -62,13 +63,12 @@ pub enum Trigger {
 }
 
 impl Failpoint {
-    /// The path gofail registers it under in the binary (`etcdserver/raftBeforeSave`).
-    pub fn path(self) -> String {
-        let package = match self {
-            Failpoint::BeforeCommit | Failpoint::AfterCommit | Failpoint::DefragBeforeCopy | Failpoint::DefragBeforeRename => "backend",
-            _ => "etcdserver",
-        };
-        format!("{package}/{}", self.name())
+    /// The name a build's gofail registered it under, among the `registered` ones its endpoint
+    /// lists: `etcdserver/raftBeforeSave` (etcd 3.4's gofail prefixes the package) or
+    /// `raftBeforeSave` (3.5's does not).
+    pub fn registered_in(self, registered: &[String]) -> Option<&str> {
+        let name = self.name();
+        registered.iter().map(String::as_str).find(|r| *r == name || r.rsplit_once('/').is_some_and(|(_, n)| n == name))
     }
 
     /// What reaches it.
@@ -114,12 +114,13 @@ pub enum FailpointAction {
 pub const SLEEPS_MS: [u32; 2] = [500, 2_000];
 
 impl FailpointAction {
-    /// gofail's terms for it at `fp`, as PUT to the failpoint's endpoint. A panic carries the
-    /// failpoint's path as its value, so the process's panic message names it
-    /// (`failpoint panic: etcdserver/raftBeforeSave`; a plain `panic` says `failpoint panic: {}`).
-    pub fn terms(self, fp: Failpoint) -> String {
+    /// gofail's terms for it at the failpoint registered as `registered`, as PUT to its
+    /// endpoint. A panic carries that name as its value, so the process's panic message names
+    /// it (`failpoint panic: etcdserver/raftBeforeSave`; a plain `panic` says
+    /// `failpoint panic: {}` on 3.4).
+    pub fn terms(self, registered: &str) -> String {
         match self {
-            FailpointAction::Panic => format!("panic(\"{}\")", fp.path()),
+            FailpointAction::Panic => format!("panic(\"{registered}\")"),
             FailpointAction::Sleep { ms } => format!("1*sleep({ms})"),
         }
     }
@@ -184,18 +185,23 @@ mod tests {
         for bad in ["", "sleep", "sleep 0ms", "sleep 2s", "panic!", "1*panic"] {
             assert!(bad.parse::<FailpointAction>().is_err(), "{bad:?} parsed");
         }
-        assert_eq!(FailpointAction::Sleep { ms: 500 }.terms(Failpoint::BeforeCommit), "1*sleep(500)");
-        assert_eq!(FailpointAction::Panic.terms(Failpoint::RaftBeforeSave), "panic(\"etcdserver/raftBeforeSave\")");
+        assert_eq!(FailpointAction::Sleep { ms: 500 }.terms("beforeCommit"), "1*sleep(500)");
+        assert_eq!(FailpointAction::Panic.terms("etcdserver/raftBeforeSave"), "panic(\"etcdserver/raftBeforeSave\")");
     }
 
     #[test]
-    fn paths_are_the_ones_gofail_registers_in_etcd_3_4() {
-        // As scripts/build-etcd-failpoints.sh lists them from the binary (backend/… and etcdserver/…).
-        assert_eq!(Failpoint::RaftBeforeSave.path(), "etcdserver/raftBeforeSave");
-        assert_eq!(Failpoint::RaftAfterWalRelease.path(), "etcdserver/raftAfterWALRelease");
-        assert_eq!(Failpoint::RaftBeforeWalSaveSnapshot.path(), "etcdserver/raftBeforeWALSaveSnaphot");
-        assert_eq!(Failpoint::DefragBeforeRename.path(), "backend/defragBeforeRename");
-        assert_eq!(Failpoint::BeforeCommit.path(), "backend/beforeCommit");
+    fn failpoints_are_found_by_name_as_either_gofail_registers_them() {
+        // As scripts/build-etcd-failpoints.sh lists them from the binaries: 3.4's gofail
+        // prefixes the package, 3.5's does not; a longer name ending alike is another failpoint.
+        let v34: Vec<String> =
+            ["backend/beforeCommit", "etcdserver/raftAfterWALRelease", "etcdserver/raftBeforeSaveWaitWalSync"].map(String::from).to_vec();
+        let v35: Vec<String> = ["beforeCommit", "raftBeforeWALSaveSnaphot", "walBeforeSync"].map(String::from).to_vec();
+        assert_eq!(Failpoint::BeforeCommit.registered_in(&v34), Some("backend/beforeCommit"));
+        assert_eq!(Failpoint::RaftAfterWalRelease.registered_in(&v34), Some("etcdserver/raftAfterWALRelease"));
+        assert_eq!(Failpoint::RaftBeforeSave.registered_in(&v34), None);
+        assert_eq!(Failpoint::BeforeCommit.registered_in(&v35), Some("beforeCommit"));
+        assert_eq!(Failpoint::RaftBeforeWalSaveSnapshot.registered_in(&v35), Some("raftBeforeWALSaveSnaphot"));
+        assert_eq!(Failpoint::AfterCommit.registered_in(&v35), None);
     }
 
     #[test]

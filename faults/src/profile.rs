@@ -165,9 +165,9 @@ pub struct EtcdFlags {
     /// before it yields to other transactions. Absent: etcd's default, 1,000.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compaction_batch_limit: Option<u64>,
-    /// Run a failpoint build of etcd (its own gofail failpoints compiled in; for 3.4,
-    /// `scripts/build-etcd-failpoints.sh` makes one from Debian's source, installed by
-    /// `install-deps.sh --all`) and draw the `failpoint` op: etcd made to panic or sleep at a
+    /// Run a failpoint build of etcd (its own gofail failpoints compiled in;
+    /// `scripts/build-etcd-failpoints.sh` makes 3.4.23's and 3.5.16's from Debian's source,
+    /// `install-deps.sh --all` runs it) and draw the `failpoint` op: etcd made to panic or sleep at a
     /// chosen point of its raft loop, backend or defragmentation. Each version's binary must
     /// be such a build (a `failpoints` list beside it). The snapshot paths' failpoints are drawn
     /// only with a `snapshot_count` of at most 10,000.

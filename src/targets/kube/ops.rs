@@ -451,8 +451,8 @@ impl KubeTarget {
             Op::Restore { backup } => env.push(("SHAKEDOWN_BACKUP".into(), backup.to_string())),
             Op::Backup => env.push(("SHAKEDOWN_BACKUP".into(), format!("b{}", self.model.backups.len()))),
             Op::Failpoint { failpoint, action, .. } => {
-                env.push(("SHAKEDOWN_FAILPOINT".into(), failpoint.path()));
-                env.push(("SHAKEDOWN_ACTION".into(), action.terms(*failpoint)));
+                env.push(("SHAKEDOWN_FAILPOINT".into(), failpoint.to_string()));
+                env.push(("SHAKEDOWN_ACTION".into(), action.terms(failpoint.name())));
             }
             // A member op's variables are set above; the rest have none of their own.
             Op::Crash { .. }

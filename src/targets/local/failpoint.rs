@@ -33,10 +33,11 @@ const SLEEP_SEEN_SHARE: f64 = 0.8;
 const SLEEP_TRIES: u32 = 3;
 const SLEEP_SLACK: Duration = Duration::from_secs(5);
 
-/// What gofail's panic writes for a failpoint armed by [`FailpointAction::terms`] (the
-/// goroutine's panic message, on the process's stderr: the member's log).
-fn panic_line(fp: Failpoint) -> String {
-    format!("failpoint panic: {}", fp.path())
+/// What gofail's panic writes for the failpoint registered as `registered`, armed by
+/// [`FailpointAction::terms`] (the goroutine's panic message, on the process's stderr: the
+/// member's log).
+fn panic_line(registered: &str) -> String {
+    format!("failpoint panic: {registered}")
 }
 
 /// One request to a member's gofail endpoint: `(status, body)`.
@@ -85,7 +86,17 @@ impl LocalTarget {
     pub(super) async fn failpoint(&mut self, id: MemberId, fp: Failpoint, action: FailpointAction) -> Result<(), LocalError> {
         let what = format!("failpoint({id}, {fp}, {action})");
         let m = self.testbed.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
-        let endpoint = format!("http://{}:{FAILPOINT_PORT}/{}", m.ip, fp.path());
+        let registered = self
+            .testbed
+            .cfg
+            .binaries
+            .etcd
+            .get(&m.version)
+            .and_then(|b| b.failpoints.as_deref())
+            .and_then(|list| fp.registered_in(list))
+            .map(String::from)
+            .ok_or_else(|| LocalError::Unsupported(format!("{id}'s etcd {} is not a failpoint build with {fp}", m.version)))?;
+        let endpoint = format!("http://{}:{FAILPOINT_PORT}/{registered}", m.ip);
         let log = self.member_log(id)?;
         match fp.trigger() {
             Trigger::Leading => self.move_leader_to(id).await.map_err(|e| LocalError::Stack(format!("{what}: {e}")))?,
@@ -93,8 +104,8 @@ impl LocalTarget {
             Trigger::Writes | Trigger::OwnSnapshot | Trigger::IncomingSnapshot | Trigger::Defrag => {}
         }
         // Armed, and the endpoint shows it armed.
-        let panics_before = observe::lines_containing(&log, &panic_line(fp));
-        let terms = action.terms(fp);
+        let panics_before = observe::lines_containing(&log, &panic_line(&registered));
+        let terms = action.terms(&registered);
         let armed_at = Instant::now();
         match gofail(http::Method::PUT, &endpoint, &terms).await {
             Ok((204, _)) => {}
@@ -124,16 +135,15 @@ impl LocalTarget {
                     }
                     Err(e) => return Err(LocalError::Stack(format!("{what}: {e}"))),
                 };
-                if observe::lines_containing(&log, &panic_line(fp)) <= panics_before {
+                if observe::lines_containing(&log, &panic_line(&registered)) <= panics_before {
                     return Err(LocalError::Stack(format!(
-                        "{what}: the process exited ({exit}) without gofail's panic for {} in its log: it died of something else",
-                        fp.path()
+                        "{what}: the process exited ({exit}) without gofail's panic for {registered} in its log: it died of something else"
                     )));
                 }
                 // Down like a crashed member: on the control-plane stack its machine's apiserver
                 // goes with it (a restart starts both, as after a crash).
                 self.testbed.kill(id).await?;
-                json!({ "member": id.to_string(), "failpoint": fp.path(), "action": action.to_string(), "exit": exit.to_string(), "ms": armed_at.elapsed().as_millis() as u64 })
+                json!({ "member": id.to_string(), "failpoint": registered, "action": action.to_string(), "exit": exit.to_string(), "ms": armed_at.elapsed().as_millis() as u64 })
             }
             FailpointAction::Sleep { ms } => {
                 let sleep = Duration::from_millis(ms.into());
@@ -141,7 +151,7 @@ impl LocalTarget {
                 let _ = gofail(http::Method::DELETE, &endpoint, "").await;
                 let waited = waited.map_err(|e| LocalError::Stack(format!("{what}: {e}")))?;
                 self.wait_caught_up(id, &format!("after {what}")).await?;
-                json!({ "member": id.to_string(), "failpoint": fp.path(), "action": action.to_string(), "waited_ms": waited.as_millis() as u64 })
+                json!({ "member": id.to_string(), "failpoint": registered, "action": action.to_string(), "waited_ms": waited.as_millis() as u64 })
             }
         };
         tracing::debug!(member = %id, %detail, "failpoint fired");
