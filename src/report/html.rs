@@ -232,7 +232,8 @@ fn fault_windows(d: &RunData) -> Vec<(u64, u64, String)> {
         windows.push((start, d.t_end, what));
     }
     // Ops that take members down while they run and leave the model whole when done (a restore
-    // stops every member; a rolling op one at a time; a partition until snapshot cuts one off).
+    // stops every member; a rolling op one at a time; a partition until snapshot cuts one off; a
+    // failpoint stalls one, and after a panic the model has it down anyway).
     for st in d.steps.values() {
         let (Some(op), Some(ms)) = (&st.op, st.op_ms) else { continue };
         let what = match op.kind() {
@@ -240,6 +241,7 @@ fn fault_windows(d: &RunData) -> Vec<(u64, u64, String)> {
             OpKind::RollingUpgrade | OpKind::RollingReplace => "one member at a time stopped and replaced",
             OpKind::DiskReplace => "a member stopped for a new disk",
             OpKind::PartitionUntilSnapshot => "a member's raft traffic cut",
+            OpKind::Failpoint => "a member driven to one of etcd's failpoints (stalled there, or cut off until the leader's snapshot)",
             _ => continue,
         };
         windows.push((st.start, st.start + ms.max(1), format!("{}: {what}", st.text)));
