@@ -231,11 +231,14 @@ pub fn discover(versions: &[Version], overrides: &BinaryOverrides) -> Result<Bin
         };
         if overrides.failpoints {
             let listed = found.failpoints.as_deref().unwrap_or_default();
-            let missing: Vec<&str> =
-                shakedown_faults::Failpoint::ALL.into_iter().filter(|f| f.registered_in(listed).is_none()).map(|f| f.name()).collect();
+            let missing: Vec<&str> = shakedown_faults::Failpoint::ALL
+                .into_iter()
+                .filter(|f| f.since() <= v && f.registered_in(listed).is_none())
+                .map(|f| f.name())
+                .collect();
             if !missing.is_empty() {
                 return Err(Fatal::environment(format!(
-                    "the failpoint build {} does not have {} (its 'failpoints' list names {}): shakedown's failpoints are those etcd 3.4.23 and 3.5.16 both have",
+                    "the failpoint build {} does not have {} (its 'failpoints' list names {}): shakedown's failpoints are etcd 3.4.23's and 3.5.16's",
                     found.path.display(),
                     missing.join(", "),
                     listed.len()

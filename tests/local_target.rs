@@ -1420,7 +1420,8 @@ fn partition_until_snapshot_brings_a_member_back_through_a_snapshot() {
 /// one of each way etcd is driven there: a member's raft loop panics before its WAL write under
 /// the op's writes; the leader sleeps 2 s before sending (leadership moved to it first; an op
 /// request waits it out); a defrag panics before its rename; a member panics applying the
-/// leader's snapshot after the cut. Each panic leaves the process exited with gofail's panic
+/// leader's snapshot after the cut; on 3.5, also its WAL's fsync, apply loop and compaction. Each
+/// panic leaves the process exited with gofail's panic (or its frames among the goroutines)
 /// naming the failpoint in its log, and the member comes back on its data by a restart; after
 /// each step every invariant holds.
 #[test]
@@ -1441,12 +1442,21 @@ fn failpoints_panic_and_sleep_where_etcd_is_driven_to_them() {
             let mut target = LocalTarget::start(cfg, &profile, &model, Duration::from_secs(30)).await.unwrap();
             let named = target.component_versions()[&format!("etcd-{version}")].clone();
             assert!(named.starts_with(&format!("{version}.")) && named.ends_with("+failpoints"), "{named}");
-            let plan = [
+            let mut plan = vec![
                 (MemberId(1), Failpoint::RaftBeforeSave, FailpointAction::Panic),
                 (MemberId(0), Failpoint::RaftBeforeLeaderSend, FailpointAction::Sleep { ms: 2_000 }),
                 (MemberId(2), Failpoint::DefragBeforeRename, FailpointAction::Panic),
                 (MemberId(1), Failpoint::RaftBeforeApplySnap, FailpointAction::Panic),
             ];
+            if version == "3.5" {
+                // Only 3.5's source has these: the WAL's fsync, the apply loop, a compaction.
+                plan.extend([
+                    (MemberId(2), Failpoint::WalBeforeSync, FailpointAction::Panic),
+                    (MemberId(0), Failpoint::BeforeApplyOneEntryNormal, FailpointAction::Sleep { ms: 2_000 }),
+                    (MemberId(1), Failpoint::CompactBeforeSetFinishedCompact, FailpointAction::Sleep { ms: 2_000 }),
+                    (MemberId(0), Failpoint::CompactBeforeSetFinishedCompact, FailpointAction::Panic),
+                ]);
+            }
             for (member, failpoint, action) in plan {
                 let op = Op::Failpoint { member, failpoint, action };
                 target.supports(&op).unwrap_or_else(|u| panic!("{named} {op}: {}", u.0));
@@ -1460,7 +1470,12 @@ fn failpoints_panic_and_sleep_where_etcd_is_driven_to_them() {
                     assert!(notes[0]["exit"].as_str().unwrap().contains("exit status: 2"), "{named} {op}: Go's panic exit: {}", notes[0]);
                     let name = target.testbed.members[&member].name();
                     let log = std::fs::read_to_string(run_dir.join(format!("logs/{name}.log"))).unwrap();
-                    assert!(log.contains(&format!("failpoint panic: {registered}")), "{named} {op}: its log names the failpoint");
+                    // Go prints the failpoint's panic, or — when a goroutine tripping over the
+                    // shutdown that panic started died first (a defrag's reader on 3.5:
+                    // `invalid memory address`) — the failpoint's frames among the others.
+                    let printed = log.contains(&format!("failpoint panic: {registered}"));
+                    assert_eq!(notes[0]["printed"], printed, "{named} {op}");
+                    assert!(printed || log.contains("gofail/runtime.actPanic"), "{named} {op}: its log shows the failpoint's panic");
                     converged(&mut target, &model).await.unwrap_or_else(|e| panic!("{named} {op}: {e}"));
                     step(&mut target, &mut model, Op::Restart { member }).await;
                 } else {

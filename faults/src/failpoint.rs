@@ -7,9 +7,11 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::Version;
+
 crate::registry! {
-    /// A failpoint of etcd's source (3.4.23 and 3.5.16 both have each), by the name its
-    /// `// gofail:` comment gives it.
+    /// A failpoint of etcd's source, by the name its `// gofail:` comment gives it: the first
+    /// fourteen are in 3.4.23 and 3.5.16, the rest only in 3.5 ([`Failpoint::since`]).
     /// Declaration order is `ALL`'s order, which generation depends on: add new ones at the end.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
     pub enum Failpoint: "failpoint" {
@@ -42,6 +44,18 @@ crate::registry! {
         DefragBeforeCopy => "defragBeforeCopy",
         /// Defragmentation, the copy made, before the new file replaces the old.
         DefragBeforeRename => "defragBeforeRename",
+        /// 3.5: the WAL written, before it is fsync'd.
+        WalBeforeSync => "walBeforeSync",
+        /// 3.5: the WAL fsync'd, before the raft loop goes on.
+        WalAfterSync => "walAfterSync",
+        /// 3.5: the apply loop, before a committed entry is applied to the store.
+        BeforeApplyOneEntryNormal => "beforeApplyOneEntryNormal",
+        /// 3.5: a write transaction's buffer, before it is written back into the read buffer
+        /// (readers held meanwhile).
+        BeforeWritebackBuf => "beforeWritebackBuf",
+        /// 3.5: a compaction's last batch deleted, before the finished compaction is recorded
+        /// (the backend's write lock held).
+        CompactBeforeSetFinishedCompact => "compactBeforeSetFinishedCompact",
     }
 }
 
@@ -60,6 +74,8 @@ pub enum Trigger {
     IncomingSnapshot,
     /// A defragmentation of the member.
     Defrag,
+    /// A compaction (asked through the member, run by every member in the background).
+    Compaction,
 }
 
 impl Failpoint {
@@ -74,7 +90,14 @@ impl Failpoint {
     /// What reaches it.
     pub fn trigger(self) -> Trigger {
         match self {
-            Failpoint::RaftBeforeSave | Failpoint::RaftAfterSave | Failpoint::BeforeCommit | Failpoint::AfterCommit => Trigger::Writes,
+            Failpoint::RaftBeforeSave
+            | Failpoint::RaftAfterSave
+            | Failpoint::BeforeCommit
+            | Failpoint::AfterCommit
+            | Failpoint::WalBeforeSync
+            | Failpoint::WalAfterSync
+            | Failpoint::BeforeApplyOneEntryNormal
+            | Failpoint::BeforeWritebackBuf => Trigger::Writes,
             Failpoint::RaftBeforeLeaderSend => Trigger::Leading,
             Failpoint::RaftBeforeFollowerSend => Trigger::Following,
             Failpoint::RaftBeforeSaveSnap
@@ -84,6 +107,19 @@ impl Failpoint {
             | Failpoint::RaftAfterWalRelease => Trigger::IncomingSnapshot,
             Failpoint::RaftBeforeWalSaveSnapshot => Trigger::OwnSnapshot,
             Failpoint::DefragBeforeCopy | Failpoint::DefragBeforeRename => Trigger::Defrag,
+            Failpoint::CompactBeforeSetFinishedCompact => Trigger::Compaction,
+        }
+    }
+
+    /// The first etcd release whose source has it.
+    pub fn since(self) -> Version {
+        match self {
+            Failpoint::WalBeforeSync
+            | Failpoint::WalAfterSync
+            | Failpoint::BeforeApplyOneEntryNormal
+            | Failpoint::BeforeWritebackBuf
+            | Failpoint::CompactBeforeSetFinishedCompact => Version::new(3, 5),
+            _ => Version::new(3, 4),
         }
     }
 
@@ -202,6 +238,13 @@ mod tests {
         assert_eq!(Failpoint::BeforeCommit.registered_in(&v35), Some("beforeCommit"));
         assert_eq!(Failpoint::RaftBeforeWalSaveSnapshot.registered_in(&v35), Some("raftBeforeWALSaveSnaphot"));
         assert_eq!(Failpoint::AfterCommit.registered_in(&v35), None);
+    }
+
+    #[test]
+    fn the_failpoints_only_3_5_has_are_said_so() {
+        let v35: Vec<_> = Failpoint::ALL.into_iter().filter(|f| f.since() == Version::new(3, 5)).collect();
+        assert_eq!(v35.len(), 5, "{v35:?}");
+        assert!(v35.contains(&Failpoint::WalBeforeSync) && !v35.contains(&Failpoint::RaftBeforeSave));
     }
 
     #[test]

@@ -409,6 +409,8 @@ pub enum PreconditionError {
     NoSuchFailpoint(Failpoint),
     #[error("failpoint {0} is reached only on a snapshot path: a sleep there cannot be verified, only a panic")]
     CannotSleep(Failpoint),
+    #[error("failpoint {failpoint} is not in etcd {version}'s source (it came with {since})")]
+    FailpointNotIn { failpoint: Failpoint, version: Version, since: Version },
 }
 
 impl Model {
@@ -587,6 +589,10 @@ impl Model {
                     return Err(PreconditionError::CannotSleep(failpoint));
                 }
                 state_is(member, &[MemberState::Running], "running")?;
+                let version = self.member(member)?.version;
+                if version < failpoint.since() {
+                    return Err(PreconditionError::FailpointNotIn { failpoint, version, since: failpoint.since() });
+                }
                 more_down(1)?;
                 if self.up() - 1 < self.quorum() {
                     return Err(PreconditionError::NeedsQuorum(

@@ -10,7 +10,9 @@
 //!   rev(applied_n) ≥ revision_n − 1`; reporting less holds a store that did not apply what its
 //!   raft index says it did (or started from another store: a restore from mixed backups). No
 //!   lag tolerance: a follower that is merely behind has applied less.
-//! - **At a quiet point, exactly.** Status is read again until two answers in a row agree; such
+//! - **At a quiet point, exactly.** Status is read again until two answers in a row agree and
+//!   report nothing committed beyond the applied index (an entry in the applier's hands may have
+//!   bumped the revision before it is counted as applied); such
 //!   a member's store holds exactly the entries up to its applied index, so two of them with the
 //!   same applied index hold the same revision, and more applied entries never mean fewer
 //!   revisions or more revisions than entries (a revision-numbering shift between members, as in

@@ -218,6 +218,16 @@ impl Recorder {
             .collect()
     }
 
+    /// A compaction to `revision` is about to be asked for (by the workload's compactor, or an
+    /// op): every watch session notes it before it is sent, since one without an answer may
+    /// still apply, so that an event whose `prev_kv` it removed is named as etcd-io/etcd#10681,
+    /// not taken for a key that did not exist.
+    pub fn compaction_requested(&self, revision: i64) {
+        for w in self.watches.lock().expect("watches lock").iter_mut() {
+            w.session.compactions.push(revision);
+        }
+    }
+
     /// Ends every watch session now (a restore brings back another numbering): a check right
     /// after must not judge a session that straddles two; each watcher starts a new one.
     pub fn end_watch_sessions(&self) {

@@ -40,6 +40,27 @@ fn panic_line(registered: &str) -> String {
     format!("failpoint panic: {registered}")
 }
 
+/// The frame of gofail's panic in a goroutine's stack (the member runs with `GOTRACEBACK=all`):
+/// how the failpoint's panic shows when another goroutine's panic, set off by the shutdown the
+/// failpoint's panic started, is the one Go printed.
+const PANIC_FRAME: &str = "gofail/runtime.actPanic";
+
+/// How often a panic's drive asks for a compaction again.
+const COMPACTION_RETRY: Duration = Duration::from_millis(500);
+
+/// Asks the member at `url` to compact to its current revision, told to the watches first
+/// (`workload`); the answer does not matter (a revision compacted already is refused, a member
+/// that dies in it does not answer).
+async fn compact_now(url: &str, bound: Duration, workload: &super::workload::Workload) {
+    let Ok(s) = etcd::status(url, bound).await else { return };
+    let Some(rev) = s.header().map(|h| h.revision()) else { return };
+    workload.compaction_requested(rev);
+    if let Ok(mut c) = etcd::connect(url, bound).await {
+        let res = etcd::bounded("compact", bound, c.compact(rev, None)).await;
+        tracing::debug!(url, rev, ?res, "failpoint: compaction asked");
+    }
+}
+
 /// One request to a member's gofail endpoint: `(status, body)`.
 async fn gofail(method: http::Method, url: &str, body: &str) -> Result<(u16, String), String> {
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
@@ -69,15 +90,20 @@ impl LocalTarget {
     pub(super) fn failpoint_supported(&self, op: &Op) -> Result<(), crate::targets::Unsupported> {
         let Op::Failpoint { member, failpoint, .. } = *op else { return Ok(()) };
         let binary = self.testbed.members.get(&member).and_then(|m| self.testbed.cfg.binaries.etcd.get(&m.version));
-        if binary.and_then(|b| b.failpoints.as_ref()).is_none() {
+        let Some(list) = binary.and_then(|b| b.failpoints.as_deref()) else {
             return Err(format!("{member}'s etcd is not a failpoint build: set [etcd] failpoints = true in the profile").into());
+        };
+        if failpoint.registered_in(list).is_none() {
+            return Err(format!("{member}'s failpoint build has no {failpoint}").into());
         }
         match failpoint.trigger() {
             Trigger::IncomingSnapshot => self.partition_until_snapshot_supported(&Op::PartitionUntilSnapshot { member }),
             Trigger::OwnSnapshot if self.testbed.cfg.etcd.snapshot_count.is_none() => {
                 Err("the member's own snapshot comes every [etcd] snapshot_count entries: set it (at most 10,000)".into())
             }
-            Trigger::OwnSnapshot | Trigger::Writes | Trigger::Leading | Trigger::Following | Trigger::Defrag => Ok(()),
+            Trigger::OwnSnapshot | Trigger::Writes | Trigger::Leading | Trigger::Following | Trigger::Defrag | Trigger::Compaction => {
+                Ok(())
+            }
         }
     }
 
@@ -101,25 +127,19 @@ impl LocalTarget {
         match fp.trigger() {
             Trigger::Leading => self.move_leader_to(id).await.map_err(|e| LocalError::Stack(format!("{what}: {e}")))?,
             Trigger::Following => self.move_leader_off(id).await,
-            Trigger::Writes | Trigger::OwnSnapshot | Trigger::IncomingSnapshot | Trigger::Defrag => {}
+            Trigger::Writes | Trigger::OwnSnapshot | Trigger::IncomingSnapshot | Trigger::Defrag | Trigger::Compaction => {}
         }
-        // Armed, and the endpoint shows it armed.
+        // Armed (gofail answers 204 once the terms are set). It is read back only after the
+        // drive: a failpoint that fires at once holds the lock gofail's status takes for as long
+        // as it sleeps (3.5's gofail), and a panic takes the endpoint down with the process.
         let panics_before = observe::lines_containing(&log, &panic_line(&registered));
+        let frames_before = observe::lines_containing(&log, PANIC_FRAME);
         let terms = action.terms(&registered);
         let armed_at = Instant::now();
         match gofail(http::Method::PUT, &endpoint, &terms).await {
             Ok((204, _)) => {}
             Ok((status, body)) => return Err(LocalError::Stack(format!("{what}: gofail refused {terms:?} ({status}: {body})"))),
             Err(e) => return Err(LocalError::Environment(format!("{what}: arming it: {e}"))),
-        }
-        match gofail(http::Method::GET, &endpoint, "").await {
-            Ok((200, shown)) if shown == terms => {}
-            Ok((status, shown)) => {
-                return Err(LocalError::Stack(format!("{what}: armed with {terms:?}, its endpoint shows {shown:?} ({status})")))
-            }
-            // A panic on the way (a busy raft loop reaches it at once) takes the endpoint down.
-            Err(_) if action == FailpointAction::Panic => {}
-            Err(e) => return Err(LocalError::Stack(format!("{what}: reading it back: {e}"))),
         }
         let detail = match action {
             FailpointAction::Panic => {
@@ -135,20 +155,30 @@ impl LocalTarget {
                     }
                     Err(e) => return Err(LocalError::Stack(format!("{what}: {e}"))),
                 };
-                if observe::lines_containing(&log, &panic_line(&registered)) <= panics_before {
+                let named = observe::lines_containing(&log, &panic_line(&registered)) > panics_before;
+                if !named && observe::lines_containing(&log, PANIC_FRAME) <= frames_before {
                     return Err(LocalError::Stack(format!(
-                        "{what}: the process exited ({exit}) without gofail's panic for {registered} in its log: it died of something else"
+                        "{what}: the process exited ({exit}) without gofail's panic for {registered} in its log, nor gofail's panic among its goroutines: it died of something else"
                     )));
                 }
                 // Down like a crashed member: on the control-plane stack its machine's apiserver
                 // goes with it (a restart starts both, as after a crash).
                 self.testbed.kill(id).await?;
-                json!({ "member": id.to_string(), "failpoint": registered, "action": action.to_string(), "exit": exit.to_string(), "ms": armed_at.elapsed().as_millis() as u64 })
+                // `printed: false`: another goroutine's panic was the one Go printed.
+                json!({ "member": id.to_string(), "failpoint": registered, "action": action.to_string(), "exit": exit.to_string(), "printed": named, "ms": armed_at.elapsed().as_millis() as u64 })
             }
             FailpointAction::Sleep { ms } => {
                 let sleep = Duration::from_millis(ms.into());
                 let waited = self.drive_to_sleep(id, fp, sleep).await;
+                let shown = gofail(http::Method::GET, &endpoint, "").await;
                 let _ = gofail(http::Method::DELETE, &endpoint, "").await;
+                match shown {
+                    Ok((200, shown)) if shown == terms => {}
+                    Ok((status, shown)) => {
+                        return Err(LocalError::Stack(format!("{what}: armed with {terms:?}, its endpoint shows {shown:?} ({status})")))
+                    }
+                    Err(e) => return Err(LocalError::Stack(format!("{what}: reading it back: {e}"))),
+                }
                 let waited = waited.map_err(|e| LocalError::Stack(format!("{what}: {e}")))?;
                 self.wait_caught_up(id, &format!("after {what}")).await?;
                 json!({ "member": id.to_string(), "failpoint": registered, "action": action.to_string(), "waited_ms": waited.as_millis() as u64 })
@@ -166,7 +196,7 @@ impl LocalTarget {
         let deadline = Instant::now() + self.bounds.op;
         let key = format!("/shakedown/{}/failpoint-fill", self.testbed.cfg.run_id);
         let fillers = match fp.trigger() {
-            Trigger::Writes | Trigger::Leading | Trigger::Following | Trigger::OwnSnapshot => {
+            Trigger::Writes | Trigger::Leading | Trigger::Following | Trigger::OwnSnapshot | Trigger::Compaction => {
                 Some(Fillers::start(&self.urls(), &key, deadline, self.bounds.request))
             }
             Trigger::IncomingSnapshot => {
@@ -186,11 +216,19 @@ impl LocalTarget {
                 None
             }
         };
+        let url = self.url_of(id).map_err(|e| e.to_string())?;
         let mut exit = None;
+        let mut next_compaction = Instant::now();
         while Instant::now() < deadline {
             if let Some(status) = self.testbed.exit_status(id) {
                 exit = Some(status);
                 break;
+            }
+            // A compaction now and then (one refused as already compacted waits for the fillers'
+            // revisions).
+            if fp.trigger() == Trigger::Compaction && Instant::now() >= next_compaction {
+                compact_now(&url, self.bounds.request, &self.workload).await;
+                next_compaction = Instant::now() + COMPACTION_RETRY;
             }
             tokio::time::sleep(EXIT_POLL).await;
         }
@@ -215,6 +253,9 @@ impl LocalTarget {
         while Instant::now() < deadline {
             i += 1;
             let started = Instant::now();
+            if fp.trigger() == Trigger::Compaction {
+                compact_now(&url, self.bounds.request, &self.workload).await;
+            }
             // An error (a leader that lost its leadership while it slept, say) still waited.
             let res = match fp.trigger() {
                 Trigger::Defrag => etcd::bounded("defragment", bound, c.defragment()).await.map(drop),

@@ -208,9 +208,16 @@ async fn wait_http(addr: SocketAddrV4, limit: Duration) {
 }
 
 /// A failpoint build serves gofail's endpoint at the member's own address
-/// ([`super::failpoint::FAILPOINT_PORT`]); a plain etcd gets nothing.
-fn failpoint_endpoint(failpoint_build: bool, ip: Ipv4Addr) -> Option<(&'static str, String)> {
-    failpoint_build.then(|| ("GOFAIL_HTTP", format!("{ip}:{}", super::failpoint::FAILPOINT_PORT)))
+/// ([`super::failpoint::FAILPOINT_PORT`]), and dies with every goroutine's stack
+/// (`GOTRACEBACK=all`): a failpoint's panic runs the raft loop's deferred shutdown, and another
+/// goroutine that trips over it can be the one whose panic Go prints (`panic: transport
+/// stopped`), so the failpoint's frames are looked for among the others. A plain etcd gets
+/// nothing.
+fn failpoint_endpoint(failpoint_build: bool, ip: Ipv4Addr) -> Vec<(&'static str, String)> {
+    match failpoint_build {
+        true => vec![("GOFAIL_HTTP", format!("{ip}:{}", super::failpoint::FAILPOINT_PORT)), ("GOTRACEBACK", "all".into())],
+        false => vec![],
+    }
 }
 
 fn log_file(run_dir: &Path, name: &str) -> Result<(File, File), LocalError> {

@@ -132,10 +132,7 @@ async fn compactor(
         // resume or a list in progress still holds, which etcd must then refuse, declared.
         let target = if tick.is_multiple_of(3) { now } else { seen };
         if let Some(target) = target.filter(|&r| r > 1) {
-            // Recorded before it is sent: a compaction without an answer may still apply.
-            for w in rec.watches.lock().expect("watches lock").iter_mut() {
-                w.session.compactions.push(target);
-            }
+            rec.compaction_requested(target);
             match bounded("compact", timeout, c.compact(target, None)).await {
                 Ok(_) => {
                     rec.stats.compactions.fetch_add(1, Ordering::Relaxed);

@@ -148,6 +148,12 @@ impl Workload {
         self.rec.now_ms()
     }
 
+    /// A compaction to `revision` is about to be asked for by an op (see
+    /// [`Recorder::compaction_requested`]).
+    pub fn compaction_requested(&self, revision: i64) {
+        self.rec.compaction_requested(revision);
+    }
+
     /// Every watcher's current session.
     pub fn watch_sessions(&self) -> Vec<WatchSession> {
         self.rec.watch_sessions()
