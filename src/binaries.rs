@@ -180,7 +180,9 @@ pub fn discover(versions: &[Version], overrides: &BinaryOverrides) -> Result<Bin
         let env_name = format!("SHAKEDOWN_ETCD_{}_{}", v.major, v.minor);
         let explicit = overrides.etcd.get(&v).cloned().or_else(|| std::env::var_os(&env_name).map(PathBuf::from));
         let matches = |p: &Path| {
-            etcd_version(p).filter(|full| full.starts_with(&format!("{v}."))).filter(|_| !overrides.failpoints || failpoints_beside(p).is_some())
+            etcd_version(p)
+                .filter(|full| full.starts_with(&format!("{v}.")))
+                .filter(|_| !overrides.failpoints || failpoints_beside(p).is_some())
         };
         let found = match explicit {
             Some(p) if overrides.failpoints && failpoints_beside(&p).is_none() => {

@@ -539,9 +539,9 @@ impl LocalTarget {
             }
             let fill_key = format!("/shakedown/{}/snapshot-fill", self.testbed.cfg.run_id);
             let past = behind + COMPACTED_PAST_MARGIN;
-            let reached = fill_until(&others, &fill_key, other_logs, past, deadline, self.bounds.request)
-                .await
-                .map_err(|e| LocalError::Stack(format!("{what} {id} (cut at raft index {behind}, snapshot_count {snapshot_count}): {e}")))?;
+            let reached = fill_until(&others, &fill_key, other_logs, past, deadline, self.bounds.request).await.map_err(|e| {
+                LocalError::Stack(format!("{what} {id} (cut at raft index {behind}, snapshot_count {snapshot_count}): {e}"))
+            })?;
             tracing::debug!(member = %id, behind, reached, "{what}: the others compacted past it");
             Ok::<_, LocalError>((behind, reached))
         }

@@ -548,7 +548,8 @@ impl Testbed {
     /// Starts member `id`'s etcd (its version's binary) on its data directory.
     pub fn spawn_member(&mut self, id: MemberId, initial_cluster: &str, state: &str) -> Result<(), LocalError> {
         let m = self.members.get(&id).ok_or_else(|| LocalError::Stack(format!("testbed has no member {id}")))?;
-        let binary = self.cfg.binaries.etcd.get(&m.version).ok_or_else(|| LocalError::Environment(format!("no etcd {} binary", m.version)))?;
+        let binary =
+            self.cfg.binaries.etcd.get(&m.version).ok_or_else(|| LocalError::Environment(format!("no etcd {} binary", m.version)))?;
         let (bin, bin_failpoints) = (&binary.path, binary.failpoints.is_some());
         let (out, err) = log_file(&self.cfg.run_dir, &m.name())?;
         let data = m.disk.data_dir();
