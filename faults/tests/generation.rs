@@ -543,9 +543,10 @@ fn etcd_flags_become_etcds_flags_and_what_etcd_refuses_is_refused_early() {
         assert!(e.contains(says), "{t}: {e}");
     }
     assert!(!profile(1).to_toml().contains("[etcd]"), "absent stays absent");
-    for i in [0, 2, 3] {
+    for i in [0, 3] {
         assert_eq!(profile(i).etcd.snapshot_count, Some(1000), "{} snapshots every 1000 entries", profile(i).name);
     }
+    assert!(profile(2).etcd.draws(EtcdFlag::SnapshotCount), "the nightly tier draws its snapshot count");
 }
 
 /// The smoke tier (no `[etcd]` of its own) with `[etcd]` written as `etcd`.
@@ -618,7 +619,17 @@ fn drawing_etcd_flags_changes_no_weight_no_op_and_no_other_flag() {
         let (b, c) = (b.etcd.unwrap(), c.etcd.unwrap());
         assert_eq!((b.heartbeat, b.compaction_batch_limit), (c.heartbeat, c.compaction_batch_limit), "seed {seed}");
     }
-    for i in 0..SHIPPED.len() {
+    // The nightly tier draws its flags and plans the ops it planned when it pinned its snapshot
+    // count (the failpoints it can reach, none, do not depend on it).
+    let nightly = profile(2);
+    let mut pinned = nightly.clone();
+    pinned.etcd = EtcdFlags { snapshot_count: Some(1000), ..EtcdFlags::default() };
+    for seed in 0..50u64 {
+        let (a, b) = (generate(seed, &nightly), generate(seed, &pinned));
+        assert!(a.etcd.is_some() && b.etcd.is_none(), "seed {seed}");
+        assert_eq!((&a.weights, &a.ops), (&b.weights, &b.ops), "seed {seed}");
+    }
+    for i in [0, 1, 3] {
         assert!((0..50u64).all(|s| generate(s, &profile(i)).etcd.is_none()), "{} draws no flags", profile(i).name);
     }
     assert!(!toml::to_string(&generate(1, &profile(0))).unwrap().contains("etcd"), "the default tier's plans have no [etcd]");
