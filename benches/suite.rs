@@ -171,7 +171,7 @@ fn scripted_plan() -> Plan {
         model.apply(&op).unwrap();
         ops.push(op);
     }
-    Plan { seed: 0, profile: "default".into(), weights: Default::default(), ops }
+    Plan { seed: 0, profile: "default".into(), weights: Default::default(), etcd: None, ops }
 }
 
 /// A seed record holding `plan`, so `shakedown replay` runs it exactly.

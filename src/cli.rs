@@ -22,7 +22,7 @@ use crate::targets::{TargetKind, TargetOptions, TargetSpec};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use partition::{parse_partition, Partition};
-use session::{weights_text, Exec, Interrupt};
+use session::{etcd_text, weights_text, Exec, Interrupt};
 
 #[derive(Parser, Debug)]
 #[command(name = "shakedown", version, about = "Seeded fault plans against real stacks (a local etcd testbed; a Cluster API cluster with --target kube; an application's StatefulSet and operator on a Kubernetes cluster with --target app): invariants after every step, failing seeds recorded, shrunk and replayable.", after_help = EXIT_CODES)]
@@ -372,12 +372,14 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
             match format {
                 PlanFormat::Toml => print!("{}", toml::to_string(&plan).expect("plans serialize")),
                 PlanFormat::Text => {
+                    let etcd = etcd_text(&plan, &profile);
                     println!(
-                        "seed {} · profile {} · {} · weights {}",
+                        "seed {} · profile {} · {} · weights {}{}",
                         plan.seed,
                         plan.profile,
                         shakedown_faults::counted(plan.ops.len() as u64, "op"),
-                        weights_text(&plan)
+                        weights_text(&plan),
+                        if etcd.is_empty() { String::new() } else { format!(" · etcd {etcd}") }
                     );
                     for (i, op) in plan.ops.iter().enumerate() {
                         println!("{:>4}  {op}", i + 1);

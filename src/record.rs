@@ -299,7 +299,12 @@ impl SeedRecord {
             TargetSpec::Local(_) | TargetSpec::Sim(_) => {}
         }
         crate::profiles::invariants(&record.profile).map_err(|e| RecordError::Invariants { detail: e.to_string() })?;
-        if let Err((i, e)) = record.plan.validate(record.profile.initial_model()) {
+        if let Some(detail) = record.plan.etcd_problem(&record.profile) {
+            return Err(RecordError::EtcdFlags { detail });
+        }
+        // The model starts from the stack the recorded flags start (the failpoints it can reach).
+        let initial = record.plan.run_profile(&record.profile).initial_model();
+        if let Err((i, e)) = record.plan.validate(initial.clone()) {
             return Err(RecordError::Plan { which: "recorded", step: i + 1, op: record.plan.ops[i].to_string(), source: e });
         }
         // 0 is the bring-up, ops + 1 the check after healing: a step past that names no check.
@@ -308,7 +313,7 @@ impl SeedRecord {
             return Err(RecordError::StepPastPlan { step: record.failure.step, ops: n });
         }
         let (shrunk, _) = record.to_replay(false);
-        if let Err((i, e)) = shrunk.validate(record.profile.initial_model()) {
+        if let Err((i, e)) = shrunk.validate(initial) {
             return Err(RecordError::Plan { which: "shrunk", step: i + 1, op: shrunk.ops[i].to_string(), source: e });
         }
         Ok(record)
@@ -334,6 +339,9 @@ pub enum RecordError {
     /// The recorded profile's invariants are not valid.
     #[error("{detail}")]
     Invariants { detail: String },
+    /// The recorded plan's etcd flags are not what its profile pins and draws.
+    #[error("{detail}")]
+    EtcdFlags { detail: String },
     /// The recorded (or shrunk) plan breaks a precondition at `step` (1-based).
     #[error("the {which} plan is not valid: step {step} ({op}) breaks its precondition: {source}")]
     Plan {
@@ -476,6 +484,59 @@ mod tests {
         assert!(SeedRecord::parse(kube1).unwrap_err().to_string().contains("needs its [kube] table"));
         assert!(SeedRecord::parse("format = 1\ntarget = \"moon\"\n").unwrap_err().to_string().contains("unknown target \"moon\""));
         assert!(SeedRecord::parse("format = 3\n").unwrap_err().to_string().contains("reads formats 1 to 2"));
+    }
+
+    /// A record of a profile that draws etcd's flags keeps the flags its run used in its plan
+    /// (`[plan.etcd]`) and loads back the same; replay runs with those, not with a fresh draw (an
+    /// edited value is what replays). Records without them, every record written before flags
+    /// could be drawn, run with their profile's `[etcd]`; a drawing profile's record without them
+    /// is refused.
+    #[test]
+    fn a_record_carries_its_drawn_etcd_flags_and_replays_with_them() {
+        let mut r = record(11);
+        r.profile.etcd = shakedown_faults::EtcdFlags { draw: shakedown_faults::EtcdFlag::ALL.to_vec(), ..Default::default() };
+        r.plan = shakedown_faults::generate(11, &r.profile);
+        r.failure.op = r.plan.ops[0].to_string();
+        r.shrunk = Some(Shrunk {
+            runs: 3,
+            complete: true,
+            at: "2026-12-01T00:00:00Z".into(),
+            failure: r.failure.clone(),
+            ops: r.plan.ops[..1].to_vec(),
+            confirm: None,
+            needs: None,
+            matched: None,
+        });
+        let drawn = r.plan.etcd.clone().expect("a profile that draws gives its plan flags");
+        let text = r.to_toml();
+        assert!(text.contains("[plan.etcd]\nsnapshot_count = "), "{text}");
+        assert!(text.contains("draw = [\"snapshot_count\", \"heartbeat\", \"election\", \"compaction_batch_limit\"]"), "{text}");
+        let back = SeedRecord::parse(&text).unwrap();
+        assert_eq!(back, r);
+        for original in [true, false] {
+            let (plan, _) = back.to_replay(original);
+            assert_eq!(plan.run_profile(&back.profile).etcd, drawn, "original {original}: replays with the recorded flags");
+        }
+        // Another value than the seed draws (as a record of an older generation would have):
+        // the recorded one is what runs.
+        let other = shakedown_faults::profile::DRAWN_SNAPSHOT_COUNTS.into_iter().find(|n| Some(*n) != drawn.snapshot_count).unwrap();
+        let edited = text.replace(
+            &format!("[plan.etcd]\nsnapshot_count = {}", drawn.snapshot_count.unwrap()),
+            &format!("[plan.etcd]\nsnapshot_count = {other}"),
+        );
+        let edited = SeedRecord::parse(&edited).unwrap();
+        assert_eq!(edited.plan.run_profile(&edited.profile).etcd.snapshot_count, Some(other));
+        // Without its flags, the record of a drawing profile is refused, saying why.
+        let mut bare = r.clone();
+        bare.plan.etcd = None;
+        let e = SeedRecord::parse(&bare.to_toml()).unwrap_err().to_string();
+        assert!(e.contains("the plan has no [plan.etcd] flags, but profile default draws snapshot_count, heartbeat, election"), "{e}");
+        // The corpus (written before flags could be drawn) runs with its profiles' own.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds");
+        for (path, old) in SeedRecord::load_dir(&dir).unwrap() {
+            assert_eq!(old.plan.etcd, None, "{}", path.display());
+            assert_eq!(old.plan.run_profile(&old.profile), old.profile, "{}", path.display());
+        }
     }
 
     fn reproduction(runs: u32, reproduced: u32, matched: Match, etcd: &str) -> Reproduction {

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use schemars::JsonSchema;
 use serde_json::{Map, Value};
-use shakedown_faults::{OpKind, Profile, WorkloadKind};
+use shakedown_faults::{EtcdFlag, OpKind, Profile, WorkloadKind};
 use shakedown_invariants::InvariantId;
 
 use crate::profiles::BUILTIN;
@@ -51,6 +51,12 @@ pub fn render() -> String {
     out.push_str("## Names\n\n");
     names(&mut out, "Op kinds", "The keys of `weights` and `hooks`, the entries of `ops`.", &schema::<OpKind>());
     names(&mut out, "Workload kinds", "The values of `workload.kind`.", &schema::<WorkloadKind>());
+    names(
+        &mut out,
+        "etcd flags",
+        "The entries of `etcd.draw`: the flags a profile can have drawn per seed, each with the values it is drawn from.",
+        &schema::<EtcdFlag>(),
+    );
     names(&mut out, "Invariants", "The entries of `invariants`, in checking order.", &schema::<InvariantId>());
 
     out.push_str("### Shipped profiles\n\n| name | description | steps |\n|---|---|---|\n");

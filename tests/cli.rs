@@ -54,6 +54,30 @@ fn plan_text_lists_seed_weights_and_ops() {
     assert_eq!(s.lines().count(), 6, "{s}");
 }
 
+/// The nightly tier draws etcd's flags per seed: `shakedown plan` prints them beside the
+/// weights and its TOML plan carries them. The default tier pins its one (printed too) and its
+/// plans carry none of their own.
+#[test]
+fn plan_prints_etcd_flags_beside_the_weights() {
+    let nightly = shakedown::profiles::load("nightly").unwrap();
+    for seed in [3u64, 4] {
+        let flags = shakedown::faults::generate(seed, &nightly).etcd.expect("the nightly tier draws").summary();
+        for f in ["snapshot_count=", "heartbeat=", "election=", "compaction_batch_limit="] {
+            assert!(flags.contains(f), "{flags}");
+        }
+        let out = bin().args(["plan", "--seed", &seed.to_string(), "--profile", "nightly", "--steps", "2"]).output().unwrap();
+        let s = text(&out.stdout);
+        assert!(s.lines().next().unwrap().ends_with(&format!(" · etcd {flags}")), "{s}");
+        let out = bin().args(["plan", "--seed", &seed.to_string(), "--profile", "nightly", "--format", "toml"]).output().unwrap();
+        let plan: shakedown::faults::Plan = toml::from_str(&text(&out.stdout)).unwrap();
+        assert_eq!(plan.etcd.map(|f| f.summary()), Some(flags));
+    }
+    let out = bin().args(["plan", "--seed", "7", "--steps", "2"]).output().unwrap();
+    assert!(text(&out.stdout).lines().next().unwrap().ends_with(" · etcd snapshot_count=1000"), "{}", text(&out.stdout));
+    let out = bin().args(["plan", "--seed", "7", "--format", "toml"]).output().unwrap();
+    assert!(!text(&out.stdout).contains("etcd"), "{}", text(&out.stdout));
+}
+
 #[test]
 fn unknown_profile_is_a_usage_error_listing_the_known_ones() {
     let out = bin().args(["plan", "--seed", "1", "--profile", "nightlyy"]).output().unwrap();

@@ -1351,6 +1351,120 @@ fn a_member_down_past_the_catch_up_window_comes_back_through_a_snapshot() {
     }
 }
 
+/// The command lines of the etcd processes running now under `runs` (their data directories
+/// name it).
+fn etcd_command_lines(runs: &std::path::Path) -> Vec<String> {
+    let runs = runs.canonicalize().unwrap().to_string_lossy().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " "))
+        .filter(|cmd| cmd.contains(&runs) && cmd.contains("--initial-cluster-token"))
+        .collect()
+}
+
+/// `[etcd] draw` (issue 29): a run's members start with the flags drawn for its seed, printed on
+/// the run's first lines and kept in its plan; a restarted member starts with them again. A seed
+/// whose every drawn flag differs from etcd's default is run (crash and restart, two steps): the
+/// members' command lines carry all four, and each start of each member logs the three etcd logs.
+#[test]
+fn a_run_starts_its_members_with_the_etcd_flags_drawn_for_its_seed() {
+    use shakedown::faults::{EtcdFlag, EtcdFlags};
+    let _l = lock();
+    let d = dirs();
+    let mut p = shakedown::profiles::load("default").unwrap();
+    p.name = "drawn".into();
+    p.steps = 2;
+    p.versions = vec!["3.5".parse().unwrap()];
+    p.ops = Some(vec![OpKind::Crash, OpKind::Restart]);
+    p.weights.clear();
+    p.etcd = EtcdFlags { draw: EtcdFlag::ALL.to_vec(), ..EtcdFlags::default() };
+    let (seed, flags) = (1..1000u64)
+        .map(|s| (s, generate(s, &p).etcd.unwrap()))
+        // The slow end of raft's timing: a loaded machine's leader misses no 200 ms heartbeat.
+        .find(|(_, f)| {
+            f.heartbeat == Some(Duration::from_millis(200))
+                && f.election == Some(Duration::from_secs(2))
+                && f.compaction_batch_limit != Some(1000)
+        })
+        .expect("a seed that draws no default");
+    let plan = generate(seed, &p);
+    assert_eq!(plan.ops.iter().map(|o| o.kind()).collect::<Vec<_>>(), [OpKind::Crash, OpKind::Restart]);
+    let crashed = plan.ops[0].member().unwrap();
+    std::fs::create_dir_all(&d.runs).unwrap();
+    let file = d.runs.join("../drawn.toml");
+    std::fs::write(&file, p.to_toml()).unwrap();
+    let ms = |d: Option<Duration>| d.unwrap().as_millis().to_string();
+    let (n, c) = (flags.snapshot_count.unwrap().to_string(), flags.compaction_batch_limit.unwrap().to_string());
+    let (h, e) = (ms(flags.heartbeat), ms(flags.election));
+
+    let mut child = common::bin()
+        .args(["run", "--seed", &seed.to_string(), "--profile", file.to_str().unwrap()])
+        .arg("--runs-dir")
+        .arg(&d.runs)
+        .arg("--seeds-dir")
+        .arg(&d.seeds)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let lines = std::thread::spawn(move || {
+        let mut all = vec![];
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            if line.contains("bring-up checks ok") {
+                let _ = tx.send(());
+            }
+            all.push(line);
+        }
+        all
+    });
+    // While the stack is up: every etcd process has the four flags (one may be down already).
+    let up = rx.recv_timeout(Duration::from_secs(120));
+    let running = etcd_command_lines(&d.runs);
+    let out = child.wait_with_output().unwrap();
+    let progress = lines.join().unwrap();
+    assert!(up.is_ok(), "the run came up: {progress:?}");
+    assert_eq!(out.status.code(), Some(0), "{progress:?}\n{}", text(&out.stdout));
+    assert!(running.len() >= 2, "{running:?}");
+    for cmd in &running {
+        for (flag, value) in [
+            ("--snapshot-count", &n),
+            ("--heartbeat-interval", &h),
+            ("--election-timeout", &e),
+            ("--experimental-compaction-batch-limit", &c),
+        ] {
+            assert!(cmd.contains(&format!(" {flag} {value} ")), "{flag} {value} in {cmd}");
+        }
+    }
+    // The run said them beside the weights, and its plan keeps them.
+    let said = format!("etcd {}", flags.summary());
+    assert!(progress.iter().position(|l| l.starts_with("weights ")).is_some_and(|i| progress[i + 1] == said), "{said} in {progress:?}");
+    let run_dir = only_run_dir(&d.runs);
+    let kept: shakedown::faults::Plan = toml::from_str(&std::fs::read_to_string(run_dir.join("plan.toml")).unwrap()).unwrap();
+    assert_eq!(kept.etcd.as_ref(), Some(&flags));
+    // Each start of each member logged them: the crashed one started twice.
+    for m in ["m0", "m1", "m2"] {
+        let log = std::fs::read_to_string(run_dir.join("logs").join(format!("{m}.log"))).unwrap();
+        let starts = log.lines().filter(|l| l.contains("\"snapshot-count\":")).collect::<Vec<_>>();
+        assert_eq!(starts.len(), if m == crashed.to_string() { 2 } else { 1 }, "{m}: {starts:?}");
+        for l in starts {
+            let h = humantime::format_duration(flags.heartbeat.unwrap()).to_string();
+            let e = humantime::format_duration(flags.election.unwrap()).to_string();
+            assert!(l.contains(&format!("\"snapshot-count\":{n},")), "{m}: {l}");
+            assert!(
+                l.contains(&format!("\"heartbeat-interval\":\"{h}\"")) && l.contains(&format!("\"election-timeout\":\"{e}\"")),
+                "{m}: {l}"
+            );
+        }
+    }
+    assert_eq!(leftovers(&d.runs), Vec::<String>::new());
+}
+
 /// `partition-until-snapshot(m1)` on each etcd line: m1's raft traffic is cut while the others
 /// apply past the leader's catch-up window, then let back; it comes back through the leader's
 /// snapshot (the op's note counts it) and no rule is left behind. The workload's watch on m1 has

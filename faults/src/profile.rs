@@ -87,10 +87,10 @@ pub struct Profile {
     /// their defaults. (The kube target's API workload is configured in the kube profile.)
     #[serde(default, skip_serializing_if = "is_default")]
     pub api: ApiLoad,
-    /// etcd's own flags for the local target's members (`[etcd]`); fields left out keep etcd's
-    /// defaults (and the testbed's raft timing). Every member the run starts gets them, restarted,
-    /// replaced and restored ones too. The kube and app targets run no etcd of their own and
-    /// ignore it.
+    /// etcd's own flags for the local target's members (`[etcd]`), pinned or drawn per seed
+    /// (`draw`); fields left out keep etcd's defaults (and the testbed's raft timing). Every
+    /// member the run starts gets them, restarted, replaced and restored ones too. The kube and
+    /// app targets run no etcd of their own and ignore it.
     #[serde(default, skip_serializing_if = "is_default")]
     pub etcd: EtcdFlags,
     /// Names of the invariants checked after every step (`docs/reference.md` lists them).
@@ -173,6 +173,77 @@ pub struct EtcdFlags {
     /// only with a `snapshot_count` of at most 10,000.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub failpoints: bool,
+    /// Flags drawn from the seed instead of pinned (swarm testing, as the op weights a profile
+    /// does not pin are): each seed gets its own value of each, from the values listed for it
+    /// under "etcd flags" in the reference's names, never one above what etcd or a shipped op
+    /// needs. The plan keeps the
+    /// values (pinned and drawn), a run prints them beside the weights, and a seed record
+    /// replays with them. A flag is pinned or drawn, not both. Absent: none is drawn.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub draw: Vec<EtcdFlag>,
+}
+
+/// An etcd flag a profile can have drawn per seed (`[etcd] draw`), with the values it is drawn
+/// from. Each is drawn from its own stream of the seed, so drawing one more flag changes no other
+/// flag's value, and none changes the weights or ops a seed draws.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(title = "etcd flag")]
+pub enum EtcdFlag {
+    /// 500, 1,000, 5,000 or 10,000 entries: never above 10,000, so
+    /// `partition-until-snapshot` and the snapshot paths' failpoints stay reachable.
+    SnapshotCount,
+    /// 50 ms, 100 ms or 200 ms; with a pinned `election`, only those of at most a fifth of it
+    /// (etcd refuses an election timeout below 5 heartbeats).
+    Heartbeat,
+    /// 500 ms, 1 s or 2 s, those of 5 to 20 heartbeats (the heartbeat drawn or pinned, else
+    /// 100 ms). Not below 500 ms: the testbed's old timing, 50 ms and 500 ms, already churned
+    /// elections on a loaded 2-core machine (docs/development.md), and shorter would churn more;
+    /// not above 2 s: a recovery on etcd 3.4 (no pre-vote) takes rounds of one or two election
+    /// timeouts, which a 15 s `converge` must still cover.
+    Election,
+    /// 100, 1,000 (etcd's default) or 10,000 revisions per batch.
+    CompactionBatchLimit,
+}
+
+impl EtcdFlag {
+    /// In the order they are drawn (an election timeout fits the heartbeat drawn before it).
+    pub const ALL: [EtcdFlag; 4] = [EtcdFlag::SnapshotCount, EtcdFlag::Heartbeat, EtcdFlag::Election, EtcdFlag::CompactionBatchLimit];
+
+    /// The name a profile writes (`draw = ["snapshot_count"]`), the field's own.
+    pub fn name(self) -> &'static str {
+        match self {
+            EtcdFlag::SnapshotCount => "snapshot_count",
+            EtcdFlag::Heartbeat => "heartbeat",
+            EtcdFlag::Election => "election",
+            EtcdFlag::CompactionBatchLimit => "compaction_batch_limit",
+        }
+    }
+}
+
+impl std::fmt::Display for EtcdFlag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The snapshot counts `draw = ["snapshot_count"]` draws from.
+pub const DRAWN_SNAPSHOT_COUNTS: [u64; 4] = [500, 1_000, 5_000, 10_000];
+/// The heartbeats `draw = ["heartbeat"]` draws from.
+pub const DRAWN_HEARTBEATS: [Duration; 3] = [Duration::from_millis(50), Duration::from_millis(100), Duration::from_millis(200)];
+/// The election timeouts `draw = ["election"]` draws from (those of 5 to 20 heartbeats).
+pub const DRAWN_ELECTIONS: [Duration; 3] = [Duration::from_millis(500), Duration::from_secs(1), Duration::from_secs(2)];
+/// The compaction batch limits `draw = ["compaction_batch_limit"]` draws from.
+pub const DRAWN_COMPACTION_BATCH_LIMITS: [u64; 3] = [100, 1_000, 10_000];
+/// etcd's heartbeat when none is set (`--heartbeat-interval`), as the testbed runs it.
+pub const ETCD_DEFAULT_HEARTBEAT: Duration = Duration::from_millis(100);
+/// etcd's election timeout when none is set (`--election-timeout`), as the testbed runs it.
+pub const ETCD_DEFAULT_ELECTION: Duration = Duration::from_secs(1);
+
+/// The election timeouts a drawn election is chosen from: those of [`DRAWN_ELECTIONS`] that are
+/// 5 to 20 heartbeats of `heartbeat`.
+pub fn election_choices(heartbeat: Duration) -> Vec<Duration> {
+    DRAWN_ELECTIONS.into_iter().filter(|e| *e >= heartbeat * 5 && *e <= heartbeat * 20).collect()
 }
 
 /// The largest `[etcd] snapshot_count` at which a run can outrun a member's raft log (the
@@ -193,20 +264,51 @@ impl EtcdFlags {
 }
 
 impl EtcdFlags {
-    /// What is wrong with these flags, said as a profile error.
-    fn problem(&self) -> Option<String> {
+    /// What is wrong with these flags, said as a profile error: a value etcd would refuse, or a
+    /// `draw` that names a flag twice, names one also pinned, or has nothing to draw from.
+    pub fn problem(&self) -> Option<String> {
         if self.snapshot_count == Some(0) {
             return Some("etcd.snapshot_count must be at least 1".into());
         }
         if self.compaction_batch_limit == Some(0) {
             return Some("etcd.compaction_batch_limit must be at least 1".into());
         }
-        let heartbeat = self.heartbeat.unwrap_or(Duration::from_millis(100));
-        let election = self.election.unwrap_or(Duration::from_secs(1));
+        for (i, flag) in self.draw.iter().enumerate() {
+            if self.draw[..i].contains(flag) {
+                return Some(format!("etcd.draw names {flag} twice"));
+            }
+            if let Some(value) = self.pinned(*flag) {
+                return Some(format!(
+                    "etcd.draw names {flag}, which etcd.{flag} = {value} pins: a flag is pinned or drawn, not both (leave out one of them)"
+                ));
+            }
+        }
+        let heartbeat = self.heartbeat.unwrap_or(ETCD_DEFAULT_HEARTBEAT);
+        let election = self.election.unwrap_or(ETCD_DEFAULT_ELECTION);
         if heartbeat < Duration::from_millis(1) || !heartbeat.subsec_nanos().is_multiple_of(1_000_000) {
             return Some("etcd.heartbeat must be a whole number of milliseconds, at least 1ms".into());
         }
-        if !election.subsec_nanos().is_multiple_of(1_000_000) || election < heartbeat * 5 || election > Duration::from_secs(50) {
+        let listed = |d: &[Duration]| d.iter().map(|d| humantime::format_duration(*d).to_string()).collect::<Vec<_>>().join(", ");
+        if self.draws(EtcdFlag::Heartbeat) && self.heartbeat_choices().is_empty() {
+            return Some(format!(
+                "etcd.draw names heartbeat, but none of the heartbeats it draws from ({}) is at most a fifth of etcd.election = {}, as etcd requires: pin heartbeat too, or draw election",
+                listed(&DRAWN_HEARTBEATS),
+                humantime::format_duration(election)
+            ));
+        }
+        if self.draws(EtcdFlag::Election) && election_choices(heartbeat).is_empty() {
+            return Some(format!(
+                "etcd.draw names election, but none of the election timeouts it draws from ({}) is 5 to 20 heartbeats of etcd.heartbeat = {}: pin election too, or draw heartbeat",
+                listed(&DRAWN_ELECTIONS),
+                humantime::format_duration(heartbeat)
+            ));
+        }
+        // A drawn heartbeat or election is drawn to fit the other (the two checks above).
+        let drawn_timing = self.draws(EtcdFlag::Heartbeat) || self.draws(EtcdFlag::Election);
+        if !election.subsec_nanos().is_multiple_of(1_000_000)
+            || (!drawn_timing && election < heartbeat * 5)
+            || election > Duration::from_secs(50)
+        {
             return Some(format!(
                 "etcd.election = {} must be whole milliseconds, at least 5 heartbeats ({}) and at most 50s, as etcd requires",
                 humantime::format_duration(election),
@@ -214,6 +316,44 @@ impl EtcdFlags {
             ));
         }
         None
+    }
+
+    /// Whether `draw` names `flag`.
+    pub fn draws(&self, flag: EtcdFlag) -> bool {
+        self.draw.contains(&flag)
+    }
+
+    /// The value these flags pin for `flag`, as a profile writes it.
+    fn pinned(&self, flag: EtcdFlag) -> Option<String> {
+        let human = |d: Option<Duration>| d.map(|d| format!("{:?}", humantime::format_duration(d).to_string()));
+        match flag {
+            EtcdFlag::SnapshotCount => self.snapshot_count.map(|n| n.to_string()),
+            EtcdFlag::Heartbeat => human(self.heartbeat),
+            EtcdFlag::Election => human(self.election),
+            EtcdFlag::CompactionBatchLimit => self.compaction_batch_limit.map(|n| n.to_string()),
+        }
+    }
+
+    /// The heartbeats a drawn heartbeat is chosen from: [`DRAWN_HEARTBEATS`], with a pinned
+    /// election (or etcd's default one) only those of at most a fifth of it; with a drawn one,
+    /// all of them (the election is drawn to fit).
+    pub fn heartbeat_choices(&self) -> Vec<Duration> {
+        if self.draws(EtcdFlag::Election) {
+            return DRAWN_HEARTBEATS.to_vec();
+        }
+        let election = self.election.unwrap_or(ETCD_DEFAULT_ELECTION);
+        DRAWN_HEARTBEATS.into_iter().filter(|h| *h * 5 <= election).collect()
+    }
+
+    /// The flags as a run prints them, beside the weights (`snapshot_count=1000 heartbeat=50ms
+    /// …`); empty when none is set.
+    pub fn summary(&self) -> String {
+        let mut out: Vec<String> =
+            EtcdFlag::ALL.into_iter().filter_map(|f| self.pinned(f).map(|v| format!("{f}={}", v.trim_matches('"')))).collect();
+        if self.failpoints {
+            out.push("failpoints".into());
+        }
+        out.join(" ")
     }
 
     /// The command-line flags these settings add to etcd's (heartbeat and election apart: the

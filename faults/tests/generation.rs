@@ -3,9 +3,15 @@
 use std::collections::BTreeSet;
 
 use proptest::prelude::*;
+use std::time::Duration;
+
 use shakedown_faults::generate::{generate_from, MAX_DRAWN_DEFRAG_WEIGHT, MAX_DRAWN_REPLACE_WEIGHT, MAX_DRAWN_WEIGHT};
+use shakedown_faults::profile::{
+    DRAWN_COMPACTION_BATCH_LIMITS, DRAWN_ELECTIONS, DRAWN_HEARTBEATS, DRAWN_SNAPSHOT_COUNTS, MAX_SNAPSHOT_COUNT_TO_OUTRUN,
+};
 use shakedown_faults::{
-    generate, BackupId, DiskState, MemberId, MemberState, Model, Op, OpKind, OutageMode, Profile, SiteId, Stack, Version, MAX_BACKUPS,
+    generate, BackupId, DiskState, EtcdFlag, EtcdFlags, MemberId, MemberState, Model, Op, OpKind, OutageMode, Profile, SiteId, Stack,
+    Version, MAX_BACKUPS,
 };
 
 const SHIPPED: &[&str] = &[
@@ -537,9 +543,167 @@ fn etcd_flags_become_etcds_flags_and_what_etcd_refuses_is_refused_early() {
         assert!(e.contains(says), "{t}: {e}");
     }
     assert!(!profile(1).to_toml().contains("[etcd]"), "absent stays absent");
-    for i in [0, 2, 3] {
+    for i in [0, 3] {
         assert_eq!(profile(i).etcd.snapshot_count, Some(1000), "{} snapshots every 1000 entries", profile(i).name);
     }
+    assert!(profile(2).etcd.draws(EtcdFlag::SnapshotCount), "the nightly tier draws its snapshot count");
+}
+
+/// The smoke tier (no `[etcd]` of its own) with `[etcd]` written as `etcd`.
+fn smoke_with_etcd(etcd: &str) -> Result<Profile, shakedown_faults::ProfileError> {
+    Profile::from_toml(&format!("{}\n[etcd]\n{etcd}\n", include_str!("../../ci/profiles/smoke.toml")))
+}
+
+const DRAW_ALL: &str = "draw = [\"snapshot_count\", \"heartbeat\", \"election\", \"compaction_batch_limit\"]";
+
+/// `[etcd] draw`: each seed's plan carries its own flags, the same for the same seed, drawn over
+/// the documented values (every one of them across seeds, each flag on its own), each set one
+/// etcd accepts; pinned flags are never drawn.
+#[test]
+fn drawn_etcd_flags_are_the_seeds_own_and_always_valid() {
+    let p = smoke_with_etcd(DRAW_ALL).unwrap();
+    let plans: Vec<shakedown_faults::Plan> = (0..300u64).map(|s| generate(s, &p)).collect();
+    let flags: Vec<EtcdFlags> = plans.iter().map(|plan| plan.etcd.clone().expect("a profile that draws gives its plans flags")).collect();
+    for (seed, f) in flags.iter().enumerate() {
+        assert_eq!(generate(seed as u64, &p).etcd.as_ref(), Some(f), "seed {seed}: the same seed draws the same flags");
+        assert_eq!(f.problem(), None, "seed {seed}: {f:?}");
+        assert!(f.draw.is_empty(), "the plan's flags are values, nothing left to draw");
+        let (h, e) = (f.heartbeat.unwrap(), f.election.unwrap());
+        assert!(e >= h * 5 && e <= h * 20, "seed {seed}: election {e:?} is 5 to 20 heartbeats of {h:?}");
+        assert!(f.snapshot_count.unwrap() <= MAX_SNAPSHOT_COUNT_TO_OUTRUN, "seed {seed}: partition-until-snapshot stays reachable");
+        // What the plan runs with is a valid profile, pinning what was drawn.
+        let used = plans[seed].run_profile(&p);
+        assert_eq!(used.etcd, *f);
+        assert_eq!(used.validate(), Ok(()));
+    }
+    let distinct: BTreeSet<String> = flags.iter().map(|f| f.summary()).collect();
+    assert!(distinct.len() > 30, "different seeds draw different flags: only {} distinct sets", distinct.len());
+    let seen = |get: &dyn Fn(&EtcdFlags) -> String| flags.iter().map(get).collect::<BTreeSet<_>>();
+    assert_eq!(seen(&|f| f.snapshot_count.unwrap().to_string()), DRAWN_SNAPSHOT_COUNTS.iter().map(u64::to_string).collect());
+    assert_eq!(seen(&|f| format!("{:?}", f.heartbeat.unwrap())), DRAWN_HEARTBEATS.iter().map(|d| format!("{d:?}")).collect());
+    assert_eq!(seen(&|f| format!("{:?}", f.election.unwrap())), DRAWN_ELECTIONS.iter().map(|d| format!("{d:?}")).collect());
+    assert_eq!(
+        seen(&|f| f.compaction_batch_limit.unwrap().to_string()),
+        DRAWN_COMPACTION_BATCH_LIMITS.iter().map(u64::to_string).collect()
+    );
+
+    // Pinned ones stay pinned: a 50 ms heartbeat, the election drawn to fit it, and a flag
+    // neither pinned nor drawn keeps etcd's default.
+    let p = smoke_with_etcd("heartbeat = \"50ms\"\ndraw = [\"election\", \"snapshot_count\"]").unwrap();
+    for seed in 0..200u64 {
+        let f = generate(seed, &p).etcd.unwrap();
+        assert_eq!(f.heartbeat, Some(Duration::from_millis(50)), "seed {seed}");
+        assert_eq!(f.compaction_batch_limit, None, "seed {seed}: not drawn, not pinned: etcd's default");
+        assert!([Duration::from_millis(500), Duration::from_secs(1)].contains(&f.election.unwrap()), "seed {seed}: {f:?}");
+        assert_eq!(f.problem(), None);
+    }
+    // A pinned election leaves only the heartbeats etcd accepts beside it.
+    let p = smoke_with_etcd("election = \"600ms\"\ndraw = [\"heartbeat\"]").unwrap();
+    let drawn: BTreeSet<Duration> = (0..200u64).map(|s| generate(s, &p).etcd.unwrap().heartbeat.unwrap()).collect();
+    assert_eq!(drawn, [Duration::from_millis(50), Duration::from_millis(100)].into());
+}
+
+/// Flags are drawn from streams of their own: a profile that starts drawing keeps each seed's
+/// weights and ops, and drawing one more flag changes no other's value. A profile that draws
+/// nothing has plans without flags of their own (the default tier's seed-1 snapshot is unchanged).
+#[test]
+fn drawing_etcd_flags_changes_no_weight_no_op_and_no_other_flag() {
+    let plain = profile(1);
+    let drawing = smoke_with_etcd("draw = [\"heartbeat\", \"compaction_batch_limit\"]").unwrap();
+    let more = smoke_with_etcd(DRAW_ALL).unwrap();
+    for seed in 0..100u64 {
+        let (a, b, c) = (generate(seed, &plain), generate(seed, &drawing), generate(seed, &more));
+        assert_eq!(a.etcd, None, "seed {seed}");
+        assert_eq!((&a.weights, &a.ops), (&b.weights, &b.ops), "seed {seed}: drawing flags changed the plan");
+        assert_eq!((&a.weights, &a.ops), (&c.weights, &c.ops), "seed {seed}");
+        let (b, c) = (b.etcd.unwrap(), c.etcd.unwrap());
+        assert_eq!((b.heartbeat, b.compaction_batch_limit), (c.heartbeat, c.compaction_batch_limit), "seed {seed}");
+    }
+    // The nightly tier draws its flags and plans the ops it planned when it pinned its snapshot
+    // count (the failpoints it can reach, none, do not depend on it).
+    let nightly = profile(2);
+    let mut pinned = nightly.clone();
+    pinned.etcd = EtcdFlags { snapshot_count: Some(1000), ..EtcdFlags::default() };
+    for seed in 0..50u64 {
+        let (a, b) = (generate(seed, &nightly), generate(seed, &pinned));
+        assert!(a.etcd.is_some() && b.etcd.is_none(), "seed {seed}");
+        assert_eq!((&a.weights, &a.ops), (&b.weights, &b.ops), "seed {seed}");
+    }
+    for i in [0, 1, 3] {
+        assert!((0..50u64).all(|s| generate(s, &profile(i)).etcd.is_none()), "{} draws no flags", profile(i).name);
+    }
+    assert!(!toml::to_string(&generate(1, &profile(0))).unwrap().contains("etcd"), "the default tier's plans have no [etcd]");
+}
+
+/// The model a plan starts from has the drawn flags: a failpoint tier that draws its snapshot
+/// count reaches the snapshot paths' failpoints (without one, etcd's 100,000 reaches none).
+#[test]
+fn the_model_starts_from_the_drawn_flags() {
+    let text = include_str!("../../ci/profiles/failpoints.toml").replace("snapshot_count = 1000", "draw = [\"snapshot_count\"]");
+    let drawing = Profile::from_toml(&text).unwrap();
+    let unset = Profile::from_toml(&include_str!("../../ci/profiles/failpoints.toml").replace("snapshot_count = 1000", "")).unwrap();
+    let snapshot_failpoints = |p: &Profile| {
+        (0..100u64)
+            .flat_map(|s| generate(s, p).ops)
+            .filter(|op| matches!(op, Op::Failpoint { failpoint, .. } if failpoint.needs_snapshots()))
+            .count()
+    };
+    assert_eq!(snapshot_failpoints(&unset), 0);
+    assert!(snapshot_failpoints(&drawing) > 0, "drawn snapshot counts (at most 10,000) reach the snapshot failpoints");
+    for seed in 0..100u64 {
+        let plan = generate(seed, &drawing);
+        assert!(plan.validate(plan.run_profile(&drawing).initial_model()).is_ok(), "seed {seed}");
+    }
+}
+
+/// What a profile may not ask of `draw`, each refused naming the flag.
+#[test]
+fn etcd_draw_mistakes_are_refused_naming_the_flag() {
+    for (t, says) in [
+        ("snapshot_count = 1000\ndraw = [\"snapshot_count\"]", "etcd.draw names snapshot_count, which etcd.snapshot_count = 1000 pins"),
+        ("heartbeat = \"50ms\"\ndraw = [\"heartbeat\"]", "etcd.draw names heartbeat, which etcd.heartbeat = \"50ms\" pins"),
+        ("draw = [\"election\", \"election\"]", "etcd.draw names election twice"),
+        ("draw = [\"failpoints\"]", "unknown variant `failpoints`"),
+        (
+            "election = \"200ms\"\ndraw = [\"heartbeat\"]",
+            "none of the heartbeats it draws from (50ms, 100ms, 200ms) is at most a fifth of etcd.election = 200ms",
+        ),
+        (
+            "heartbeat = \"10ms\"\ndraw = [\"election\"]",
+            "none of the election timeouts it draws from (500ms, 1s, 2s) is 5 to 20 heartbeats of etcd.heartbeat = 10ms",
+        ),
+    ] {
+        let e = smoke_with_etcd(t).unwrap_err().to_string();
+        assert!(e.contains(says), "{t}: {e}");
+    }
+    // Either drawn, the other may be pinned anywhere etcd accepts (the drawn one fits it).
+    assert!(smoke_with_etcd("heartbeat = \"300ms\"\ndraw = [\"election\"]").is_ok());
+    assert!(smoke_with_etcd("election = \"5s\"\ndraw = [\"heartbeat\"]").is_ok());
+    let p = smoke_with_etcd(DRAW_ALL).unwrap();
+    assert_eq!(Profile::from_toml(&p.to_toml()).unwrap(), p, "round-trips");
+}
+
+/// A plan's flags must be what its profile pins and draws (an edited record): each mismatch
+/// is said.
+#[test]
+fn a_plans_etcd_flags_must_fit_its_profile() {
+    let p = smoke_with_etcd("compaction_batch_limit = 50\ndraw = [\"snapshot_count\"]").unwrap();
+    let plan = generate(3, &p);
+    assert_eq!(plan.etcd_problem(&p), None);
+    let toml_text = toml::to_string(&plan).unwrap();
+    assert!(toml_text.contains("[etcd]\nsnapshot_count = ") && toml_text.contains("compaction_batch_limit = 50"), "{toml_text}");
+    assert_eq!(toml::from_str::<shakedown_faults::Plan>(&toml_text).unwrap(), plan, "round-trips");
+    let with = |f: &dyn Fn(&mut EtcdFlags)| {
+        let mut plan = plan.clone();
+        f(plan.etcd.as_mut().unwrap());
+        plan.etcd_problem(&p).unwrap_or_default()
+    };
+    assert!(with(&|f| f.snapshot_count = None).contains("no snapshot_count, which profile smoke draws"));
+    assert!(with(&|f| f.compaction_batch_limit = Some(51)).contains("do not keep what profile smoke pins (compaction_batch_limit=50)"));
+    assert!(with(&|f| f.snapshot_count = Some(0)).contains("etcd.snapshot_count must be at least 1"));
+    let none = shakedown_faults::Plan { etcd: None, ..plan.clone() };
+    assert!(none.etcd_problem(&p).unwrap().contains("no [plan.etcd] flags, but profile smoke draws snapshot_count"));
+    assert!(plan.etcd_problem(&profile(1)).unwrap().contains("draws none"));
 }
 
 /// `partition-until-snapshot` takes one member away while the others must commit: refused when

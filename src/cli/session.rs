@@ -217,12 +217,22 @@ pub fn weights_text(plan: &Plan) -> String {
     plan.weights.iter().map(|(k, w)| format!("{k}={w}")).collect::<Vec<_>>().join(" ")
 }
 
+/// etcd's flags a plan runs with under `profile` (pinned and drawn), as the first lines of a run
+/// and `shakedown plan` print them beside the weights; empty when it sets none.
+pub fn etcd_text(plan: &Plan, profile: &Profile) -> String {
+    plan.etcd_flags(profile).summary()
+}
+
 /// Runs `plan` on a fresh target of `spec` and tears it down whatever happens; then writes the
 /// reports (and the seed record, when asked and the run failed). The one path every command
 /// (run, replay, shrink, soak) takes on every target.
 pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &Plan) -> Result<RunResult, Fatal> {
     let wanted = profiles::invariants(profile)?;
-    let prepared = targets::prepare(spec, &x.opts.target, profile)?;
+    // The profile as this plan runs it: etcd's flags the plan carries (drawn per seed) in its
+    // `[etcd]`, for the model, the target and the engine. The run directory and the seed record
+    // keep `profile` itself, beside the plan.
+    let used = plan.run_profile(profile);
+    let prepared = targets::prepare(spec, &x.opts.target, &used)?;
     let run_id = new_run_id();
     // A runs directory this run creates goes again with an unstarted run's own.
     let runs_dir_existed = x.runs_dir.exists();
@@ -233,8 +243,13 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
         .map_err(|e| Fatal::environment(format!("cannot write the plan into {}: {e}", run_dir.display())))?;
     let started = now_rfc3339();
     let t0 = std::time::Instant::now();
+    // etcd's flags matter only to the target that runs etcd of its own.
+    let etcd = match (spec.kind(), etcd_text(plan, profile)) {
+        (targets::TargetKind::Local, flags) if !flags.is_empty() => format!("\netcd {flags}"),
+        _ => String::new(),
+    };
     x.say(&format!(
-        "seed {} · profile {} · {} · run {run_id} · {}\nweights {}\nrun directory {}",
+        "seed {} · profile {} · {} · run {run_id} · {}\nweights {}{etcd}\nrun directory {}",
         plan.seed,
         profile.name,
         shakedown_faults::counted(plan.ops.len() as u64, "op"),
@@ -251,7 +266,7 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
         ops: plan.ops.len(),
         target: spec.clone(),
     });
-    let model = profile.initial_model();
+    let model = used.initial_model();
     let mut result = RunResult {
         outcome: Err(Interrupted),
         run_id: run_id.clone(),
@@ -269,7 +284,7 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
     if x.interrupt.requested() {
         return Ok(result);
     }
-    let ctx = StartContext { run_id: &run_id, run_dir: &run_dir, profile, model: &model, options: &x.opts.target };
+    let ctx = StartContext { run_id: &run_id, run_dir: &run_dir, profile: &used, model: &model, options: &x.opts.target };
     let mut target = tokio::select! {
         t = targets::start(prepared, &ctx) => match t {
             Ok(t) => t,
@@ -316,7 +331,7 @@ pub async fn execute(x: &Exec<'_>, spec: &TargetSpec, profile: &Profile, plan: &
         forensics: Some(result.run_dir.join("forensics")),
     };
     let outcome = {
-        let mut engine = Engine::new(target.as_mut(), profile, &invariants, &mut events, &mut progress, &options);
+        let mut engine = Engine::new(target.as_mut(), &used, &invariants, &mut events, &mut progress, &options);
         let outcome = tokio::select! {
             r = engine.execute(plan) => Some(r),
             _ = x.interrupt.count(2) => None,

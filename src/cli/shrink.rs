@@ -92,7 +92,7 @@ pub async fn shrink(file: &Path, limits: Limits, opts: &RunOpts, json_logs: bool
     let skip_liveness = target_failure.kind == FailureKind::Violation && target_failure.step <= start.ops.len();
     let x = Exec { opts, json_logs, interrupt, runs_dir: &group, record: false, verbose: false, bar: None, skip_liveness, replaying: None };
 
-    let initial = record.profile.initial_model();
+    let initial = start.run_profile(&record.profile).initial_model();
     let mut shrinker = Shrinker::new(initial, &start.ops, target_failure.step);
     println!(
         "shrinking {} · seed {} · {} · {} ops · failing: {}",

@@ -35,6 +35,8 @@ struct RunData {
     known: Vec<(String, String, String)>,
     /// What the target said at its start (`local · versions 3.4, 3.5`).
     target: Option<String>,
+    /// Whether the target runs etcd of its own (the local target: etcd's flags apply).
+    runs_etcd: bool,
     /// Each component's version, from the bring-up.
     versions: BTreeMap<String, String>,
     /// The machine the run ran on.
@@ -123,6 +125,7 @@ fn read_run(dir: &Path) -> Result<RunData, events::EventsError> {
                 d.seed = Some(seed);
                 d.run_id = run_id;
                 d.target = Some(target.describe());
+                d.runs_etcd = matches!(target, TargetSpec::Local(_));
                 d.bug = match target {
                     TargetSpec::Local(l) => l.testbed_bug.map(|b| b.to_string()),
                     _ => None,
@@ -204,7 +207,10 @@ pub(super) fn esc(s: &str) -> String {
 /// Intervals (start, end, what is down) during which the model says a fault is in effect.
 fn fault_windows(d: &RunData) -> Vec<(u64, u64, String)> {
     let Some(profile) = &d.profile else { return vec![] };
-    let mut model: Model = profile.initial_model();
+    let mut model: Model = match &d.plan {
+        Some(plan) => plan.run_profile(profile).initial_model(),
+        None => profile.initial_model(),
+    };
     let mut changes: Vec<(u64, Op)> = d.steps.values().filter_map(|s| s.op.clone().map(|o| (s.start, o))).collect();
     changes.extend(d.heals.iter().cloned());
     changes.sort_by_key(|(t, _)| *t);
@@ -503,6 +509,10 @@ tr.failed td{{background:#fff0f0}} .muted{{color:#999}} code{{font-size:12px}} l
     if let Some(p) = &d.plan {
         let weights: Vec<String> = p.weights.iter().map(|(k, w)| format!("{k}={w}")).collect();
         let _ = write!(h, " · {} ops · weights <code>{}</code>", p.ops.len(), esc(&weights.join(" ")));
+        let etcd = d.profile.as_ref().filter(|_| d.runs_etcd).map(|profile| p.etcd_flags(profile).summary()).unwrap_or_default();
+        if !etcd.is_empty() {
+            let _ = write!(h, " · etcd <code>{}</code>", esc(&etcd));
+        }
     }
     let _ = write!(h, " · {:.1}s", (d.t_end.saturating_sub(d.t0)) as f64 / 1000.0);
     if let Some(ms) = d.bring_up_ms {

@@ -109,8 +109,17 @@ impl LocalTarget {
         self.log.push(crate::targets::Note { kind: "local-note".into(), detail: serde_json::Value::String(text) });
     }
 
-    /// Brings the stack up and starts the workload.
+    /// Brings the stack up and starts the workload. `profile` is the one the plan runs with
+    /// ([`shakedown_faults::Plan::run_profile`]): its `[etcd]` are the flags every member starts
+    /// with, those drawn for the plan's seed included.
     pub async fn start(cfg: TestbedConfig, profile: &Profile, model: &Model, bring_up_limit: Duration) -> Result<LocalTarget, LocalError> {
+        if !profile.etcd.draw.is_empty() {
+            // Started from the profile rather than the plan: the drawn flags would be left out.
+            return Err(LocalError::Environment(format!(
+                "profile {} still has etcd flags to draw: the local stack starts with the flags of a plan (Plan::run_profile)",
+                profile.name
+            )));
+        }
         let bug = cfg.bug;
         let prefix = format!("/shakedown/{}/w/", cfg.run_id);
         let samples = cfg.run_dir.join("workload.csv");

@@ -57,7 +57,8 @@ pub struct TestbedConfig {
     pub heartbeat_ms: u32,
     pub election_ms: u32,
     pub stack: Stack,
-    /// The profile's `[etcd]` flags, on every member started.
+    /// etcd's flags the plan runs with (the profile's `[etcd]`, with those drawn for the seed),
+    /// on every member started.
     pub etcd: shakedown_faults::EtcdFlags,
 }
 
