@@ -27,8 +27,8 @@ trap 'pkill -f "$work/" 2>/dev/null || true; rm -rf "$work"' EXIT
 # write the failpoints it serves into OUT.
 list_failpoints() {
   local bin="$1" out="$2" ip list=""
-  # An address of its own on loopback (shakedown's stacks use 127.64–127.243), etcd's own ports.
-  ip="127.250.$((RANDOM % 250)).$((RANDOM % 250 + 1))"
+  # An address of its own on loopback (shakedown's stacks use 127.64–127.243, docs/findings' experiments 127.250), etcd's own ports.
+  ip="127.251.$((RANDOM % 250)).$((RANDOM % 250 + 1))"
   GOFAIL_HTTP="$ip:22381" "$bin" --data-dir "$work/data-$ip" \
     --listen-client-urls "http://$ip:2379" --advertise-client-urls "http://$ip:2379" \
     --listen-peer-urls "http://$ip:2380" --initial-advertise-peer-urls "http://$ip:2380" \
