@@ -12,8 +12,8 @@
 # `failpoints`: the failpoints the binary serves on gofail's endpoint (GOFAIL_HTTP=HOST:PORT;
 # GET lists them, PUT /NAME arms one with terms such as `panic("…")` or `1*sleep(2000)`), one per
 # line, as it names them (`etcdserver/raftBeforeSave` on 3.4, `raftBeforeSave` on 3.5).
-# Skips a build whose cache holds a binary that runs and its list. About 30 s (3.4) and 90 s
-# (3.5) the first time.
+# Skips a build whose cache holds a binary that runs and its list. The first time, on 2 cores:
+# about 30 s (3.4) and 90 s (3.5) idle, 3 minutes in all beside a running soak.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 root="${SHAKEDOWN_FAILPOINT_CACHE:-/var/cache/shakedown}"

@@ -118,7 +118,7 @@ fi
 # need it (and never uses 127.0.0.1), so it is left alone.
 echo "dependencies ok: $(/usr/bin/etcd --version | sed -n 1p); $(/var/cache/shakedown/etcd-3.5/etcd --version | sed -n 1p); $(haproxy -v | sed -n 1p | cut -d' ' -f1-3)"
 # etcd 3.4.23 and 3.5.16 with etcd's own failpoints (the `failpoint` op, `[etcd] failpoints =
-# true`): built from Debian's source with Debian's gofail and Go, about 2 minutes once, then cached.
+# true`): built from Debian's source with Debian's gofail and Go, 2 to 3 minutes once, then cached.
 "$(dirname "$0")/build-etcd-failpoints.sh"
 # Kubernetes 1.20 (kube-apiserver for the kube target's tests; kubelet, controller-manager,
 # scheduler and pause for the local node): built from Debian's source once (about 12 minutes on
