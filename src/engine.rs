@@ -153,6 +153,9 @@ fn check_event(step: usize, checked: &Checked, ms: u64) -> Check {
 
 /// One plan execution on a started target: the target, the profile's bounds, the invariants
 /// checked, where events and progress go, and the model as the plan moves it.
+/// The op column's least width in a run's step lines (`rolling-upgrade(to 3.5)` and the like fit).
+const OP_COLUMN: usize = 32;
+
 pub struct Engine<'a> {
     pub target: &'a mut dyn Target,
     pub profile: &'a Profile,
@@ -163,6 +166,8 @@ pub struct Engine<'a> {
     model: Model,
     width: usize,
     total: usize,
+    /// The op column's width: the plan's longest op, at least 32 characters.
+    op_width: usize,
     /// The known defects seen so far, each once.
     known: Vec<KnownDefect>,
 }
@@ -186,6 +191,7 @@ impl<'a> Engine<'a> {
             model: profile.initial_model(),
             width: 1,
             total: 0,
+            op_width: OP_COLUMN,
             known: Vec::new(),
         }
     }
@@ -219,6 +225,7 @@ impl<'a> Engine<'a> {
     pub async fn execute(&mut self, plan: &Plan) -> Result<Outcome, EngineError> {
         self.model = self.profile.initial_model();
         self.total = plan.ops.len();
+        self.op_width = plan.ops.iter().map(|o| o.to_string().chars().count()).max().unwrap_or(0).max(OP_COLUMN);
         self.width = self.total.to_string().len();
         let outcome = self.steps(plan).await?;
         if let (Outcome::Failed(_), Some(dir)) = (&outcome, self.options.forensics.clone()) {
@@ -318,7 +325,7 @@ impl<'a> Engine<'a> {
         let check_ms = t_check.elapsed().as_millis();
         let mut event = check_event(step, &checked, check_ms as u64);
         let text = op.map_or_else(|| "bring-up".to_string(), Op::to_string);
-        let op_col = op_ms.map(|ms| format!("{:<32} {ms:>6}ms  ", text)).unwrap_or_else(|| format!("{text} "));
+        let op_col = op_ms.map(|ms| format!("{:<w$} {ms:>6}ms  ", text, w = self.op_width)).unwrap_or_else(|| format!("{text} "));
         match checked {
             Checked::Pass { .. } => {
                 if step > 0 {
@@ -372,7 +379,12 @@ impl<'a> Engine<'a> {
             if let Err(reason) = self.target.supports(op) {
                 self.say(
                     &step,
-                    &format!("{:<32} skipped: unavailable on the {} target here: {reason}", op.to_string(), self.target.name()),
+                    &format!(
+                        "{:<w$} skipped: unavailable on the {} target here: {reason}",
+                        op.to_string(),
+                        self.target.name(),
+                        w = self.op_width
+                    ),
                 );
                 self.events.emit(Event::OpSkipped { step, op: op.clone(), reason: reason.0 });
                 skipped += 1;
@@ -384,7 +396,7 @@ impl<'a> Engine<'a> {
                     // Plans are validated before they run; reaching this is a bug.
                     panic!("step {step} ({op}) breaks its precondition after validation: {e}");
                 }
-                self.say(&step, &format!("{:<32} skipped: {e} (an earlier op was skipped)", op.to_string()));
+                self.say(&step, &format!("{:<w$} skipped: {e} (an earlier op was skipped)", op.to_string(), w = self.op_width));
                 self.events.emit(Event::OpSkipped { step, op: op.clone(), reason: e.to_string() });
                 continue;
             }
@@ -432,11 +444,11 @@ impl<'a> Engine<'a> {
             event.ms = None;
             self.events.emit(Event::Check(event));
             let message = format!("{message} (and the op failed: {msg})");
-            self.say(&step, &format!("{:<32} VIOLATION {invariant}: {message}", op.to_string()));
+            self.say(&step, &format!("{:<w$} VIOLATION {invariant}: {message}", op.to_string(), w = self.op_width));
             return Ok(Failure { also: also.clone(), ..failure(FailureKind::Violation, step, &op.to_string(), Some(*invariant), message) });
         }
         self.events.emit(Event::Liveness(Check::failed(step, &msg)));
-        self.say(&step, &format!("{:<32} LIVENESS: {msg}", op.to_string()));
+        self.say(&step, &format!("{:<w$} LIVENESS: {msg}", op.to_string(), w = self.op_width));
         Ok(failure(FailureKind::Liveness, step, &op.to_string(), None, msg))
     }
 
