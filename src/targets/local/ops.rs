@@ -488,24 +488,35 @@ impl LocalTarget {
     /// each of them has compacted its raft log past the member's index (their logs say so: each
     /// compacts after a snapshot, to 5,000 entries behind it, and a leader that sent a snapshot
     /// in the last 30 s does not compact at all); the cut lifted; then the member must be caught
-    /// up and its log must say it received a snapshot. A member that caught up without one fails
-    /// the op: the condition the op promises was not created.
+    /// up and its log must say it received a snapshot. A member that caught up without one has
+    /// not been brought where the op promises: the cut is made once more
+    /// ([`SNAPSHOT_PARTITION_ATTEMPTS`]; the note counts the attempts and keeps each one that
+    /// missed), and a member that catches up without a snapshot again fails the op.
     pub(super) async fn partition_until_snapshot(&mut self, id: MemberId) -> Result<(), LocalError> {
         let log = self.member_log(id)?;
-        let received_before = observe::snapshots_received_in(&log);
-        let (behind, reached) = self.cut_until_outrun(id, "partition-until-snapshot").await?;
-        self.wait_caught_up(id, "back from partition-until-snapshot").await?;
-        let received = observe::snapshots_received_in(&log);
-        if received <= received_before {
-            return Err(LocalError::Stack(format!(
-                "partition-until-snapshot {id}: caught up without a snapshot from the leader (cut at raft index {behind}; the others had reached {reached} and compacted their logs past it)"
-            )));
+        let mut missed = vec![];
+        for attempt in 1..=SNAPSHOT_PARTITION_ATTEMPTS {
+            let received_before = observe::snapshots_received_in(&log);
+            let (behind, reached) = self.cut_until_outrun(id, "partition-until-snapshot").await?;
+            self.wait_caught_up(id, "back from partition-until-snapshot").await?;
+            let received = observe::snapshots_received_in(&log);
+            if received > received_before {
+                self.log.push(crate::targets::Note {
+                    kind: "partition-until-snapshot".into(),
+                    detail: json!({ "member": id.to_string(), "cut_at_index": behind, "others_reached": reached, "snapshots_received": received - received_before, "attempts": attempt, "missed": missed }),
+                });
+                return Ok(());
+            }
+            // Seen once on 3.5.16 under a full test suite's load: cut at 773, the others
+            // compacted to 1,009, yet the member caught up through entries (its log shows no
+            // snapshot); not root-caused.
+            tracing::warn!(member = %id, behind, reached, attempt, "partition-until-snapshot: caught up without a snapshot from the leader");
+            missed.push(json!({ "cut_at_index": behind, "others_reached": reached }));
         }
-        self.log.push(crate::targets::Note {
-            kind: "partition-until-snapshot".into(),
-            detail: json!({ "member": id.to_string(), "cut_at_index": behind, "others_reached": reached, "snapshots_received": received - received_before }),
-        });
-        Ok(())
+        Err(LocalError::Stack(format!(
+            "partition-until-snapshot {id}: caught up without a snapshot from the leader {SNAPSHOT_PARTITION_ATTEMPTS} times (cut at raft index, the others' index: {}; each time the others had compacted their logs past it)",
+            missed.iter().map(|m| format!("{}, {}", m["cut_at_index"], m["others_reached"])).collect::<Vec<_>>().join("; ")
+        )))
     }
 
     /// Member `id`'s log file (its etcd's stderr, kept across restarts).
@@ -706,6 +717,9 @@ impl LocalTarget {
 /// How far past the member's raft index the others must have compacted their logs: the member's
 /// log may hold a few entries beyond its commit index.
 const COMPACTED_PAST_MARGIN: u64 = 100;
+/// How many times `partition-until-snapshot` cuts a member that came back without the leader's
+/// snapshot before the op fails.
+const SNAPSHOT_PARTITION_ATTEMPTS: u32 = 2;
 /// The largest `[etcd] snapshot_count` `partition-until-snapshot` outruns (at a few thousand
 /// filler writes a second, about ten seconds of them).
 pub(super) use shakedown_faults::profile::MAX_SNAPSHOT_COUNT_TO_OUTRUN;
