@@ -83,7 +83,7 @@ fn history(n: usize, keys: u64, clients: u64) -> History {
             };
             Request::Txn { key, if_mod_revision: expect, then, answer: (!unknown).then_some(answer) }
         };
-        ops.push(Operation { client: i as u64 % clients, member: None, epoch: 0, call, ret: Some(ret), request });
+        ops.push(Operation { client: i as u64 % clients, member: None, epoch: 0, group: None, call, ret: Some(ret), request });
     }
     History { model: ModelKind::Etcd, ops }
 }

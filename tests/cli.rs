@@ -867,7 +867,9 @@ fn the_docs_command_lines_parse_and_the_readme_lists_every_subcommand() {
                 continue;
             }
             let line = line.trim().trim_start_matches("$ ");
-            let args = ["shakedown ", "cargo run --release -- ", "cargo run --profile quick -- ", "./target/release/shakedown "].iter().find_map(|p| line.strip_prefix(p));
+            let args = ["shakedown ", "cargo run --release -- ", "cargo run --profile quick -- ", "./target/release/shakedown "]
+                .iter()
+                .find_map(|p| line.strip_prefix(p));
             let (true, Some(args)) = (in_block, args) else { continue };
             // A trailing comment is the docs' own.
             let args = args.split("  #").next().unwrap().trim();

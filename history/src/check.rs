@@ -105,7 +105,7 @@ impl Report {
 pub fn check(h: &History, bound: u64) -> Report {
     let mut parts: BTreeMap<(u32, &str), Vec<usize>> = BTreeMap::new();
     for (i, op) in h.ops.iter().enumerate() {
-        if matches!(op.request, Request::Get { serializable: true, .. }) {
+        if op.request.at_claimed_revision() {
             continue;
         }
         parts.entry((op.epoch, op.request.key())).or_default().push(i);
@@ -215,7 +215,11 @@ fn overlaps(a: &Operation, b: &Operation) -> bool {
 pub(crate) fn revision_of(op: &Operation) -> Option<(i64, bool)> {
     // The request's shape in the model's terms; values do not matter here.
     let shape = match &op.request {
-        Request::Get { serializable: true, .. } | Request::Read { .. } | Request::Write { .. } | Request::Cas { .. } => return None,
+        Request::Get { serializable: true, .. }
+        | Request::GetAt { .. }
+        | Request::Read { .. }
+        | Request::Write { .. }
+        | Request::Cas { .. } => return None,
         Request::Get { answer, .. } => KvOp::Get(answer.as_ref().map(|a| (a.revision, None))),
         Request::Put { answer, .. } => KvOp::Put(0, answer.as_ref().map(|a| a.revision)),
         Request::Delete { answer, .. } => KvOp::Delete(answer.as_ref().map(|a| (a.revision, a.deleted))),
@@ -256,6 +260,9 @@ fn revision_order(h: &History) -> Vec<Finding> {
                 continue;
             }
             if let Some(&j) = writes.get(&rev) {
+                if same_group(&h.ops[i], &h.ops[j]) {
+                    continue;
+                }
                 findings.push(Finding {
                     kind: FindingKind::DuplicateRevision,
                     message: format!(
@@ -303,7 +310,13 @@ fn revision_order(h: &History) -> Vec<Finding> {
     findings
 }
 
-/// Every serializable read against its key's writes at the revision it claims.
+/// Whether two lines are parts of one request over several keys (whose writes share a revision).
+pub(crate) fn same_group(a: &Operation, b: &Operation) -> bool {
+    a.group.is_some() && a.group == b.group && a.epoch == b.epoch
+}
+
+/// Every serializable read, and every read at a revision, against its key's writes at the
+/// revision it claims.
 fn serializable_reads(h: &History) -> Vec<Finding> {
     let mut writes: HashMap<(u32, &str), KeyWrites> = HashMap::new();
     for (i, op) in h.ops.iter().enumerate() {
@@ -312,7 +325,7 @@ fn serializable_reads(h: &History) -> Vec<Finding> {
     h.ops
         .iter()
         .enumerate()
-        .filter(|(_, op)| matches!(op.request, Request::Get { serializable: true, answer: Some(_), .. }))
+        .filter(|(_, op)| op.request.at_claimed_revision() && op.request.answered())
         .filter_map(|(i, op)| {
             let w = writes.get(&(op.epoch, op.request.key()))?;
             misread(op, w, op.epoch == 0).map(|(why, j)| serializable_finding(h, i, &why, j))
@@ -442,6 +455,9 @@ impl Names {
     pub(crate) fn kv(&mut self, r: &Request) -> KvOp {
         match r {
             Request::Get { answer, .. } => KvOp::Get(answer.as_ref().map(|a| (a.revision, self.seen(&a.kv)))),
+            // Judged against the state at its revision, never searched: a read that constrains
+            // nothing.
+            Request::GetAt { .. } => KvOp::Get(None),
             Request::Put { value, answer, .. } => KvOp::Put(self.id(format!("{value:?}")), answer.as_ref().map(|a| a.revision)),
             Request::Delete { answer, .. } => KvOp::Delete(answer.as_ref().map(|a| (a.revision, a.deleted))),
             Request::Txn { if_mod_revision, then, answer, .. } => KvOp::Txn {
@@ -466,7 +482,7 @@ impl Names {
             Request::Read { answer, .. } => RegOp::Read(answer.as_ref().map(|a| a.value.as_ref().map(|v| self.scalar(v)))),
             Request::Write { value, answer, .. } => RegOp::Write(self.scalar(value), answer.is_some()),
             Request::Cas { from, to, answer, .. } => RegOp::Cas(Some(self.scalar(from)), self.scalar(to), answer.as_ref().map(|a| a.ok)),
-            Request::Get { .. } | Request::Put { .. } | Request::Delete { .. } | Request::Txn { .. } => {
+            Request::Get { .. } | Request::GetAt { .. } | Request::Put { .. } | Request::Delete { .. } | Request::Txn { .. } => {
                 unreachable!("History::parse keeps one model's requests")
             }
         }
@@ -486,8 +502,9 @@ fn secs(us: u64) -> String {
     format!("{}.{:06} s", us / 1_000_000, us % 1_000_000)
 }
 
-fn kv_text(kv: &Option<crate::format::Kv>) -> String {
+fn kv_text(kv: &Option<crate::format::Kv>, keys_only: bool) -> String {
     match kv {
+        Some(kv) if keys_only => format!("present at mod revision {}", kv.mod_revision),
         Some(kv) => format!("{:?} at mod revision {}", kv.value, kv.mod_revision),
         None => "nothing".into(),
     }
@@ -504,8 +521,15 @@ pub fn describe(i: usize, op: &Operation) -> String {
         Request::Get { key, serializable, answer } => {
             let kind = if *serializable { "serializable get" } else { "get" };
             match answer {
-                Some(a) => format!("{kind} {key} → {} (revision {})", kv_text(&a.kv), a.revision),
+                Some(a) => format!("{kind} {key} → {} (revision {})", kv_text(&a.kv, false), a.revision),
                 None => format!("{kind} {key} → no answer"),
+            }
+        }
+        Request::GetAt { key, at, keys_only, answer } => {
+            let kind = if *keys_only { "keys-only get" } else { "get" };
+            match answer {
+                Some(a) => format!("{kind} {key} at revision {at} → {} (answered at revision {})", kv_text(&a.kv, *keys_only), a.revision),
+                None => format!("{kind} {key} at revision {at} → no answer"),
             }
         }
         Request::Put { key, value, answer } => match answer {
@@ -523,7 +547,7 @@ pub fn describe(i: usize, op: &Operation) -> String {
             };
             let got = match answer {
                 Some(a) if a.succeeded => format!("succeeded at revision {}", a.revision),
-                Some(a) => format!("refused at revision {}, the key holding {}", a.revision, kv_text(&a.kv)),
+                Some(a) => format!("refused at revision {}, the key holding {}", a.revision, kv_text(&a.kv, false)),
                 None => "no answer".into(),
             };
             format!("txn {key} if mod revision = {if_mod_revision} then {then} → {got}")
@@ -540,5 +564,6 @@ pub fn describe(i: usize, op: &Operation) -> String {
             None => format!("cas{} {from} → {to}: no answer", named(key)),
         },
     };
-    format!("op {i} (client {}{via}, {when}): {what}", op.client)
+    let group = op.group.map(|g| format!(", part of request {g}")).unwrap_or_default();
+    format!("op {i} (client {}{via}{group}, {when}): {what}", op.client)
 }

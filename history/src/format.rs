@@ -16,8 +16,12 @@
 //!   first answer in it says what it held).
 //! - `member` names who answered (the endpoint's backend, the member a client is connected to),
 //!   for the verdict to name.
-//! - Models: `etcd` (etcd's key-value API: get, put, delete and a transaction guarded by one
-//!   key's mod revision) and `register` (read, write and compare-and-set of registers named by an
+//! - `group` (absent: none) ties together the lines of one request over several keys: etcd's
+//!   range, delete-range and multi-key transactions are recorded as one line per key they read or
+//!   wrote (each projection of an atomic request must be explained on its own), with the same
+//!   call, return, client and group; the writes of one group share one revision.
+//! - Models: `etcd` (etcd's key-value API: get, put, delete, a transaction guarded by one key's
+//!   mod revision, and a read of a key's state at a given revision) and `register` (read, write and compare-and-set of registers named by an
 //!   optional `key`, the simplest histories other tools record).
 
 use serde::{Deserialize, Serialize};
@@ -64,6 +68,10 @@ pub struct Operation {
     pub member: Option<String>,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub epoch: u32,
+    /// The request over several keys this line is one key's part of (its writes share one
+    /// revision); `None` for a request of one key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<u64>,
     /// When the request was sent (µs).
     pub call: u64,
     /// When its answer arrived (µs); ignored when there is no answer.
@@ -106,6 +114,18 @@ pub enum Request {
         serializable: bool,
         answer: Option<ReadAnswer>,
     },
+    /// etcd: a key's state at revision `at`, as a read at that revision answered it (a range
+    /// with an explicit revision, a transaction's read of the keys it compares before its own
+    /// write, a keys-only or serializable range): exactly the state the key's writes leave at
+    /// `at`, whoever answered and whenever. With `keys_only` the answer's value is not known
+    /// (the key's presence, mod revision, create revision and version are).
+    GetAt {
+        key: String,
+        at: i64,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        keys_only: bool,
+        answer: Option<ReadAnswer>,
+    },
     /// etcd: a put of one key.
     Put { key: String, value: String, answer: Option<WriteAnswer> },
     /// etcd: a delete of one key.
@@ -139,6 +159,7 @@ impl Request {
     pub fn key(&self) -> &str {
         match self {
             Request::Get { key, .. }
+            | Request::GetAt { key, .. }
             | Request::Put { key, .. }
             | Request::Delete { key, .. }
             | Request::Txn { key, .. }
@@ -148,10 +169,16 @@ impl Request {
         }
     }
 
+    /// Whether the request is judged against the key's state at the revision it claims rather
+    /// than by the linearizability search: a serializable get, a get at a revision.
+    pub fn at_claimed_revision(&self) -> bool {
+        matches!(self, Request::Get { serializable: true, .. } | Request::GetAt { .. })
+    }
+
     /// Whether the request has an answer.
     pub fn answered(&self) -> bool {
         match self {
-            Request::Get { answer, .. } => answer.is_some(),
+            Request::Get { answer, .. } | Request::GetAt { answer, .. } => answer.is_some(),
             Request::Put { answer, .. } => answer.is_some(),
             Request::Delete { answer, .. } => answer.is_some(),
             Request::Txn { answer, .. } => answer.is_some(),
@@ -164,7 +191,9 @@ impl Request {
     /// The model this request belongs to.
     pub fn model(&self) -> ModelKind {
         match self {
-            Request::Get { .. } | Request::Put { .. } | Request::Delete { .. } | Request::Txn { .. } => ModelKind::Etcd,
+            Request::Get { .. } | Request::GetAt { .. } | Request::Put { .. } | Request::Delete { .. } | Request::Txn { .. } => {
+                ModelKind::Etcd
+            }
             Request::Read { .. } | Request::Write { .. } | Request::Cas { .. } => ModelKind::Register,
         }
     }
@@ -317,7 +346,7 @@ fn strict(n: usize, line: &str, op: &Operation) -> Result<(), ParseError> {
         serde_json::Value::Object(m) => m,
         _ => return Err(refuse("an operation is an object".into())),
     };
-    let optional = ["member", "epoch", "serializable", "key"];
+    let optional = ["member", "epoch", "serializable", "key", "group", "keys_only"];
     if let Some(unknown) = given.keys().find(|k| !known.contains_key(*k) && !optional.contains(&k.as_str())) {
         return Err(refuse(format!("unknown field `{unknown}`")));
     }

@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::check::{check, revision_of, MemberChain, Names, Report, Verdict};
+use crate::check::{check, revision_of, same_group, MemberChain, Names, Report, Verdict};
 use crate::format::{History, ModelKind, Operation, Request};
 use crate::kv::{may_still_apply, Kv, KvOp, State};
 use crate::search::{linearizable, Model, Search, Timed};
@@ -190,6 +190,7 @@ impl Incremental {
                 let e = self.epochs.entry(op.epoch).or_default();
                 if writes {
                     match e.writes.entry(rev) {
+                        std::collections::hash_map::Entry::Occupied(j) if same_group(&op, &self.ops[*j.get()]) => {}
                         std::collections::hash_map::Entry::Occupied(_) => self.order_broken = true,
                         std::collections::hash_map::Entry::Vacant(v) => {
                             v.insert(i);
@@ -206,9 +207,9 @@ impl Incremental {
             let part = self.parts.entry((op.epoch, op.request.key().to_string())).or_insert_with(|| Part::new(op.epoch));
             part.dirty = true;
             part.writes.add(i, &op);
-            if matches!(op.request, Request::Get { serializable: true, .. }) {
+            if op.request.at_claimed_revision() {
                 part.serializable.push(i);
-                if op.request.answered() {
+                if matches!(op.request, Request::Get { .. }) && op.request.answered() {
                     // The member as the whole check names it.
                     let mut named = op.clone();
                     if let Some(name) = op.member.as_ref().and_then(|m| self.members.get(m)) {
@@ -244,7 +245,7 @@ impl Incremental {
         let mut flying: HashMap<(u32, &str), Vec<Item>> = HashMap::new();
         let mut flying_ops: HashMap<(u32, &str), Vec<&Operation>> = HashMap::new();
         for op in in_flight {
-            if matches!(op.request, Request::Get { serializable: true, .. }) {
+            if op.request.at_claimed_revision() {
                 continue;
             }
             flying.entry((op.epoch, op.request.key())).or_default().push(Item { call: op.call, ret: None, op: self.names.kv(&op.request) });

@@ -56,7 +56,7 @@ impl KeyWrites {
                     None => self.unknown.push(value),
                 }
             }
-            Request::Get { .. } | Request::Read { .. } | Request::Write { .. } | Request::Cas { .. } => {}
+            Request::Get { .. } | Request::GetAt { .. } | Request::Read { .. } | Request::Write { .. } | Request::Cas { .. } => {}
         }
     }
 
@@ -79,11 +79,14 @@ impl KeyWrites {
 /// empty, so a value must have been written in the history). The requests involved: the write
 /// it contradicts, if one.
 pub fn misread(read: &Operation, writes: &KeyWrites, epoch_zero: bool) -> Option<(String, Option<usize>)> {
-    let Request::Get { serializable: true, answer: Some(a), .. } = &read.request else { return None };
-    let at = a.revision;
+    let (at, kv, keys_only) = match &read.request {
+        Request::Get { serializable: true, answer: Some(a), .. } => (a.revision, &a.kv, false),
+        Request::GetAt { at, keys_only, answer: Some(a), .. } => (*at, &a.kv, *keys_only),
+        _ => return None,
+    };
     // The last acknowledged write at or below the claimed revision.
     let last = writes.known.range(..=at).next_back();
-    match &a.kv {
+    match kv {
         Some(kv) => {
             if kv.mod_revision > at {
                 return Some((format!("its value's mod revision {} is above the revision it claims", kv.mod_revision), None));
@@ -96,7 +99,10 @@ pub fn misread(read: &Operation, writes: &KeyWrites, epoch_zero: bool) -> Option
                 ));
             }
             match writes.known.get(&kv.mod_revision) {
-                Some((Some(v), _)) if *v == kv.value => None,
+                Some((Some(v), _)) if keys_only || *v == kv.value => None,
+                Some((None, j)) if keys_only => {
+                    Some((format!("revision {} deleted the key, which it shows present", kv.mod_revision), Some(*j)))
+                }
                 Some((written, j)) => Some((
                     format!(
                         "revision {} wrote {} to the key, not {:?}",
@@ -108,7 +114,9 @@ pub fn misread(read: &Operation, writes: &KeyWrites, epoch_zero: bool) -> Option
                 )),
                 // No acknowledged write at that revision: one of unknown outcome may have taken it,
                 // or (after a restore) the value came with the backup.
-                None if !epoch_zero || writes.unknown_write(Some(&kv.value)) => None,
+                None if !epoch_zero || (keys_only && writes.unknown.iter().any(Option::is_some)) => None,
+                None if !keys_only && writes.unknown_write(Some(&kv.value)) => None,
+                None if keys_only => Some((format!("no put of the key at revision {} is in the history", kv.mod_revision), None)),
                 None => Some((format!("no write of {:?} to the key is in the history", kv.value), None)),
             }
         }
@@ -128,7 +136,7 @@ mod tests {
     use crate::format::{Kv, ReadAnswer, WriteAnswer};
 
     fn op(request: Request) -> Operation {
-        Operation { client: 0, member: None, epoch: 0, call: 0, ret: Some(1), request }
+        Operation { client: 0, member: None, epoch: 0, group: None, call: 0, ret: Some(1), request }
     }
 
     fn put(value: &str, revision: Option<i64>) -> Operation {

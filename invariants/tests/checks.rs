@@ -89,7 +89,7 @@ fn view(ops: Vec<Operation>) -> HistoryView {
 }
 
 fn op(client: u64, call: u64, ret: u64, request: Request) -> Operation {
-    Operation { client, member: None, epoch: 0, call, ret: Some(ret), request }
+    Operation { client, member: None, epoch: 0, group: None, call, ret: Some(ret), request }
 }
 
 fn register_view(ops: Vec<Operation>) -> HistoryView {

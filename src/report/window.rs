@@ -146,7 +146,11 @@ fn label(o: &Operation) -> String {
             Some(a) => format!("txn refused r{}", a.revision),
             None => "txn ?".into(),
         },
-        Request::Get { answer: None, .. } => "get ?".into(),
+        Request::GetAt { at, answer: Some(a), .. } => match &a.kv {
+            Some(kv) => format!("get@{at} {}@{}", kv.value, kv.mod_revision),
+            None => format!("get@{at} ∅"),
+        },
+        Request::Get { answer: None, .. } | Request::GetAt { answer: None, .. } => "get ?".into(),
         Request::Read { .. } | Request::Write { .. } | Request::Cas { .. } => o.request.key().to_string(),
     }
 }
@@ -158,7 +162,7 @@ mod tests {
     use crate::history::{check, ModelKind, Verdict, DEFAULT_BOUND};
 
     fn op(client: u64, call: u64, ret: u64, request: Request) -> Operation {
-        Operation { client, member: None, epoch: 0, call, ret: Some(ret), request }
+        Operation { client, member: None, epoch: 0, group: None, call, ret: Some(ret), request }
     }
 
     #[test]

@@ -106,7 +106,7 @@ impl Requests {
         let epoch = self.epoch.load(Ordering::SeqCst);
         let mut log = self.lock();
         let call = self.now_us();
-        let op = Operation { client, member: None, epoch, call, ret: None, request };
+        let op = Operation { client, member: None, epoch, group: None, call, ret: None, request };
         log.in_flight.insert(ticket, op);
         Sent { ticket, client, epoch, call }
     }
@@ -124,7 +124,15 @@ impl Requests {
         // new one: it says nothing either can be held to.
         let request = if log.replacing { unanswered(&request) } else { request };
         let answered = request.answered();
-        let op = Operation { client: sent.client, member, epoch: sent.epoch, call: sent.call, ret: answered.then_some(ret), request };
+        let op = Operation {
+            client: sent.client,
+            member,
+            epoch: sent.epoch,
+            group: None,
+            call: sent.call,
+            ret: answered.then_some(ret),
+            request,
+        };
         if self.outliving && !answered {
             log.unknown.push(Operation { epoch: now, ..op.clone() });
         }
@@ -167,7 +175,7 @@ impl Requests {
         let ret = Some(self.now_us());
         let member = member.map(|m| label(&log.members, m));
         for request in gets {
-            log.done.push(Operation { client, member: member.clone(), epoch: sent.epoch, call: sent.call, ret, request });
+            log.done.push(Operation { client, member: member.clone(), epoch: sent.epoch, group: None, call: sent.call, ret, request });
         }
     }
 
@@ -253,7 +261,7 @@ fn label(members: &HashMap<String, String>, id: String) -> String {
 fn unanswered(r: &Request) -> Request {
     let mut r = r.clone();
     match &mut r {
-        Request::Get { answer, .. } => *answer = None,
+        Request::Get { answer, .. } | Request::GetAt { answer, .. } => *answer = None,
         Request::Put { answer, .. } => *answer = None,
         Request::Delete { answer, .. } => *answer = None,
         Request::Txn { answer, .. } => *answer = None,

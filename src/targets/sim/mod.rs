@@ -70,7 +70,7 @@ impl Requests {
     fn push(&mut self, request: Request) {
         let call = self.tick();
         let ret = self.tick();
-        self.log.push(Operation { client: 0, member: None, epoch: self.epoch, call, ret: Some(ret), request });
+        self.log.push(Operation { client: 0, member: None, epoch: self.epoch, group: None, call, ret: Some(ret), request });
     }
 
     fn view(&self) -> HistoryView {
