@@ -22,7 +22,7 @@ pub use failpoint::{Failpoint, FailpointAction};
 pub use generate::{draw_etcd_flags, generate, next_op_strategy, Plan, Weights};
 pub use model::{Answers, BackupId, DiskState, Member, MemberId, MemberState, Model, OutageMode, SiteId, Version};
 pub use op::{Op, OpKind, PreconditionError, MAX_BACKUPS};
-pub use profile::{ApiLoad, EtcdFlag, EtcdFlags, Mix, Profile, ProfileError, Stack, Workload, WorkloadKind};
+pub use profile::{ApiLoad, EtcdFlag, EtcdFlags, KvMix, Mix, Profile, ProfileError, Stack, Workload, WorkloadKind};
 pub use shrink::{repair, without, Shrinker};
 
 /// `n` and a noun, the noun plural unless `n` is 1: "1 member", "3 members".

@@ -420,6 +420,9 @@ pub struct Workload {
     /// `kube`: what each client does, by weight (`[workload.mix]`); fields left out keep their
     /// defaults.
     pub mix: Mix,
+    /// `kv`: what each client sends, by weight (`[workload.kv]`); fields left out keep their
+    /// defaults.
+    pub kv: KvMix,
     /// `kube`: the TTL of the leases the lease client grants, at least 2 s when `mix.lease` is
     /// above 0 (etcd raises anything below its minimum, about 1.5 s with default timings).
     #[serde(with = "human")]
@@ -438,6 +441,76 @@ pub enum WorkloadKind {
     /// The original writer: one client, unique keys, plain puts, one every `interval`. Seed
     /// records written before workload kinds existed replay with it.
     Puts,
+    /// etcd's whole key-value API (`[workload.kv]`): everything `kube` sends, plus plain puts,
+    /// gets and deletes, ranges (linearizable, serializable, with a limit, keys-only,
+    /// count-only, at an old revision), delete-ranges and multi-key transactions comparing
+    /// values, versions and revisions. The `kube` settings (`clients`, `keyspace`, `watches`,
+    /// `mix`, ...) apply to it too.
+    Kv,
+}
+
+/// What a `kv` workload client sends, by weight (`[workload.kv]`; 0 switches a request off, at
+/// least one must be above 0). Every request goes into the history, a request over several keys
+/// as one line per key it covers (`group`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct KvMix {
+    /// A plain put of one key (a value nobody else writes).
+    pub put: u32,
+    /// A get of one key: linearizable, or serializable one time in four.
+    pub get: u32,
+    /// A plain delete of one key.
+    pub delete: u32,
+    /// A range over up to 20 consecutive keys, drawn among: linearizable, serializable, with a
+    /// limit, keys-only, at an older revision (sometimes one compacted away, which etcd must
+    /// refuse), and a read-only transaction that reads the range whole, keys-only and
+    /// count-only at one revision (the three must agree).
+    pub range: u32,
+    /// A delete-range over up to 10 consecutive keys, with `prev_kv`.
+    pub delete_range: u32,
+    /// A transaction over several keys: compares on 1 to 3 keys' value, version, create or mod
+    /// revision (`=`, `!=`, `<`, `>`), puts and deletes of 1 to 3 keys when they hold, the
+    /// compared keys read in both branches (their answers must agree with the branch taken),
+    /// and now and then a range at an older revision (one the store still has: drawn at or
+    /// above every compaction asked for, never racing one).
+    pub txn: u32,
+    /// The same transaction with its range at a revision compacted away, which etcd must
+    /// refuse as a whole. On every etcd installed here the members that did not receive it from
+    /// the client apply its writes anyway and the stores diverge (etcd-io/etcd#18667,
+    /// docs/findings.md finding 7): 0 by default, so that a run can find anything else;
+    /// `seeds/` keeps a record that reaches it.
+    pub txn_compacted: u32,
+    /// `kube`'s guarded create, update or delete (`[workload.mix]` weighs which).
+    pub guarded: u32,
+    /// `kube`'s lease puts: grant, attach keys, then revoke or let expire.
+    pub lease: u32,
+    /// `kube`'s paginated list of every key.
+    pub list: u32,
+}
+
+impl Default for KvMix {
+    fn default() -> Self {
+        KvMix { put: 15, get: 15, delete: 5, range: 12, delete_range: 3, txn: 25, txn_compacted: 0, guarded: 15, lease: 8, list: 2 }
+    }
+}
+
+impl KvMix {
+    /// The weights in order: put, get, delete, range, delete-range, txn, txn-compacted,
+    /// guarded, lease, list.
+    pub fn weights(&self) -> [u32; 10] {
+        [
+            self.put,
+            self.get,
+            self.delete,
+            self.range,
+            self.delete_range,
+            self.txn,
+            self.txn_compacted,
+            self.guarded,
+            self.lease,
+            self.list,
+        ]
+    }
 }
 
 /// What a `kube` workload client does, by weight (0 switches a kind of request off; at least one
@@ -478,6 +551,7 @@ impl Default for Workload {
             watch_progress: Duration::from_secs(1),
             compact_interval: Duration::ZERO,
             mix: Mix::default(),
+            kv: KvMix::default(),
             lease_ttl: Duration::from_secs(3),
         }
     }
@@ -681,7 +755,7 @@ impl Profile {
             return bad(p);
         }
         let w = &self.workload;
-        if w.kind == WorkloadKind::Kube {
+        if matches!(w.kind, WorkloadKind::Kube | WorkloadKind::Kv) {
             if w.clients == 0 || w.clients > 256 {
                 return bad(format!("workload.clients = {} must be between 1 and 256", w.clients));
             }
@@ -692,10 +766,15 @@ impl Profile {
                 return bad(format!("workload.watches = {} is more than 16", w.watches));
             }
             let m = &w.mix;
-            if m.create + m.update + m.delete + m.lease + m.list == 0 {
+            let sum = |ws: &[u32]| ws.iter().map(|&w| u64::from(w)).sum::<u64>();
+            if w.kind == WorkloadKind::Kube && sum(&[m.create, m.update, m.delete, m.lease, m.list]) == 0 {
                 return bad("workload.mix gives every request weight 0: nothing would run".into());
             }
-            if m.lease > 0 && w.lease_ttl < Duration::from_secs(2) {
+            if w.kind == WorkloadKind::Kv && sum(&w.kv.weights()) == 0 {
+                return bad("workload.kv gives every request weight 0: nothing would run".into());
+            }
+            let leases = if w.kind == WorkloadKind::Kv { w.kv.lease } else { m.lease };
+            if leases > 0 && w.lease_ttl < Duration::from_secs(2) {
                 return bad(format!(
                     "workload.lease_ttl = {} is below 2s: etcd raises short TTLs, and the lease check needs the TTL it asked for",
                     humantime::format_duration(w.lease_ttl)

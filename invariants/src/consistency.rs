@@ -25,6 +25,10 @@ use std::collections::BTreeMap;
 use crate::{MemberStatus, Observation, Verdict};
 
 pub(crate) fn consistency(obs: &Observation) -> Verdict {
+    crate::known::with_txn_range_refused(stores(obs), obs)
+}
+
+fn stores(obs: &Observation) -> Verdict {
     if obs.members.is_empty() {
         return Verdict::Unobserved("no member statuses".into());
     }

@@ -1,7 +1,7 @@
 //! Known etcd behaviour that a leaderless verdict names: what shakedown has met and root-caused
 //! (`docs/findings.md`), told to the user beside the symptom instead of a check turned off.
 
-use crate::MemberStatus;
+use crate::{MemberStatus, Observation, Verdict};
 
 /// For a verdict that found no leader: names raft without pre-vote when a reachable member runs
 /// an etcd release where `--pre-vote` is off by default (before 3.5), with every reachable
@@ -27,6 +27,35 @@ pub(crate) fn leaderless(members: &[MemberStatus]) -> String {
         ". Known etcd behaviour: {} — raft without pre-vote (--pre-vote is off by default before 3.5): a member back from isolation or a pause returns at a higher term, the leader steps down, and the returning member's campaigns can keep the cluster leaderless for several election timeouts (etcd-io/etcd#9333, #12959; docs/findings.md, finding 3); etcd 3.5, or --pre-vote=true, avoids it.{terms}",
         without.join(", ")
     )
+}
+
+/// For a verdict on stores that diverged, or on answers no order explains: names
+/// etcd-io/etcd#18667 when the workload sent transactions with writes that a member refused for a
+/// range at a revision it had compacted away (or not reached). Empty when it sent none. The
+/// verdict still fails: the members hold different data.
+///
+/// A member applies a transaction it did not receive from the client with its ranges stripped
+/// (they answer nobody there), so the revision check of those ranges happens only on the member
+/// that did: it refuses the transaction, the others apply its writes. Every etcd release
+/// installed here has it (3.4.23, 3.5.16; the fix, etcd-io/etcd#21432, is not in a release
+/// here).
+pub(crate) fn txn_range_refused(obs: &Observation) -> String {
+    let Some(d) = &obs.durability else { return String::new() };
+    let Some(first) = d.refused_write_txns.first() else { return String::new() };
+    format!(
+        ". Known etcd defect: the workload sent {} transaction(s) with writes that a member refused for a range at a revision it no longer (or not yet) had, the first {first}; the members that did not receive such a transaction from the client skip its ranges and apply its writes, so the stores diverge by a revision each time (etcd-io/etcd#18667; docs/findings.md, finding 7)",
+        d.refused_write_txns.len()
+    )
+}
+
+/// `v` with [`txn_range_refused`]'s note when it fails.
+pub(crate) fn with_txn_range_refused(v: Verdict, obs: &Observation) -> Verdict {
+    let note = txn_range_refused(obs);
+    match v {
+        Verdict::Definite(m) if !note.is_empty() => Verdict::Definite(m + &note),
+        Verdict::Fail(m) if !note.is_empty() => Verdict::Fail(m + &note),
+        v => v,
+    }
 }
 
 /// An etcd release `3.minor.patch` as (minor, patch); `None` for anything else.

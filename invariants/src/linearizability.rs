@@ -7,7 +7,7 @@ pub const BOUND: u64 = shakedown_history::DEFAULT_BOUND;
 
 pub(crate) fn linearizability(obs: &Observation) -> Verdict {
     match &obs.history {
-        Some(history) => judge(history),
+        Some(history) => crate::known::with_txn_range_refused(judge(history), obs),
         None => Verdict::Unobserved("no history of the workload's requests".into()),
     }
 }

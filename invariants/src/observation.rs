@@ -323,6 +323,10 @@ pub struct Durability {
     /// What the workload's paginated reads at a pinned revision found wrong (keys out of order
     /// or repeated across pages, an entry newer than the pinned revision).
     pub list_anomalies: Vec<String>,
+    /// The workload's transactions with writes that a member refused for a range at a
+    /// revision it had compacted away (or not reached): etcd-io/etcd#18667 makes the members that
+    /// did not receive such a transaction from the client apply its writes anyway. Each in words.
+    pub refused_write_txns: Vec<String>,
     /// How many writes had been acknowledged when the read was sent (`None`: not recorded).
     /// A write acknowledged before is reflected by it; one acknowledged after is reflected only
     /// if its revision is at or below `read_revision`, and one whose revision is not known (a

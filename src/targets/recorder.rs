@@ -38,6 +38,11 @@ pub struct Stats {
     /// Watch resumptions etcd answered with "compacted" (the events below it are gone,
     /// declared).
     pub watch_compacted: AtomicU64,
+    /// Requests of the `kv` workload's own kinds (plain puts, gets and deletes, ranges,
+    /// delete-ranges, multi-key transactions).
+    pub kv_requests: AtomicU64,
+    /// Reads at an older revision etcd refused as compacted (or not reached yet), declared.
+    pub compacted_reads: AtomicU64,
 }
 
 /// A snapshot of the workload's counters.
@@ -55,6 +60,8 @@ pub struct StatsSnapshot {
     pub relists: u64,
     pub compactions: u64,
     pub watch_compacted: u64,
+    pub kv_requests: u64,
+    pub compacted_reads: u64,
 }
 
 /// One watcher's current session, written by its task.
@@ -80,6 +87,15 @@ pub struct Recorder {
     /// them (answered but not yet acknowledged, or neither in flight nor failed).
     pub(crate) writes: Mutex<Writes>,
     pub(crate) anomalies: Mutex<Vec<String>>,
+    /// Transactions with writes refused for a range at a compacted or future revision.
+    pub(crate) refused_txns: Mutex<Vec<String>>,
+    /// The highest revision a compaction has been asked for since the workload started.
+    pub(crate) compaction_floor: std::sync::atomic::AtomicI64,
+    /// Held (shared) by a transaction with writes and a range at an older revision while it is
+    /// drawn and sent, and (exclusive) by the compactor while a compaction is asked for: the
+    /// range is never below a compaction racing it (etcd-io/etcd#18667 would make the members
+    /// diverge).
+    pub(crate) compaction_gate: tokio::sync::RwLock<()>,
     pub(crate) leases: Mutex<Vec<LeaseRecord>>,
     pub(crate) watches: Mutex<Vec<WatchState>>,
     pub(crate) sink: Mutex<Option<BufWriter<File>>>,
@@ -109,6 +125,9 @@ impl Recorder {
             requests: crate::targets::requests::Requests::new(t0, shakedown_history::ModelKind::Etcd),
             writes: Mutex::default(),
             anomalies: Mutex::default(),
+            refused_txns: Mutex::default(),
+            compaction_floor: std::sync::atomic::AtomicI64::new(0),
+            compaction_gate: tokio::sync::RwLock::new(()),
             leases: Mutex::default(),
             watches: Mutex::default(),
             sink: Mutex::new(sink),
@@ -223,6 +242,7 @@ impl Recorder {
     /// still apply, so that an event whose `prev_kv` it removed is named as etcd-io/etcd#10681,
     /// not taken for a key that did not exist.
     pub fn compaction_requested(&self, revision: i64) {
+        self.compaction_floor.fetch_max(revision, Ordering::SeqCst);
         for w in self.watches.lock().expect("watches lock").iter_mut() {
             w.session.compactions.push(revision);
         }
@@ -253,6 +273,8 @@ impl Recorder {
             relists: l(&s.relists),
             compactions: l(&s.compactions),
             watch_compacted: l(&s.watch_compacted),
+            kv_requests: l(&s.kv_requests),
+            compacted_reads: l(&s.compacted_reads),
         }
     }
 }

@@ -25,6 +25,14 @@ pub(crate) struct Sent {
     call: u64,
 }
 
+/// A request over several keys sent and not answered yet (see [`Requests::send_group`]).
+pub(crate) struct SentGroup {
+    tickets: Vec<u64>,
+    client: u64,
+    epoch: u32,
+    call: u64,
+}
+
 /// A read sent and not answered yet (see [`Requests::read_sent`]). Dropped without
 /// [`Requests::reads`] (the read failed), it is forgotten: with no answer it constrains nothing.
 pub(crate) struct ReadSent {
@@ -100,6 +108,11 @@ impl Requests {
         self.log.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The epoch requests are sent in now (restores from a backup so far).
+    pub(crate) fn epoch(&self) -> u32 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
     /// `client` is about to send `request` (its answer field is ignored until it is answered).
     pub(crate) fn send(&self, client: u64, request: Request) -> Sent {
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
@@ -145,6 +158,61 @@ impl Requests {
         }
     }
 
+    /// `client` is about to send a request over several keys whose writes are `writes`, one
+    /// line per key (their answers are ignored until it is answered). Its lines share the call,
+    /// the return and a group (the first line's ticket).
+    pub(crate) fn send_group(&self, client: u64, writes: Vec<Request>) -> SentGroup {
+        let first = self.tickets.fetch_add(writes.len().max(1) as u64, Ordering::Relaxed);
+        let epoch = self.epoch.load(Ordering::SeqCst);
+        let mut log = self.lock();
+        let call = self.now_us();
+        let mut tickets = Vec::with_capacity(writes.len());
+        for (n, request) in writes.into_iter().enumerate() {
+            let ticket = first + n as u64;
+            log.in_flight.insert(ticket, Operation { client, member: None, epoch, group: Some(first), call, ret: None, request });
+            tickets.push(ticket);
+        }
+        SentGroup { tickets, client, epoch, call }
+    }
+
+    /// The request of `sent` ended: `writes` are its lines from [`Self::send_group`], with their
+    /// answers filled in (or left `None`: no answer), in the same order; `reads` the lines of
+    /// what it read (only when it was answered: a read without an answer constrains nothing).
+    pub(crate) fn end_group(&self, sent: SentGroup, writes: Vec<Request>, reads: Vec<Request>, member: Option<String>) {
+        let mut log = self.lock();
+        let now = self.epoch.load(Ordering::SeqCst);
+        let ret = self.now_us();
+        let group = sent.tickets.first().copied();
+        for t in &sent.tickets {
+            log.in_flight.remove(t);
+        }
+        let member = member.map(|m| label(&log.members, m));
+        let replacing = log.replacing;
+        let answered = !replacing && writes.iter().all(Request::answered);
+        let line = |request: Request, epoch: u32, ret: Option<u64>| Operation {
+            client: sent.client,
+            member: member.clone(),
+            epoch,
+            group,
+            call: sent.call,
+            ret,
+            request,
+        };
+        if now == sent.epoch && answered {
+            for request in writes.into_iter().chain(reads) {
+                log.done.push(line(request, sent.epoch, Some(ret)));
+            }
+        } else {
+            // No answer, or one that spans a restore or came while the store was replaced: of
+            // unknown outcome in every epoch it spans; what it read says nothing.
+            for epoch in sent.epoch..=now {
+                for request in &writes {
+                    log.done.push(line(unanswered(request), epoch, None));
+                }
+            }
+        }
+    }
+
     /// The request of `sent` was refused in a way its request cannot express (a Kubernetes 409
     /// says the precondition failed but not what the object is): it wrote nothing, and leaves
     /// the history.
@@ -174,8 +242,10 @@ impl Requests {
         }
         let ret = Some(self.now_us());
         let member = member.map(|m| label(&log.members, m));
+        // Several keys' lines of one read share a group.
+        let group = (gets.len() > 1).then_some(sent.ticket);
         for request in gets {
-            log.done.push(Operation { client, member: member.clone(), epoch: sent.epoch, group: None, call: sent.call, ret, request });
+            log.done.push(Operation { client, member: member.clone(), epoch: sent.epoch, group, call: sent.call, ret, request });
         }
     }
 

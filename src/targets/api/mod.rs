@@ -135,6 +135,7 @@ impl ApiWorkload {
             read_revision,
             read_error,
             list_anomalies: self.rec.anomalies(),
+            refused_write_txns: vec![],
             read_sent_at: Some(read_sent_at),
         }
     }

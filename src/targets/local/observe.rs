@@ -78,7 +78,18 @@ impl LocalTarget {
         };
         let (acked, unknown) = self.workload.history();
         let list_anomalies = self.workload.list_anomalies();
-        Durability { acked, unknown, marks: self.marks.clone(), read, read_revision, read_error, list_anomalies, read_sent_at: None }
+        let refused_write_txns = self.workload.refused_write_txns();
+        Durability {
+            acked,
+            unknown,
+            marks: self.marks.clone(),
+            read,
+            read_revision,
+            read_error,
+            list_anomalies,
+            refused_write_txns,
+            read_sent_at: None,
+        }
     }
 
     /// The workload's leases, then etcd's live leases, then the lease-attached keys — in that

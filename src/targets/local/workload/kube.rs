@@ -60,23 +60,25 @@ pub(super) fn start(
 ) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     for i in 0..cfg.clients {
-        let c = ObjectClient {
-            id: i,
-            endpoint: endpoint.to_string(),
-            objects: object_prefix(prefix),
-            leases: lease_prefix(prefix),
-            cfg: cfg.clone(),
-            bugs,
-            rec: rec.clone(),
-            known: HashMap::new(),
-            seq: 0,
-            lease: None,
-            rng: Rng::new(u64::from(i) << 32 | u64::from(std::process::id())),
-            own_member: (!members.is_empty()).then(|| members[i as usize % members.len()].clone()),
-            own: None,
-        };
+        let c = ObjectClient::new(i, endpoint, members, prefix, cfg, bugs, rec);
         tasks.push(tokio::spawn(c.run(stopped.clone())));
     }
+    tasks.extend(compactor_and_watchers(endpoint, members, prefix, cfg, bugs, rec, stopped));
+    tasks
+}
+
+/// The compactor (when the profile compacts) and the `watches` watchers; watcher `i` prefers
+/// member `members[i % members.len()]`.
+pub(super) fn compactor_and_watchers(
+    endpoint: &str,
+    members: &[String],
+    prefix: &str,
+    cfg: &Config,
+    bugs: ClientBugs,
+    rec: &Arc<Recorder>,
+    stopped: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks = Vec::new();
     if !cfg.compact_interval.is_zero() {
         tasks.push(tokio::spawn(compactor(endpoint.to_string(), cfg.compact_interval, cfg.timeout, rec.clone(), stopped.clone())));
     }
@@ -132,6 +134,8 @@ async fn compactor(
         // resume or a list in progress still holds, which etcd must then refuse, declared.
         let target = if tick.is_multiple_of(3) { now } else { seen };
         if let Some(target) = target.filter(|&r| r > 1) {
+            // No transaction with a range at an older revision is drawn or in flight meanwhile.
+            let _gate = rec.compaction_gate.write().await;
             rec.compaction_requested(target);
             match bounded("compact", timeout, c.compact(target, None)).await {
                 Ok(_) => {
@@ -147,26 +151,26 @@ async fn compactor(
 }
 
 /// What one request did.
-enum Outcome {
+pub(super) enum Outcome {
     Done,
     /// The connection is suspect: reconnect before the next request.
     Reconnect,
 }
 
-struct ObjectClient {
-    id: u32,
+pub(super) struct ObjectClient {
+    pub(super) id: u32,
     endpoint: String,
     objects: String,
     leases: String,
-    cfg: Config,
+    pub(super) cfg: Config,
     bugs: ClientBugs,
-    rec: Arc<Recorder>,
+    pub(super) rec: Arc<Recorder>,
     /// What this client last saw of a key: its mod revision, or 0 when absent.
     known: HashMap<u32, i64>,
-    seq: u64,
+    pub(super) seq: u64,
     /// The lease in use: (id, keys attached so far).
     lease: Option<(i64, u32)>,
-    rng: Rng,
+    pub(super) rng: Rng,
     /// The member this client would call its own (planted bug serializable-reads) and its
     /// connection.
     own_member: Option<String>,
@@ -174,10 +178,49 @@ struct ObjectClient {
 }
 
 impl ObjectClient {
+    /// Client `i` of the object keys under `prefix`.
+    pub(super) fn new(
+        i: u32,
+        endpoint: &str,
+        members: &[String],
+        prefix: &str,
+        cfg: &Config,
+        bugs: ClientBugs,
+        rec: &Arc<Recorder>,
+    ) -> ObjectClient {
+        ObjectClient {
+            id: i,
+            endpoint: endpoint.to_string(),
+            objects: object_prefix(prefix),
+            leases: lease_prefix(prefix),
+            cfg: cfg.clone(),
+            bugs,
+            rec: rec.clone(),
+            known: HashMap::new(),
+            seq: 0,
+            lease: None,
+            rng: Rng::new(u64::from(i) << 32 | u64::from(std::process::id())),
+            own_member: (!members.is_empty()).then(|| members[i as usize % members.len()].clone()),
+            own: None,
+        }
+    }
+
+    /// The client's endpoint.
+    pub(super) fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// A key of this client's object keys was written or read by a request `write` does not
+    /// know of: what it believes of the key's mod revision goes (the next write re-learns it).
+    pub(super) fn forget(&mut self, k: u32) {
+        self.known.remove(&k);
+    }
+
     async fn run(mut self, mut stopped: watch::Receiver<bool>) {
         let mut client: Option<Client> = None;
         let m = self.cfg.mix;
-        let total = u64::from(m.create + m.update + m.delete + m.lease + m.list);
+        let w = |x: u32| u64::from(x);
+        let total = w(m.create) + w(m.update) + w(m.delete) + w(m.lease) + w(m.list);
         while !*stopped.borrow() {
             if client.is_none() {
                 client = connect(&self.endpoint, self.cfg.timeout).await.ok();
@@ -188,11 +231,11 @@ impl ObjectClient {
                 continue;
             };
             let mut pick = self.rng.below(total);
-            let outcome = if pick < u64::from(m.create + m.update + m.delete) {
+            let outcome = if pick < w(m.create) + w(m.update) + w(m.delete) {
                 self.write(c, pick).await
             } else {
-                pick -= u64::from(m.create + m.update + m.delete);
-                if pick < u64::from(m.lease) {
+                pick -= w(m.create) + w(m.update) + w(m.delete);
+                if pick < w(m.lease) {
                     self.lease_put(c).await
                 } else {
                     self.list(c).await
@@ -208,7 +251,7 @@ impl ObjectClient {
 
     /// Mostly a key of the client's own share of the keyspace (a controller writes the objects
     /// it owns), sometimes any key: conflicts happen, but not on every request.
-    fn pick_key(&mut self) -> u32 {
+    pub(super) fn pick_key(&mut self) -> u32 {
         let (n, clients) = (self.cfg.keyspace, self.cfg.clients);
         let own = (n / clients).max(1);
         if self.rng.below(100) < OWN_KEYS_PERCENT && n >= clients {
@@ -218,20 +261,21 @@ impl ObjectClient {
         }
     }
 
-    fn key(&self, k: u32) -> String {
+    pub(super) fn key(&self, k: u32) -> String {
         format!("{}{k:06}", self.objects)
     }
 
     /// A create, update or delete of a random key, decided by what the client knows of it:
     /// absent → create (when the mix creates), present → update or delete by their weights.
-    async fn write(&mut self, c: &mut Client, pick: u64) -> Outcome {
+    pub(super) async fn write(&mut self, c: &mut Client, pick: u64) -> Outcome {
         let m = self.cfg.mix;
         let k = self.pick_key();
         let known = self.known.get(&k).copied().unwrap_or(0);
         if known == 0 && m.create == 0 {
             return Outcome::Done;
         }
-        let delete = known != 0 && m.update + m.delete > 0 && pick % u64::from(m.update + m.delete) >= u64::from(m.update);
+        let both = u64::from(m.update) + u64::from(m.delete);
+        let delete = known != 0 && both > 0 && pick % both >= u64::from(m.update);
         let key = self.key(k);
         let mut rev = known;
         for attempt in 0..=CONFLICT_RETRIES {
@@ -341,7 +385,7 @@ impl ObjectClient {
 
     /// Puts a key attached to the client's lease, granting one when it has none; after
     /// [`KEYS_PER_LEASE`] keys the lease is revoked (every other lease) or abandoned to expire.
-    async fn lease_put(&mut self, c: &mut Client) -> Outcome {
+    pub(super) async fn lease_put(&mut self, c: &mut Client) -> Outcome {
         let timeout = self.cfg.timeout;
         let (id, n) = match self.lease {
             Some(l) => l,
@@ -457,7 +501,7 @@ impl ObjectClient {
     /// Lists the object keys page by page at the revision of the first page, the way a paginated
     /// LIST does, and records what is inconsistent: a key out of order or repeated across pages,
     /// an entry newer than the pinned revision.
-    async fn list(&mut self, c: &mut Client) -> Outcome {
+    pub(super) async fn list(&mut self, c: &mut Client) -> Outcome {
         self.rec.stats.lists.fetch_add(1, Ordering::Relaxed);
         let timeout = self.cfg.timeout;
         let end = prefix_end(&self.objects);
@@ -533,7 +577,7 @@ impl ObjectClient {
 }
 
 /// A key's value as etcd answered it, as the history records it.
-fn history_kv(kv: &etcd_client::KeyValue) -> HistoryKv {
+pub(super) fn history_kv(kv: &etcd_client::KeyValue) -> HistoryKv {
     HistoryKv {
         value: String::from_utf8_lossy(kv.value()).into_owned(),
         mod_revision: kv.mod_revision(),

@@ -6,6 +6,8 @@
 //!   compare (conflicts retried with the revision the `Else` branch returned), keys attached to
 //!   reused leases that are revoked or left to expire, paginated reads at a pinned revision, and
 //!   long-lived watches ([`watch`]) resumed from their last revision + 1.
+//! - [`kv`]: etcd's whole key-value API on the same keys — plain puts, gets and deletes, ranges
+//!   of every kind, delete-ranges, multi-key transactions — beside everything `kube` sends.
 //! - [`puts`]: one client writing unique keys with plain puts (the original workload).
 //!
 //! Both write into one [`Recorder`] (`targets/recorder.rs`, shared with the Kubernetes API
@@ -13,6 +15,7 @@
 //! whose outcome is unknown, leases, watch sessions and anomalies of paginated reads.
 
 mod kube;
+mod kv;
 mod puts;
 mod watch;
 
@@ -76,10 +79,11 @@ impl Workload {
                 clients.spawn(puts::run(endpoint, prefix.clone(), cfg.interval, cfg.timeout, bugs.ack_before_write, rec.clone(), stopped))
             }
             WorkloadKind::Kube => clients.extend(kube::start(&endpoint, members, &prefix, cfg, bugs, &rec, &stopped)),
+            WorkloadKind::Kv => clients.extend(kv::start(&endpoint, members, &prefix, cfg, bugs, &rec, &stopped)),
         };
         let watchers = match cfg.kind {
             WorkloadKind::Puts => 0,
-            WorkloadKind::Kube => cfg.watches,
+            WorkloadKind::Kube | WorkloadKind::Kv => cfg.watches,
         };
         Workload { prefix, kind: cfg.kind, watchers, rec, clients }
     }
@@ -93,13 +97,13 @@ impl Workload {
     pub fn object_prefix(&self) -> String {
         match self.kind {
             WorkloadKind::Puts => self.prefix.clone(),
-            WorkloadKind::Kube => kube::object_prefix(&self.prefix),
+            WorkloadKind::Kube | WorkloadKind::Kv => kube::object_prefix(&self.prefix),
         }
     }
 
     /// The lease-attached keys (`None`: this workload has no leases).
     pub fn lease_prefix(&self) -> Option<String> {
-        (self.kind == WorkloadKind::Kube).then(|| kube::lease_prefix(&self.prefix))
+        (self.kind != WorkloadKind::Puts).then(|| kube::lease_prefix(&self.prefix))
     }
 
     /// Every acknowledged write so far, in order, and the writes whose outcome is unknown
@@ -131,6 +135,12 @@ impl Workload {
     /// What paginated reads found wrong.
     pub fn list_anomalies(&self) -> Vec<String> {
         self.rec.anomalies()
+    }
+
+    /// The transactions with writes a member refused for a range at a compacted (or future)
+    /// revision, in words (etcd-io/etcd#18667).
+    pub fn refused_write_txns(&self) -> Vec<String> {
+        self.rec.refused_txns.lock().expect("refused transactions lock").clone()
     }
 
     /// How many writes have been acknowledged so far (a position in `acked()`).
