@@ -498,18 +498,7 @@ impl KvMix {
     /// The weights in order: put, get, delete, range, delete-range, txn, txn-compacted,
     /// guarded, lease, list.
     pub fn weights(&self) -> [u32; 10] {
-        [
-            self.put,
-            self.get,
-            self.delete,
-            self.range,
-            self.delete_range,
-            self.txn,
-            self.txn_compacted,
-            self.guarded,
-            self.lease,
-            self.list,
-        ]
+        [self.put, self.get, self.delete, self.range, self.delete_range, self.txn, self.txn_compacted, self.guarded, self.lease, self.list]
     }
 }
 

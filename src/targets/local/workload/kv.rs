@@ -334,7 +334,12 @@ impl KvClient {
                 let kv = r.kvs().first().map(history_kv);
                 self.saw(revision);
                 self.learn(k, kv.clone());
-                rec.requests.reads(self.id(), sent, member, vec![Request::Get { key, serializable, answer: Some(ReadAnswer { revision, kv }) }]);
+                rec.requests.reads(
+                    self.id(),
+                    sent,
+                    member,
+                    vec![Request::Get { key, serializable, answer: Some(ReadAnswer { revision, kv }) }],
+                );
                 Outcome::Done
             }
             Err(_) => Outcome::Reconnect,
@@ -375,7 +380,14 @@ impl KvClient {
 
     /// One line per key of `[lo, hi)`: what `kvs` held for it (absent when not there), as
     /// `line` makes it; only the keys up to `upto` (the last key returned, when more remain).
-    fn lines(&self, lo: u32, hi: u32, kvs: &[etcd_client::KeyValue], upto: Option<&[u8]>, line: impl Fn(String, Option<HistoryKv>) -> Request) -> Vec<Request> {
+    fn lines(
+        &self,
+        lo: u32,
+        hi: u32,
+        kvs: &[etcd_client::KeyValue],
+        upto: Option<&[u8]>,
+        line: impl Fn(String, Option<HistoryKv>) -> Request,
+    ) -> Vec<Request> {
         let found: HashMap<&[u8], &etcd_client::KeyValue> = kvs.iter().map(|kv| (kv.key(), kv)).collect();
         (lo..hi)
             .map(|k| self.inner.key(k))
@@ -457,10 +469,28 @@ impl KvClient {
         self.range_anomalies(what, &r, lo, hi, limit);
         let upto = (limit > 0 && r.more()).then(|| r.kvs().last().map(|kv| kv.key().to_vec())).flatten();
         let lines = match variant {
-            0 | 2 => self.lines(lo, hi, r.kvs(), upto.as_deref(), |key, kv| Request::Get { key, serializable: false, answer: Some(ReadAnswer { revision, kv }) }),
-            1 => self.lines(lo, hi, r.kvs(), None, |key, kv| Request::Get { key, serializable: true, answer: Some(ReadAnswer { revision, kv }) }),
-            3 => self.lines(lo, hi, r.kvs(), None, |key, kv| Request::GetAt { key, at: revision, keys_only: true, answer: Some(ReadAnswer { revision, kv }) }),
-            _ => self.lines(lo, hi, r.kvs(), None, |key, kv| Request::GetAt { key, at: older, keys_only: false, answer: Some(ReadAnswer { revision, kv }) }),
+            0 | 2 => self.lines(lo, hi, r.kvs(), upto.as_deref(), |key, kv| Request::Get {
+                key,
+                serializable: false,
+                answer: Some(ReadAnswer { revision, kv }),
+            }),
+            1 => self.lines(lo, hi, r.kvs(), None, |key, kv| Request::Get {
+                key,
+                serializable: true,
+                answer: Some(ReadAnswer { revision, kv }),
+            }),
+            3 => self.lines(lo, hi, r.kvs(), None, |key, kv| Request::GetAt {
+                key,
+                at: revision,
+                keys_only: true,
+                answer: Some(ReadAnswer { revision, kv }),
+            }),
+            _ => self.lines(lo, hi, r.kvs(), None, |key, kv| Request::GetAt {
+                key,
+                at: older,
+                keys_only: false,
+                answer: Some(ReadAnswer { revision, kv }),
+            }),
         };
         if variant == 0 {
             for (k, line) in (lo..hi).zip(&lines) {
@@ -519,7 +549,11 @@ impl KvClient {
                 whole.kvs().len()
             ));
         }
-        let lines = self.lines(lo, hi, whole.kvs(), None, |key, kv| Request::Get { key, serializable: false, answer: Some(ReadAnswer { revision, kv }) });
+        let lines = self.lines(lo, hi, whole.kvs(), None, |key, kv| Request::Get {
+            key,
+            serializable: false,
+            answer: Some(ReadAnswer { revision, kv }),
+        });
         rec.requests.reads(self.id(), sent, member, lines);
         Outcome::Done
     }
@@ -566,9 +600,15 @@ impl KvClient {
         let mut reads = Vec::new();
         for ((k, key), ticket) in (lo..hi).zip(&keys).zip(tickets) {
             let before = prev.get(key.as_bytes());
-            writes.push(Request::Delete { key: key.clone(), answer: Some(DeleteAnswer { revision, deleted: i64::from(before.is_some()) }) });
+            writes
+                .push(Request::Delete { key: key.clone(), answer: Some(DeleteAnswer { revision, deleted: i64::from(before.is_some()) }) });
             if let Some(kv) = before {
-                reads.push(Request::GetAt { key: key.clone(), at: revision - 1, keys_only: false, answer: Some(ReadAnswer { revision, kv: Some(history_kv(kv)) }) });
+                reads.push(Request::GetAt {
+                    key: key.clone(),
+                    at: revision - 1,
+                    keys_only: false,
+                    answer: Some(ReadAnswer { revision, kv: Some(history_kv(kv)) }),
+                });
             }
             rec.answered(ticket, before.map(|_| Ack { key: key.clone(), value: None, revision, start }));
             self.learn(k, None);
@@ -642,15 +682,15 @@ impl KvClient {
         let txn = Txn::new().when(cmps.iter().map(|c| c.etcd(&self.inner.key(c.k))).collect::<Vec<_>>()).and_then(then).or_else(reads);
         let start = rec.position();
         rec.stats.attempted.fetch_add(1, Ordering::Relaxed);
-        let tickets: Vec<u64> = writes
-            .iter()
-            .map(|w| rec.send(Unknown { key: w.key.clone(), value: w.value.clone(), start, create: false }))
-            .collect();
+        let tickets: Vec<u64> =
+            writes.iter().map(|w| rec.send(Unknown { key: w.key.clone(), value: w.value.clone(), start, create: false })).collect();
         for w in &writes {
             self.inner.forget(w.k);
         }
         let line = |w: &TxnWrite, revision: Option<(i64, i64)>| match &w.value {
-            Some(v) => Request::Put { key: w.key.clone(), value: v.clone(), answer: revision.map(|(revision, _)| WriteAnswer { revision }) },
+            Some(v) => {
+                Request::Put { key: w.key.clone(), value: v.clone(), answer: revision.map(|(revision, _)| WriteAnswer { revision }) }
+            }
             None => Request::Delete { key: w.key.clone(), answer: revision.map(|(revision, deleted)| DeleteAnswer { revision, deleted }) },
         };
         let unanswered: Vec<Request> = writes.iter().map(|w| line(w, None)).collect();
@@ -715,7 +755,14 @@ impl KvClient {
                     .iter()
                     .zip(&states)
                     .map(|(c, s)| match s.as_ref().and_then(|s| s.as_ref()) {
-                        Some(kv) => format!("{} = {:?} (mod {}, create {:?}, version {:?})", self.inner.key(c.k), kv.value, kv.mod_revision, kv.create_revision, kv.version),
+                        Some(kv) => format!(
+                            "{} = {:?} (mod {}, create {:?}, version {:?})",
+                            self.inner.key(c.k),
+                            kv.value,
+                            kv.mod_revision,
+                            kv.create_revision,
+                            kv.version
+                        ),
                         None => format!("{} absent", self.inner.key(c.k)),
                     })
                     .collect();
@@ -732,18 +779,28 @@ impl KvClient {
         let mut lines = Vec::new();
         for (c, s) in cmps.iter().zip(&states) {
             if let Some(kv) = s {
-                lines.push(Request::Get { key: self.inner.key(c.k), serializable: false, answer: Some(ReadAnswer { revision: before, kv: kv.clone() }) });
+                lines.push(Request::Get {
+                    key: self.inner.key(c.k),
+                    serializable: false,
+                    answer: Some(ReadAnswer { revision: before, kv: kv.clone() }),
+                });
             }
         }
         if let (Some((k, at)), Some(Some(kv))) = (older, &older_kv) {
-            lines.push(Request::GetAt { key: self.inner.key(k), at, keys_only: false, answer: Some(ReadAnswer { revision, kv: kv.clone() }) });
+            lines.push(Request::GetAt {
+                key: self.inner.key(k),
+                at,
+                keys_only: false,
+                answer: Some(ReadAnswer { revision, kv: kv.clone() }),
+            });
         }
         for (c, s) in cmps.iter().zip(states) {
             if let Some(kv) = s {
                 self.learn(c.k, kv);
             }
         }
-        let answered: Vec<Request> = if succeeded { writes.iter().zip(&deleted).map(|(w, &d)| line(w, Some((revision, d)))).collect() } else { vec![] };
+        let answered: Vec<Request> =
+            if succeeded { writes.iter().zip(&deleted).map(|(w, &d)| line(w, Some((revision, d)))).collect() } else { vec![] };
         rec.requests.end_group(sent, answered, lines, member);
         for ((w, ticket), &d) in writes.iter().zip(tickets).zip(&deleted) {
             let ack = succeeded && (w.value.is_some() || d > 0);
