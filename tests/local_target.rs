@@ -1617,7 +1617,7 @@ fn the_kv_workload_sends_the_whole_api_and_every_answer_is_judged() {
     // Long enough for several compactions and a few thousand requests, with faults that leave
     // the endpoint serving (an isolated site's member times requests out until HAProxy's health
     // check takes it out: the compactor, one request a tick, then missed every tick of a run).
-    p.steps = 24;
+    p.steps = 48;
     p.ops = Some(vec![OpKind::Crash, OpKind::Restart, OpKind::Defrag]);
     p.weights.clear();
     p.workload.kind = shakedown::faults::WorkloadKind::Kv;

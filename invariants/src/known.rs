@@ -72,6 +72,14 @@ fn pre_vote_off_by_default(version: &str) -> bool {
     release(version).is_some_and(|(minor, _)| minor < 5)
 }
 
+/// etcd releases whose compaction removes a tombstone at exactly the compaction revision, so a
+/// watch from that revision misses the delete (etcd-io/etcd#18089). Measured here: 3.4.23 and
+/// 3.5.1 have it, 3.5.16 does not (`docs/findings/experiments/watch-compacted-tombstone.sh`); the
+/// fix, etcd-io/etcd#18274, reached 3.5 between the two.
+pub(crate) fn compaction_drops_tombstone(version: &str) -> bool {
+    release(version).is_some_and(|(minor, patch)| minor < 5 || (minor == 5 && patch < 16))
+}
+
 /// etcd releases whose requested progress notifications are not synchronised with the watch
 /// stream (etcd-io/etcd#15220; fixed in 3.4.25 and 3.5.8).
 pub(crate) fn progress_ahead_of_events(version: &str) -> bool {

@@ -6,9 +6,9 @@ use shakedown_faults::{BackupId, MemberId, Model, Op, OutageMode, SiteId, Versio
 use shakedown_history::format::{ReadAnswer, Request, WriteAnswer};
 use shakedown_history::{History, ModelKind, Operation};
 use shakedown_invariants::{
-    all_serving, check_all, expect_write, known_defects, Ack, ApiObservation, ApiServerReady, Durability, Expect, HistoryView, InvariantId,
-    Inventory, Leader, LeaseRecord, Leases, ListedMember, LocalInventory, Marks, MemberStatus, Observation, Probe, Revoke, ServingSample,
-    Unknown, Verdict, WatchEvent, WatchProgress, WatchSession, WatchStream,
+    all_serving, check_all, expect_write, known_defects, Ack, ApiObservation, ApiServerReady, CompactedGap, Durability, Expect,
+    HistoryView, InvariantId, Inventory, Leader, LeaseRecord, Leases, ListedMember, LocalInventory, Marks, MemberStatus, Observation,
+    Probe, Revoke, ServingSample, Unknown, Verdict, WatchEvent, WatchProgress, WatchSession, WatchStream,
 };
 
 fn model() -> Model {
@@ -823,6 +823,49 @@ fn event(revision: i64, key: &str, value: Option<&str>, prev: Option<&str>) -> W
         response: revision as u64,
         created: None,
     }
+}
+
+/// A delete at exactly a compaction's revision that a stream from that revision never delivers
+/// is etcd-io/etcd#18089 on a release that has it (named, not a failure), a missing write on one
+/// that does not; a missing delete at any other revision is missing everywhere.
+#[test]
+fn watch_names_a_tombstone_removed_by_a_compaction_to_its_revision() {
+    let mut o = healthy();
+    // /o/a written at 5 and deleted at 6, a compaction asked for at 6, /o/b written at 7.
+    o.durability.as_mut().unwrap().acked = vec![ack("/o/a", Some("1"), 5, 0), ack("/o/a", None, 6, 1), ack("/o/b", Some("x"), 7, 2)].into();
+    let put = |rev, key: &str, value: &str| WatchEvent { created: Some((rev, 1)), ..event(rev, key, Some(value), None) };
+    // Told that revision 5 was compacted, the stream resumed at 6 and went on from 7.
+    let s = |version: &str, compactions: Vec<i64>| WatchSession {
+        range: Some("/o/".into()),
+        streams: vec![WatchStream { first: 0, member: "m1".into(), version: Some(version.into()) }],
+        compacted: vec![CompactedGap { from: 5, to: 6, at: 0 }],
+        compactions,
+        ..session(vec![put(7, "/o/b", "x")])
+    };
+    let judge = |o: &mut Observation, s: WatchSession| {
+        o.watches = Some(vec![s]);
+        verdict(InvariantId::Watch, &model(), o)
+    };
+    assert_eq!(judge(&mut o, s("3.4.23", vec![6])), Verdict::Pass);
+    let known = known_defects(&[InvariantId::Watch], &o);
+    assert_eq!(known.len(), 1, "{known:?}");
+    assert_eq!(known[0].defect, "etcd-io/etcd#18089");
+    assert!(
+        known[0]
+            .message
+            .starts_with("w0: the delete of /o/a acknowledged at revision 6, the revision a compaction was asked for, was never delivered"),
+        "{known:?}"
+    );
+    assert_eq!(judge(&mut o, s("3.5.1", vec![6])), Verdict::Pass, "3.5.1 has it too");
+    // 3.5.16 keeps the tombstone: the same stream missed a write.
+    let v = judge(&mut o, s("3.5.16", vec![6]));
+    assert!(
+        matches!(&v, Verdict::Definite(m) if m.contains("1 acknowledged write(s) never delivered") && m.contains("revision 6 (/o/a)")),
+        "{v:?}"
+    );
+    // No compaction at that revision: missing on every release.
+    let v = judge(&mut o, s("3.4.23", vec![5]));
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("revision 6 (/o/a)")), "{v:?}");
 }
 
 /// A watch must deliver every acknowledged write up to how far it got, once, in order, with the

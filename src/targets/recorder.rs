@@ -80,6 +80,9 @@ pub(crate) struct Writes {
     pub(crate) next_ticket: u64,
 }
 
+/// Ended watch sessions kept for the checks (see [`Recorder::ended_watches`]).
+pub(crate) const ENDED_WATCH_SESSIONS: usize = 12;
+
 /// Everything the clients record, shared with the checks.
 pub struct Recorder {
     pub(crate) t0: Instant,
@@ -91,6 +94,8 @@ pub struct Recorder {
     pub(crate) refused_txns: Mutex<Vec<String>>,
     /// The highest revision a compaction has been asked for since the workload started.
     pub(crate) compaction_floor: std::sync::atomic::AtomicI64,
+    /// Every revision a compaction has been asked for (a new watch session starts with them).
+    pub(crate) compactions: Mutex<Vec<i64>>,
     /// Held (shared) by a transaction with writes and a range at an older revision while it is
     /// drawn and sent, and (exclusive) by the compactor while a compaction is asked for: the
     /// range is never below a compaction racing it (etcd-io/etcd#18667 would make the members
@@ -98,6 +103,9 @@ pub struct Recorder {
     pub(crate) compaction_gate: tokio::sync::RwLock<()>,
     pub(crate) leases: Mutex<Vec<LeaseRecord>>,
     pub(crate) watches: Mutex<Vec<WatchState>>,
+    /// The last sessions of watchers that start new ones on their own (the `kv` workload's),
+    /// still judged after they ended: the newest [`ENDED_WATCH_SESSIONS`].
+    pub(crate) ended_watches: Mutex<std::collections::VecDeque<WatchSession>>,
     pub(crate) sink: Mutex<Option<BufWriter<File>>>,
     pub(crate) stats: Stats,
     /// Bumped when the stack is restored: watches start new sessions, leases are forgotten.
@@ -127,9 +135,11 @@ impl Recorder {
             anomalies: Mutex::default(),
             refused_txns: Mutex::default(),
             compaction_floor: std::sync::atomic::AtomicI64::new(0),
+            compactions: Mutex::default(),
             compaction_gate: tokio::sync::RwLock::new(()),
             leases: Mutex::default(),
             watches: Mutex::default(),
+            ended_watches: Mutex::default(),
             sink: Mutex::new(sink),
             stats: Stats::default(),
             generation: signal::channel(0).0,
@@ -222,13 +232,17 @@ impl Recorder {
         self.anomalies.lock().expect("anomalies lock").clone()
     }
 
-    /// Every watcher's current session (those that have started one).
+    /// Every watcher's current session (those that have started one), and the last sessions
+    /// that ended on their own.
     pub fn watch_sessions(&self) -> Vec<WatchSession> {
+        let ended: Vec<WatchSession> = self.ended_watches.lock().expect("ended watches lock").iter().cloned().collect();
         let w = self.watches.lock().expect("watches lock");
-        w.iter()
-            .filter(|s| s.session.start_revision > 0)
-            .map(|s| {
-                let mut session = WatchSession { events: s.log.snapshot(), ..s.session.clone() };
+        ended
+            .into_iter()
+            .chain(
+                w.iter().filter(|s| s.session.start_revision > 0).map(|s| WatchSession { events: s.log.snapshot(), ..s.session.clone() }),
+            )
+            .map(|mut session| {
                 for stream in &mut session.streams {
                     stream.member = self.requests.member_name(&stream.member);
                 }
@@ -237,12 +251,31 @@ impl Recorder {
             .collect()
     }
 
+    /// Watcher `slot`'s session ends on its own (the watcher starts another): it is kept for
+    /// the checks among the last [`ENDED_WATCH_SESSIONS`].
+    pub(crate) fn end_watch_session(&self, slot: usize) {
+        let ended = {
+            let mut w = self.watches.lock().expect("watches lock");
+            let s = std::mem::take(&mut w[slot]);
+            WatchSession { events: s.log.snapshot(), ..s.session }
+        };
+        if ended.start_revision == 0 {
+            return;
+        }
+        let mut e = self.ended_watches.lock().expect("ended watches lock");
+        if e.len() == ENDED_WATCH_SESSIONS {
+            e.pop_front();
+        }
+        e.push_back(ended);
+    }
+
     /// A compaction to `revision` is about to be asked for (by the workload's compactor, or an
     /// op): every watch session notes it before it is sent, since one without an answer may
     /// still apply, so that an event whose `prev_kv` it removed is named as etcd-io/etcd#10681,
     /// not taken for a key that did not exist.
     pub fn compaction_requested(&self, revision: i64) {
         self.compaction_floor.fetch_max(revision, Ordering::SeqCst);
+        self.compactions.lock().expect("compactions lock").push(revision);
         for w in self.watches.lock().expect("watches lock").iter_mut() {
             w.session.compactions.push(revision);
         }
@@ -254,6 +287,10 @@ impl Recorder {
         for w in self.watches.lock().expect("watches lock").iter_mut() {
             *w = WatchState::default();
         }
+        // Ended before the restore: what they were promised is the old store's; so were the
+        // compactions (the restored store's revisions start again from the backup's).
+        self.ended_watches.lock().expect("ended watches lock").clear();
+        self.compactions.lock().expect("compactions lock").clear();
         self.generation.send_modify(|g| *g += 1);
     }
 

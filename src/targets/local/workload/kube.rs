@@ -24,6 +24,9 @@ use tokio::task::JoinHandle;
 use super::{member_hex, pause, unix_ms, ClientBugs, Recorder, Rng, MAX_LEASE_RECORDS, RECONNECT_PAUSE, WRITE_BEHIND_DELAY};
 use crate::targets::local::etcd::{bounded, connect};
 
+/// How long a `kv` workload's watch session lasts before its watcher starts another from a
+/// drawn revision.
+const KV_WATCH_SESSION: std::time::Duration = std::time::Duration::from_secs(4);
 /// How often a refused update is retried with the revision the refusal returned.
 const CONFLICT_RETRIES: u32 = 3;
 /// Keys attached to one lease before the client moves on to a new lease.
@@ -92,6 +95,7 @@ pub(super) fn compactor_and_watchers(
             cfg.timeout,
             cfg.watch_progress,
             bugs.resume_from_now,
+            (cfg.kind == shakedown_faults::WorkloadKind::Kv).then_some(super::watch::Sessions { every: KV_WATCH_SESSION }),
             rec.clone(),
             stopped.clone(),
         )));

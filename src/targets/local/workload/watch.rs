@@ -14,12 +14,26 @@ use etcd_client::{Client, EventType, GetOptions, WatchOptions};
 use shakedown_invariants::{CompactedGap, WatchEvent, WatchProgress, WatchSession, WatchStream};
 use tokio::sync::watch;
 
-use super::{pause, Recorder, WatchState, RECONNECT_PAUSE};
+use super::{pause, Recorder, Rng, WatchState, RECONNECT_PAUSE};
 use crate::targets::local::etcd::{bounded, connect};
 
 /// The longest a watch stream may stay silent before it is treated as broken and resumed (a
 /// stream whose member was paused or cut off never errors on its own).
 const SILENCE: Duration = Duration::from_secs(3);
+/// How far below the current revision a session drawn to start in the past starts, at most.
+const PAST: u64 = 300;
+/// How far above the current revision a session drawn to start in the future starts, at most.
+const FUTURE: u64 = 30;
+
+/// A watcher that starts a new session every `every` (the `kv` workload's): each from a
+/// revision drawn among the current one + 1, one in the past (compacted away, sometimes: etcd
+/// must then cancel the watch and say so, never skip silently) and one in the future (nothing
+/// until the store gets there). Each session is judged from its own first revision, every
+/// write acknowledged at or above it, whenever it was sent.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Sessions {
+    pub(super) every: Duration,
+}
 
 /// Watcher `i` watches through `local` (its "local member", the way a stacked kube-apiserver
 /// talks to the etcd member on its machine) when that answers, else through the endpoint. With
@@ -34,6 +48,7 @@ pub(super) async fn run(
     timeout: Duration,
     progress_every: Duration,
     resume_from_now: bool,
+    sessions: Option<Sessions>,
     rec: Arc<Recorder>,
     mut stopped: watch::Receiver<bool>,
 ) {
@@ -43,6 +58,12 @@ pub(super) async fn run(
         w.len() - 1
     };
     let name = format!("w{i}");
+    let mut rng = Rng::new(u64::from(i) << 40 ^ u64::from(std::process::id()) ^ 0x5e55);
+    // Sessions started (named `w<i>.<n>` when the watcher starts them on its own), and when the
+    // current one ends.
+    let mut count = 0u32;
+    let far = || tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    let mut session_end = far();
     let mut generation = rec.generation();
     // Revision to watch from next; 0 = start a new session from the current revision.
     let mut next = 0i64;
@@ -83,14 +104,35 @@ pub(super) async fn run(
                 continue;
             };
             next = now + 1;
+            let mut start_ack = start_ack;
+            let mut name = name.clone();
+            if let Some(s) = sessions {
+                match rng.below(3) {
+                    0 => {}
+                    1 => {
+                        // Every write at or above it is expected, whenever it was acknowledged.
+                        next = (now - rng.below(PAST) as i64).max(1);
+                        start_ack = 0;
+                    }
+                    _ => next = now + 1 + rng.below(FUTURE) as i64,
+                }
+                count += 1;
+                name = format!("{name}.{count}");
+                session_end = tokio::time::Instant::now() + s.every;
+            }
             responses = 0;
+            // Compactions asked for before the session: an event at or below one may come
+            // without its prev_kv (etcd-io/etcd#10681), a delete at one may never come
+            // (etcd-io/etcd#18089).
+            let compactions = rec.compactions.lock().expect("compactions lock").clone();
             let mut w = rec.watches.lock().expect("watches lock");
             w[slot] = WatchState {
                 session: WatchSession {
-                    name: name.clone(),
+                    name,
                     start_revision: next,
                     start_ack,
                     range: Some(prefix.clone()),
+                    compactions,
                     ..WatchSession::default()
                 },
                 log: Default::default(),
@@ -129,6 +171,13 @@ pub(super) async fn run(
                 _ = stopped.changed() => return,
                 _ = generation.changed() => {
                     // Restored: a new session from the restored store's revision.
+                    next = 0;
+                    break;
+                }
+                _ = tokio::time::sleep_until(session_end) => {
+                    // Kept for the checks; the next session starts from a new drawn revision.
+                    rec.end_watch_session(slot);
+                    session_end = far();
                     next = 0;
                     break;
                 }
