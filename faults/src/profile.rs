@@ -482,7 +482,8 @@ pub struct KvMix {
     pub txn_compacted: u32,
     /// `kube`'s guarded create, update or delete (`[workload.mix]` weighs which).
     pub guarded: u32,
-    /// `kube`'s lease puts: grant, attach keys, then revoke or let expire.
+    /// `kube`'s lease puts (grant, attach keys, then revoke or let expire), one time in three a
+    /// keep-alive of the lease in use instead.
     pub lease: u32,
     /// `kube`'s paginated list of every key.
     pub list: u32,

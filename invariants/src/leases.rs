@@ -3,8 +3,8 @@
 //! The target reads in this order: the workload's leases (grants acknowledged), then etcd's live
 //! leases, then the lease-attached keys. So a lease granted by the workload and not alive at the
 //! second read had expired or been revoked before the third, and etcd deletes a lease's keys in
-//! the same revision that removes the lease. And a lease the workload never kept alive cannot
-//! expire before its grant was sent + its TTL (a leader change only extends leases).
+//! the same revision that removes the lease. And a lease cannot expire before its grant, or the
+//! last keep-alive etcd answered, was sent + its TTL (a leader change only extends leases).
 
 use shakedown_faults::Model;
 
@@ -30,12 +30,18 @@ pub(crate) fn leases(model: &Model, obs: &Observation) -> Verdict {
             let why = if r.revoke == Revoke::Acked { "revoked" } else { "expired or revoked" };
             problems.push(format!("lease {:x} is gone ({why}) but {} of its keys are still there ({})", r.id, attached.len(), attached[0]));
         }
-        // Not due yet: granted less than its TTL before the read returned, never revoked.
-        let due = r.granted_at_ms + r.ttl_ms;
+        // Not due yet: granted (or kept alive) less than its TTL before the read returned, never
+        // revoked.
+        let due = r.granted_at_ms.max(r.kept_alive_at_ms) + r.ttl_ms;
         if r.revoke == Revoke::No && !l.revoking.contains(&r.id) && l.read_done_ms < due {
             if !alive {
+                let renewed = if r.kept_alive_at_ms > 0 {
+                    format!(", kept alive {} ms before the read", l.read_done_ms.saturating_sub(r.kept_alive_at_ms))
+                } else {
+                    String::new()
+                };
                 problems.push(format!(
-                    "lease {:x} (TTL {} ms, granted {} ms before the read) is gone before its TTL ran out and without a revoke",
+                    "lease {:x} (TTL {} ms, granted {} ms before the read{renewed}) is gone before its TTL ran out and without a revoke",
                     r.id,
                     r.ttl_ms,
                     l.read_done_ms.saturating_sub(r.granted_at_ms)

@@ -483,6 +483,9 @@ pub struct LeaseRecord {
     /// Keys put with this lease whose put was acknowledged.
     pub keys: Vec<String>,
     pub revoke: Revoke,
+    /// Milliseconds since the workload started when the last keep-alive etcd answered (with a
+    /// TTL above 0) was sent, 0 for none: the lease cannot expire before this + TTL either.
+    pub kept_alive_at_ms: u64,
 }
 
 /// Whether the workload revoked a lease.

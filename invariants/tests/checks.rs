@@ -66,7 +66,14 @@ fn healthy() -> Observation {
         }]),
         // One live lease with its key.
         leases: Some(Leases {
-            records: vec![LeaseRecord { id: 7, ttl_ms: 60_000, granted_at_ms: 0, keys: vec!["l1".into()], revoke: Revoke::No }],
+            records: vec![LeaseRecord {
+                id: 7,
+                ttl_ms: 60_000,
+                granted_at_ms: 0,
+                keys: vec!["l1".into()],
+                revoke: Revoke::No,
+                kept_alive_at_ms: 0,
+            }],
             alive: [7].into(),
             read: BTreeMap::from([("l1".to_string(), 7)]),
             read_done_ms: 10,
@@ -1093,7 +1100,7 @@ fn watch_enforces_range_atomicity_creation_origin_and_progress() {
 }
 
 fn lease(id: i64, keys: &[&str], revoke: Revoke) -> LeaseRecord {
-    LeaseRecord { id, ttl_ms: 3000, granted_at_ms: 1000, keys: keys.iter().map(|k| k.to_string()).collect(), revoke }
+    LeaseRecord { id, ttl_ms: 3000, granted_at_ms: 1000, keys: keys.iter().map(|k| k.to_string()).collect(), revoke, kept_alive_at_ms: 0 }
 }
 
 /// Keys of a gone lease are gone; keys of a lease not yet due are there; a lease is not gone
@@ -1138,6 +1145,17 @@ fn leases_catch_keys_outliving_their_lease_and_leases_gone_early() {
     l.revoking.remove(&1);
     // After its TTL it may be gone.
     l.read_done_ms = 4100;
+    o.leases = Some(l.clone());
+    assert_eq!(verdict(InvariantId::Leases, &model(), &o), Verdict::Pass);
+    // Unless a keep-alive etcd answered was sent since: due again a TTL after it.
+    l.records[0].kept_alive_at_ms = 3000;
+    o.leases = Some(l.clone());
+    assert!(
+        matches!(verdict(InvariantId::Leases, &model(), &o), Verdict::Definite(m) if m.contains("lease 1 (TTL 3000 ms, granted 3100 ms before the read, kept alive 1100 ms before the read) is gone before its TTL ran out")),
+        "{:?}",
+        verdict(InvariantId::Leases, &model(), &o)
+    );
+    l.read_done_ms = 6100;
     o.leases = Some(l);
     assert_eq!(verdict(InvariantId::Leases, &model(), &o), Verdict::Pass);
 }

@@ -26,6 +26,8 @@ pub struct Stats {
     /// Transactions refused by their compare (another client wrote the key first).
     pub conflicts: AtomicU64,
     pub lease_puts: AtomicU64,
+    /// Lease keep-alives etcd answered with a TTL (the `kv` workload's).
+    pub keep_alives: AtomicU64,
     pub lists: AtomicU64,
     pub watch_events: AtomicU64,
     pub watch_resumptions: AtomicU64,
@@ -53,6 +55,7 @@ pub struct StatsSnapshot {
     pub failed: u64,
     pub conflicts: u64,
     pub lease_puts: u64,
+    pub keep_alives: u64,
     pub lists: u64,
     pub watch_events: u64,
     pub watch_resumptions: u64,
@@ -303,6 +306,7 @@ impl Recorder {
             failed: l(&s.failed),
             conflicts: l(&s.conflicts),
             lease_puts: l(&s.lease_puts),
+            keep_alives: l(&s.keep_alives),
             lists: l(&s.lists),
             watch_events: l(&s.watch_events),
             watch_resumptions: l(&s.watch_resumptions),

@@ -408,6 +408,7 @@ impl ObjectClient {
                             granted_at_ms: at,
                             keys: vec![],
                             revoke: Revoke::No,
+                            kept_alive_at_ms: 0,
                         });
                         (g.id(), 0)
                     }
@@ -446,6 +447,34 @@ impl ObjectClient {
                 // lease next time.
                 tracing::trace!("workload lease put failed: {e}");
                 self.lease = None;
+                Outcome::Reconnect
+            }
+        }
+    }
+
+    /// Renews the client's lease once (one request on etcd's keep-alive stream), or grants one
+    /// and puts a key when it has none. Once etcd answers with a TTL the lease cannot expire
+    /// before the request was sent + its TTL; a TTL of 0 says it expired: the next lease put
+    /// grants another.
+    pub(super) async fn keep_alive(&mut self, c: &mut Client) -> Outcome {
+        let Some((id, _)) = self.lease else { return self.lease_put(c).await };
+        let at = self.rec.now_ms();
+        let renew = async {
+            let (_keeper, mut stream) = c.lease_keep_alive(id).await?;
+            stream.message().await
+        };
+        match bounded("lease keep-alive", self.cfg.timeout, renew).await {
+            Ok(Some(r)) if r.ttl() > 0 => {
+                self.set_lease(id, |l| l.kept_alive_at_ms = l.kept_alive_at_ms.max(at));
+                self.rec.stats.keep_alives.fetch_add(1, Ordering::Relaxed);
+                Outcome::Done
+            }
+            Ok(_) => {
+                self.lease = None;
+                Outcome::Done
+            }
+            Err(e) => {
+                tracing::trace!("workload lease keep-alive failed: {e}");
                 Outcome::Reconnect
             }
         }

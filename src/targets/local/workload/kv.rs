@@ -6,7 +6,10 @@
 //! count-only in one transaction); a delete-range with `prev_kv`; a transaction over several keys
 //! (compares on value, version, create and mod revision, puts and deletes, the compared keys
 //! read in both branches, sometimes a range at an older revision); or what a `kube` client does
-//! (guarded writes, lease puts, paginated lists). The compactor and the watchers are `kube`'s.
+//! (guarded writes, lease puts and keep-alives, paginated lists). The compactor and the watchers
+//! are `kube`'s, except that each watcher starts a new session every few seconds from a drawn
+//! revision: the current one, one in the past (sometimes compacted away: etcd must say so) or
+//! one in the future (`watch.rs`).
 //!
 //! Into the history (`history/src/format.rs`) a request over several keys goes as one line per
 //! key it covers, the lines sharing a group:
@@ -207,6 +210,8 @@ impl KvClient {
                     let pick = self.inner.rng.next();
                     self.inner.write(c, pick).await
                 }
+                // One lease request in three renews the lease in use.
+                8 if self.inner.rng.below(3) == 0 => self.inner.keep_alive(c).await,
                 8 => self.inner.lease_put(c).await,
                 _ => self.inner.list(c).await,
             };
@@ -814,5 +819,53 @@ impl KvClient {
             rec.stats.conflicts.fetch_add(1, Ordering::Relaxed);
         }
         Outcome::Done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(value: &str, mod_revision: i64, create: i64, version: i64) -> HistoryKv {
+        HistoryKv { value: value.into(), mod_revision, create_revision: Some(create), version: Some(version) }
+    }
+
+    fn cmp(target: Target, op: CompareOp, value: &str, n: i64) -> Cmp {
+        Cmp { k: 0, target, op, value: value.into(), n }
+    }
+
+    #[test]
+    fn compares_hold_as_etcd_evaluates_them() {
+        let k = kv("b", 7, 3, 2);
+        assert!(cmp(Target::Value, CompareOp::Equal, "b", 0).holds(Some(&k)));
+        assert!(cmp(Target::Value, CompareOp::NotEqual, "a", 0).holds(Some(&k)));
+        assert!(cmp(Target::Value, CompareOp::Greater, "a", 0).holds(Some(&k)), "values compare as bytes");
+        assert!(cmp(Target::Mod, CompareOp::Equal, "", 7).holds(Some(&k)));
+        assert!(cmp(Target::Mod, CompareOp::Less, "", 8).holds(Some(&k)));
+        assert!(cmp(Target::Create, CompareOp::Equal, "", 3).holds(Some(&k)));
+        assert!(cmp(Target::Version, CompareOp::Greater, "", 1).holds(Some(&k)));
+        assert!(!cmp(Target::Version, CompareOp::Less, "", 2).holds(Some(&k)));
+        // An absent key: a value compare never holds, not even `!=`; the others read 0.
+        assert!(!cmp(Target::Value, CompareOp::NotEqual, "b", 0).holds(None));
+        assert!(!cmp(Target::Value, CompareOp::Equal, "", 0).holds(None));
+        assert!(cmp(Target::Mod, CompareOp::Equal, "", 0).holds(None));
+        assert!(cmp(Target::Create, CompareOp::Less, "", 1).holds(None));
+        assert!(cmp(Target::Version, CompareOp::NotEqual, "", 1).holds(None));
+        assert!(!cmp(Target::Version, CompareOp::Greater, "", 0).holds(None));
+    }
+
+    #[test]
+    fn a_compare_says_what_it_compares() {
+        assert_eq!(cmp(Target::Value, CompareOp::NotEqual, "c1-4", 0).text(), "value != \"c1-4\"");
+        assert_eq!(cmp(Target::Create, CompareOp::Greater, "", 12).text(), "create revision > 12");
+    }
+
+    #[test]
+    fn a_refused_revision_is_told_from_other_errors() {
+        let call = |msg: &str| EtcdError::Call { what: "txn".into(), source: etcd_client::Error::InvalidArgs(msg.into()) };
+        assert!(refused_revision(&call("etcdserver: mvcc: required revision has been compacted")));
+        assert!(refused_revision(&call("etcdserver: mvcc: required revision is a future revision")));
+        assert!(!refused_revision(&call("etcdserver: request timed out")));
+        assert!(!refused_revision(&EtcdError::Timeout { what: "txn".into(), bound: std::time::Duration::from_secs(1) }));
     }
 }
