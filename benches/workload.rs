@@ -1,13 +1,21 @@
-//! `cargo bench --bench workload`: the Kubernetes-shaped workload on a healthy local stack.
+//! `cargo bench --bench workload`: a workload on a healthy local stack.
 //!
-//! For each client count: acknowledged transactions per second sustained over a window (after a
-//! warm-up), conflicts, lease puts, watch events, and the cost of a full check (observe + judge,
-//! every invariant) taken every 50 ms under that load (median, p99) — with every check required
-//! to pass (a failure is printed: the check must raise no false alarm under load).
+//! For each client count: the store's write rate (revisions per second: one per write request
+//! etcd applied, however many keys it wrote), acknowledged writes per second (one per key),
+//! conflicts, lease puts, watch events, sustained over a window (after a warm-up), and the cost
+//! of a full check (observe + judge, every invariant) taken every 50 ms under that load (median,
+//! p99) — with every check required to pass (a failure is printed: the check must raise no
+//! false alarm under load).
+//!
+//! With `SHAKEDOWN_BENCH_REFERENCE=1` it first measures etcd's own client on a stack of the same
+//! shape in the same run: `etcdctl check perf --load=l` against the members (its 60 s run,
+//! about 8,000 writes/s asked of 1,000 clients), and reports each row's write rate as a ratio
+//! of it.
 //!
 //! Needs what `scripts/install-deps.sh` installs, and root for loop-mounted disks. Writes
 //! `target/bench/workload.json`. `SHAKEDOWN_BENCH_WINDOW` sets the window in seconds (default
-//! 20), `SHAKEDOWN_BENCH_CLIENTS` the client counts (default `8,16,32`).
+//! 20), `SHAKEDOWN_BENCH_CLIENTS` the client counts (default `8,16,32`), `SHAKEDOWN_BENCH_KIND`
+//! the workload (`kube`, the default, or `kv`: etcd's whole key-value API).
 
 use std::time::{Duration, Instant};
 
@@ -31,7 +39,15 @@ fn main() {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    let base = shakedown::profiles::load("default").unwrap();
+    let mut base = shakedown::profiles::load("default").unwrap();
+    if let Ok(kind) = std::env::var("SHAKEDOWN_BENCH_KIND") {
+        base.workload.kind = match kind.as_str() {
+            "kube" => shakedown::faults::WorkloadKind::Kube,
+            "kv" => shakedown::faults::WorkloadKind::Kv,
+            other => panic!("SHAKEDOWN_BENCH_KIND={other}: kube or kv"),
+        };
+    }
+    let reference = std::env::var("SHAKEDOWN_BENCH_REFERENCE").is_ok_and(|v| v == "1");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let binaries = discover(&base.versions, &BinaryOverrides::default()).expect("binaries (run scripts/install-deps.sh)");
     let (disks, why) = DiskMode::detect();
@@ -39,14 +55,10 @@ fn main() {
         eprintln!("note: {why}");
     }
     let root = tempfile::Builder::new().prefix("shakedown-bench-").tempdir().unwrap();
-    let mut rows = Vec::new();
-    for (i, &n) in clients.iter().enumerate() {
-        let mut profile = base.clone();
-        profile.workload.clients = n;
-        profile.workload.interval = Duration::ZERO;
+    let config = |i: usize| {
         let run_dir = root.path().join(format!("run{i}"));
         std::fs::create_dir_all(&run_dir).unwrap();
-        let cfg = TestbedConfig {
+        TestbedConfig {
             run_id: format!("sd-wbench{i}"),
             run_dir,
             binaries: binaries.clone(),
@@ -56,7 +68,42 @@ fn main() {
             election_ms: 1000,
             stack: shakedown::faults::Stack::Etcd,
             etcd: Default::default(),
-        };
+        }
+    };
+    // etcd's own client on the same shape of stack, the workload all but idle (one put a second).
+    let perf = reference.then(|| {
+        let mut profile = base.clone();
+        profile.workload.kind = shakedown::faults::WorkloadKind::Puts;
+        profile.workload.interval = Duration::from_secs(1);
+        let model = profile.initial_model();
+        rt.block_on(async {
+            let target = LocalTarget::start(config(99), &profile, &model, Duration::from_secs(30)).await.expect("bring-up");
+            let urls: Vec<String> = target.testbed.members.values().map(|m| m.client_url()).collect();
+            let out = tokio::process::Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["check", "perf", "--load=l", "--endpoints", &urls.join(",")])
+                .output()
+                .await
+                .expect("etcdctl (scripts/install-deps.sh installs etcd-client)");
+            let mut target = target;
+            target.teardown().await;
+            let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+            let rate = text
+                .split("Throughput is ")
+                .nth(1)
+                .and_then(|t| t.split_whitespace().next())
+                .and_then(|n| n.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no throughput in etcdctl check perf's output:\n{text}"));
+            println!("reference: etcdctl check perf --load=l against the members: {rate:.0} writes/s");
+            rate
+        })
+    });
+    let mut rows = Vec::new();
+    for (i, &n) in clients.iter().enumerate() {
+        let mut profile = base.clone();
+        profile.workload.clients = n;
+        profile.workload.interval = Duration::ZERO;
+        let cfg = config(i);
         let model = profile.initial_model();
         let row = rt.block_on(async {
             let mut target = LocalTarget::start(cfg, &profile, &model, Duration::from_secs(30)).await.expect("bring-up");
@@ -64,6 +111,8 @@ fn main() {
             let stat = |t: &LocalTarget, k: &str| t.workload_stats()[k].as_u64().unwrap_or(0);
             let (acked0, conflicts0, leases0, events0) =
                 (stat(&target, "acked"), stat(&target, "conflicts"), stat(&target, "lease_puts"), stat(&target, "watch_events"));
+            let revision = |o: &shakedown::invariants::Observation| o.members.iter().map(|m| m.revision).max().unwrap_or(0);
+            let rev0 = revision(&target.observe(&model, &[InvariantId::Members]).await);
             let t0 = Instant::now();
             let (mut checks, mut judged, mut failed) = (Vec::new(), Vec::new(), Vec::new());
             while t0.elapsed() < window {
@@ -78,10 +127,15 @@ fn main() {
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+            let rev1 = revision(&target.observe(&model, &[InvariantId::Members]).await);
             let secs = t0.elapsed().as_secs_f64();
             let per_s = |a: u64, b: u64| (a - b) as f64 / secs;
+            let writes = (rev1 - rev0) as f64 / secs;
             let row = serde_json::json!({
                 "clients": n,
+                "kind": format!("{:?}", profile.workload.kind),
+                "writes_per_s": writes,
+                "ratio_to_check_perf": perf.map(|p| writes / p),
                 "acked_txn_per_s": per_s(stat(&target, "acked"), acked0),
                 "conflicts_per_s": per_s(stat(&target, "conflicts"), conflicts0),
                 "lease_puts_per_s": per_s(stat(&target, "lease_puts"), leases0),
@@ -99,8 +153,10 @@ fn main() {
             row
         });
         println!(
-            "clients {:>3}: {:>7.0} acknowledged txn/s · {:>5.0} conflicts/s · {:>5.0} lease puts/s · {:>6.0} watch events/s · check median {:.1} ms (judging {:.1} ms), p99 {:.1} ms ({} checks, {} failed)",
+            "clients {:>3}: {:>7.0} writes/s{} · {:>7.0} acknowledged writes/s · {:>5.0} conflicts/s · {:>5.0} lease puts/s · {:>6.0} watch events/s · check median {:.1} ms (judging {:.1} ms), p99 {:.1} ms ({} checks, {} failed)",
             n,
+            row["writes_per_s"].as_f64().unwrap(),
+            row["ratio_to_check_perf"].as_f64().map(|r| format!(" ({r:.2} × check perf)")).unwrap_or_default(),
             row["acked_txn_per_s"].as_f64().unwrap(),
             row["conflicts_per_s"].as_f64().unwrap(),
             row["lease_puts_per_s"].as_f64().unwrap(),
@@ -117,7 +173,7 @@ fn main() {
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(
         out.join("workload.json"),
-        serde_json::to_string_pretty(&serde_json::json!({ "window_s": window.as_secs(), "disks": format!("{disks:?}"), "rows": rows }))
+        serde_json::to_string_pretty(&serde_json::json!({ "window_s": window.as_secs(), "disks": format!("{disks:?}"), "check_perf_writes_per_s": perf, "rows": rows }))
             .unwrap(),
     )
     .unwrap();
