@@ -113,7 +113,7 @@ fn main() {
             let rate = text
                 .lines()
                 .find(|l| l.contains("Throughput"))
-                .and_then(|l| l.split_whitespace().filter_map(|w| w.parse::<f64>().ok()).last())
+                .and_then(|l| l.split_whitespace().filter_map(|w| w.parse::<f64>().ok()).next_back())
                 .unwrap_or_else(|| panic!("no throughput in etcdctl check perf's output:\n{text}"));
             println!("reference: etcdctl check perf --load=l against the members: {rate:.0} writes/s");
             rate
