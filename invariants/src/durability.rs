@@ -162,8 +162,8 @@ fn history(d: &Durability) -> Verdict {
         for u in unknown.get(key).into_iter().flatten() {
             // Compare-guarded: a write applied after the last acknowledged one compared against
             // its revision, so it was sent after that one was; a create may apply after any
-            // delete, whenever it was sent.
-            if u.create || u.start >= start {
+            // delete, and an unguarded write after any write, whenever it was sent.
+            if u.any_time || u.start >= start {
                 allowed.either.push(u.value.as_deref());
             }
         }

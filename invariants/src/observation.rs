@@ -362,9 +362,12 @@ pub struct Unknown {
     pub value: Option<String>,
     /// How many writes had been acknowledged when it was sent.
     pub start: usize,
-    /// A create (`If(ModRevision(key) == 0)`): it may apply after any later write that removed
-    /// the key, whenever it was sent.
-    pub create: bool,
+    /// It may apply after any later write of the key, whenever it was sent: a create
+    /// (`If(ModRevision(key) == 0)`, after any later delete), and a write no compare on the key's
+    /// own revision guards (a plain put or delete, a delete-range, a transaction guarded by other
+    /// keys: the `kv` workload's). `false`: a write guarded by the key's mod revision, which can
+    /// only apply after the writes acknowledged before it was sent.
+    pub any_time: bool,
 }
 
 /// What one long-lived watch of the workload's object keys delivered since it last started from

@@ -438,7 +438,7 @@ impl Writer {
 
     async fn create(&self, name: &str, value: &str) -> Known {
         let start = self.rec.position();
-        let ticket = self.rec.send(Unknown { key: name.into(), value: Some(value.into()), start, create: true });
+        let ticket = self.rec.send(Unknown { key: name.into(), value: Some(value.into()), start, any_time: true });
         let sent = self.rec.requests.send(self.client(), self.txn(name, 0, Some(value), None));
         match self.call(self.api.create(&PostParams::default(), &self.object(name, value, None))).await {
             Ok(cm) => self.written(ticket, sent, name, value, 0, start, cm),
@@ -461,7 +461,7 @@ impl Writer {
     async fn update(&self, name: &str, mut version: String, value: &str) -> Known {
         for _ in 0..=CONFLICT_RETRIES {
             let start = self.rec.position();
-            let ticket = self.rec.send(Unknown { key: name.into(), value: Some(value.into()), start, create: false });
+            let ticket = self.rec.send(Unknown { key: name.into(), value: Some(value.into()), start, any_time: false });
             let guard = rv(Some(&version));
             let sent = self.rec.requests.send(self.client(), self.txn(name, guard, Some(value), None));
             match self.call(self.api.replace(name, &PostParams::default(), &self.object(name, value, Some(version.clone())))).await {
@@ -486,7 +486,7 @@ impl Writer {
 
     async fn delete(&self, name: &str, version: &str) -> Known {
         let start = self.rec.position();
-        let ticket = self.rec.send(Unknown { key: name.into(), value: None, start, create: false });
+        let ticket = self.rec.send(Unknown { key: name.into(), value: None, start, any_time: false });
         let guard = rv(Some(version));
         let sent = self.rec.requests.send(self.client(), self.txn(name, guard, None, None));
         let dp =

@@ -317,7 +317,7 @@ impl ObjectClient {
                 return Outcome::Done;
             }
             let (at, t) = (unix_ms(), std::time::Instant::now());
-            let ticket = self.rec.send(Unknown { key: key.clone(), value: value.clone(), start, create });
+            let ticket = self.rec.send(Unknown { key: key.clone(), value: value.clone(), start, any_time: create });
             let then = match &value {
                 Some(v) => Then::Put(v.clone()),
                 None => Then::Delete,

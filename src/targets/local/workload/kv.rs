@@ -302,7 +302,9 @@ impl KvClient {
         self.inner.forget(k);
         let start = rec.position();
         rec.stats.attempted.fetch_add(1, Ordering::Relaxed);
-        let ticket = rec.send(Unknown { key: key.clone(), value: Some(value.clone()), start, create: false });
+        // No compare on the key guards it: without an answer it may apply after any later write
+        // of the key (a proposal still queued in raft when the client gave up).
+        let ticket = rec.send(Unknown { key: key.clone(), value: Some(value.clone()), start, any_time: true });
         let request = |answer| Request::Put { key: key.clone(), value: value.clone(), answer };
         let sent = rec.requests.send(self.id(), request(None));
         let (at, t) = (unix_ms(), Instant::now());
@@ -358,7 +360,7 @@ impl KvClient {
         self.inner.forget(k);
         let start = rec.position();
         rec.stats.attempted.fetch_add(1, Ordering::Relaxed);
-        let ticket = rec.send(Unknown { key: key.clone(), value: None, start, create: false });
+        let ticket = rec.send(Unknown { key: key.clone(), value: None, start, any_time: true });
         let request = |answer| Request::Delete { key: key.clone(), answer };
         let sent = rec.requests.send(self.id(), request(None));
         let (at, t) = (unix_ms(), Instant::now());
@@ -570,7 +572,7 @@ impl KvClient {
         let keys: Vec<String> = (lo..hi).map(|k| self.inner.key(k)).collect();
         let start = rec.position();
         rec.stats.attempted.fetch_add(1, Ordering::Relaxed);
-        let tickets: Vec<u64> = keys.iter().map(|key| rec.send(Unknown { key: key.clone(), value: None, start, create: false })).collect();
+        let tickets: Vec<u64> = keys.iter().map(|key| rec.send(Unknown { key: key.clone(), value: None, start, any_time: true })).collect();
         for k in lo..hi {
             self.inner.forget(k);
         }
@@ -688,7 +690,7 @@ impl KvClient {
         let start = rec.position();
         rec.stats.attempted.fetch_add(1, Ordering::Relaxed);
         let tickets: Vec<u64> =
-            writes.iter().map(|w| rec.send(Unknown { key: w.key.clone(), value: w.value.clone(), start, create: false })).collect();
+            writes.iter().map(|w| rec.send(Unknown { key: w.key.clone(), value: w.value.clone(), start, any_time: true })).collect();
         for w in &writes {
             self.inner.forget(w.k);
         }

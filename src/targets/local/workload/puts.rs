@@ -57,7 +57,7 @@ pub(super) async fn run(
             continue;
         }
         let (at, t) = (unix_ms(), std::time::Instant::now());
-        let ticket = rec.send(Unknown { key: key.clone(), value: Some(value.clone()), start, create: true });
+        let ticket = rec.send(Unknown { key: key.clone(), value: Some(value.clone()), start, any_time: true });
         let put = |answer| Request::Put { key: key.clone(), value: value.clone(), answer };
         let sent = rec.requests.send(0, put(None));
         let res = bounded("put", timeout, c.put(key.as_str(), value.as_str(), None)).await;
