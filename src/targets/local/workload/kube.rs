@@ -50,37 +50,33 @@ pub(super) fn lease_prefix(prefix: &str) -> String {
     format!("{prefix}l/")
 }
 
-/// Starts the object clients and the watchers.
-/// Watcher `i` prefers member `members[i % members.len()]`.
-pub(super) fn start(
-    endpoint: &str,
-    members: &[String],
-    prefix: &str,
-    cfg: &Config,
-    bugs: ClientBugs,
-    rec: &Arc<Recorder>,
-    stopped: &watch::Receiver<bool>,
-) -> Vec<JoinHandle<()>> {
+/// What the `kube` and `kv` workloads' tasks start from.
+pub(super) struct Start<'a> {
+    pub(super) endpoint: &'a str,
+    /// The members' own URLs: watcher `i` prefers member `members[i % members.len()]`.
+    pub(super) members: &'a [String],
+    /// The run's keys (`/shakedown/<run>/w/`).
+    pub(super) prefix: &'a str,
+    pub(super) cfg: &'a Config,
+    pub(super) bugs: ClientBugs,
+    pub(super) rec: &'a Arc<Recorder>,
+    pub(super) stopped: &'a watch::Receiver<bool>,
+}
+
+/// Starts the object clients, the compactor and the watchers.
+pub(super) fn start(s: &Start) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
-    for i in 0..cfg.clients {
-        let c = ObjectClient::new(i, endpoint, members, prefix, cfg, bugs, rec);
-        tasks.push(tokio::spawn(c.run(stopped.clone())));
+    for i in 0..s.cfg.clients {
+        let c = ObjectClient::new(i, s);
+        tasks.push(tokio::spawn(c.run(s.stopped.clone())));
     }
-    tasks.extend(compactor_and_watchers(endpoint, members, prefix, cfg, bugs, rec, stopped));
+    tasks.extend(compactor_and_watchers(s));
     tasks
 }
 
-/// The compactor (when the profile compacts) and the `watches` watchers; watcher `i` prefers
-/// member `members[i % members.len()]`.
-pub(super) fn compactor_and_watchers(
-    endpoint: &str,
-    members: &[String],
-    prefix: &str,
-    cfg: &Config,
-    bugs: ClientBugs,
-    rec: &Arc<Recorder>,
-    stopped: &watch::Receiver<bool>,
-) -> Vec<JoinHandle<()>> {
+/// The compactor (when the profile compacts) and the `watches` watchers.
+pub(super) fn compactor_and_watchers(s: &Start) -> Vec<JoinHandle<()>> {
+    let Start { endpoint, members, prefix, cfg, bugs, rec, stopped } = *s;
     let mut tasks = Vec::new();
     if !cfg.compact_interval.is_zero() {
         tasks.push(tokio::spawn(compactor(endpoint.to_string(), cfg.compact_interval, cfg.timeout, rec.clone(), stopped.clone())));
@@ -182,16 +178,9 @@ pub(super) struct ObjectClient {
 }
 
 impl ObjectClient {
-    /// Client `i` of the object keys under `prefix`.
-    pub(super) fn new(
-        i: u32,
-        endpoint: &str,
-        members: &[String],
-        prefix: &str,
-        cfg: &Config,
-        bugs: ClientBugs,
-        rec: &Arc<Recorder>,
-    ) -> ObjectClient {
+    /// Client `i` of the object keys.
+    pub(super) fn new(i: u32, s: &Start) -> ObjectClient {
+        let Start { endpoint, members, prefix, cfg, bugs, rec, .. } = *s;
         ObjectClient {
             id: i,
             endpoint: endpoint.to_string(),

@@ -34,14 +34,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, GetResponse, Txn, TxnOp, TxnOpResponse};
-use shakedown_faults::{KvMix, Workload as Config};
+use shakedown_faults::KvMix;
 use shakedown_history::format::{DeleteAnswer, Kv as HistoryKv, ReadAnswer, Request, WriteAnswer};
 use shakedown_invariants::{Ack, Unknown};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::kube::{compactor_and_watchers, history_kv, ObjectClient, Outcome};
-use super::{member_hex, pause, unix_ms, ClientBugs, Recorder, RECONNECT_PAUSE};
+use super::kube::{compactor_and_watchers, history_kv, ObjectClient, Outcome, Start};
+use super::{member_hex, pause, unix_ms, Recorder, RECONNECT_PAUSE};
 use crate::targets::local::etcd::{bounded, connect, EtcdError};
 
 /// The most keys one range covers.
@@ -54,27 +54,13 @@ const TXN_KEYS: u64 = 3;
 const OLDER_BY: u64 = 200;
 
 /// Starts the clients, the compactor and the watchers.
-pub(super) fn start(
-    endpoint: &str,
-    members: &[String],
-    prefix: &str,
-    cfg: &Config,
-    bugs: ClientBugs,
-    rec: &Arc<Recorder>,
-    stopped: &watch::Receiver<bool>,
-) -> Vec<JoinHandle<()>> {
+pub(super) fn start(s: &Start) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
-    for i in 0..cfg.clients {
-        let c = KvClient {
-            inner: ObjectClient::new(i, endpoint, members, prefix, cfg, bugs, rec),
-            mix: cfg.kv,
-            seen_rev: 0,
-            epoch_seen: (0, 0, 0),
-            seen: HashMap::new(),
-        };
-        tasks.push(tokio::spawn(c.run(stopped.clone())));
+    for i in 0..s.cfg.clients {
+        let c = KvClient { inner: ObjectClient::new(i, s), mix: s.cfg.kv, seen_rev: 0, epoch_seen: (0, 0, 0), seen: HashMap::new() };
+        tasks.push(tokio::spawn(c.run(s.stopped.clone())));
     }
-    tasks.extend(compactor_and_watchers(endpoint, members, prefix, cfg, bugs, rec, stopped));
+    tasks.extend(compactor_and_watchers(s));
     tasks
 }
 

@@ -78,8 +78,10 @@ impl Workload {
             WorkloadKind::Puts => {
                 clients.spawn(puts::run(endpoint, prefix.clone(), cfg.interval, cfg.timeout, bugs.ack_before_write, rec.clone(), stopped))
             }
-            WorkloadKind::Kube => clients.extend(kube::start(&endpoint, members, &prefix, cfg, bugs, &rec, &stopped)),
-            WorkloadKind::Kv => clients.extend(kv::start(&endpoint, members, &prefix, cfg, bugs, &rec, &stopped)),
+            WorkloadKind::Kube | WorkloadKind::Kv => {
+                let s = kube::Start { endpoint: &endpoint, members, prefix: &prefix, cfg, bugs, rec: &rec, stopped: &stopped };
+                clients.extend(if cfg.kind == WorkloadKind::Kv { kv::start(&s) } else { kube::start(&s) })
+            }
         };
         let watchers = match cfg.kind {
             WorkloadKind::Puts => 0,
