@@ -1669,5 +1669,6 @@ fn the_kv_workload_sends_the_whole_api_and_every_answer_is_judged() {
     let stats = events(&run_dir).into_iter().rev().find_map(|e| e.get("workload").cloned()).expect("the workload's counters");
     assert!(stats["kv_requests"].as_u64().unwrap() > 100, "{stats}");
     assert!(stats["compactions"].as_u64().unwrap() > 0, "{stats}");
+    // Sent (whether etcd answered in time on a loaded machine is the leases invariant's matter).
     assert!(stats["keep_alives"].as_u64().unwrap() > 0, "{stats}");
 }

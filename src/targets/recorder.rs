@@ -26,7 +26,8 @@ pub struct Stats {
     /// Transactions refused by their compare (another client wrote the key first).
     pub conflicts: AtomicU64,
     pub lease_puts: AtomicU64,
-    /// Lease keep-alives etcd answered with a TTL (the `kv` workload's).
+    /// Lease keep-alives sent (the `kv` workload's; whether etcd renewed the lease is the lease
+    /// record's `kept_alive_at_ms`).
     pub keep_alives: AtomicU64,
     pub lists: AtomicU64,
     pub watch_events: AtomicU64,

@@ -448,6 +448,7 @@ impl ObjectClient {
     pub(super) async fn keep_alive(&mut self, c: &mut Client) -> Outcome {
         let Some((id, _)) = self.lease else { return self.lease_put(c).await };
         let at = self.rec.now_ms();
+        self.rec.stats.keep_alives.fetch_add(1, Ordering::Relaxed);
         let renew = async {
             let (_keeper, mut stream) = c.lease_keep_alive(id).await?;
             stream.message().await
@@ -455,7 +456,6 @@ impl ObjectClient {
         match bounded("lease keep-alive", self.cfg.timeout, renew).await {
             Ok(Some(r)) if r.ttl() > 0 => {
                 self.set_lease(id, |l| l.kept_alive_at_ms = l.kept_alive_at_ms.max(at));
-                self.rec.stats.keep_alives.fetch_add(1, Ordering::Relaxed);
                 Outcome::Done
             }
             Ok(_) => {
