@@ -52,6 +52,9 @@ const COMPACTION_RETRY: Duration = Duration::from_millis(500);
 /// (`workload`); the answer does not matter (a revision compacted already is refused, a member
 /// that dies in it does not answer).
 async fn compact_now(url: &str, bound: Duration, workload: &super::workload::Workload) {
+    // No transaction with a range at an older revision is drawn or in flight meanwhile (one the
+    // compaction overtook would be refused: etcd-io/etcd#18667).
+    let _gate = workload.compaction_gate().await;
     let Ok(s) = etcd::status(url, bound).await else { return };
     let Some(rev) = s.header().map(|h| h.revision()) else { return };
     workload.compaction_requested(rev);

@@ -160,6 +160,13 @@ impl Workload {
         self.rec.now_ms()
     }
 
+    /// Held by whoever asks for a compaction, from choosing its revision to the answer: the
+    /// `kv` workload's transactions with a range at an older revision wait meanwhile (see
+    /// `Recorder::compaction_gate`).
+    pub async fn compaction_gate(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.rec.compaction_gate.write().await
+    }
+
     /// A compaction to `revision` is about to be asked for by an op (see
     /// [`Recorder::compaction_requested`]).
     pub fn compaction_requested(&self, revision: i64) {
