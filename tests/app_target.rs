@@ -176,7 +176,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     std::fs::create_dir_all(&files).unwrap();
     // Its runs' directories, records and profiles, should it fail: under load it once failed
     // where nothing was left to read.
-    let _keep = common::KeepOnFailure { dir: files.clone(), name: format!("app-target-{}", std::process::id()) };
+    let _keep = common::KeepOnFailure::new(files.clone(), format!("app-target-{}", std::process::id()));
     std::fs::write(files.join("app.toml"), APP_PROFILE).unwrap();
     let kubeconfig = node.kubeconfig.display().to_string();
     let app = files.join("app.toml").display().to_string();

@@ -1530,6 +1530,86 @@ fn partition_until_snapshot_brings_a_member_back_through_a_snapshot() {
     }
 }
 
+/// The cut of `partition-until-snapshot` (`nft::cut_peer`), on real nftables: connections open
+/// before it are reset, not only silenced, so nothing written to them during the cut crosses it
+/// when it is lifted (a dropped connection survives a short cut and delivers its backlog: a
+/// member that caught up without the leader's snapshot). A connection a peer dialed to the
+/// member's peer port: the peer's next write is answered with a reset, and the member's too. A
+/// connection the member dialed (told by its group, as etcd's are): its next packet resets it,
+/// and the peer's writes after that are refused by the member's kernel. Lifted, a new connection
+/// works.
+#[test]
+fn the_peer_cut_resets_open_connections_and_nothing_crosses_it() {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::unix::process::CommandExt;
+    let (member, peer, port, gid) = ("127.9.3.1", "127.9.3.2", 23970u16, 4_270_001u32);
+    let table = format!("shakedown_cut_test_{}", std::process::id());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let cut = || rt.block_on(shakedown::targets::local::nft::cut_peer(&table, "m9", member.parse().unwrap(), gid, port)).unwrap();
+    let heal = || rt.block_on(shakedown::targets::local::nft::heal_peer(&table, "m9")).unwrap();
+    let bound = Some(Duration::from_secs(2));
+    // Writes until one fails (a reset shows on the write after it arrives), at most 20 times.
+    let write_fails = |s: &mut TcpStream| {
+        (0..20).any(|_| {
+            s.write_all(b"more\n").is_err() || {
+                std::thread::sleep(Duration::from_millis(100));
+                false
+            }
+        })
+    };
+
+    // A peer dialed the member's peer port.
+    let member_port = TcpListener::bind((member, port)).unwrap();
+    let mut dialer = TcpStream::connect((member, port)).unwrap();
+    let (mut accepted, _) = member_port.accept().unwrap();
+    dialer.write_all(b"before\n").unwrap();
+    let mut buf = [0u8; 64];
+    accepted.set_read_timeout(bound).unwrap();
+    assert_eq!(accepted.read(&mut buf).unwrap(), 7, "the connection works before the cut");
+    cut();
+    let peer_reset = write_fails(&mut dialer);
+    let member_reset = write_fails(&mut accepted);
+    let got = accepted.read(&mut buf);
+    heal();
+    assert!(peer_reset && member_reset, "both ends reset: the peer's {peer_reset}, the member's {member_reset}");
+    assert!(!matches!(got, Ok(n) if n > 0), "nothing the peer wrote during the cut reached the member: {got:?}");
+
+    // The member dialed a peer's peer port (from a process of the member's group).
+    let peer_port = TcpListener::bind((peer, port)).unwrap();
+    let mut child = std::process::Command::new("bash")
+        .args([
+            "-c",
+            &format!("exec 3<>/dev/tcp/{peer}/{port}; echo hello >&3; read -r _; echo ping >&3; read -r -t 2 -u 3 got; echo \"got:$got\""),
+        ])
+        .gid(gid)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut at_peer, _) = peer_port.accept().unwrap();
+    at_peer.set_read_timeout(bound).unwrap();
+    assert_eq!(at_peer.read(&mut buf).unwrap(), 6, "the member's connection works before the cut");
+    cut();
+    // The member writes (its packet resets its socket), then the peer's writes are refused.
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let peer_reset = write_fails(&mut at_peer);
+    let out = child.wait_with_output().unwrap();
+    heal();
+    let out = text(&out.stdout);
+    assert!(peer_reset, "the peer's end of the member's connection reset");
+    assert_eq!(out.trim(), "got:", "the member read nothing the peer wrote during the cut");
+
+    // Lifted: a new connection works.
+    let mut again = TcpStream::connect((member, port)).unwrap();
+    again.write_all(b"after\n").unwrap();
+    let (mut accepted, _) = member_port.accept().unwrap();
+    accepted.set_read_timeout(bound).unwrap();
+    assert_eq!(accepted.read(&mut buf).unwrap(), 6, "a new connection after the heal");
+    shakedown::targets::local::nft::delete_table(&table);
+}
+
 /// `failpoint` on the failpoint builds of etcd 3.4.23 and 3.5.16 (scripts/build-etcd-failpoints.sh),
 /// one of each way etcd is driven there: a member's raft loop panics before its WAL write under
 /// the op's writes; the leader sleeps 2 s before sending (leadership moved to it first; an op

@@ -29,6 +29,7 @@ pub struct Dirs {
 }
 
 pub fn dirs() -> Dirs {
+    remember_panics();
     let tmp = tempfile::Builder::new().prefix("shakedown-test-").tempdir().expect("tempdir");
     let runs = tmp.path().join("runs");
     let seeds = tmp.path().join("seeds");
@@ -56,6 +57,14 @@ pub struct KeepOnFailure {
     pub name: String,
 }
 
+impl KeepOnFailure {
+    /// Keeps `dir` as `failed-tests/<name>` if the test fails while this is in scope.
+    pub fn new(dir: PathBuf, name: String) -> Self {
+        remember_panics();
+        KeepOnFailure { dir, name }
+    }
+}
+
 impl Drop for KeepOnFailure {
     fn drop(&mut self) {
         if std::thread::panicking() {
@@ -64,11 +73,38 @@ impl Drop for KeepOnFailure {
     }
 }
 
-/// Copies what `dir` holds (see [`keep`]) to `target/tmp/failed-tests/<name>` and says where.
+/// The last panic's message and place on each thread: a kept directory says why its test
+/// failed (`panic.txt`), since a CI log may show only a part of a long test's output.
+static PANICS: std::sync::Mutex<Vec<(std::thread::ThreadId, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// Installs (once) a panic hook that remembers each thread's panic message, then runs the
+/// default hook.
+pub fn remember_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let msg = format!("{info}");
+            if let Ok(mut p) = PANICS.lock() {
+                let id = std::thread::current().id();
+                p.retain(|(t, _)| *t != id);
+                p.push((id, msg));
+            }
+            default(info);
+        }));
+    });
+}
+
+/// Copies what `dir` holds (see [`keep`]) to `target/tmp/failed-tests/<name>` and says where,
+/// with the panic that failed the test in `panic.txt`.
 fn keep_failed(dir: &Path, name: &str) {
     let to = Path::new(env!("CARGO_TARGET_TMPDIR")).join("failed-tests").join(name);
     let Ok(root) = std::fs::metadata(dir) else { return };
     keep(dir, &to, std::os::unix::fs::MetadataExt::dev(&root));
+    let id = std::thread::current().id();
+    if let Some((_, msg)) = PANICS.lock().ok().and_then(|p| p.iter().find(|(t, _)| *t == id).cloned()) {
+        let _ = std::fs::write(to.join("panic.txt"), msg);
+    }
     eprintln!("the failed test's run directories are kept in {}", to.display());
 }
 

@@ -62,6 +62,8 @@ struct Log {
     /// What the last write that failed answered (pod, exit code, stderr), for an error that
     /// says why no write is acknowledged.
     last_failure: Option<String>,
+    /// Why the last round found no pod to write in (kept apart: it is no attempt's answer).
+    no_pod: Option<String>,
     /// Every key sent, in the order sent.
     sent: Vec<String>,
     /// Per key sent: whether its write was acknowledged, and the epoch it ended in (`None`:
@@ -144,7 +146,7 @@ impl Writer {
                 loop {
                     tokio::time::sleep(commands.interval).await;
                     let Some(pod) = ready_pod(&client, &namespace, &commands.selector, None).await else {
-                        log.lock().unwrap().last_failure = Some(format!("no Ready pod matches {}", commands.selector));
+                        log.lock().unwrap().no_pod = Some(format!("no Ready pod matches {}", commands.selector));
                         continue;
                     };
                     let name = pod.metadata.name.unwrap_or_default();
@@ -259,10 +261,13 @@ impl Writer {
                 if !l.acked.is_empty() {
                     return Ok(());
                 }
-                let none_ended = l.failures == 0 && l.last_failure.is_none();
+                // Until an attempt has ended, one running (or a round still looking for a pod) is
+                // waited for; with none running and the last round finding no Ready pod (or its
+                // list failing), that is the answer.
+                let waiting = l.failures == 0 && (l.in_flight.is_some() || l.no_pod.is_none());
                 let now = tokio::time::Instant::now();
-                if now >= deadline && (!none_ended || now >= first_attempt_deadline) {
-                    let why = l.last_failure.clone().unwrap_or_else(|| "no attempt finished".into());
+                if now >= deadline && (!waiting || now >= first_attempt_deadline) {
+                    let why = l.last_failure.clone().or_else(|| l.no_pod.clone()).unwrap_or_else(|| "no attempt finished".into());
                     return Err(DataError::NoAck { bound, failures: l.failures, last: why });
                 }
             }

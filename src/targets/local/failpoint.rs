@@ -202,11 +202,7 @@ impl LocalTarget {
             Trigger::Writes | Trigger::Leading | Trigger::Following | Trigger::OwnSnapshot | Trigger::Compaction => {
                 Some(Fillers::start(&self.urls(), &key, deadline, self.bounds.request))
             }
-            Trigger::IncomingSnapshot => {
-                // The leader can only send it a snapshot after this; the member panics on it.
-                self.cut_until_outrun(id, "failpoint").await.map_err(|e| e.to_string())?;
-                None
-            }
+            Trigger::IncomingSnapshot => return self.drive_to_incoming_snapshot(id, deadline).await,
             Trigger::Defrag => {
                 let url = self.url_of(id).map_err(|e| e.to_string())?;
                 let bound = self.bounds.op;
@@ -239,6 +235,39 @@ impl LocalTarget {
             f.stop().await;
         }
         Ok(exit)
+    }
+
+    /// Drives a member to a panic on the leader's snapshot: its raft traffic cut until the
+    /// others have compacted their logs past it, then let back (the leader can only send it a
+    /// snapshot); it panics on it. A member that catches up without a snapshot (what was in
+    /// flight at the cut reached it) is cut again, while the op's bound allows. The exit status,
+    /// or `None` if the process still runs at the bound.
+    async fn drive_to_incoming_snapshot(&mut self, id: MemberId, deadline: Instant) -> Result<Option<std::process::ExitStatus>, String> {
+        let log = self.member_log(id).map_err(|e| e.to_string())?;
+        let url = self.url_of(id).map_err(|e| e.to_string())?;
+        let mut cuts = 0;
+        while Instant::now() < deadline {
+            let received_before = observe::snapshots_received_in(&log);
+            let (_, reached) = self.cut_until_outrun(id, "failpoint").await.map_err(|e| e.to_string())?;
+            cuts += 1;
+            loop {
+                if let Some(status) = self.testbed.exit_status(id) {
+                    return Ok(Some(status));
+                }
+                if Instant::now() >= deadline {
+                    return Ok(None);
+                }
+                if observe::snapshots_received_in(&log) == received_before {
+                    let caught_up = etcd::status(&url, self.bounds.request).await.is_ok_and(|s| s.raft_index() >= reached);
+                    if caught_up {
+                        tracing::warn!(member = %id, cuts, reached, "failpoint: caught up without the leader's snapshot; cut again");
+                        break;
+                    }
+                }
+                tokio::time::sleep(EXIT_POLL).await;
+            }
+        }
+        Ok(None)
     }
 
     /// Drives etcd to an armed sleep with requests of the op's own to the member, one at a

@@ -42,7 +42,7 @@ pub async fn isolate(table: &str, site: &str, subnet: Ipv4Addr, gid: u32) -> Res
 }
 
 /// Adds `rules` to the run's table (created with its output chain when missing).
-async fn add_rules(table: &str, rules: [String; 2]) -> Result<(), LocalError> {
+async fn add_rules<const N: usize>(table: &str, rules: [String; N]) -> Result<(), LocalError> {
     nft(&["add", "table", "inet", table]).await?;
     nft(&["add", "chain", "inet", table, "out", "{ type filter hook output priority 0 ; policy accept ; }"]).await?;
     for rule in rules {
@@ -54,12 +54,31 @@ async fn add_rules(table: &str, rules: [String; 2]) -> Result<(), LocalError> {
 }
 
 /// Cuts the raft traffic of one member (`name`, at `ip`, its process running with group `gid`)
-/// and nothing else: peers' packets to its peer port, and its own packets to any peer port. Its
-/// clients still reach it. Rules commented `<name> peer in` / `<name> peer out`.
+/// and nothing else: peers' packets to its peer port, its packets from its peer port, and its own
+/// packets to any peer port. Its clients still reach it. Rules commented `<name> peer in` /
+/// `<name> peer out`.
+///
+/// The connections already open are reset, not only silenced: a connection whose packets are
+/// merely dropped survives a cut of a few seconds, and what the leader wrote to it meanwhile (its
+/// pipelined appends, thousands of entries) is delivered when the cut is lifted — seen as a
+/// member that caught up through entries after the others had compacted their logs past it.
+/// Each packet the rules match is answered with a TCP reset to its sender (its socket closed,
+/// its unsent data with it; a new connection is refused), except resets themselves, so that the
+/// reset of one side is not stopped by the other side's rule. A packet of the leader's to a
+/// connection the member dialed is not matched (it goes to 127.0.0.1): it is delivered until the
+/// member's next packet on it (its acknowledgement) resets the member's socket, after which the
+/// member's kernel resets the leader's — a segment's worth of entries at most crosses the cut.
 pub async fn cut_peer(table: &str, name: &str, ip: Ipv4Addr, gid: u32, peer_port: u16) -> Result<(), LocalError> {
-    let into = format!("ip daddr {ip} tcp dport {peer_port} drop comment \"{name} peer in\"");
-    let from = format!("meta skgid {gid} tcp dport {peer_port} drop comment \"{name} peer out\"");
-    add_rules(table, [into, from]).await
+    let reset = "tcp flags & rst == 0 reject with tcp reset";
+    add_rules(
+        table,
+        [
+            format!("ip daddr {ip} tcp dport {peer_port} {reset} comment \"{name} peer in\""),
+            format!("ip saddr {ip} tcp sport {peer_port} {reset} comment \"{name} peer out\""),
+            format!("meta skgid {gid} tcp dport {peer_port} {reset} comment \"{name} peer out\""),
+        ],
+    )
+    .await
 }
 
 /// Removes the rules of `cut_peer` for `name`.

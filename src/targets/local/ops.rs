@@ -549,8 +549,7 @@ impl LocalTarget {
                 return Err(LocalError::Stack(format!("{what} {id}: no other member answers")));
             }
             let fill_key = format!("/shakedown/{}/snapshot-fill", self.testbed.cfg.run_id);
-            let past = behind + COMPACTED_PAST_MARGIN;
-            let reached = fill_until(&others, &fill_key, other_logs, past, deadline, self.bounds.request).await.map_err(|e| {
+            let reached = fill_until(&others, &fill_key, other_logs, (&url, behind), deadline, self.bounds.request).await.map_err(|e| {
                 LocalError::Stack(format!("{what} {id} (cut at raft index {behind}, snapshot_count {snapshot_count}): {e}"))
             })?;
             tracing::debug!(member = %id, behind, reached, "{what}: the others compacted past it");
@@ -782,24 +781,34 @@ impl Fillers {
 }
 
 /// Writes to `key` through the members at `urls` (each writer through one, round-robin) until
-/// every log in `logs` says its member compacted its raft log to at least `past`, or `deadline`.
-/// Returns the highest raft index the others report at the end. Writes that fail are retried while the
+/// every log in `logs` says its member compacted its raft log to at least
+/// [`COMPACTED_PAST_MARGIN`] past the cut member's raft index — the higher of `behind` (read at
+/// the cut) and what the member (at `member`, still answering its clients) reports now: entries
+/// already in flight when the cut was made may land after it — or `deadline`. Returns the
+/// highest raft index the others report at the end. Writes that fail are retried while the
 /// deadline allows (an election may be under way).
 async fn fill_until(
     urls: &[String],
     key: &str,
     logs: Vec<std::path::PathBuf>,
-    past: u64,
+    (member, behind): (&str, u64),
     deadline: Instant,
     request: Duration,
 ) -> Result<u64, String> {
     let fillers = Fillers::start(urls, key, deadline, request);
     let mut compactions = observe::CompactionsInLogs::new(logs);
-    let mut compacted = 0;
+    let (mut compacted, mut past) = (0, behind + COMPACTED_PAST_MARGIN);
     while Instant::now() < deadline {
         compacted = compactions.poll();
         if compacted >= past {
-            break;
+            // Where the member is now (it may have appended what was in flight at the cut).
+            match etcd::status(member, request).await {
+                Ok(s) if s.raft_index() + COMPACTED_PAST_MARGIN > past => past = s.raft_index() + COMPACTED_PAST_MARGIN,
+                _ => break,
+            }
+            if compacted >= past {
+                break;
+            }
         }
         tokio::time::sleep(COMPACTION_POLL).await;
     }
