@@ -57,7 +57,7 @@ const OLDER_BY: u64 = 200;
 pub(super) fn start(s: &Start) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     for i in 0..s.cfg.clients {
-        let c = KvClient { inner: ObjectClient::new(i, s), mix: s.cfg.kv, seen_rev: 0, epoch_seen: (0, 0, 0), seen: HashMap::new() };
+        let c = KvClient { inner: ObjectClient::new(i, s), mix: s.cfg.kv, epoch_seen: (0, 0, 0), seen: HashMap::new() };
         tasks.push(tokio::spawn(c.run(s.stopped.clone())));
     }
     tasks.extend(compactor_and_watchers(s));
@@ -68,11 +68,11 @@ struct KvClient {
     /// The `kube` client whose keys, counters and requests this one shares.
     inner: ObjectClient,
     mix: KvMix,
-    /// The highest header revision this client has seen: reads at an older revision go below it.
-    seen_rev: i64,
     /// The history's epoch (restores from a backup) and the lowest and highest header revision
     /// this client has seen in it: a transaction's range at an older revision stays between
-    /// them, where the restored store has neither compacted nor not yet reached it.
+    /// them, where the restored store has neither compacted nor not yet reached it; a plain
+    /// range at an older revision goes below the highest (not below one seen before a restore,
+    /// which the restored store may not have reached).
     epoch_seen: (u32, i64, i64),
     /// What this client last saw of each key (`None`: absent): its compares are drawn from it.
     seen: HashMap<u32, Option<HistoryKv>>,
@@ -246,7 +246,6 @@ impl KvClient {
     }
 
     fn saw(&mut self, revision: i64) {
-        self.seen_rev = self.seen_rev.max(revision);
         let epoch = self.inner.rec.requests.epoch();
         let (e, lo, hi) = &mut self.epoch_seen;
         if *e != epoch || *lo == 0 {
@@ -443,7 +442,9 @@ impl KvClient {
                 "keys-only range"
             }
             _ => {
-                older = (self.seen_rev - 1 - self.inner.rng.below(OLDER_BY) as i64).max(1);
+                let (epoch, _, highest) = self.epoch_seen;
+                let highest = if epoch == self.inner.rec.requests.epoch() { highest } else { 0 };
+                older = (highest - 1 - self.inner.rng.below(OLDER_BY) as i64).max(1);
                 opts = opts.with_revision(older);
                 "range at an older revision"
             }
