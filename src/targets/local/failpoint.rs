@@ -20,6 +20,10 @@ use super::{etcd, observe, LocalError, LocalTarget, EXIT_POLL, MOVE_LEADER_BOUND
 /// (`GOFAIL_HTTP`).
 pub const FAILPOINT_PORT: u16 = 22381;
 
+/// How long a member cut for a snapshot must stay caught up without one (alive, no snapshot in
+/// its log) before it is cut again.
+const CAUGHT_UP_SETTLE: Duration = Duration::from_secs(3);
+
 /// Bound of one request to gofail's endpoint.
 const GOFAIL_BOUND: Duration = Duration::from_secs(3);
 
@@ -240,16 +244,23 @@ impl LocalTarget {
     /// Drives a member to a panic on the leader's snapshot: its raft traffic cut until the
     /// others have compacted their logs past it, then let back (the leader can only send it a
     /// snapshot); it panics on it. A member that catches up without a snapshot (what was in
-    /// flight at the cut reached it) is cut again, while the op's bound allows. The exit status,
-    /// or `None` if the process still runs at the bound.
+    /// flight at the cut reached it) is cut again, while the op's bound allows: caught up, alive
+    /// and without a snapshot in its log for [`CAUGHT_UP_SETTLE`] (a member taking the snapshot
+    /// answers at the snapshot's index a moment before its log says so, and panics just after).
+    /// The exit status, or `None` if the process still runs at the bound.
     async fn drive_to_incoming_snapshot(&mut self, id: MemberId, deadline: Instant) -> Result<Option<std::process::ExitStatus>, String> {
         let log = self.member_log(id).map_err(|e| e.to_string())?;
         let url = self.url_of(id).map_err(|e| e.to_string())?;
         let mut cuts = 0;
         while Instant::now() < deadline {
             let received_before = observe::snapshots_received_in(&log);
-            let (_, reached) = self.cut_until_outrun(id, "failpoint").await.map_err(|e| e.to_string())?;
+            let reached = match self.cut_until_outrun(id, "failpoint").await {
+                Ok((_, reached)) => reached,
+                // It may have died on a snapshot the last cut brought after all.
+                Err(e) => return self.testbed.exit_status(id).map(Some).ok_or_else(|| e.to_string()),
+            };
             cuts += 1;
+            let mut caught_up_since: Option<Instant> = None;
             loop {
                 if let Some(status) = self.testbed.exit_status(id) {
                     return Ok(Some(status));
@@ -257,12 +268,13 @@ impl LocalTarget {
                 if Instant::now() >= deadline {
                     return Ok(None);
                 }
-                if observe::snapshots_received_in(&log) == received_before {
-                    let caught_up = etcd::status(&url, self.bounds.request).await.is_ok_and(|s| s.raft_index() >= reached);
-                    if caught_up {
-                        tracing::warn!(member = %id, cuts, reached, "failpoint: caught up without the leader's snapshot; cut again");
-                        break;
-                    }
+                let caught_up = observe::snapshots_received_in(&log) == received_before
+                    && etcd::status(&url, self.bounds.request).await.is_ok_and(|s| s.raft_index() >= reached);
+                if !caught_up {
+                    caught_up_since = None;
+                } else if caught_up_since.get_or_insert_with(Instant::now).elapsed() >= CAUGHT_UP_SETTLE {
+                    tracing::warn!(member = %id, cuts, reached, "failpoint: caught up without the leader's snapshot; cut again");
+                    break;
                 }
                 tokio::time::sleep(EXIT_POLL).await;
             }
