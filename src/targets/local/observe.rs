@@ -376,15 +376,21 @@ pub(crate) fn lines_containing(log: &std::path::Path, needle: &str) -> usize {
 /// index it compacted to as `"compact-index":N`.
 const RAFT_LOG_COMPACTED: &str = "\"compacted Raft logs\"";
 
-/// The raft log compactions etcd members logged, read incrementally from their log files: each
-/// poll reads only what was appended since the last one.
+/// The raft log compactions etcd members logged from now on, read incrementally from their log
+/// files: each poll reads only what was appended since the last one.
 pub(crate) struct CompactionsInLogs {
     logs: Vec<(std::path::PathBuf, u64, u64)>,
 }
 
 impl CompactionsInLogs {
-    pub(crate) fn new(logs: Vec<std::path::PathBuf>) -> CompactionsInLogs {
-        CompactionsInLogs { logs: logs.into_iter().map(|p| (p, 0, 0)).collect() }
+    /// From the logs' current ends. What a log holds already does not count: a member's log is
+    /// kept across its restarts and across restores from a backup, which start the raft log
+    /// again from a low index, so an old line's index says nothing of today's log (seen: a cut
+    /// lifted at once after a restore, the others' logs holding a compaction to 1,018 from before
+    /// it while their raft log was at index 314, and the member caught up through entries).
+    pub(crate) fn from_now(logs: Vec<std::path::PathBuf>) -> CompactionsInLogs {
+        let end = |p: &std::path::PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        CompactionsInLogs { logs: logs.into_iter().map(|p| (end(&p), p)).map(|(e, p)| (p, e, 0)).collect() }
     }
 
     /// The lowest, over the members, of the highest index each has compacted its raft log to
@@ -432,23 +438,29 @@ mod compaction_tests {
     use super::*;
 
     #[test]
-    fn raft_log_compactions_are_read_incrementally_and_the_lowest_member_counts() {
+    fn raft_log_compactions_are_read_incrementally_from_now_and_the_lowest_member_counts() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (dir.path().join("m0.log"), dir.path().join("m1.log"));
         let line = |i: u64| format!("{{\"level\":\"info\",\"msg\":\"compacted Raft logs\",\"compact-index\":{i}}}\n");
-        std::fs::write(&a, format!("{}{}", line(10), line(1010))).unwrap();
-        std::fs::write(&b, "{\"msg\":\"triggering snapshot\"}\n").unwrap();
-        let mut c = CompactionsInLogs::new(vec![a.clone(), b.clone()]);
+        let append = |p: &std::path::Path, text: &str| {
+            std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(p)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
+                .unwrap()
+        };
+        // Before: a compaction far ahead of anything since (a log from before a restore).
+        std::fs::write(&a, line(50_000)).unwrap();
+        let mut c = CompactionsInLogs::from_now(vec![a.clone(), b.clone()]);
+        assert_eq!(c.poll(), 0, "what the logs held before does not count");
+        append(&a, &format!("{}{}", line(10), line(1010)));
+        append(&b, "{\"msg\":\"triggering snapshot\"}\n");
         assert_eq!(c.poll(), 0, "m1 has not compacted");
-        std::fs::write(&b, format!("{{\"msg\":\"triggering snapshot\"}}\n{}{{\"msg\":\"compacted Raft logs\",\"compact-ind", line(2000)))
-            .unwrap();
+        append(&b, &format!("{}{{\"msg\":\"compacted Raft logs\",\"compact-ind", line(2000)));
         assert_eq!(c.poll(), 1010, "the lowest of the highest: m0's 1010, m1's 2000; half a line waits");
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&a)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, line(3000).as_bytes()))
-            .unwrap();
+        append(&a, &line(3000));
         assert_eq!(c.poll(), 2000);
-        assert_eq!(CompactionsInLogs::new(vec![dir.path().join("gone.log")]).poll(), 0);
+        assert_eq!(CompactionsInLogs::from_now(vec![dir.path().join("gone.log")]).poll(), 0);
     }
 }

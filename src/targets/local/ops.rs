@@ -796,7 +796,7 @@ async fn fill_until(
     request: Duration,
 ) -> Result<u64, String> {
     let fillers = Fillers::start(urls, key, deadline, request);
-    let mut compactions = observe::CompactionsInLogs::new(logs);
+    let mut compactions = observe::CompactionsInLogs::from_now(logs);
     let (mut compacted, mut past) = (0, behind + COMPACTED_PAST_MARGIN);
     while Instant::now() < deadline {
         compacted = compactions.poll();
