@@ -80,8 +80,17 @@ enum Checked {
     Unobserved { invariant: InvariantId, what: String },
     /// `last_ms`: the last attempt (observe + judge), the check that confirmed convergence.
     Pass { attempts: u32, samples: Vec<(u64, usize, usize)>, verdicts: Vec<Judged>, last_ms: u64 },
-    /// `also`: the other invariants that failed in the same check.
-    Fail { invariant: InvariantId, also: Vec<InvariantId>, message: String, obs: Box<Observation>, verdicts: Vec<Judged> },
+    /// `also`: the other invariants that failed in the same check; `attempts`: the observations
+    /// it made; `last_ms`: the last one's (observe + judge).
+    Fail {
+        invariant: InvariantId,
+        also: Vec<InvariantId>,
+        message: String,
+        obs: Box<Observation>,
+        verdicts: Vec<Judged>,
+        attempts: u32,
+        last_ms: u64,
+    },
 }
 
 /// Judges every invariant on `obs`, timing each; returns the failures, every verdict, and the
@@ -135,12 +144,12 @@ fn check_event(step: usize, checked: &Checked, ms: u64) -> Check {
             workload: None,
             observation: None,
         },
-        Checked::Fail { invariant, message, obs, verdicts, .. } => Check {
+        Checked::Fail { invariant, message, obs, verdicts, attempts, last_ms, .. } => Check {
             step,
             verdict: CheckVerdict::Fail,
-            attempts: None,
+            attempts: Some(*attempts),
             ms: Some(ms),
-            last_ms: None,
+            last_ms: Some(*last_ms),
             invariant: Some(*invariant),
             message: Some(message.clone()),
             invariants: verdicts.clone(),
@@ -276,7 +285,11 @@ impl<'a> Engine<'a> {
                 return Checked::Pass { attempts, samples, verdicts, last_ms: t_attempt.elapsed().as_millis() as u64 };
             }
             let definite = failures.iter().find(|(_, v)| matches!(v, Verdict::Definite(_)));
-            if definite.is_some() || Instant::now() >= deadline {
+            // At the bound, the stack is judged by an observation begun after it: one begun
+            // before and ended after (a slow one: a long history to check) saw the stack before
+            // its time was up (seen: a member restarted 0.2 s before it served, observed then,
+            // and reported "still failing after 15s" when that one observation ended 20 s later).
+            if definite.is_some() || t_attempt >= deadline {
                 let streak = |i: &InvariantId| streaks.get(i).copied().unwrap_or(0);
                 let longest = failures.iter().fold(&failures[0], |best, f| if streak(&f.0) > streak(&best.0) { f } else { best });
                 let (invariant, verdict) = definite.unwrap_or(longest).clone();
@@ -304,7 +317,8 @@ impl<'a> Engine<'a> {
                     .collect();
                 let message = if also.is_empty() { message } else { format!("{message}; in the same check {}", also.join("; ")) };
                 let also = failures.iter().map(|(i, _)| *i).filter(|i| *i != invariant).collect();
-                return Checked::Fail { invariant, also, message, obs: Box::new(obs), verdicts };
+                let last_ms = t_attempt.elapsed().as_millis() as u64;
+                return Checked::Fail { invariant, also, message, obs: Box::new(obs), verdicts, attempts, last_ms };
             }
             tokio::time::sleep(CHECK_RETRY).await;
         }

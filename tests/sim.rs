@@ -219,6 +219,33 @@ fn checks_wait_for_convergence_within_the_bound_and_no_longer() {
     assert!(stdout.contains("(still failing after 0.3s)"), "{stdout}");
 }
 
+/// A check fails at its bound only on an observation begun after the bound: the step's first
+/// observation sees a member down (as at its start, a member 0.2 s from serving) and takes 1.5 s,
+/// past the 0.3 s bound; the next one sees it answer, and the step passes in two attempts. (The
+/// failpoints tier's 3.4 soak once reported "m3 … does not answer (still failing after 15s)" from
+/// one 20 s observation begun as m3 restarted.) A member that never answers still fails, after
+/// the bound.
+#[test]
+fn a_slow_observation_begun_before_the_bound_does_not_decide_it() {
+    let d = dirs();
+    let profile = quick_profile(&d.runs.join("../p"), 4, "");
+    let out = sim(&["--seed", "1", "--profile", &profile, "--sim-bug", "slow-observation@2"], &d);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let ev = events(&only_run_dir(&d.runs));
+    let step2 = ev.iter().find(|e| e["event"] == "check" && e["step"] == 2).unwrap();
+    assert_eq!(step2["attempts"], 2, "the slow observation, then one begun after the bound: {step2}");
+    assert!(step2["ms"].as_u64() >= Some(shakedown::targets::sim::SLOW_OBSERVATION.as_millis() as u64), "{step2}");
+
+    let d = dirs();
+    let profile = quick_profile(&d.runs.join("../p"), 4, "");
+    let out = sim(&["--seed", "1", "--profile", &profile, "--sim-bug", "never-converge@2", "--sim-bug", "slow-observation@2"], &d);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let ev = events(&only_run_dir(&d.runs));
+    let step2 = ev.iter().find(|e| e["event"] == "check" && e["step"] == 2).unwrap();
+    assert_eq!((step2["verdict"].as_str(), step2["invariant"].as_str()), (Some("fail"), Some("members")), "{step2}");
+    assert!(step2["attempts"].as_u64() >= Some(2), "failed on an observation begun after the bound: {step2}");
+}
+
 /// At the bound the verdict leads with what failed all along, not with the first of what the
 /// last observation also saw: a leader election at the end of a 30 s check on a loaded machine
 /// once headed a verdict (`members`) whose cause, an API load balancer sending requests to a

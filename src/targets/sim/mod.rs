@@ -38,6 +38,9 @@ pub const WRITES_PER_STEP: usize = 3;
 /// How many observations a `slow-converge` step shows its member down before it answers.
 pub const SLOW_OBSERVATIONS: u32 = 3;
 
+/// How long the first observation of a `slow-observation` step takes.
+pub const SLOW_OBSERVATION: std::time::Duration = std::time::Duration::from_millis(1500);
+
 /// How long an op of a `slow-op` trigger takes.
 pub const SLOW_OP: std::time::Duration = std::time::Duration::from_millis(300);
 
@@ -105,6 +108,8 @@ pub struct SimTarget {
     deaf: Option<shakedown_faults::MemberId>,
     /// `slow-converge` fired at the current step.
     slow: Option<shakedown_faults::MemberId>,
+    /// The member the step's first observation sees down before it takes its time (`slow-observation`).
+    slow_observation: Option<shakedown_faults::MemberId>,
     /// `unobserved` fired: observations leave out the data read-back from now on.
     blind: bool,
     /// `dead-endpoint` fired: reads through the endpoint fail from now on.
@@ -135,6 +140,7 @@ impl SimTarget {
             stale: None,
             deaf: None,
             slow: None,
+            slow_observation: None,
             blind: false,
             dead_endpoint: false,
             leaderless: false,
@@ -276,6 +282,7 @@ impl Target for SimTarget {
         self.kind = Some(op.kind());
         self.observed = 0;
         self.slow = None;
+        self.slow_observation = None;
         self.leaderless = false;
         self.model = after.clone();
         let firing: Vec<SimBugKind> = self.firing().collect();
@@ -293,7 +300,8 @@ impl Target for SimTarget {
                 | SimBugKind::LateLeaderless
                 | SimBugKind::Unobserved
                 | SimBugKind::Unsupported
-                | SimBugKind::Quiet => {}
+                | SimBugKind::Quiet
+                | SimBugKind::SlowObservation => {}
                 SimBugKind::SlowOp => tokio::time::sleep(SLOW_OP).await,
             }
         }
@@ -359,6 +367,7 @@ impl Target for SimTarget {
                 }
                 SimBugKind::StaleMember => self.stale = self.answering_member().map(|m| (m, self.store.revision)),
                 SimBugKind::SlowConverge => self.slow = self.answering_member(),
+                SimBugKind::SlowObservation => self.slow_observation = self.answering_member(),
                 SimBugKind::NeverConverge => self.deaf = self.answering_member(),
                 SimBugKind::Unobserved => self.blind = true,
                 SimBugKind::DeadEndpoint => self.dead_endpoint = true,
@@ -388,7 +397,8 @@ impl Target for SimTarget {
             .members
             .values()
             .map(|m| {
-                let slow = self.slow == Some(m.id) && self.observed <= SLOW_OBSERVATIONS;
+                let slow = (self.slow == Some(m.id) && self.observed <= SLOW_OBSERVATIONS)
+                    || (self.slow_observation == Some(m.id) && self.observed == 1);
                 let reachable = model.answers(m) == Answers::Yes && !slow && self.deaf != Some(m.id);
                 let mut s = MemberStatus::without_status(m.id.to_string(), Some(m.id));
                 if !reachable {
@@ -449,6 +459,9 @@ impl Target for SimTarget {
             }
         }
         let history = wants(InvariantId::Linearizability).then(|| self.requests.view());
+        if self.slow_observation.is_some() && self.observed == 1 {
+            tokio::time::sleep(SLOW_OBSERVATION).await;
+        }
         Observation { members, member_list, probes, durability, history, quorum_throughout: true, ..Default::default() }
     }
 

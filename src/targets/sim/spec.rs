@@ -50,6 +50,10 @@ shakedown_faults::registry! {
         /// Not a bug either: the op takes [`super::SLOW_OP`] (the simulated stack's one use of time,
         /// so that a test's signal lands in the middle of a run).
         SlowOp => "slow-op",
+        /// Not a bug of the stack: the step's first observation sees a member down (as at its
+        /// start, a member restarting) and then takes [`super::SLOW_OBSERVATION`] (a long history
+        /// to judge), past a shorter converge bound; the member answers from the second on.
+        SlowObservation => "slow-observation",
     }
 }
 
