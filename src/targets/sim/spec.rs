@@ -168,7 +168,7 @@ pub struct SimOptions {
     /// sim target (shakedown's own tests): switch on a misbehaviour of the simulated stack,
     /// BUG@N (the N-th op executed) or BUG@OP-KIND (every op of that kind); BUG is one of
     /// lose-write, stale-read, stale-member, slow-converge, never-converge, dead-endpoint, late-leaderless,
-    /// op-fails, env-error, panic, unobserved, unsupported, quiet, slow-op (repeatable).
+    /// op-fails, env-error, panic, unobserved, unsupported, quiet, slow-op, slow-observation (repeatable).
     #[arg(long = "sim-bug", value_name = "BUG@WHEN")]
     pub sim_bug: Vec<SimBug>,
 }
