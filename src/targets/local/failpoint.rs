@@ -23,6 +23,8 @@ pub const FAILPOINT_PORT: u16 = 22381;
 /// How long a member cut for a snapshot must stay caught up without one (alive, no snapshot in
 /// its log) before it is cut again.
 const CAUGHT_UP_SETTLE: Duration = Duration::from_secs(3);
+/// How often that is looked at (the member's whole log read, its status asked).
+const CAUGHT_UP_POLL: Duration = Duration::from_millis(500);
 
 /// Bound of one request to gofail's endpoint.
 const GOFAIL_BOUND: Duration = Duration::from_secs(3);
@@ -261,6 +263,7 @@ impl LocalTarget {
             };
             cuts += 1;
             let mut caught_up_since: Option<Instant> = None;
+            let mut next_look = Instant::now();
             loop {
                 if let Some(status) = self.testbed.exit_status(id) {
                     return Ok(Some(status));
@@ -268,13 +271,17 @@ impl LocalTarget {
                 if Instant::now() >= deadline {
                     return Ok(None);
                 }
-                let caught_up = observe::snapshots_received_in(&log) == received_before
-                    && etcd::status(&url, self.bounds.request).await.is_ok_and(|s| s.raft_index() >= reached);
-                if !caught_up {
-                    caught_up_since = None;
-                } else if caught_up_since.get_or_insert_with(Instant::now).elapsed() >= CAUGHT_UP_SETTLE {
-                    tracing::warn!(member = %id, cuts, reached, "failpoint: caught up without the leader's snapshot; cut again");
-                    break;
+                // The exit is polled often; the member's log (read whole) and its status less.
+                if Instant::now() >= next_look {
+                    next_look = Instant::now() + CAUGHT_UP_POLL;
+                    let caught_up = observe::snapshots_received_in(&log) == received_before
+                        && etcd::status(&url, self.bounds.request).await.is_ok_and(|s| s.raft_index() >= reached);
+                    if !caught_up {
+                        caught_up_since = None;
+                    } else if caught_up_since.get_or_insert_with(Instant::now).elapsed() >= CAUGHT_UP_SETTLE {
+                        tracing::warn!(member = %id, cuts, reached, "failpoint: caught up without the leader's snapshot; cut again");
+                        break;
+                    }
                 }
                 tokio::time::sleep(EXIT_POLL).await;
             }
