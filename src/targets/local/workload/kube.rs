@@ -113,6 +113,7 @@ async fn compactor(
     // The revision seen at the previous tick: the next compaction's target.
     let mut seen: Option<i64> = None;
     let mut tick = 0u64;
+    let mut compacted = 0i64;
     while !*stopped.borrow() {
         tick += 1;
         pause(interval, &mut stopped).await;
@@ -122,10 +123,14 @@ async fn compactor(
         if client.is_none() {
             client = connect(&endpoint, timeout).await.ok();
         }
-        let Some(c) = client.as_mut() else { continue };
+        let Some(c) = client.as_mut() else {
+            tracing::debug!("compactor: no connection to {endpoint}");
+            continue;
+        };
         let now = match bounded("compaction point", timeout, c.get("compaction point", None)).await {
             Ok(r) => r.header().map(|h| h.revision()),
-            Err(_) => {
+            Err(e) => {
+                tracing::debug!("compaction point unread: {e}");
                 client = None;
                 continue;
             }
@@ -133,12 +138,15 @@ async fn compactor(
         // Every third compaction goes to the revision just read: ahead of what a watch about to
         // resume or a list in progress still holds, which etcd must then refuse, declared.
         let target = if tick.is_multiple_of(3) { now } else { seen };
-        if let Some(target) = target.filter(|&r| r > 1) {
+        // Not again to where a previous tick compacted (after a tick that compacted to the
+        // revision it read, the next one's target is that same revision).
+        if let Some(target) = target.filter(|&r| r > 1 && r > compacted) {
             // No transaction with a range at an older revision is drawn or in flight meanwhile.
             let _gate = rec.compaction_gate.write().await;
             rec.compaction_requested(target);
             match bounded("compact", timeout, c.compact(target, None)).await {
                 Ok(_) => {
+                    compacted = target;
                     rec.stats.compactions.fetch_add(1, Ordering::Relaxed);
                 }
                 // Already compacted past it (a restore brought an older store back, or another
