@@ -410,7 +410,8 @@ pub struct Workload {
     /// `kube`: how often the history before the previous compaction point is compacted away,
     /// as kube-apiserver's compactor does (every 5 minutes by default there): each time, to the
     /// revision the store had one interval earlier, and every third time to the revision it
-    /// has then (ahead of what a resuming watch or a list in progress holds). Watches resumed below it are told so by etcd
+    /// has then (ahead of what a resuming watch or a list in progress holds); a tick that finds
+    /// no answer (an election, a member just killed) is tried again 200 ms later. Watches resumed below it are told so by etcd
     /// (and `watch` holds them to saying it), paginated reads pinned below it are refused.
     /// `"0s"` (the default, which records made before it existed replay with) never compacts;
     /// the shipped tiers compact every 10 s.
