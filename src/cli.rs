@@ -295,6 +295,21 @@ pub enum NodeAction {
         #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
         runs_dir: PathBuf,
     },
+    /// Load image archives (`docker save`, `podman save`, `buildah push … docker-archive:` or
+    /// OCI archives) into the node's containerd, tags kept, for pods with `imagePullPolicy:
+    /// Never` or `IfNotPresent` (the node pulls from no registry). An archive containerd cannot
+    /// import is refused (exit 2) naming it; the archives before it stay loaded.
+    Load {
+        #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]
+        runs_dir: PathBuf,
+        /// The name an OCI archive's images get when the archive names only a tag (`1.0`
+        /// becomes `NAME:1.0`); without it containerd makes one up (`import-DATE:1.0`).
+        #[arg(long, value_name = "NAME")]
+        base_name: Option<String>,
+        /// The archives, one or more.
+        #[arg(required = true, value_name = "ARCHIVE")]
+        archives: Vec<PathBuf>,
+    },
     /// Tear down the node started by `node up` and list anything left behind (exit 4 if any).
     Down {
         #[arg(long, env = "SHAKEDOWN_RUNS_DIR", default_value = "shakedown-runs")]

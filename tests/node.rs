@@ -304,6 +304,7 @@ fn node_up_status_down_from_the_command_line() {
         assert!(Instant::now() < deadline, "the policy engine: {out}");
         std::thread::sleep(Duration::from_millis(200));
     }
+    load_an_image_and_run_a_pod_from_it(runs.path(), &sd);
     let (code, out, err) = sd(&["node", "down"]);
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(out.contains("nothing left behind"), "{out}");
@@ -332,6 +333,70 @@ fn node_up_status_down_from_the_command_line() {
     assert!(left.is_empty(), "left behind after reap: {left}");
     std::mem::forget(reap_on_failure);
     hostnet::assert_same(&net_before, &hostnet::snapshot(), "by a node reaped from its directory");
+}
+
+/// What a shakedown command said: its exit code, stdout and stderr.
+type Said = (Option<i32>, String, String);
+
+/// `node load` as a user runs it: an image of their own, in a `docker save` archive, is loaded
+/// with its tag, listed by `node status`, and a pod runs it without a registry. A path that is
+/// not there, or a file that is not an image archive, is refused (exit 2) naming it.
+fn load_an_image_and_run_a_pod_from_it(runs: &std::path::Path, sd: &dyn Fn(&[&str]) -> Said) {
+    let work = tempfile::tempdir().unwrap();
+    let tag = "example.test/hello:1";
+    let image = shakedown::node::images::Image {
+        tag: tag.into(),
+        files: vec![("/bin/busybox".into(), "bin/busybox".into())],
+        links: vec![],
+        entrypoint: vec!["/bin/busybox".into(), "echo".into()],
+        cmd: vec!["hello from a loaded image".into()],
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let archive = rt.block_on(shakedown::node::images::build(&image, work.path())).unwrap();
+    let archive = archive.to_str().unwrap();
+    let (code, out, err) = sd(&["node", "status"]);
+    assert!(code == Some(0) && !out.contains(tag), "not there before: {out}{err}");
+    let (code, out, err) = sd(&["node", "load", archive]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains(&format!("loaded {tag}")), "{out}");
+    let (_, out, _) = sd(&["node", "status"]);
+    let listed = out.lines().find(|l| l.starts_with("images")).unwrap_or_default();
+    assert!(listed.contains(tag) && listed.contains(shakedown::node::config::PAUSE_IMAGE), "{out}");
+
+    let junk = work.path().join("junk.tar");
+    std::fs::write(&junk, "not an image").unwrap();
+    let (code, _, err) = sd(&["node", "load", junk.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("junk.tar is not an image archive"), "{err}");
+    let (code, _, err) = sd(&["node", "load", "/nonexistent/image.tar"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("cannot read /nonexistent/image.tar"), "{err}");
+
+    let run_dir = std::fs::read_to_string(runs.join("current-node")).unwrap();
+    let kubeconfig = std::path::Path::new(run_dir.trim()).join("node/kubeconfig");
+    rt.block_on(async {
+        let client = shakedown::node::admin_client(&kubeconfig).await.unwrap();
+        let pods: Api<Pod> = Api::namespaced(client, "default");
+        let pod = json!({"metadata": {"name": "hello"}, "spec": {"restartPolicy": "Never", "containers": [
+            {"name": "hello", "image": tag, "imagePullPolicy": "Never"}]}});
+        until("the default ServiceAccount", Duration::from_secs(30), || {
+            let pods = pods.clone();
+            let pod: Pod = obj(pod.clone());
+            async move { pods.create(&PostParams::default(), &pod).await.ok() }
+        })
+        .await;
+        let phase = until("the pod's end", Duration::from_secs(60), || {
+            let pods = pods.clone();
+            async move {
+                let phase = pods.get("hello").await.ok()?.status?.phase?;
+                (phase == "Succeeded" || phase == "Failed").then_some(phase)
+            }
+        })
+        .await;
+        let log = pods.logs("hello", &Default::default()).await.unwrap();
+        assert_eq!((phase.as_str(), log.trim()), ("Succeeded", "hello from a loaded image"));
+        pods.delete("hello", &DeleteParams::default()).await.unwrap();
+    });
 }
 
 /// Takes the node of `runs` down if the test fails half-way (a node outlives `node up`).

@@ -114,8 +114,54 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
                 cleanup::guard_drops(&layout)
             );
             println!("{}", crate::node::netpol::describe(&layout));
+            match crate::node::ctr() {
+                Ok(ctr) => match crate::node::images::list(&ctr, &layout.containerd_socket()).await {
+                    Ok(names) => println!("images     {} (load more with `shakedown node load ARCHIVE`)", names.join(", ")),
+                    Err(e) => println!("images     unknown: {e}"),
+                },
+                Err(e) => println!("images     unknown: {e}"),
+            }
             println!("kubeconfig {}", layout.admin_kubeconfig().display());
             Ok(if ready { Exit::Pass } else { Exit::Liveness })
+        }
+        NodeAction::Load { runs_dir, base_name, archives } => {
+            // Every archive is checked before any is loaded: a typo does not leave half of a
+            // list imported.
+            for a in &archives {
+                match std::fs::metadata(a) {
+                    Ok(m) if m.is_file() => {}
+                    Ok(_) => {
+                        return Err(Fatal::usage(format!(
+                            "{} is not a file: give an image archive (`docker save -o FILE IMAGE`)",
+                            a.display()
+                        )))
+                    }
+                    Err(e) => return Err(Fatal::usage(format!("cannot read {}: {e}", a.display()))),
+                }
+            }
+            let layout = current_layout(&runs_dir)?;
+            let ctr = crate::node::ctr()?;
+            for a in &archives {
+                let t0 = std::time::Instant::now();
+                let names =
+                    crate::node::images::import(&ctr, &layout.containerd_socket(), a, base_name.as_deref()).await.map_err(|e| match e {
+                        crate::node::images::LoadError::NotAnImage { .. } => Fatal::usage(e.to_string()),
+                        crate::node::images::LoadError::Node(e) => Fatal::environment(format!("cannot load {}: {e}", a.display())),
+                    })?;
+                if names.is_empty() {
+                    println!(
+                        "{}: loaded in {:.1}s, no tagged image in it (pods can name it only by digest)",
+                        a.display(),
+                        t0.elapsed().as_secs_f64()
+                    );
+                } else {
+                    println!("{}: loaded {} in {:.1}s", a.display(), names.join(", "), t0.elapsed().as_secs_f64());
+                }
+                if base_name.is_none() && names.iter().any(|n| n.starts_with("import-")) {
+                    println!("  (the archive named only a tag: give its images a name with --base-name NAME)");
+                }
+            }
+            Ok(Exit::Pass)
         }
         NodeAction::PolicyAgent { node_dir } => {
             crate::node::netpol::agent(&node_dir).await.map_err(|e| Fatal::environment(e.to_string()))?;

@@ -11,13 +11,19 @@ use super::{NodeBinaries, NodeError};
 use crate::command::{run, COMMAND_BOUND};
 
 /// One image: files copied in (source, path in the image), symlinks (path, target), entrypoint.
-struct Image {
-    tag: &'static str,
-    files: Vec<(PathBuf, &'static str)>,
-    links: Vec<(String, String)>,
-    entrypoint: Vec<&'static str>,
+/// The node's own images are made this way; so can a user's, from files of this machine.
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub tag: String,
+    pub files: Vec<(PathBuf, String)>,
+    pub links: Vec<(String, String)>,
+    pub entrypoint: Vec<String>,
     /// The default command (what a pod's `args` replace, as with Docker Hub's busybox).
-    cmd: Vec<&'static str>,
+    pub cmd: Vec<String>,
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
 }
 
 fn images(b: &NodeBinaries) -> Result<Vec<Image>, NodeError> {
@@ -25,24 +31,30 @@ fn images(b: &NodeBinaries) -> Result<Vec<Image>, NodeError> {
     let links: Vec<(String, String)> =
         applets.iter().filter(|a| a.as_str() != "bin/busybox").map(|a| (a.clone(), "/bin/busybox".to_string())).collect();
     Ok(vec![
-        Image { tag: PAUSE_IMAGE, files: vec![(b.pause.clone(), "pause")], links: vec![], entrypoint: vec!["/pause"], cmd: vec![] },
         Image {
-            tag: BUSYBOX_IMAGE,
-            files: vec![(b.busybox.clone(), "bin/busybox")],
-            links: links.clone(),
-            entrypoint: vec![],
-            cmd: vec!["sh"],
+            tag: PAUSE_IMAGE.into(),
+            files: vec![(b.pause.clone(), "pause".into())],
+            links: vec![],
+            entrypoint: strings(&["/pause"]),
+            cmd: vec![],
         },
         Image {
-            tag: ETCD_IMAGE,
+            tag: BUSYBOX_IMAGE.into(),
+            files: vec![(b.busybox.clone(), "bin/busybox".into())],
+            links: links.clone(),
+            entrypoint: vec![],
+            cmd: strings(&["sh"]),
+        },
+        Image {
+            tag: ETCD_IMAGE.into(),
             files: vec![
-                (b.busybox.clone(), "bin/busybox"),
-                (b.app_etcd.clone(), "usr/local/bin/etcd"),
-                (b.app_etcdctl.clone(), "usr/local/bin/etcdctl"),
+                (b.busybox.clone(), "bin/busybox".into()),
+                (b.app_etcd.clone(), "usr/local/bin/etcd".into()),
+                (b.app_etcdctl.clone(), "usr/local/bin/etcdctl".into()),
             ],
             links,
             entrypoint: vec![],
-            cmd: vec!["/usr/local/bin/etcd"],
+            cmd: strings(&["/usr/local/bin/etcd"]),
         },
     ])
 }
@@ -61,27 +73,72 @@ pub async fn build_and_import(b: &NodeBinaries, dir: &Path, socket: &Path) -> Re
     let mut tags = vec![];
     for image in images(b)? {
         let tarball = build(&image, dir).await?;
-        let sock = socket.display().to_string();
-        let out = run(
-            &b.ctr.to_string_lossy(),
-            &["--address", &sock, "--namespace", "k8s.io", "images", "import", &tarball.display().to_string()],
-            COMMAND_BOUND,
-        )
-        .await?;
-        if !out.status.success() {
-            return Err(super::failed(format!("ctr images import {}", image.tag), &out));
-        }
-        tags.push(image.tag.to_string());
+        import(&b.ctr, socket, &tarball, None).await.map_err(|e| match e {
+            LoadError::Node(e) => e,
+            LoadError::NotAnImage { stderr, .. } => NodeError::Command { what: format!("ctr images import {}", image.tag), stderr },
+        })?;
+        tags.push(image.tag);
     }
     Ok(tags)
 }
 
-async fn build(image: &Image, dir: &Path) -> Result<PathBuf, NodeError> {
-    let name = image.tag.rsplit('/').next().unwrap_or(image.tag).replace(':', "-");
+/// Why an archive was not loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// containerd refused the file: not a `docker save` or OCI image archive.
+    #[error("{} is not an image archive containerd can import (a `docker save`, `podman save` or OCI archive): {stderr}", path.display())]
+    NotAnImage { path: PathBuf, stderr: String },
+    #[error(transparent)]
+    Node(#[from] NodeError),
+}
+
+/// Imports one image archive (`docker save`, or an OCI archive) into the node's containerd, in
+/// the namespace kubelet uses, with its tags: what pods then run with `imagePullPolicy: Never`
+/// (or `IfNotPresent`). Returns the names the archive brought.
+pub async fn import(ctr: &Path, socket: &Path, archive: &Path, base_name: Option<&str>) -> Result<Vec<String>, LoadError> {
+    let sock = socket.display().to_string();
+    let file = archive.display().to_string();
+    let mut args = vec!["--address", &sock, "--namespace", "k8s.io", "images", "import"];
+    if let Some(b) = base_name {
+        args.extend(["--base-name", b]);
+    }
+    args.push(&file);
+    let out = run(&ctr.to_string_lossy(), &args, IMPORT_BOUND).await.map_err(NodeError::from)?;
+    if !out.status.success() {
+        return Err(LoadError::NotAnImage { path: archive.to_path_buf(), stderr: String::from_utf8_lossy(&out.stderr).trim().to_string() });
+    }
+    // `unpacking NAME (sha256:…)...done`, one line per image the archive held.
+    let said = String::from_utf8_lossy(&out.stdout);
+    Ok(said.lines().filter_map(|l| l.trim().strip_prefix("unpacking ")?.split(" (").next()).map(str::to_string).collect())
+}
+
+/// How long one archive's import may take (a database image is several hundred MB).
+const IMPORT_BOUND: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The images the node's containerd holds for kubelet, by name (digests left out).
+pub async fn list(ctr: &Path, socket: &Path) -> Result<Vec<String>, NodeError> {
+    let sock = socket.display().to_string();
+    let out = run(&ctr.to_string_lossy(), &["--address", &sock, "--namespace", "k8s.io", "images", "ls", "-q"], COMMAND_BOUND).await?;
+    if !out.status.success() {
+        return Err(super::failed("ctr images ls".into(), &out));
+    }
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("sha256:") && !l.contains("@sha256:"))
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Makes `image` a `docker save` archive under `dir` (`<dir>/<name>/image.tar`).
+pub async fn build(image: &Image, dir: &Path) -> Result<PathBuf, NodeError> {
+    let name = image.tag.rsplit('/').next().unwrap_or(&image.tag).replace(':', "-");
     let work = dir.join(&name);
     let rootfs = work.join("rootfs");
     let _ = std::fs::remove_dir_all(&work);
-    let io = |source: std::io::Error, path: &Path| NodeError::Image { tag: image.tag.to_string(), path: path.to_path_buf(), source };
+    let io = |source: std::io::Error, path: &Path| NodeError::Image { tag: image.tag.clone(), path: path.to_path_buf(), source };
     std::fs::create_dir_all(&rootfs).map_err(|e| io(e, &rootfs))?;
     for (src, dest) in &image.files {
         let to = rootfs.join(dest);

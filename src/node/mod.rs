@@ -164,6 +164,13 @@ impl NodeBinaries {
     }
 }
 
+/// containerd's `ctr`, which loads images into and lists them from the node's containerd.
+pub fn ctr() -> Result<PathBuf, Fatal> {
+    on_path("ctr").ok_or_else(|| {
+        Fatal::environment("ctr not found: install it with 'apt-get install containerd' (./scripts/install-deps.sh --all does)")
+    })
+}
+
 /// shakedown's binary: `SHAKEDOWN_BIN`, else this process's own when it is shakedown, else the
 /// `shakedown` beside the directory holding this one (a test binary of `target/*/deps`).
 fn shakedown_binary() -> Result<PathBuf, Fatal> {

@@ -240,7 +240,8 @@ impl PodSelection {
 
 /// `pod-failure`: every container of the replica's pod runs `image` for `duration`, then its
 /// own image again. The image must be one the nodes have and that does not run the application
-/// — the cluster's pause image (`registry.k8s.io/pause:3.9`) is the usual choice, as Chaos Mesh's
+/// — the cluster's pause image (`registry.k8s.io/pause:3.9` on most clusters,
+/// `shakedown.local/pause:3.4` on `shakedown node up`'s) is the usual choice, as Chaos Mesh's
 /// `pod-failure` uses: with the pod's own `command`, its containers cannot even start.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
