@@ -54,6 +54,10 @@ pub enum Command {
         /// Override the profile's plan length.
         #[arg(long)]
         steps: Option<usize>,
+        /// For an application tier: the plan `run --target app --app-profile FILE` would run,
+        /// drawing only the op kinds this app profile can run.
+        #[arg(long, value_name = "FILE")]
+        app_profile: Option<PathBuf>,
         #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
         format: PlanFormat,
     },
@@ -381,8 +385,14 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
         Command::Validate { files, profiles, kube_profiles, app_profiles, records } => {
             validate::validate(&validate::Inputs { files, profiles, kube_profiles, app_profiles, records })
         }
-        Command::Plan { seed, profile, steps, format } => {
-            let profile = with_steps(profiles::load(&profile)?, steps)?;
+        Command::Plan { seed, profile, steps, app_profile, format } => {
+            let mut profile = with_steps(profiles::load(&profile)?, steps)?;
+            if let Some(file) = app_profile {
+                let app = crate::targets::app::spec::AppProfile::load(&file).map_err(|e| Fatal::usage(e.to_string()))?;
+                let spec = TargetSpec::App(crate::targets::app::spec::AppSpec { context: None, app_profile: app });
+                crate::targets::stack_fits(TargetKind::App, &profile)?;
+                profile = spec.fit(profile)?;
+            }
             let plan = planned(seed, &profile);
             match format {
                 PlanFormat::Toml => print!("{}", toml::to_string(&plan).expect("plans serialize")),
@@ -406,6 +416,7 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
         Command::Run { kind, seed, count, partition, junit, steps, profile, opts } => {
             let profile = with_steps(profiles::load(&profile)?, steps)?;
             let spec = TargetSpec::from_options(kind, &opts.target, None)?;
+            let profile = spec.fit(profile)?;
             writable_outputs(junit.as_deref(), &opts)?;
             let part = partitioned(partition, seed)?;
             let base = seed.unwrap_or_else(draw_seed);
@@ -474,6 +485,7 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
         Command::Soak { kind, duration, seed, max_failures, partition, junit, profile, steps, opts } => {
             let profile = with_steps(profiles::load(&profile)?, steps)?;
             let spec = TargetSpec::from_options(kind, &opts.target, None)?;
+            let profile = spec.fit(profile)?;
             writable_outputs(junit.as_deref(), &opts)?;
             if opts.target.kube.dry_run {
                 return Err(Fatal::usage("--dry-run is for `run --target kube` and `run --target app`; a soak sends its writes"));

@@ -225,6 +225,21 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let (writes, reads) = (ops.iter().filter(|o| o["type"] == "write").count(), ops.iter().filter(|o| o["type"] == "read").count());
     assert!(writes > 20 && reads > 20, "{writes} writes, {reads} reads in the history");
     assert!(ops.iter().any(|o| o["type"] == "read" && o["epoch"] == 2), "reads after the restore (epoch 2)");
+    // Each write is also a sample of workload.csv, the report's latency chart: as many as the
+    // history's writes that ended, acknowledged as many as the run says.
+    let samples = std::fs::read_to_string(run_dir.join("workload.csv")).expect("workload.csv");
+    let acked_samples = samples.lines().skip(1).filter(|l| l.ends_with(",1")).count();
+    let last_stats = std::fs::read_to_string(run_dir.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v.get("workload").and_then(|w| w.get("data_acked")).and_then(|a| a.as_u64()))
+        .next_back()
+        .expect("the data workload's counters");
+    assert!(acked_samples as u64 >= last_stats && acked_samples > 20, "{acked_samples} acknowledged samples, data_acked {last_stats}");
+    let report = std::fs::read_to_string(run_dir.join("report.html")).unwrap();
+    let legend = report.split("class=\"legend\">").nth(1).and_then(|l| l.split(" acknowledged").next()).unwrap_or_default();
+    assert!(legend.ends_with(&format!(", {acked_samples}")), "the report charts the writes: {legend}");
     let check = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
         .arg("check-history")
         .arg(run_dir.join("app-history.jsonl"))

@@ -15,6 +15,7 @@ pub mod local;
 pub mod reap;
 pub mod recorder;
 pub(crate) mod requests;
+pub mod samples;
 pub mod sim;
 
 use std::collections::BTreeMap;
@@ -177,6 +178,37 @@ pub struct Started {
 }
 
 impl TargetSpec {
+    /// `profile` as this target runs it. The application target draws only the op kinds its
+    /// app profile can run (a profile without an operator Deployment draws no
+    /// `operator-restart`): each kind left out is said once, with why; a profile none of whose
+    /// kinds can run is refused (exit 2). Plans are drawn from what this returns, and the
+    /// record keeps it, so a replay draws the same plan. Other targets run `profile` as it is.
+    pub fn fit(&self, mut profile: Profile) -> Result<Profile, Fatal> {
+        let TargetSpec::App(app) = self else { return Ok(profile) };
+        if profile.stack != shakedown_faults::Stack::App {
+            // Refused by the pre-flight, which says why.
+            return Ok(profile);
+        }
+        let allowed: Vec<shakedown_faults::OpKind> = shakedown_faults::OpKind::ALL.into_iter().filter(|k| profile.allows(*k)).collect();
+        let (can, cannot): (Vec<_>, Vec<_>) = allowed.into_iter().partition(|k| app.app_profile.supports(*k).is_ok());
+        if cannot.is_empty() {
+            return Ok(profile);
+        }
+        let why: Vec<String> = cannot.iter().filter_map(|k| app.app_profile.supports(*k).err().map(|why| format!("{k} ({why})"))).collect();
+        if can.is_empty() {
+            return Err(Fatal::usage(format!(
+                "none of the op kinds profile {} draws can run against this app profile: {}",
+                profile.name,
+                why.join("; ")
+            )));
+        }
+        tracing::warn!("profile {}: not drawn, the app profile cannot run them: {}", profile.name, why.join("; "));
+        profile.weights.retain(|k, _| can.contains(k));
+        profile.ops = Some(can);
+        profile.validate().map_err(|e| Fatal::internal(format!("profile {} narrowed to the app profile's ops: {e}", profile.name)))?;
+        Ok(profile)
+    }
+
     pub fn kind(&self) -> TargetKind {
         match self {
             TargetSpec::Local(_) => TargetKind::Local,
@@ -388,4 +420,53 @@ pub trait Target: Send {
 
     /// Tears everything down. Idempotent.
     async fn teardown(&mut self);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shakedown_faults::OpKind;
+
+    fn app(toml: &str) -> TargetSpec {
+        TargetSpec::App(app::spec::AppSpec { context: None, app_profile: app::spec::AppProfile::from_toml(toml).unwrap() })
+    }
+
+    /// An app profile without an operator, a claim or custom resources: the app tiers' plans
+    /// hold only what it can run (before, 3 of `app-smoke`'s 4 steps were a skipped
+    /// `operator-restart`), every seed; a profile left with nothing it can run is refused.
+    #[test]
+    fn app_plans_draw_only_what_the_app_profile_can_run() {
+        let spec = app("namespace = \"db\"\nstatefulset = \"pg\"\n");
+        for tier in ["app-smoke", "app-release"] {
+            let fitted = spec.fit(crate::profiles::load(tier).unwrap()).unwrap();
+            let kinds = fitted.ops.clone().unwrap();
+            assert!(kinds.contains(&OpKind::PodKill) && !kinds.contains(&OpKind::OperatorRestart), "{tier}: {kinds:?}");
+            for seed in 0..50 {
+                let plan = shakedown_faults::generate(seed, &fitted);
+                assert_eq!(plan.ops.len(), fitted.steps, "{tier} seed {seed}: a full plan");
+                for op in &plan.ops {
+                    assert!(spec_supports(&spec, op), "{tier} seed {seed}: {op} drawn");
+                }
+            }
+        }
+        let mut only = crate::profiles::load("app-smoke").unwrap();
+        only.ops = Some(vec![OpKind::OperatorRestart]);
+        only.weights.retain(|k, _| *k == OpKind::OperatorRestart);
+        let err = spec.fit(only).unwrap_err();
+        assert_eq!(err.exit, crate::exit::Exit::Usage);
+        assert!(err.message.contains("operator-restart (the app profile names no operator Deployment)"), "{}", err.message);
+        // A profile whose kinds all run is left as it is; other targets' are never touched.
+        let full = app("namespace = \"db\"\nstatefulset = \"pg\"\noperator = \"pg-operator\"\n");
+        let mut smoke = crate::profiles::load("app-smoke").unwrap();
+        smoke.ops = Some(vec![OpKind::PodKill, OpKind::OperatorRestart]);
+        smoke.weights.retain(|k, _| matches!(k, OpKind::PodKill | OpKind::OperatorRestart));
+        assert_eq!(full.fit(smoke.clone()).unwrap(), smoke);
+        let nightly = crate::profiles::load("nightly").unwrap();
+        assert_eq!(TargetSpec::Sim(Default::default()).fit(nightly.clone()).unwrap(), nightly);
+    }
+
+    fn spec_supports(spec: &TargetSpec, op: &shakedown_faults::Op) -> bool {
+        let TargetSpec::App(a) = spec else { return true };
+        a.app_profile.supports(op.kind()).is_ok()
+    }
 }

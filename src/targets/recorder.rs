@@ -4,12 +4,12 @@
 //! outcome, watch sessions, leases, anomalies — plus the per-request samples file.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use super::samples::Samples;
 
 use shakedown_invariants::{Ack, Acked, ChunkedLog, LeaseRecord, Unknown, WatchSession};
 use tokio::sync::watch as signal;
@@ -110,7 +110,7 @@ pub struct Recorder {
     /// The last sessions of watchers that start new ones on their own (the `kv` workload's),
     /// still judged after they ended: the newest [`ENDED_WATCH_SESSIONS`].
     pub(crate) ended_watches: Mutex<std::collections::VecDeque<WatchSession>>,
-    pub(crate) sink: Mutex<Option<BufWriter<File>>>,
+    pub(crate) sink: Samples,
     pub(crate) stats: Stats,
     /// Bumped when the stack is restored: watches start new sessions, leases are forgotten.
     pub(crate) generation: signal::Sender<u64>,
@@ -120,17 +120,7 @@ pub struct Recorder {
 
 impl Recorder {
     pub(crate) fn new(samples: Option<&Path>) -> Recorder {
-        let sink = samples.and_then(|p| match File::create(p) {
-            Ok(f) => {
-                let mut w = BufWriter::new(f);
-                let _ = w.write_all(b"unix_ms,latency_us,ok\n");
-                Some(w)
-            }
-            Err(e) => {
-                tracing::warn!("cannot write workload samples to {}: {e}; going on without them", p.display());
-                None
-            }
-        });
+        let sink = Samples::create(samples);
         let t0 = Instant::now();
         Recorder {
             t0,
@@ -144,7 +134,7 @@ impl Recorder {
             leases: Mutex::default(),
             watches: Mutex::default(),
             ended_watches: Mutex::default(),
-            sink: Mutex::new(sink),
+            sink,
             stats: Stats::default(),
             generation: signal::channel(0).0,
         }
@@ -205,15 +195,11 @@ impl Recorder {
     /// Appends one request's outcome to the samples file (CSV: unix ms at its start, latency µs,
     /// 1 = acknowledged / 0 = failed).
     pub(crate) fn sample(&self, started_unix_ms: u64, latency: Duration, ok: bool) {
-        if let Some(w) = self.sink.lock().expect("sink lock").as_mut() {
-            let _ = writeln!(w, "{started_unix_ms},{},{}", latency.as_micros(), u8::from(ok));
-        }
+        self.sink.sample(started_unix_ms, latency, ok);
     }
 
     pub(crate) fn flush(&self) {
-        if let Some(w) = self.sink.lock().expect("sink lock").as_mut() {
-            let _ = w.flush();
-        }
+        self.sink.flush();
     }
 
     pub(crate) fn generation(&self) -> signal::Receiver<u64> {

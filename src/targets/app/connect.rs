@@ -56,7 +56,8 @@ impl AppTarget {
             // The data workload writes before the first fault: durability is checked on writes
             // made before it and under it, not on nothing.
             Some(d) => {
-                let w = Writer::start(client.clone(), &p.namespace, d.clone(), ctx.run_id);
+                let samples = crate::targets::samples::Samples::create(Some(&ctx.run_dir.join("workload.csv")));
+                let w = Writer::start(client.clone(), &p.namespace, d.clone(), ctx.run_id, samples);
                 w.first_ack(p.op_timeout.min(FIRST_ACK_BOUND)).await.map_err(|e| Fatal::environment(e.to_string()))?;
                 Some(w)
             }

@@ -26,6 +26,7 @@ use shakedown_invariants::{AppData, HistoryView, Marks};
 use super::spec::{fill, DataCommands};
 use crate::k8s::exec::{exec, ExecError};
 use crate::targets::requests::Requests;
+use crate::targets::samples::Samples;
 
 /// Why the data workload did not start, or its read back has no answer.
 #[derive(Debug, thiserror::Error)]
@@ -134,7 +135,9 @@ fn write(key: &str, value: &str, answer: Option<Done>) -> Request {
 }
 
 impl Writer {
-    pub fn start(client: Client, namespace: &str, commands: DataCommands, run_id: &str) -> Writer {
+    /// `samples`: where each write's start, latency and outcome go (the run's `workload.csv`,
+    /// which the report charts).
+    pub fn start(client: Client, namespace: &str, commands: DataCommands, run_id: &str, samples: Samples) -> Writer {
         let log = Arc::new(Mutex::new(Log::default()));
         let requests = Arc::new(Requests::new(Instant::now(), ModelKind::Register).outliving());
         let prefix = format!("sd-{}-", run_id.trim_start_matches("sd-"));
@@ -162,10 +165,14 @@ impl Writer {
                     };
                     let cmd = fill(&commands.write, &BTreeMap::from([("key", key.clone()), ("value", value.clone())]));
                     let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+                    let started = std::time::SystemTime::now();
                     let out = exec(&client, &namespace, &name, commands.container.as_deref(), &refs, DATA_COMMAND_BOUND).await;
+                    let acked = matches!(&out, Ok(o) if o.code == 0);
+                    // One write a second or so: each line reaches the file at once.
+                    samples.sample_since(started, acked);
+                    samples.flush();
                     let mut l = log.lock().unwrap();
                     l.in_flight = None;
-                    let acked = matches!(&out, Ok(o) if o.code == 0);
                     // A write that failed may still have been done (or be done later): unknown.
                     requests.end(sent, write(&key, &value, acked.then_some(Done {})), Some(name.clone()));
                     let epoch = l.epoch;
