@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Builds Kubernetes 1.20.2 from Debian's `kubernetes` source package with Go 1.19 (as root,
 # Debian 12) for the kube and app targets' tests: kube-apiserver (the kube target's tests), and
-# kubelet, kube-controller-manager, kube-scheduler and a static pause binary (the local node,
+# kubelet, kube-controller-manager, kube-scheduler, kube-proxy and a static pause binary (the local node,
 # `shakedown node up`). Caches them under ${SHAKEDOWN_KUBE_CACHE:-/var/cache/shakedown/kube}.
 # Skips everything when every cached binary exists and runs. Facts: tests/fixtures/crds/README.md
 # and the comments below. About 12 minutes on 2 cores the first time; seconds afterwards.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 cache="${SHAKEDOWN_KUBE_CACHE:-/var/cache/shakedown/kube}"
-bins=(kube-apiserver kubelet kube-controller-manager kube-scheduler)
+bins=(kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy)
 cached=1
 for b in "${bins[@]}"; do
   { [ -x "$cache/$b" ] && "$cache/$b" --version >/dev/null 2>&1; } || cached=0

@@ -38,7 +38,7 @@ export DEBIAN_FRONTEND=noninteractive
 packages=(etcd-server etcd-client haproxy nftables xfsprogs protobuf-compiler libprotobuf-dev e2fsprogs mount
   debian-archive-keyring util-linux tar)
 if [ "$all" = 1 ]; then
-  packages+=(openssl python3 python3-venv python3-yaml containerd runc containernetworking-plugins busybox-static iproute2)
+  packages+=(openssl python3 python3-venv python3-yaml containerd runc containernetworking-plugins busybox-static iproute2 iptables conntrack)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -19,6 +19,11 @@ pub const API_PORT: u16 = 6443;
 /// The etcd prefix of the apiservers' objects (kube-apiserver's default).
 pub const ETCD_PREFIX: &str = "/registry";
 
+/// The Services' addresses (ClusterIPs) of every apiserver shakedown runs.
+pub const SERVICE_RANGE: &str = "10.96.0.0/24";
+/// The `kubernetes` Service's ClusterIP: the first address of [`SERVICE_RANGE`].
+pub const KUBERNETES_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
+
 /// What every apiserver of a run shares: the per-run CA, the service-account key, the tokens.
 pub struct ApiPki {
     pub dir: PathBuf,
@@ -75,10 +80,11 @@ impl ApiPki {
             return Ok((c, k));
         }
         let key = KeyPair::generate().map_err(|e| env(format!("cannot make {name}'s serving key: {e}")))?;
-        let mut params = CertificateParams::new(vec!["kubernetes".to_string(), "kubernetes.default".to_string(), "localhost".to_string()])
-            .map_err(|e| env(e.to_string()))?;
+        let names = ["kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost"];
+        let mut params = CertificateParams::new(names.map(str::to_string).to_vec()).map_err(|e| env(e.to_string()))?;
         params.distinguished_name.push(DnType::CommonName, "kube-apiserver");
-        for a in [ip, lb] {
+        // The `kubernetes` Service's address too: what a pod's in-cluster configuration dials.
+        for a in [ip, lb, KUBERNETES_SERVICE_IP] {
             params.subject_alt_names.push(SanType::IpAddress(a.into()));
         }
         let cert = params.signed_by(&key, &self.ca).map_err(|e| env(format!("cannot sign {name}'s serving certificate: {e}")))?;
@@ -106,7 +112,7 @@ impl ApiPki {
             format!("--service-account-key-file={}", p("sa.pub")),
             format!("--service-account-signing-key-file={}", p("sa.key")),
             "--service-account-issuer=https://kubernetes.default.svc".into(),
-            "--service-cluster-ip-range=10.96.0.0/24".into(),
+            format!("--service-cluster-ip-range={SERVICE_RANGE}"),
             "--enable-priority-and-fairness=false".into(),
             "--profiling=false".into(),
             // The machine's name, for `reap` and `leaks` to recognise the process.

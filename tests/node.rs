@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::Client;
@@ -144,9 +144,43 @@ async fn a_node_runs_real_pods_and_leaves_nothing_behind() {
     assert_eq!((out.code, out.stdout.trim()), (0, webs[1].metadata.name.as_deref().unwrap()), "{out:?}");
     let failed = sh(&client, ns, &web0, "exit 3").await;
     assert_eq!(failed.code, 3, "an exec's exit code comes back: {failed:?}");
-    // Nothing in a pod reaches off the machine: only the node's /24 is routed.
+    // Nothing in a pod reaches off the machine: only the node's /24 and the Services' range
+    // (through the node) are routed.
     let routes = sh(&client, ns, &web0, "ip route").await.stdout;
     assert!(!routes.contains("default"), "pods have no default route: {routes}");
+
+    // Services route as on any cluster (kube-proxy): a ClusterIP in front of the web pods
+    // answers from one of them, and the `kubernetes` Service that a pod's in-cluster
+    // configuration dials (its environment) reaches the apiserver, whose certificate names it.
+    let svc = json!({"metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}});
+    let svc: Service = Api::namespaced(client.clone(), ns).create(&PostParams::default(), &obj(svc)).await.unwrap();
+    let cluster_ip = svc.spec.and_then(|s| s.cluster_ip).unwrap();
+    let names: Vec<String> = webs.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    let answer = until("the web Service answers from a web pod", Duration::from_secs(30), || {
+        let (client, web0, cmd) = (client.clone(), web0.clone(), format!("timeout 2 wget -q -O- http://{cluster_ip}/"));
+        async move {
+            let out = sh(&client, ns, &web0, &cmd).await;
+            (out.code == 0).then(|| out.stdout.trim().to_string())
+        }
+    })
+    .await;
+    assert!(names.contains(&answer), "{answer} is not one of {names:?}");
+    let env = sh(&client, ns, &web0, "echo $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT").await.stdout;
+    assert_eq!(env.trim(), format!("{}:443", shakedown::pki::KUBERNETES_SERVICE_IP));
+    let version = until("the apiserver through the kubernetes Service", Duration::from_secs(30), || {
+        let (client, web0) = (client.clone(), web0.clone());
+        let cmd = "timeout 5 wget -q -O- --no-check-certificate https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/version";
+        async move {
+            let out = sh(&client, ns, &web0, cmd).await;
+            (out.code == 0).then_some(out.stdout)
+        }
+    })
+    .await;
+    assert!(version.contains("gitVersion"), "{version}");
+    let cert = node.layout.dir.join("api/apiserver/serving.crt");
+    let san = Command::new("openssl").args(["x509", "-noout", "-ext", "subjectAltName", "-in"]).arg(&cert).output().unwrap();
+    let san = String::from_utf8_lossy(&san.stdout);
+    assert!(san.contains(&format!("IP Address:{}", shakedown::pki::KUBERNETES_SERVICE_IP)) && san.contains("DNS:kubernetes.default.svc"), "{san}");
 
     // A replica killed with grace 0 comes back as a new pod (new UID) with its claim's data.
     let db0 = dbs[0].metadata.name.clone().unwrap();

@@ -72,6 +72,9 @@ pub fn cni(l: &Layout) -> String {
                 "type": "host-local",
                 "ranges": [[{"subnet": format!("{}/24", n.subnet()), "rangeStart": n.host(10).to_string(), "rangeEnd": n.host(250).to_string()}]],
                 "dataDir": l.dir.join("cni/ipam").display().to_string(),
+                // The Services' addresses through the node, where kube-proxy translates them:
+                // the only route off the pods' /24 (no default route).
+                "routes": [{"dst": crate::pki::SERVICE_RANGE, "gw": n.node_ip().to_string()}],
             }
         }]
     })

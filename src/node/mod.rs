@@ -62,6 +62,7 @@ pub struct NodeBinaries {
     pub kubelet: PathBuf,
     pub kube_controller_manager: PathBuf,
     pub kube_scheduler: PathBuf,
+    pub kube_proxy: PathBuf,
     pub pause: PathBuf,
     pub containerd: PathBuf,
     pub ctr: PathBuf,
@@ -111,6 +112,7 @@ impl NodeBinaries {
             ("ip", "iproute2"),
             ("nft", "nftables"),
             ("tar", "tar"),
+            ("iptables", "iptables"),
             ("runc", "runc"),
             ("containerd-shim-runc-v2", "containerd"),
         ] {
@@ -151,6 +153,7 @@ impl NodeBinaries {
             kubelet: built("kubelet")?,
             kube_controller_manager: built("kube-controller-manager")?,
             kube_scheduler: built("kube-scheduler")?,
+            kube_proxy: built("kube-proxy")?,
             pause: built("pause")?,
             containerd: pkg("containerd", "containerd")?,
             ctr: pkg("ctr", "containerd")?,
@@ -537,6 +540,8 @@ impl Node {
             ("kubelet", format!("system:node:{}", l.node_name), "system:nodes"),
             ("controller-manager", "system:kube-controller-manager".to_string(), ""),
             ("scheduler", "system:kube-scheduler".to_string(), ""),
+            // Bound to system:node-proxier by the apiserver's default ClusterRoleBindings.
+            ("proxy", "system:kube-proxy".to_string(), ""),
         ];
         let mut token_of = BTreeMap::new();
         for (who, user, group) in &tokens {
@@ -621,6 +626,29 @@ impl Node {
             "--secure-port=0",
         ]);
         spawn(&l, "kube-scheduler", &mut c, None)?;
+        // Services route as on any cluster (a pod's in-cluster configuration dials the
+        // `kubernetes` Service): kube-proxy's iptables rules, in the node's namespace only.
+        // Bridged traffic goes through them (br_netfilter, set above), so a reply from a pod on
+        // the same bridge is translated back and pods keep their own source address (what
+        // NetworkPolicy judges); without br_netfilter, Service traffic is masqueraded instead.
+        // conntrack's limits are the host's and left as they are.
+        let mut c = Command::new("nsenter");
+        ns(&mut c);
+        c.arg(&bins.kube_proxy).args([
+            &format!("--kubeconfig={}", kubeconfigs["proxy"]),
+            &format!("--hostname-override={}", l.node_name),
+            &format!("--bind-address={ip}"),
+            &format!("--cluster-cidr={}/24", l.net.subnet()),
+            "--proxy-mode=iptables",
+            &format!("--masquerade-all={}", !bridge_nf.exists()),
+            "--conntrack-max-per-core=0",
+            "--conntrack-tcp-timeout-established=0",
+            "--conntrack-tcp-timeout-close-wait=0",
+            "--metrics-bind-address=127.0.0.1:10249",
+            "--healthz-bind-address=127.0.0.1:10256",
+            "--v=1",
+        ]);
+        spawn(&l, "kube-proxy", &mut c, None)?;
 
         // The node: containerd (its images imported), then kubelet.
         write(&l.dir.join("containerd.toml"), &config::containerd(&l))?;
