@@ -180,7 +180,10 @@ async fn a_node_runs_real_pods_and_leaves_nothing_behind() {
     let cert = node.layout.dir.join("api/apiserver/serving.crt");
     let san = Command::new("openssl").args(["x509", "-noout", "-ext", "subjectAltName", "-in"]).arg(&cert).output().unwrap();
     let san = String::from_utf8_lossy(&san.stdout);
-    assert!(san.contains(&format!("IP Address:{}", shakedown::pki::KUBERNETES_SERVICE_IP)) && san.contains("DNS:kubernetes.default.svc"), "{san}");
+    assert!(
+        san.contains(&format!("IP Address:{}", shakedown::pki::KUBERNETES_SERVICE_IP)) && san.contains("DNS:kubernetes.default.svc"),
+        "{san}"
+    );
 
     // A replica killed with grace 0 comes back as a new pod (new UID) with its claim's data.
     let db0 = dbs[0].metadata.name.clone().unwrap();

@@ -632,6 +632,10 @@ impl Node {
         // the same bridge is translated back and pods keep their own source address (what
         // NetworkPolicy judges); without br_netfilter, Service traffic is masqueraded instead.
         // conntrack's limits are the host's and left as they are.
+        // A pod's packet to a ClusterIP is routed by the node (through the rules), not bridged:
+        // the namespace forwards (its own sysctl; the guard still drops anything leaving the
+        // node's /24).
+        sh("nsenter", &cleanup::netns_args(&holder_pid, &["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"])).await?;
         let mut c = Command::new("nsenter");
         ns(&mut c);
         c.arg(&bins.kube_proxy).args([
