@@ -49,6 +49,37 @@ pub enum Match {
     /// The same failure kind and invariant at any step: for timing-bound defects whose step
     /// moves from run to run.
     Invariant,
+    /// A failure of any kind, invariant or step whose message names the same known defect
+    /// (every upstream issue the recorded message's "Known etcd defect" notes cite, such as
+    /// etcd-io/etcd#18667): for a root-caused defect that several checks can be the first to
+    /// see (a diverged store caught by `consistency` after a step in one run, by the heal's
+    /// convergence in the next).
+    Defect,
+}
+
+/// The upstream issues a failure message's known-defect notes cite (`Known etcd defect: …
+/// (etcd-io/etcd#18667; …)`), in the order met; known *behaviour* notes (raft without pre-vote)
+/// are not defects and are left out.
+pub fn known_defects(message: &str) -> Vec<String> {
+    const NOTE: &str = "Known etcd defect:";
+    let mut out: Vec<String> = Vec::new();
+    for note in message.split(NOTE).skip(1) {
+        // The note runs to the next note of any kind.
+        let note = note.split("Known etcd").next().unwrap_or(note);
+        let mut rest = note;
+        while let Some(i) = rest.find("etcd-io/etcd#") {
+            let after = &rest[i + "etcd-io/etcd#".len()..];
+            let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+            if !digits.is_empty() {
+                let id = format!("etcd-io/etcd#{digits}");
+                if !out.contains(&id) {
+                    out.push(id);
+                }
+            }
+            rest = after;
+        }
+    }
+    out
 }
 
 impl Match {
@@ -57,6 +88,10 @@ impl Match {
     /// one of the others violated in the same check (which one heads a check that breaks
     /// several is the order they are judged in, not what the bug did).
     pub fn matches(self, expected: &Failure, got: &Failure) -> bool {
+        if self == Match::Defect {
+            let (want, seen) = (known_defects(&expected.message), known_defects(&got.message));
+            return !want.is_empty() && want.iter().all(|d| seen.contains(d));
+        }
         let invariant = got.invariant == expected.invariant || expected.invariant.is_some_and(|i| got.also.contains(&i));
         got.kind == expected.kind && invariant && (self == Match::Invariant || got.step == expected.step)
     }
@@ -65,6 +100,7 @@ impl Match {
         match self {
             Match::Step => "step",
             Match::Invariant => "invariant",
+            Match::Defect => "defect",
         }
     }
 }
@@ -287,6 +323,9 @@ impl SeedRecord {
             Some(f) => return Err(RecordError::UnsupportedFormat { format: f }),
         };
         record.profile.validate()?;
+        if record.matching == Some(Match::Defect) && known_defects(&record.failure.message).is_empty() {
+            return Err(RecordError::NoKnownDefect);
+        }
         // The target's own profile is held to its loader's rules too: a record is replayed as
         // it reads, and an edited one must not reach a cluster with a zero bound or an empty name.
         match &record.target {
@@ -328,6 +367,9 @@ pub enum RecordError {
     Toml { what: &'static str, at: Option<(usize, usize)>, message: String },
     #[error("not a shakedown seed record: no integer `format` key")]
     NoFormat,
+    /// `match = "defect"` on a failure whose message names no known defect: nothing to match.
+    #[error("match = \"defect\" needs a failure whose message names a known etcd defect (\"Known etcd defect: … (etcd-io/etcd#N)\"); this one names none: use match = \"invariant\" or \"step\"")]
+    NoKnownDefect,
     #[error("seed record format {format} is not supported by shakedown {} (it reads formats {OLDEST_FORMAT} to {FORMAT}); use the shakedown version that wrote it", env!("CARGO_PKG_VERSION"))]
     UnsupportedFormat { format: i64 },
     /// A format-1 record that today's shape cannot hold (`detail` names what).
@@ -582,6 +624,43 @@ mod tests {
         r.reproduction.truncate(0);
         r.reproduction.push(reproduction(8, 0, Match::Step, "3.5.16"));
         assert_eq!(r.planning_rate(Match::Step, WhichPlan::Original), None, "never seen: nothing to plan with");
+    }
+
+    #[test]
+    fn matching_by_known_defect_whatever_saw_it() {
+        let note = "Known etcd defect: the workload sent 9 transaction(s) … (etcd-io/etcd#18667; docs/findings.md, finding 7)";
+        let f = |kind: FailureKind, step: usize, invariant: Option<InvariantId>, message: String| Failure {
+            kind,
+            step,
+            op: "defrag(m0)".into(),
+            invariant,
+            also: vec![],
+            message,
+            at: String::new(),
+        };
+        let recorded = f(FailureKind::Violation, 4, Some(InvariantId::Consistency), format!("members disagree. {note}"));
+        // Seen by the heal's convergence in another run, beside a known behaviour note.
+        let at_heal = f(
+            FailureKind::Liveness,
+            5,
+            None,
+            format!("did not converge: a replica diverged. {note}; in the same check members: no leader. Known etcd behaviour: raft without pre-vote (etcd-io/etcd#9333, #12959)"),
+        );
+        assert_eq!(known_defects(&at_heal.message), vec!["etcd-io/etcd#18667".to_string()], "behaviour notes are no defects");
+        assert!(Match::Defect.matches(&recorded, &at_heal));
+        assert!(!Match::Invariant.matches(&recorded, &at_heal), "another kind: only the defect matches it");
+        let other = f(FailureKind::Violation, 4, Some(InvariantId::Consistency), "members disagree".into());
+        assert!(!Match::Defect.matches(&recorded, &other), "the same invariant without the defect");
+        assert!(!Match::Defect.matches(&other, &other), "a record that names no defect matches nothing by defect");
+    }
+
+    #[test]
+    fn a_defect_match_needs_a_recorded_defect() {
+        let mut r = record(3);
+        r.matching = Some(Match::Defect);
+        assert!(matches!(SeedRecord::parse(&r.to_toml()), Err(RecordError::NoKnownDefect)));
+        r.failure.message += ". Known etcd defect: … (etcd-io/etcd#18667)";
+        assert_eq!(SeedRecord::parse(&r.to_toml()).unwrap().matching, Some(Match::Defect));
     }
 
     #[test]

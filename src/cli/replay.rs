@@ -69,10 +69,11 @@ fn write_rate(file: &Path, t: &Tally, original: bool) -> Result<(), Fatal> {
         at: now_rfc3339(),
     };
     record.reproduction.push(entry);
-    // A rate counted at any step means something only when the corpus counts the same way.
-    let noted_match = t.matching == Match::Invariant && record.matching.is_none();
+    // A rate counted at any step (or by defect) means something only when the corpus counts
+    // the same way.
+    let noted_match = t.matching != Match::Step && record.matching.is_none();
     if noted_match {
-        record.matching = Some(Match::Invariant);
+        record.matching = Some(t.matching);
     }
     record.rewrite(file).map_err(|e| Fatal::environment(format!("cannot rewrite {}: {e}", file.display())))?;
     let versions: Vec<String> = t.versions.iter().map(|(k, v)| format!("{k} {v}")).collect();
@@ -87,7 +88,10 @@ fn write_rate(file: &Path, t: &Tally, original: bool) -> Result<(), Fatal> {
         if record.reproduction.len() == 1 { "" } else { "s" },
     );
     if noted_match {
-        println!("the record now counts a replay failing the same way at any step (match = \"invariant\")");
+        match t.matching {
+            Match::Defect => println!("the record now counts a replay whose verdict names the same known defect (match = \"defect\")"),
+            _ => println!("the record now counts a replay failing the same way at any step (match = \"invariant\")"),
+        }
     }
     Ok(())
 }
@@ -110,6 +114,7 @@ async fn replay_record(
     let counted = match matching {
         Match::Step => "counted at the same step",
         Match::Invariant => "counted at any step (match invariant)",
+        Match::Defect => "counted when any check names the same known defect (match defect)",
     };
     println!("replaying {} · seed {} · {which} · recorded: {} · {counted}", file.display(), record.seed, describe(expected));
     let times = runs.max;

@@ -28,17 +28,23 @@ pub struct Limits {
     pub matching: Match,
 }
 
-/// Whether a candidate failed the same way: the same kind and invariant as `target`, and for
+/// Whether a candidate failed the same way: for [`Match::Defect`], naming the same known defect;
+/// otherwise the same kind and invariant as `target`, and for
 /// [`Match::Step`] at the step the recorded failure maps to in `candidate`: bring-up stays
 /// bring-up, healing stays healing (past the candidate's last op), and a failure at an op is
 /// at the candidate's last op (every candidate is cut after the failing step), which must be an
 /// op of the same kind as the recorded failing op.
 pub fn same_way(matching: Match, target: &Failure, recorded_ops: &[Op], candidate: &[Op], f: &Failure) -> bool {
+    // A candidate whose failure names the recorded defect fails the same way, whichever check
+    // saw it first.
+    if matching == Match::Defect {
+        return Match::Defect.matches(target, f);
+    }
     if !Match::Invariant.matches(target, f) {
         return false;
     }
     match matching {
-        Match::Invariant => true,
+        Match::Invariant | Match::Defect => true,
         Match::Step if target.step == 0 => f.step == 0,
         Match::Step if target.step > recorded_ops.len() => f.step == candidate.len() + 1,
         Match::Step => f.step == candidate.len() && f.step > 0 && candidate[f.step - 1].kind() == recorded_ops[target.step - 1].kind(),
