@@ -110,8 +110,9 @@ pub enum Command {
         original: bool,
         /// When a replay counts as reproducing: `step` = the same failure kind and invariant at
         /// the same step; `invariant` = the same kind and invariant at any step (timing-bound
-        /// defects whose step moves). Default: the record's `match`, else `step`.
-        #[arg(long = "match", value_enum, value_name = "step|invariant")]
+        /// defects whose step moves); `defect` = any failure naming the recorded known defect.
+        /// Default: the record's `match`, else `step`.
+        #[arg(long = "match", value_enum, value_name = "step|invariant|defect")]
         matching: Option<Match>,
         /// Append the measured rate (runs, reproduced, match, the versions the replays ran with)
         /// to the record as a `[[reproduction]]` table, atomically; older measurements stay.
@@ -143,8 +144,9 @@ pub enum Command {
         needs: u32,
         /// When a candidate fails "the same way": `invariant` (default) = the same failure kind
         /// and invariant at any step; `step` = also at the step the recorded failure maps to
-        /// (the candidate's last op, or bring-up, or healing).
-        #[arg(long = "match", value_enum, value_name = "step|invariant", default_value_t = Match::Invariant)]
+        /// (the candidate's last op, or bring-up, or healing); `defect` = any failure naming the
+        /// recorded known defect.
+        #[arg(long = "match", value_enum, value_name = "step|invariant|defect", default_value_t = Match::Invariant)]
         matching: Match,
         #[command(flatten)]
         opts: RunOpts,
