@@ -611,7 +611,8 @@ fn records_with_and_without_reproduction_rates_load() {
 fn help_documents_match_write_rate_and_needs() {
     let words = |args: &[&str]| text(&bin().args(args).output().unwrap().stdout).split_whitespace().collect::<Vec<_>>().join(" ");
     let s = words(&["replay", "--help"]);
-    for w in ["--match <step|invariant|defect>", "--write-rate", "[[reproduction]]", "95% interval", "at most 20, never fewer than --times"] {
+    for w in ["--match <step|invariant|defect>", "--write-rate", "[[reproduction]]", "95% interval", "at most 20, never fewer than --times"]
+    {
         assert!(s.contains(w), "missing {w:?} in\n{s}");
     }
     let s = words(&["shrink", "--help"]);
