@@ -1159,6 +1159,16 @@ async fn the_reference_database_fails_over_under_a_seeded_plan_without_losing_a_
         kills.iter().any(|k| k["detail"]["selector"] == "role=master" && k["detail"]["killed"].as_array().is_some_and(|a| a.len() == 1)),
         "the primary killed by its label: {kills:?}"
     );
+    // Every kill of the primary was followed to its end: another pod primary (a failover) or
+    // the same one back, with the time no Ready pod was primary.
+    let failovers: Vec<serde_json::Value> =
+        events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-failover").collect();
+    let primary_kills = kills.iter().filter(|k| k["detail"]["selector"] == "role=master").count();
+    assert!(failovers.len() >= primary_kills, "{} app-failover events for {primary_kills} kills of the primary: {failovers:?}", failovers.len());
+    for f in &failovers {
+        assert!(f["detail"]["after"].is_string() && f["detail"]["without_leader_ms"].as_u64().is_some(), "a primary again, timed: {f}");
+    }
+    eprintln!("failovers: {failovers:?}");
     let after = primary().await.expect("a primary after the run");
     assert_ne!(after, first_primary, "the primary's pod was replaced (a killed pod comes back with a new UID)");
     let acked = events

@@ -34,6 +34,7 @@ mod cleanup;
 mod connect;
 pub mod data;
 mod drain;
+mod failover;
 mod observe;
 mod partition;
 mod pods;
@@ -199,6 +200,40 @@ impl AppTarget {
     }
 }
 
+impl AppTarget {
+    #[deny(clippy::wildcard_enum_match_arm)]
+    async fn execute_op(&mut self, op: &Op, after: &Model) -> Result<(), TargetError> {
+        match *op {
+            Op::PodKill { member } => self.pod_kill(member).await,
+            Op::PodKillSelected { pick } => self.pod_kill_selected(pick).await,
+            Op::OperatorRestart => self.operator_restart().await,
+            Op::PvcLoss { member } => self.pvc_loss(member).await,
+            Op::Partition { member } => self.partition(member).await,
+            Op::PartitionHeal { member } => self.partition_heal(member).await,
+            Op::NodeDrain { member } => self.node_drain(member).await,
+            Op::PodFailure { member } => self.pod_failure(member).await,
+            Op::PartitionGroups { pick } => self.partition_groups(pick).await,
+            Op::PartitionGroupsHeal { pick } => self.partition_groups_heal(pick).await,
+            Op::Backup => self.backup(after).await,
+            Op::Restore { backup } => self.restore(backup).await,
+            Op::Crash { .. }
+            | Op::Restart { .. }
+            | Op::Pause { .. }
+            | Op::Resume { .. }
+            | Op::RollingUpgrade { .. }
+            | Op::RollingReplace
+            | Op::SiteOutage { .. }
+            | Op::SiteRecover { .. }
+            | Op::DiskDetach { .. }
+            | Op::DiskReattach { .. }
+            | Op::DiskReplace { .. }
+            | Op::Defrag { .. }
+            | Op::PartitionUntilSnapshot { .. }
+            | Op::Failpoint { .. } => Err(TargetError::Unsupported(format!("{op} is not an application op"))),
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl Target for AppTarget {
     fn name(&self) -> &'static str {
@@ -256,36 +291,23 @@ impl Target for AppTarget {
         self.spec.app_profile.supports(op.kind()).map_err(super::Unsupported)
     }
 
-    #[deny(clippy::wildcard_enum_match_arm)]
     async fn execute(&mut self, op: &Op, _before: &Model, after: &Model) -> Result<(), TargetError> {
-        match *op {
-            Op::PodKill { member } => self.pod_kill(member).await,
-            Op::PodKillSelected { pick } => self.pod_kill_selected(pick).await,
-            Op::OperatorRestart => self.operator_restart().await,
-            Op::PvcLoss { member } => self.pvc_loss(member).await,
-            Op::Partition { member } => self.partition(member).await,
-            Op::PartitionHeal { member } => self.partition_heal(member).await,
-            Op::NodeDrain { member } => self.node_drain(member).await,
-            Op::PodFailure { member } => self.pod_failure(member).await,
-            Op::PartitionGroups { pick } => self.partition_groups(pick).await,
-            Op::PartitionGroupsHeal { pick } => self.partition_groups_heal(pick).await,
-            Op::Backup => self.backup(after).await,
-            Op::Restore { backup } => self.restore(backup).await,
-            Op::Crash { .. }
-            | Op::Restart { .. }
-            | Op::Pause { .. }
-            | Op::Resume { .. }
-            | Op::RollingUpgrade { .. }
-            | Op::RollingReplace
-            | Op::SiteOutage { .. }
-            | Op::SiteRecover { .. }
-            | Op::DiskDetach { .. }
-            | Op::DiskReattach { .. }
-            | Op::DiskReplace { .. }
-            | Op::Defrag { .. }
-            | Op::PartitionUntilSnapshot { .. }
-            | Op::Failpoint { .. } => Err(TargetError::Unsupported(format!("{op} is not an application op"))),
+        // With `[leader]`, the op is watched for what it does to the leader (not in a dry run:
+        // nothing happens there).
+        let watch = match self.spec.app_profile.leader.clone() {
+            Some(l) if !self.dry_run => {
+                Some((failover::LeaderWatch::start(self.client.clone(), self.ns(), &l.selector, self.spec.app_profile.op_timeout).await, l))
+            }
+            _ => None,
+        };
+        let result = self.execute_op(op, after).await;
+        if let Some((watch, l)) = watch {
+            if let Some((detail, line)) = watch.finish().await.report(&l.selector) {
+                tracing::info!("{op}: {line}");
+                self.log.push(crate::targets::Note { kind: "app-failover".into(), detail });
+            }
         }
+        result
     }
 
     fn take_notes(&mut self) -> Vec<crate::targets::Note> {

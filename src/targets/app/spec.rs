@@ -90,6 +90,21 @@ pub struct AppProfile {
     /// its own naming the backup's (`{backup}`). Absent: `restore` is skipped with the reason.
     #[serde(default)]
     pub restore: Option<ResourceOp>,
+    /// How to tell the application's leader (`[leader]`): the primary of a database, the
+    /// active one of an active/passive pair. With it, every op is watched for a failover: an
+    /// `app-failover` event names the leader before and after and how long no Ready pod led,
+    /// and says when the operator kept the old leader (the same pod back as leader).
+    #[serde(default)]
+    pub leader: Option<LeaderSpec>,
+}
+
+/// The application's leader: the one Ready pod of `selector` (a label the operator sets on it,
+/// as Patroni's `role=master`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LeaderSpec {
+    /// The label selector of the leader's pod, in the app's namespace.
+    pub selector: String,
 }
 
 /// An op done by the operator: shakedown creates the object of `template` (its
@@ -516,6 +531,9 @@ impl AppProfile {
             if k.selector.trim().is_empty() {
                 return Err(invalid("[pod_kill_selected] needs a label selector".into()));
             }
+        }
+        if self.leader.as_ref().is_some_and(|l| l.selector.trim().is_empty()) {
+            return Err(invalid("[leader] needs a label selector (the leader's pod, as role=master)".into()));
         }
         for cut in self.partition.iter().flat_map(|p| &p.groups) {
             let (a, b) = (GroupCut::labels(&cut.a)?, GroupCut::labels(&cut.b)?);
