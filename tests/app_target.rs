@@ -1082,9 +1082,10 @@ async fn dry_run_changes_nothing(client: &kube::Client, files: &Path, kubeconfig
 /// PostgreSQL 15 and Patroni 3.0.2 from Debian's packages, its image built by its script and
 /// loaded with `node load`, applied with kubectl as its README says (Patroni reaches the
 /// apiserver by its in-cluster configuration, through the node's kube-proxy). A seeded plan that
-/// kills replicas and the primary by its label passes, every step checked: the primary's pod
-/// was killed, another pod (or the same one, back) holds `role=master` afterwards, writes went on
-/// across it, and no acknowledged write was lost (strict synchronous replication).
+/// kills replicas and the primary by its label and switches over through `patronictl` passes,
+/// every step checked: the primary's pod was killed, every loss of the primary was followed to a
+/// new one (or the same one back), the switchover moved the lead to another pod, writes went on
+/// across it all, and no acknowledged write was lost (strict synchronous replication).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_database_fails_over_under_a_seeded_plan_without_losing_a_write() {
     let bins = NodeBinaries::find().unwrap_or_else(|e| panic!("the node's binaries: {e}"));
@@ -1134,8 +1135,8 @@ async fn the_reference_database_fails_over_under_a_seeded_plan_without_losing_a_
     let first_primary = primary().await.unwrap();
 
     let p = files.join("pg.toml");
-    std::fs::write(&p, profile("pg-failover", &["pod-kill", "pod-kill-selected"], 4)).unwrap();
-    let seed = seed_with(&p, &["pod-kill(", "pod-kill-selected"]);
+    std::fs::write(&p, profile("pg-failover", &["pod-kill", "pod-kill-selected", "switchover"], 5)).unwrap();
+    let seed = seed_with(&p, &["pod-kill(", "pod-kill-selected", "switchover("]);
     let app = example.join("app.toml");
     passes_checked(
         &[
@@ -1148,7 +1149,7 @@ async fn the_reference_database_fails_over_under_a_seeded_plan_without_losing_a_
             "--seed",
             &seed.to_string(),
         ],
-        4,
+        5,
         &files,
         "the reference database under a seeded plan",
     );
@@ -1164,11 +1165,22 @@ async fn the_reference_database_fails_over_under_a_seeded_plan_without_losing_a_
     let failovers: Vec<serde_json::Value> =
         events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-failover").collect();
     let primary_kills = kills.iter().filter(|k| k["detail"]["selector"] == "role=master").count();
-    assert!(failovers.len() >= primary_kills, "{} app-failover events for {primary_kills} kills of the primary: {failovers:?}", failovers.len());
+    assert!(
+        failovers.len() >= primary_kills,
+        "{} app-failover events for {primary_kills} kills of the primary: {failovers:?}",
+        failovers.len()
+    );
     for f in &failovers {
         assert!(f["detail"]["after"].is_string() && f["detail"]["without_leader_ms"].as_u64().is_some(), "a primary again, timed: {f}");
     }
     eprintln!("failovers: {failovers:?}");
+    // The planned failover went through Patroni's own command, to another pod.
+    let switchovers: Vec<serde_json::Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["kind"] == "app-switchover")
+        .collect();
+    assert!(!switchovers.is_empty() && switchovers.iter().all(|s| s["detail"]["from"] != s["detail"]["to"]), "{switchovers:?}");
     let after = primary().await.expect("a primary after the run");
     assert_ne!(after, first_primary, "the primary's pod was replaced (a killed pod comes back with a new UID)");
     let acked = events

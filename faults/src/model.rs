@@ -322,6 +322,7 @@ impl Model {
             | OpKind::PodKillSelected
             | OpKind::NodeDrain
             | OpKind::PodFailure
+            | OpKind::Switchover
             | OpKind::PartitionGroups
             | OpKind::PartitionGroupsHeal
             | OpKind::Defrag => 0,
@@ -378,6 +379,7 @@ impl Model {
             | Op::PodKillSelected { .. }
             | Op::NodeDrain { .. }
             | Op::PodFailure { .. }
+            | Op::Switchover { .. }
             | Op::Defrag { .. }
             | Op::PartitionUntilSnapshot { .. } => {}
             // A panic is a crash at that point; after a sleep the member runs on.

@@ -117,6 +117,11 @@ pub enum Op {
     /// member until a `restart` (or the heal) starts it again; a sleep — the op's own request to
     /// the member waited it out, and the member is caught up after it.
     Failpoint { member: MemberId, failpoint: Failpoint, action: FailpointAction },
+    /// Application target: a planned failover to replica `member` through the operator's own
+    /// interface (the app profile's `[switchover]` command, exec'd in the leader's pod; to the
+    /// next replica when `member` leads already). Verified: the command succeeded and the
+    /// `[leader]` selector's Ready pod is the candidate afterwards.
+    Switchover { member: MemberId },
 }
 
 /// How many different picks `pod-kill-selected` and `partition-groups` draw from (divisible by 1–4 and 6, so that
@@ -184,6 +189,8 @@ crate::registry! {
         PartitionUntilSnapshot => "partition-until-snapshot",
         /// Arm one of etcd's own failpoints (gofail) on a member to panic or sleep once, and drive etcd there (local target with `[etcd] failpoints = true`: a failpoint build of etcd 3.4.23).
         Failpoint => "failpoint",
+        /// Application target: a planned failover to a replica through the app profile's `[switchover]` command (verified: the `[leader]` is the candidate afterwards).
+        Switchover => "switchover",
     }
 }
 
@@ -202,7 +209,8 @@ impl OpKind {
             | OpKind::NodeDrain
             | OpKind::PodFailure
             | OpKind::PartitionGroups
-            | OpKind::PartitionGroupsHeal => true,
+            | OpKind::PartitionGroupsHeal
+            | OpKind::Switchover => true,
             OpKind::Crash
             | OpKind::Restart
             | OpKind::Pause
@@ -262,6 +270,7 @@ impl Op {
             Op::Defrag { .. } => OpKind::Defrag,
             Op::PartitionUntilSnapshot { .. } => OpKind::PartitionUntilSnapshot,
             Op::Failpoint { .. } => OpKind::Failpoint,
+            Op::Switchover { .. } => OpKind::Switchover,
         }
     }
 
@@ -283,6 +292,7 @@ impl Op {
             | Op::Defrag { member }
             | Op::PartitionUntilSnapshot { member }
             | Op::Failpoint { member, .. }
+            | Op::Switchover { member }
             | Op::NodeDrain { member } => Some(member),
             Op::RollingUpgrade { .. }
             | Op::RollingReplace
@@ -319,6 +329,7 @@ impl Op {
             | Op::PartitionHeal { .. }
             | Op::PodKillSelected { .. }
             | Op::PodFailure { .. }
+            | Op::Switchover { .. }
             | Op::PartitionGroups { .. }
             | Op::PartitionGroupsHeal { .. }
             | Op::Defrag { .. }
@@ -350,6 +361,7 @@ impl fmt::Display for Op {
             | Op::Partition { .. }
             | Op::PartitionHeal { .. }
             | Op::PodFailure { .. }
+            | Op::Switchover { .. }
             | Op::Defrag { .. }
             | Op::PartitionUntilSnapshot { .. }
             | Op::Failpoint { .. } => unreachable!("ops on one member are written above"),
@@ -542,8 +554,9 @@ impl Model {
                 self.no_partition()
             }
             Op::OperatorRestart => Ok(()),
-            // Several replicas at once: every one up before, no partition in place.
-            Op::PodKillSelected { .. } | Op::NodeDrain { .. } => {
+            // Several replicas at once (a switchover: the leader and its candidate): every one up
+            // before, no partition in place.
+            Op::PodKillSelected { .. } | Op::NodeDrain { .. } | Op::Switchover { .. } => {
                 self.all_up()?;
                 self.no_partition()
             }
@@ -661,6 +674,7 @@ impl Model {
             OpKind::PartitionHeal => per_member(|member| Op::PartitionHeal { member }),
             OpKind::NodeDrain => per_member(|member| Op::NodeDrain { member }),
             OpKind::PodFailure => per_member(|member| Op::PodFailure { member }),
+            OpKind::Switchover => per_member(|member| Op::Switchover { member }),
             OpKind::PodKillSelected => {
                 (0..SELECTED_PICKS).map(|pick| Op::PodKillSelected { pick }).filter(|op| self.check(op).is_ok()).collect()
             }

@@ -41,7 +41,7 @@ pub(super) struct LeaderWatch {
 }
 
 /// The Ready pod of `selector` (the first by name, should several claim it).
-async fn leader(pods: &Api<Pod>, selector: &str) -> Option<Option<Leader>> {
+async fn leader_now(pods: &Api<Pod>, selector: &str) -> Option<Option<Leader>> {
     let listed = tokio::time::timeout(Duration::from_secs(5), pods.list(&ListParams::default().labels(selector))).await.ok()?.ok()?;
     Some(
         listed
@@ -60,14 +60,14 @@ impl LeaderWatch {
     pub(super) async fn start(client: Client, namespace: &str, selector: &str, bound: Duration) -> LeaderWatch {
         let pods: Api<Pod> = Api::namespaced(client, namespace);
         let selector = selector.to_string();
-        let before = leader(&pods, &selector).await.flatten();
+        let before = leader_now(&pods, &selector).await.flatten();
         let (op_done, mut done) = watch::channel(false);
         let task = tokio::spawn(async move {
             let Some(before) = before else { return Seen::Untouched };
             let mut lost_at: Option<Instant> = None;
             let mut done_at: Option<Instant> = None;
             loop {
-                match leader(&pods, &selector).await {
+                match leader_now(&pods, &selector).await {
                     // Unanswered: nothing learnt this round.
                     None => {}
                     Some(Some(now)) if now.uid == before.uid => {
@@ -144,6 +144,72 @@ impl Seen {
                 Some((detail, format!("no Ready leader ({selector}) within {}s of {}'s loss", bound.as_secs(), before.name)))
             }
         }
+    }
+}
+
+impl super::AppTarget {
+    /// `switchover(mN)`: the `[switchover]` command exec'd in the leader's pod, asking the
+    /// operator to hand the lead to replica N (to the next replica when N leads already), then
+    /// verified: the `[leader]` selector's Ready pod is the candidate. An `app-switchover` event
+    /// names both and how long the operator took.
+    pub(super) async fn switchover(
+        &mut self,
+        m: shakedown_faults::MemberId,
+        model: &shakedown_faults::Model,
+    ) -> Result<(), crate::targets::TargetError> {
+        use crate::targets::TargetError;
+        let (Some(sw), Some(l)) = (self.spec.app_profile.switchover.clone(), self.spec.app_profile.leader.clone()) else {
+            return Err(TargetError::Unsupported("switchover needs [switchover] and [leader] in the app profile".into()));
+        };
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let replicas = model.size().max(1) as u32;
+        if self.dry_run {
+            let cmd = super::spec::fill(
+                &sw.command,
+                &std::collections::BTreeMap::from([("leader", "<the leader>".to_string()), ("pod", self.pod_name(m))]),
+            );
+            self.dry_write(|| format!("exec in the leader's pod ({}): {cmd:?}", l.selector));
+            self.dry_wait(&format!("{} (or the next replica, if it leads already) leads ({})", self.pod_name(m), l.selector));
+            return Ok(());
+        }
+        let Some(Some(leader)) = leader_now(&pods, &l.selector).await else {
+            return Err(TargetError::Stack(format!("no Ready leader ({}) to switch over from", l.selector)));
+        };
+        let mut candidate = self.pod_name(m);
+        if candidate == leader.name {
+            candidate = self.pod_name(shakedown_faults::MemberId((m.0 + 1) % replicas));
+        }
+        let cmd = super::spec::fill(
+            &sw.command,
+            &std::collections::BTreeMap::from([("leader", leader.name.clone()), ("pod", candidate.clone())]),
+        );
+        let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        let t0 = Instant::now();
+        let out =
+            crate::k8s::exec::exec(&self.client, self.ns(), &leader.name, sw.container.as_deref(), &refs, self.spec.app_profile.op_timeout)
+                .await
+                .map_err(|e| TargetError::Stack(format!("switchover command in {}: {e}", leader.name)))?;
+        if out.code != 0 {
+            return Err(TargetError::Stack(format!(
+                "switchover {} → {candidate}: the operator refused (exit {}): {}",
+                leader.name,
+                out.code,
+                format!("{} {}", out.stdout.trim(), out.stderr.trim()).trim()
+            )));
+        }
+        let selector = l.selector.clone();
+        self.wait(&format!("{candidate} leads ({selector}) after the switchover from {}", leader.name), || {
+            let (pods, selector, candidate) = (pods.clone(), selector.clone(), candidate.clone());
+            async move { leader_now(&pods, &selector).await.flatten().filter(|now| now.name == candidate).map(|_| ()) }
+        })
+        .await?;
+        let ms = t0.elapsed().as_millis() as u64;
+        tracing::info!("switchover: {} → {candidate} in {:.1} s", leader.name, ms as f64 / 1000.0);
+        self.log.push(crate::targets::Note {
+            kind: "app-switchover".into(),
+            detail: serde_json::json!({"from": leader.name, "to": candidate, "asked": self.pod_name(m), "ms": ms}),
+        });
+        Ok(())
     }
 }
 

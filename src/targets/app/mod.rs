@@ -212,6 +212,7 @@ impl AppTarget {
             Op::PartitionHeal { member } => self.partition_heal(member).await,
             Op::NodeDrain { member } => self.node_drain(member).await,
             Op::PodFailure { member } => self.pod_failure(member).await,
+            Op::Switchover { member } => self.switchover(member, after).await,
             Op::PartitionGroups { pick } => self.partition_groups(pick).await,
             Op::PartitionGroupsHeal { pick } => self.partition_groups_heal(pick).await,
             Op::Backup => self.backup(after).await,

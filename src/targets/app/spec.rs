@@ -96,6 +96,24 @@ pub struct AppProfile {
     /// and says when the operator kept the old leader (the same pod back as leader).
     #[serde(default)]
     pub leader: Option<LeaderSpec>,
+    /// How `switchover` asks the operator for a planned failover (`[switchover]`): a command
+    /// exec'd in the leader's pod. Needs `[leader]`. Absent: `switchover` is not drawn.
+    #[serde(default)]
+    pub switchover: Option<SwitchoverSpec>,
+}
+
+/// A planned failover through the operator's own interface.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchoverSpec {
+    /// Exec'd in the leader's pod; `{leader}` is the leader's pod name, `{pod}` the
+    /// candidate's (Patroni: `["patronictl", "-c", "/etc/patroni/patroni.yml", "switchover",
+    /// "--leader", "{leader}", "--candidate", "{pod}", "--force"]`). Exit 0 is the operator's
+    /// yes; the op then waits for the candidate to lead.
+    pub command: Vec<String>,
+    /// The container to exec in (absent: the pod's first).
+    #[serde(default)]
+    pub container: Option<String>,
 }
 
 /// The application's leader: the one Ready pod of `selector` (a label the operator sets on it,
@@ -532,6 +550,9 @@ impl AppProfile {
                 return Err(invalid("[pod_kill_selected] needs a label selector".into()));
             }
         }
+        if self.switchover.as_ref().is_some_and(|s| s.command.is_empty()) {
+            return Err(invalid("[switchover] needs a command".into()));
+        }
         if self.leader.as_ref().is_some_and(|l| l.selector.trim().is_empty()) {
             return Err(invalid("[leader] needs a label selector (the leader's pod, as role=master)".into()));
         }
@@ -586,6 +607,9 @@ impl AppProfile {
             OpKind::Backup => Err("the app profile has no [backup] (the operator's backup custom resource)".into()),
             OpKind::Restore if p.restore.is_some() => Ok(()),
             OpKind::Restore => Err("the app profile has no [restore] (the operator's restore custom resource)".into()),
+            OpKind::Switchover if p.switchover.is_some() && p.leader.is_some() => Ok(()),
+            OpKind::Switchover if p.switchover.is_some() => Err("[switchover] needs [leader] (how to tell the leader's pod)".into()),
+            OpKind::Switchover => Err("the app profile has no [switchover] command (the operator's planned failover)".into()),
             k @ (OpKind::Crash
             | OpKind::Restart
             | OpKind::Pause

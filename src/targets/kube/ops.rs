@@ -32,7 +32,7 @@ impl KubeTarget {
             }
         };
         match op {
-            Op::PodKill { .. } | Op::OperatorRestart | Op::PvcLoss { .. } | Op::Partition { .. } | Op::PartitionHeal { .. } | Op::PodKillSelected { .. } | Op::NodeDrain { .. } | Op::PodFailure { .. } | Op::PartitionGroups { .. } | Op::PartitionGroupsHeal { .. } => Err("an application op: it runs on --target app".into()),
+            Op::PodKill { .. } | Op::OperatorRestart | Op::PvcLoss { .. } | Op::Partition { .. } | Op::PartitionHeal { .. } | Op::PodKillSelected { .. } | Op::NodeDrain { .. } | Op::PodFailure { .. } | Op::Switchover { .. } | Op::PartitionGroups { .. } | Op::PartitionGroupsHeal { .. } => Err("an application op: it runs on --target app".into()),
             Op::Crash { .. } => one_at_a_time(),
             Op::SiteOutage { mode: OutageMode::PowerLoss, .. } => one_at_a_time(),
             Op::SiteOutage { mode: OutageMode::Isolate, .. } => Err("cutting a failure domain's network is provider-specific: set [hooks.site-outage] and [hooks.site-recover] in the kube profile".into()),
@@ -472,6 +472,7 @@ impl KubeTarget {
             | Op::PodKillSelected { .. }
             | Op::NodeDrain { .. }
             | Op::PodFailure { .. }
+            | Op::Switchover { .. }
             | Op::PartitionGroups { .. }
             | Op::PartitionGroupsHeal { .. }
             | Op::Defrag { .. }
@@ -584,6 +585,7 @@ impl KubeTarget {
             | Op::PodKillSelected { .. }
             | Op::NodeDrain { .. }
             | Op::PodFailure { .. }
+            | Op::Switchover { .. }
             | Op::PartitionGroups { .. }
             | Op::PartitionGroupsHeal { .. } => Err(TargetError::Unsupported(
                 self.supports_op(op).err().map_or_else(|| format!("{op} is not supported by the kube target"), |u| u.0),

@@ -300,6 +300,7 @@ impl Target for LocalTarget {
             | OpKind::PodKillSelected
             | OpKind::NodeDrain
             | OpKind::PodFailure
+            | OpKind::Switchover
             | OpKind::PartitionGroups
             | OpKind::PartitionGroupsHeal => Err("an application op: it runs on --target app".into()),
         }
@@ -340,6 +341,7 @@ impl Target for LocalTarget {
                 | Op::PodKillSelected { .. }
                 | Op::NodeDrain { .. }
                 | Op::PodFailure { .. }
+                | Op::Switchover { .. }
                 | Op::PartitionGroups { .. }
                 | Op::PartitionGroupsHeal { .. } => Err(LocalError::Unsupported(format!("{op} is an application op (--target app)"))),
             }

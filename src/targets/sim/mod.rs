@@ -271,6 +271,7 @@ impl Target for SimTarget {
             | OpKind::PodKillSelected
             | OpKind::NodeDrain
             | OpKind::PodFailure
+            | OpKind::Switchover
             | OpKind::PartitionGroups
             | OpKind::PartitionGroupsHeal => Err("an application op: it runs on --target app".into()),
         }
@@ -341,6 +342,7 @@ impl Target for SimTarget {
             | Op::PodKillSelected { .. }
             | Op::NodeDrain { .. }
             | Op::PodFailure { .. }
+            | Op::Switchover { .. }
             | Op::PartitionGroups { .. }
             | Op::PartitionGroupsHeal { .. } => return Err(TargetError::Unsupported(format!("{op} is an application op (--target app)"))),
         }
