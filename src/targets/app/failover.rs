@@ -197,12 +197,33 @@ impl super::AppTarget {
                 format!("{} {}", out.stdout.trim(), out.stderr.trim()).trim()
             )));
         }
+        // A command that names the candidate asks for it; one that does not leaves the choice to
+        // the operator (Patroni's: its synchronous standby), and any other pod will do.
+        let named = sw.command.iter().any(|a| a.contains("{pod}"));
         let selector = l.selector.clone();
-        self.wait(&format!("{candidate} leads ({selector}) after the switchover from {}", leader.name), || {
-            let (pods, selector, candidate) = (pods.clone(), selector.clone(), candidate.clone());
-            async move { leader_now(&pods, &selector).await.flatten().filter(|now| now.name == candidate).map(|_| ()) }
-        })
-        .await?;
+        let what = if named {
+            format!("{candidate} leads ({selector}) after the switchover from {}", leader.name)
+        } else {
+            format!("another pod than {} leads ({selector}) after the switchover", leader.name)
+        };
+        let old = leader.name.clone();
+        let led = self
+            .wait(&what, || {
+                let (pods, selector, candidate, old) = (pods.clone(), selector.clone(), candidate.clone(), old.clone());
+                async move {
+                    leader_now(&pods, &selector).await.flatten().filter(|now| if named { now.name == candidate } else { now.name != old })
+                }
+            })
+            .await;
+        // The operator's exit status is not its answer (patronictl 3.0.2 exits 0 on a refused
+        // switchover): what it said goes with the verdict.
+        let said = format!("{} {}", out.stdout.trim(), out.stderr.trim()).trim().to_string();
+        let now = match led {
+            Ok(now) => now,
+            Err(TargetError::Stack(m)) => return Err(TargetError::Stack(format!("{m}; the switchover command exited 0 and said: {said}"))),
+            Err(e) => return Err(e),
+        };
+        let candidate = now.name;
         let ms = t0.elapsed().as_millis() as u64;
         tracing::info!("switchover: {} → {candidate} in {:.1} s", leader.name, ms as f64 / 1000.0);
         self.log.push(crate::targets::Note {

@@ -107,9 +107,13 @@ pub struct AppProfile {
 #[serde(deny_unknown_fields)]
 pub struct SwitchoverSpec {
     /// Exec'd in the leader's pod; `{leader}` is the leader's pod name, `{pod}` the
-    /// candidate's (Patroni: `["patronictl", "-c", "/etc/patroni/patroni.yml", "switchover",
-    /// "--leader", "{leader}", "--candidate", "{pod}", "--force"]`). Exit 0 is the operator's
-    /// yes; the op then waits for the candidate to lead.
+    /// candidate's. A command that names `{pod}` asks for that replica, and the op waits for it
+    /// to lead; one that does not leaves the choice to the operator, and any other pod leading
+    /// will do (Patroni in synchronous mode accepts only its synchronous standby:
+    /// `["patronictl", "-c", "/etc/patroni/patroni.yml", "switchover", "--leader", "{leader}",
+    /// "--force"]`). A non-zero exit is a refusal; exit 0 is not taken for a yes (patronictl
+    /// exits 0 on a refused switchover): what the command said goes into the verdict when no
+    /// pod takes the lead within `op_timeout`.
     pub command: Vec<String>,
     /// The container to exec in (absent: the pod's first).
     #[serde(default)]
