@@ -50,9 +50,70 @@ struct Tally {
     /// Known defects of the stack's releases seen, by upstream issue (occurrences, seeds).
     known: BTreeMap<String, (u64, u64)>,
     records: Vec<PathBuf>,
+    /// What came of the leader whenever an op took it away (app runs with `[leader]`).
+    failovers: Failovers,
     violations: u64,
     rss_kib: Vec<(f64, u64)>,
     anon_kib: Vec<u64>,
+}
+
+/// The `app-failover` events of a soak's runs: how often the leader was lost, and what came
+/// of it (another pod led, the same pod came back, none led), with the time without a Ready
+/// leader.
+#[derive(Debug, Default)]
+struct Failovers {
+    /// Time without a leader, ms, of each failover (another pod leads).
+    failover_ms: Vec<u64>,
+    /// ... of each loss the operator ended by bringing the same pod back as leader.
+    kept_ms: Vec<u64>,
+    /// Losses after which no pod led within the op's bound.
+    no_leader: u64,
+}
+
+impl Failovers {
+    fn add(&mut self, detail: &serde_json::Value) {
+        match (detail["failover"].as_bool(), detail["without_leader_ms"].as_u64()) {
+            (Some(true), Some(ms)) => self.failover_ms.push(ms),
+            (Some(false), Some(ms)) => self.kept_ms.push(ms),
+            _ => self.no_leader += 1,
+        }
+    }
+
+    /// Tallies the `app-failover` events of one run's event log (absent or unreadable: none).
+    fn read_events(&mut self, path: &std::path::Path) {
+        let Ok(text) = std::fs::read_to_string(path) else { return };
+        for v in text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
+            if v["event"] == "target" && v["kind"] == "app-failover" {
+                self.add(&v["detail"]);
+            }
+        }
+    }
+
+    /// The summary's row; `None` when no op took a leader away.
+    fn row(&self) -> Option<String> {
+        let n = self.failover_ms.len() + self.kept_ms.len() + self.no_leader as usize;
+        if n == 0 {
+            return None;
+        }
+        let times = |ms: &[u64]| {
+            let mut v = ms.to_vec();
+            v.sort_unstable();
+            let median = v[v.len() / 2] as f64 / 1000.0;
+            let max = v[v.len() - 1] as f64 / 1000.0;
+            format!("median {median:.1} s, max {max:.1} s without a Ready leader")
+        };
+        let mut parts = vec![];
+        if !self.failover_ms.is_empty() {
+            parts.push(format!("{} failed over ({})", self.failover_ms.len(), times(&self.failover_ms)));
+        }
+        if !self.kept_ms.is_empty() {
+            parts.push(format!("{} kept by the operator, the same pod back ({})", self.kept_ms.len(), times(&self.kept_ms)));
+        }
+        if self.no_leader > 0 {
+            parts.push(format!("{} with no leader within the op's bound", self.no_leader));
+        }
+        Some(format!("{n} times: {}", parts.join(" · ")))
+    }
 }
 
 /// This process's resident set size in KiB (0 when /proc cannot tell).
@@ -174,6 +235,7 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
         for op in &plan.ops[..ran] {
             *tally.ops.entry(op.kind()).or_default() += 1;
         }
+        tally.failovers.read_events(&r.run_dir.join("events.jsonl"));
         let verdict = match &r.outcome {
             Ok(Outcome::Pass { .. }) => {
                 tally.passed += 1;
@@ -275,6 +337,9 @@ fn summary_rows(args: &SoakArgs, t: &Tally, why: &str, elapsed: Duration, dir: &
     ];
     let ops: Vec<String> = t.ops.iter().map(|(k, n)| format!("{k} {n}")).collect();
     rows.push(("ops by family".into(), if ops.is_empty() { "none".into() } else { ops.join(" · ") }));
+    if let Some(row) = t.failovers.row() {
+        rows.push(("leader lost".into(), row));
+    }
     let fails: Vec<String> = t.failures.iter().map(|(k, n)| format!("{k} {n}")).collect();
     rows.push(("failures".into(), if fails.is_empty() { "none".into() } else { fails.join(" · ") }));
     if !t.known.is_empty() {
@@ -311,4 +376,33 @@ fn table(rows: &[(String, String)]) -> String {
         let _ = writeln!(s, "  {k:<w$}  {v}");
     }
     s.trim_end().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The summary's `leader lost` row: failovers and kept leaders apart, each with its median
+    /// and maximum time without a leader; none when no op took a leader away.
+    #[test]
+    fn failovers_are_summed_by_what_came_of_the_leader() {
+        let mut f = Failovers::default();
+        assert_eq!(f.row(), None);
+        let dir = tempfile::tempdir().unwrap();
+        let events = dir.path().join("events.jsonl");
+        let ev = |failover: bool, ms: Option<u64>| {
+            serde_json::json!({"v": 1, "ts_ms": 1, "event": "target", "kind": "app-failover",
+                "detail": {"before": "pg-0", "after": ms.map(|_| "pg-1"), "failover": failover, "without_leader_ms": ms}})
+            .to_string()
+        };
+        let lines = [ev(true, Some(1400)), ev(true, Some(2800)), ev(true, Some(1200)), ev(false, Some(3800)), ev(false, None)];
+        let other = r#"{"v":1,"ts_ms":1,"event":"target","kind":"app-kill","detail":{}}"#;
+        std::fs::write(&events, format!("{}\n{other}\nnot json\n", lines.join("\n"))).unwrap();
+        f.read_events(&events);
+        f.read_events(&dir.path().join("missing.jsonl"));
+        assert_eq!(
+            f.row().unwrap(),
+            "5 times: 3 failed over (median 1.4 s, max 2.8 s without a Ready leader) · 1 kept by the operator, the same pod back (median 3.8 s, max 3.8 s without a Ready leader) · 1 with no leader within the op's bound"
+        );
+    }
 }
