@@ -96,14 +96,13 @@ pub enum LoadError {
 /// the namespace kubelet uses, with its tags: what pods then run with `imagePullPolicy: Never`
 /// (or `IfNotPresent`). Returns the names the archive brought.
 pub async fn import(ctr: &Path, socket: &Path, archive: &Path, base_name: Option<&str>) -> Result<Vec<String>, LoadError> {
-    let sock = socket.display().to_string();
     let file = archive.display().to_string();
-    let mut args = vec!["--address", &sock, "--namespace", "k8s.io", "images", "import"];
+    let mut args = vec!["import"];
     if let Some(b) = base_name {
         args.extend(["--base-name", b]);
     }
     args.push(&file);
-    let out = run(&ctr.to_string_lossy(), &args, IMPORT_BOUND).await.map_err(NodeError::from)?;
+    let out = ctr_images(ctr, socket, &args, IMPORT_BOUND).await.map_err(NodeError::from)?;
     if !out.status.success() {
         return Err(LoadError::NotAnImage { path: archive.to_path_buf(), stderr: String::from_utf8_lossy(&out.stderr).trim().to_string() });
     }
@@ -112,13 +111,24 @@ pub async fn import(ctr: &Path, socket: &Path, archive: &Path, base_name: Option
     Ok(said.lines().filter_map(|l| l.trim().strip_prefix("unpacking ")?.split(" (").next()).map(str::to_string).collect())
 }
 
+/// `ctr images ARGS` against the node's containerd at `socket`, in the namespace kubelet uses.
+async fn ctr_images(
+    ctr: &Path,
+    socket: &Path,
+    args: &[&str],
+    bound: std::time::Duration,
+) -> Result<std::process::Output, crate::command::CommandError> {
+    let sock = socket.display().to_string();
+    let all: Vec<&str> = ["--address", sock.as_str(), "--namespace", "k8s.io", "images"].into_iter().chain(args.iter().copied()).collect();
+    run(&ctr.to_string_lossy(), &all, bound).await
+}
+
 /// How long one archive's import may take (a database image is several hundred MB).
 const IMPORT_BOUND: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The images the node's containerd holds for kubelet, by name (digests left out).
 pub async fn list(ctr: &Path, socket: &Path) -> Result<Vec<String>, NodeError> {
-    let sock = socket.display().to_string();
-    let out = run(&ctr.to_string_lossy(), &["--address", &sock, "--namespace", "k8s.io", "images", "ls", "-q"], COMMAND_BOUND).await?;
+    let out = ctr_images(ctr, socket, &["ls", "-q"], COMMAND_BOUND).await?;
     if !out.status.success() {
         return Err(super::failed("ctr images ls".into(), &out));
     }

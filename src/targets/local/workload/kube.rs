@@ -99,12 +99,12 @@ pub(super) fn compactor_and_watchers(s: &Start) -> Vec<JoinHandle<()>> {
     tasks
 }
 
-/// Compacts the store every `interval` to the revision it had one interval earlier, as
-/// kube-apiserver's compactor does, and every third time to the revision it has now: whatever
-/// a watch or a paginated read still needs from before that is gone, and etcd must say so.
 /// How soon the compactor tries a tick again whose read found no answer.
 const COMPACTOR_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// Compacts the store every `interval` to the revision it had one interval earlier, as
+/// kube-apiserver's compactor does, and every third time to the revision it has now: whatever
+/// a watch or a paginated read still needs from before that is gone, and etcd must say so.
 async fn compactor(
     endpoint: String,
     interval: std::time::Duration,
