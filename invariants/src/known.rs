@@ -29,9 +29,11 @@ pub(crate) fn leaderless(members: &[MemberStatus]) -> String {
     )
 }
 
-/// For a verdict on stores that diverged, or on answers no order explains: names
+/// For a verdict on stores that diverged, or on what a diverged store shows (answers no order
+/// explains, a watch or a read-back with other writes than were acknowledged): names
 /// etcd-io/etcd#18667 when the workload sent transactions with writes that a member refused for a
-/// range at a revision it had compacted away (or not reached). Empty when it sent none. The
+/// range at a revision it had compacted away (or not reached), or such transactions that got no
+/// answer after a compaction passed their range's revision. Empty when it sent none. The
 /// verdict still fails: the members hold different data.
 ///
 /// A member applies a transaction it did not receive from the client with its ranges stripped
@@ -41,10 +43,25 @@ pub(crate) fn leaderless(members: &[MemberStatus]) -> String {
 /// here).
 pub(crate) fn txn_range_refused(obs: &Observation) -> String {
     let Some(d) = &obs.durability else { return String::new() };
-    let Some(first) = d.refused_write_txns.first() else { return String::new() };
+    let (refused, unanswered) = (&d.refused_write_txns, &d.unanswered_compacted_txns);
+    let sent = match (refused.first(), unanswered.first()) {
+        (None, None) => return String::new(),
+        (Some(first), None) => format!(
+            "{} transaction(s) with writes that a member refused for a range at a revision it no longer (or not yet) had, the first {first}",
+            refused.len()
+        ),
+        (None, Some(first)) => format!(
+            "{} transaction(s) with writes and a range at a revision since compacted that got no answer (so no refusal reached the client; applied after the compaction, the member that received one refuses it), the first {first}",
+            unanswered.len()
+        ),
+        (Some(first), Some(other)) => format!(
+            "{} transaction(s) with writes that a member refused for a range at a revision it no longer (or not yet) had, the first {first}; and {} more with such a range that got no answer, the first {other}",
+            refused.len(),
+            unanswered.len()
+        ),
+    };
     format!(
-        ". Known etcd defect: the workload sent {} transaction(s) with writes that a member refused for a range at a revision it no longer (or not yet) had, the first {first}; the members that did not receive such a transaction from the client skip its ranges and apply its writes, so the stores diverge by a revision each time (etcd-io/etcd#18667; docs/findings.md, finding 7)",
-        d.refused_write_txns.len()
+        ". Known etcd defect: the workload sent {sent}; the members that did not receive such a transaction from the client skip its ranges and apply its writes, so the stores diverge by a revision each time (etcd-io/etcd#18667; docs/findings.md, finding 7)"
     )
 }
 

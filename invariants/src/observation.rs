@@ -327,6 +327,11 @@ pub struct Durability {
     /// revision it had compacted away (or not reached): etcd-io/etcd#18667 makes the members that
     /// did not receive such a transaction from the client apply its writes anyway. Each in words.
     pub refused_write_txns: Vec<String>,
+    /// The workload's transactions with writes and a range at an older revision that got no
+    /// answer, whose revision a compaction has since passed: applied after that compaction, the
+    /// member that received one refused it and the others applied its writes (etcd-io/etcd#18667)
+    /// — or it was applied before, or never. Each in words.
+    pub unanswered_compacted_txns: Vec<String>,
     /// How many writes had been acknowledged when the read was sent (`None`: not recorded).
     /// A write acknowledged before is reflected by it; one acknowledged after is reflected only
     /// if its revision is at or below `read_revision`, and one whose revision is not known (a

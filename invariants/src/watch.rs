@@ -31,7 +31,11 @@ use crate::{Expect, InvariantId, KnownDefect, MemberStatus, Observation, Verdict
 /// release, still fails).
 pub(crate) fn watch(obs: &Observation) -> (Verdict, Vec<KnownDefect>) {
     match &obs.watches {
-        Some(watches) => sessions(watches, obs.durability.as_ref(), &obs.members),
+        Some(watches) => {
+            // A member whose store diverged delivers other writes at the acknowledged revisions.
+            let (verdict, known) = sessions(watches, obs.durability.as_ref(), &obs.members);
+            (crate::known::with_txn_range_refused(verdict, obs), known)
+        }
         None => (Verdict::Unobserved("no watch sessions of the workload".into()), Vec::new()),
     }
 }

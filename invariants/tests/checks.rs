@@ -526,6 +526,10 @@ fn durability_lost_or_changed_acknowledged_writes_are_definite() {
         matches!(&v, Verdict::Definite(m) if m.contains("possibly the known etcd defect: m1 runs etcd 3.5.1") && m.contains("etcd-io/etcd#13766")),
         "{v:?}"
     );
+    // A read-back from a diverged store: the transactions that can diverge one are named.
+    o.durability.as_mut().unwrap().refused_write_txns = vec!["a transaction writing q".into()];
+    let v = verdict(InvariantId::Durability, &model(), &o);
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("etcd-io/etcd#13766") && m.contains("etcd-io/etcd#18667")), "{v:?}");
     let mut o = healthy();
     o.durability.as_mut().unwrap().read.insert("k1".into(), "other".into());
     let v = verdict(InvariantId::Durability, &model(), &o);
@@ -957,8 +961,17 @@ fn watch_catches_gaps_reordering_and_wrong_prev_kv() {
     wrong[1].value = Some("y".into());
     o.watches = Some(vec![session(wrong)]);
     assert!(
-        matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m) if m.contains("revision 6 delivered as b = \"y\" but the write acknowledged at it was b = \"x\""))
+        matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m) if m.contains("revision 6 delivered as b = \"y\" but the write acknowledged at it was b = \"x\"") && !m.contains("#18667"))
     );
+    // A diverged store shows as another write at an acknowledged revision: the transactions that
+    // can make one (etcd-io/etcd#18667) are named beside it, refused or unanswered.
+    let d = o.durability.as_mut().unwrap();
+    d.unanswered_compacted_txns = vec!["a transaction writing q with a range at revision 1, unanswered".into()];
+    assert!(matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m)
+        if m.contains("delivered as b") && m.contains("1 transaction(s) with writes and a range at a revision since compacted that got no answer") && m.contains("etcd-io/etcd#18667")));
+    o.durability.as_mut().unwrap().refused_write_txns = vec!["a transaction writing r".into()];
+    assert!(matches!(verdict(InvariantId::Watch, &model(), &o), Verdict::Definite(m)
+        if m.contains("1 transaction(s) with writes that a member refused") && m.contains("and 1 more with such a range that got no answer")));
 }
 
 /// The rest of etcd's watch guarantees: filtered by the range, atomic responses, the create

@@ -96,6 +96,10 @@ pub struct Recorder {
     pub(crate) anomalies: Mutex<Vec<String>>,
     /// Transactions with writes refused for a range at a compacted or future revision.
     pub(crate) refused_txns: Mutex<Vec<String>>,
+    /// Transactions with writes and a range at an older revision that got no answer: each with
+    /// that revision. Once a compaction passes it, the member that received one may have
+    /// refused it on apply while the others applied its writes (etcd-io/etcd#18667).
+    pub(crate) unanswered_txns: Mutex<Vec<(i64, String)>>,
     /// The highest revision a compaction has been asked for since the workload started.
     pub(crate) compaction_floor: std::sync::atomic::AtomicI64,
     /// Every revision a compaction has been asked for (a new watch session starts with them).
@@ -128,6 +132,7 @@ impl Recorder {
             writes: Mutex::default(),
             anomalies: Mutex::default(),
             refused_txns: Mutex::default(),
+            unanswered_txns: Mutex::default(),
             compaction_floor: std::sync::atomic::AtomicI64::new(0),
             compactions: Mutex::default(),
             compaction_gate: tokio::sync::RwLock::new(()),

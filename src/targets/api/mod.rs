@@ -136,6 +136,7 @@ impl ApiWorkload {
             read_error,
             list_anomalies: self.rec.anomalies(),
             refused_write_txns: vec![],
+            unanswered_compacted_txns: vec![],
             read_sent_at: Some(read_sent_at),
         }
     }

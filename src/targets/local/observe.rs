@@ -79,6 +79,7 @@ impl LocalTarget {
         let (acked, unknown) = self.workload.history();
         let list_anomalies = self.workload.list_anomalies();
         let refused_write_txns = self.workload.refused_write_txns();
+        let unanswered_compacted_txns = self.workload.unanswered_compacted_txns();
         Durability {
             acked,
             unknown,
@@ -88,6 +89,7 @@ impl LocalTarget {
             read_error,
             list_anomalies,
             refused_write_txns,
+            unanswered_compacted_txns,
             read_sent_at: None,
         }
     }

@@ -443,6 +443,7 @@ impl Target for SimTarget {
             read_error: None,
             list_anomalies: vec![],
             refused_write_txns: vec![],
+            unanswered_compacted_txns: vec![],
             read_sent_at: Some(self.acked.len()),
         });
         // While the service is up the workload reads every key back: into the history, one get

@@ -707,6 +707,16 @@ impl KvClient {
                         keys.join(", "),
                         rec.t0.elapsed().as_secs_f64()
                     ));
+                } else if let Some((_, at)) = older.filter(|_| !writes.is_empty()) {
+                    let keys: Vec<&str> = writes.iter().map(|w| w.key.as_str()).collect();
+                    rec.unanswered_txns.lock().expect("unanswered transactions lock").push((
+                        at,
+                        format!(
+                            "a transaction writing {} with a range at revision {at}, unanswered ({e}) {:.3} s into the run",
+                            keys.join(", "),
+                            rec.t0.elapsed().as_secs_f64()
+                        ),
+                    ));
                 }
                 // Refused for its older range, it did nothing; judged as of unknown outcome all
                 // the same (the most lenient reading).

@@ -145,6 +145,15 @@ impl Workload {
         self.rec.refused_txns.lock().expect("refused transactions lock").clone()
     }
 
+    /// The transactions with writes and a range at an older revision that got no answer, whose
+    /// revision a compaction has since been asked to pass: the member that received one may have
+    /// refused it on apply while the others applied its writes (etcd-io/etcd#18667).
+    pub fn unanswered_compacted_txns(&self) -> Vec<String> {
+        let floor = self.rec.compaction_floor.load(std::sync::atomic::Ordering::SeqCst);
+        let txns = self.rec.unanswered_txns.lock().expect("unanswered transactions lock");
+        txns.iter().filter(|(at, _)| *at < floor).map(|(_, t)| t.clone()).collect()
+    }
+
     /// How many writes have been acknowledged so far (a position in `acked()`).
     pub fn acked_len(&self) -> usize {
         self.rec.position()
