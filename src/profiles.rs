@@ -17,6 +17,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("failpoints", include_str!("../ci/profiles/failpoints.toml")),
     ("app-smoke", include_str!("../ci/profiles/app-smoke.toml")),
     ("app-release", include_str!("../ci/profiles/app-release.toml")),
+    ("app-database", include_str!("../ci/profiles/app-database.toml")),
     ("app-full", include_str!("../ci/profiles/app-full.toml")),
 ];
 

@@ -397,6 +397,64 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     pdbs.delete("etcd", &Default::default()).await.unwrap();
     settled(&client, Duration::from_secs(120)).await;
 
+    // A NoExecute taint on the node (the only one: every replica's): the pods without a
+    // toleration are deleted by the node lifecycle controller — no eviction API, so no
+    // PodDisruptionBudget asked — and come back once the taint is removed; a pod that tolerates
+    // it stays, the same pod. The run passes its checks, and no node keeps the taint.
+    use k8s_openapi::api::core::v1::Pod;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let tolerant: Pod = serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tolerant"},
+        "spec": {"terminationGracePeriodSeconds": 0, "tolerations": [{"key": "shakedown.dev/tainted-by", "operator": "Exists", "effect": "NoExecute"}],
+            "containers": [{"name": "sleep", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "100000"]}]}}))
+    .unwrap();
+    let uid = pods.create(&Default::default(), &tolerant).await.unwrap().metadata.uid;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while pods.get("tolerant").await.unwrap().status.and_then(|s| s.phase).as_deref() != Some("Running") {
+        assert!(std::time::Instant::now() < deadline, "the tolerating pod not running within 60s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    std::fs::write(files.join("app-taint.toml"), format!("{APP_PROFILE}\n[taint]\nduration = \"2s\"\n")).unwrap();
+    let p = files.join("taint.toml");
+    std::fs::write(&p, profile("app-taint", &["taint"], 1)).unwrap();
+    let taint_app = files.join("app-taint.toml").display().to_string();
+    let args = [
+        "run",
+        "--target",
+        "app",
+        "--kubeconfig",
+        &kubeconfig,
+        "--app-profile",
+        &taint_app,
+        "--profile",
+        &p.display().to_string(),
+        "--seed",
+        "1",
+    ];
+    let (code, out, err) = shakedown(&args, &files);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(err.lines().any(|l| l.contains("[1/1] taint(m") && l.contains("checks ok")), "the taint step checked: {err}");
+    let events = last_run_events(&files);
+    let taints: Vec<serde_json::Value> =
+        events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["kind"] == "app-taint").collect();
+    assert_eq!(taints.len(), 1, "an app-taint event: {events}");
+    let t = &taints[0]["detail"];
+    assert!(["app/etcd-0", "app/etcd-1", "app/etcd-2"].iter().all(|p| t["evicted-gone-after-ms"][p].is_u64()), "the replicas evicted: {t}");
+    assert!(
+        t["tolerating"].as_object().unwrap().contains_key("app/tolerant") && t["tolerating-gone"].as_array().unwrap().is_empty(),
+        "{t}"
+    );
+    assert_eq!(pods.get("tolerant").await.unwrap().metadata.uid, uid, "the tolerating pod stayed");
+    assert!(
+        nodes.list(&ListParams::default()).await.unwrap().items.iter().all(|n| n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_none_or(|ts| ts.iter().all(|t| t.key != "shakedown.dev/tainted-by"))),
+        "no node left tainted"
+    );
+    pods.delete("tolerant", &Default::default()).await.unwrap();
+    settled(&client, Duration::from_secs(120)).await;
+
     // The operator's planted bug: a lost claim is never rebuilt. app-ready catches it; the
     // record replays it.
     operator.abort();
@@ -794,6 +852,53 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success() && text.contains("uncordoned node sd-apptest"), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(!cordoned().await, "reap lifted the cordon");
+    settled(&client, Duration::from_secs(120)).await;
+
+    // A run killed (-9) while its taint is on the node: `reap --kube` takes the taint off.
+    let p = files.join("taint-killed.toml");
+    std::fs::write(&p, profile("app-taint-killed", &["taint"], 1)).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
+        .args([
+            "run",
+            "--target",
+            "app",
+            "--kubeconfig",
+            &kubeconfig,
+            "--app-profile",
+            &app,
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            "1",
+            "--runs-dir",
+        ])
+        .arg(files.join("runs"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let tainted = || async {
+        nodes.list(&ListParams::default()).await.unwrap().items.iter().any(|n| {
+            n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| ts.iter().any(|t| t.key == "shakedown.dev/tainted-by"))
+        })
+    };
+    let deadline = std::time::Instant::now() + RUN_REACHES_OP;
+    while !tainted().await {
+        still_running(&mut child, deadline, "tainted the node");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(tainted().await, "the killed run left its taint");
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--kube", "--kubeconfig", &kubeconfig]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success() && text.contains("took the run's taint off node sd-apptest"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!tainted().await, "reap took the taint off");
     settled(&client, Duration::from_secs(120)).await;
 
     // The second test application, with a primary its operator fails over (tests/app_common/kv.rs):

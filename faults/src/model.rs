@@ -323,6 +323,7 @@ impl Model {
             | OpKind::NodeDrain
             | OpKind::PodFailure
             | OpKind::Switchover
+            | OpKind::Taint
             | OpKind::PartitionGroups
             | OpKind::PartitionGroupsHeal
             | OpKind::Defrag => 0,
@@ -380,6 +381,7 @@ impl Model {
             | Op::NodeDrain { .. }
             | Op::PodFailure { .. }
             | Op::Switchover { .. }
+            | Op::Taint { .. }
             | Op::Defrag { .. }
             | Op::PartitionUntilSnapshot { .. } => {}
             // A panic is a crash at that point; after a sleep the member runs on.

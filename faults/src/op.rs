@@ -122,6 +122,14 @@ pub enum Op {
     /// next replica when `member` leads already). Verified: the command succeeded and the
     /// `[leader]` selector's Ready pod is the candidate afterwards.
     Switchover { member: MemberId },
+    /// Application target: a `NoExecute` taint (`shakedown.dev/taint`, the run id as its value)
+    /// on the node of the replica's pod — the node must have opted in, as for a drain — held for
+    /// the app profile's `[taint] duration`, then removed. Unlike a drain it asks nobody: no
+    /// eviction API, no PodDisruptionBudget; every pod on the node that does not tolerate the
+    /// taint is deleted by the node lifecycle controller, one that tolerates it stays (for its
+    /// `tolerationSeconds`, if it names some). Verified: those pods gone, the tolerating ones
+    /// still there at the removal, the taint gone after it.
+    Taint { member: MemberId },
 }
 
 /// How many different picks `pod-kill-selected` and `partition-groups` draw from (divisible by 1–4 and 6, so that
@@ -191,6 +199,8 @@ crate::registry! {
         Failpoint => "failpoint",
         /// Application target: a planned failover to a replica through the app profile's `[switchover]` command (verified: the `[leader]` is the candidate afterwards).
         Switchover => "switchover",
+        /// Application target: a `NoExecute` taint on the node of a replica's pod for the app profile's `[taint] duration` (verified: the pods without a toleration evicted, the taint removed after).
+        Taint => "taint",
     }
 }
 
@@ -210,7 +220,8 @@ impl OpKind {
             | OpKind::PodFailure
             | OpKind::PartitionGroups
             | OpKind::PartitionGroupsHeal
-            | OpKind::Switchover => true,
+            | OpKind::Switchover
+            | OpKind::Taint => true,
             OpKind::Crash
             | OpKind::Restart
             | OpKind::Pause
@@ -271,6 +282,7 @@ impl Op {
             Op::PartitionUntilSnapshot { .. } => OpKind::PartitionUntilSnapshot,
             Op::Failpoint { .. } => OpKind::Failpoint,
             Op::Switchover { .. } => OpKind::Switchover,
+            Op::Taint { .. } => OpKind::Taint,
         }
     }
 
@@ -293,6 +305,7 @@ impl Op {
             | Op::PartitionUntilSnapshot { member }
             | Op::Failpoint { member, .. }
             | Op::Switchover { member }
+            | Op::Taint { member }
             | Op::NodeDrain { member } => Some(member),
             Op::RollingUpgrade { .. }
             | Op::RollingReplace
@@ -330,6 +343,7 @@ impl Op {
             | Op::PodKillSelected { .. }
             | Op::PodFailure { .. }
             | Op::Switchover { .. }
+            | Op::Taint { .. }
             | Op::PartitionGroups { .. }
             | Op::PartitionGroupsHeal { .. }
             | Op::Defrag { .. }
@@ -362,6 +376,7 @@ impl fmt::Display for Op {
             | Op::PartitionHeal { .. }
             | Op::PodFailure { .. }
             | Op::Switchover { .. }
+            | Op::Taint { .. }
             | Op::Defrag { .. }
             | Op::PartitionUntilSnapshot { .. }
             | Op::Failpoint { .. } => unreachable!("ops on one member are written above"),
@@ -556,7 +571,7 @@ impl Model {
             Op::OperatorRestart => Ok(()),
             // Several replicas at once (a switchover: the leader and its candidate): every one up
             // before, no partition in place.
-            Op::PodKillSelected { .. } | Op::NodeDrain { .. } | Op::Switchover { .. } => {
+            Op::PodKillSelected { .. } | Op::NodeDrain { .. } | Op::Switchover { .. } | Op::Taint { .. } => {
                 self.all_up()?;
                 self.no_partition()
             }
@@ -675,6 +690,7 @@ impl Model {
             OpKind::NodeDrain => per_member(|member| Op::NodeDrain { member }),
             OpKind::PodFailure => per_member(|member| Op::PodFailure { member }),
             OpKind::Switchover => per_member(|member| Op::Switchover { member }),
+            OpKind::Taint => per_member(|member| Op::Taint { member }),
             OpKind::PodKillSelected => {
                 (0..SELECTED_PICKS).map(|pick| Op::PodKillSelected { pick }).filter(|op| self.check(op).is_ok()).collect()
             }

@@ -74,7 +74,9 @@ pub(crate) fn durability(model: &Model, obs: &Observation) -> Verdict {
     match &obs.durability {
         // A read served by a member whose store diverged shows other values than were written.
         Some(d) => match history(d) {
-            Verdict::Definite(m) => crate::known::with_txn_range_refused(Verdict::Definite(m + &crate::consistency::possible_defect(obs)), obs),
+            Verdict::Definite(m) => {
+                crate::known::with_txn_range_refused(Verdict::Definite(m + &crate::consistency::possible_defect(obs)), obs)
+            }
             v => crate::known::with_txn_range_refused(v, obs),
         },
         None => Verdict::Unobserved("no read-back of the workload's writes".into()),

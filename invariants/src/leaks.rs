@@ -18,7 +18,7 @@ pub(crate) fn leaks(model: &Model, obs: &Observation) -> Verdict {
 
 /// The application target's leaks: a partition's NetworkPolicy exactly while the model has
 /// the partition, no other policy of the run, the operator at its replicas, no node left
-/// cordoned, no pod left failed.
+/// cordoned or tainted, no pod left failed.
 fn app_leaks(model: &Model, inv: &crate::observation::AppInventory) -> Verdict {
     let mut problems = vec![];
     for m in inv.partitioned.difference(&model.partitioned) {
@@ -43,6 +43,9 @@ fn app_leaks(model: &Model, inv: &crate::observation::AppInventory) -> Verdict {
     }
     if !inv.cordoned.is_empty() {
         problems.push(format!("nodes the run cordoned are still cordoned: {}", inv.cordoned.join(", ")));
+    }
+    if !inv.tainted.is_empty() {
+        problems.push(format!("nodes still carry the run's taint: {}", inv.tainted.join(", ")));
     }
     if !inv.failed_pods.is_empty() {
         problems.push(format!("pods a pod-failure of the run left failed (their own images not put back): {}", inv.failed_pods.join(", ")));

@@ -92,6 +92,9 @@ pub struct AppInventory {
     /// Nodes the run cordoned (`node-drain`) and that are still cordoned.
     #[serde(default)]
     pub cordoned: Vec<String>,
+    /// Nodes that carry the run's `NoExecute` taint (`taint`): it is the op's to remove.
+    #[serde(default)]
+    pub tainted: Vec<String>,
     /// Pods a `pod-failure` of the run left failed (still annotated, still on the failure image).
     #[serde(default)]
     pub failed_pods: Vec<String>,

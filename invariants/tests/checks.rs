@@ -1510,6 +1510,9 @@ fn app_leaks_follow_the_model_partitions_and_the_operator_scale() {
     assert!(
         matches!(verdict(InvariantId::Leaks, &cut, &o), Verdict::Fail(msg) if msg.contains("nodes the run cordoned are still cordoned: node-1"))
     );
+    inv(&mut o).cordoned.clear();
+    inv(&mut o).tainted.push("node-2".into());
+    assert!(matches!(verdict(InvariantId::Leaks, &cut, &o), Verdict::Fail(msg) if msg == "nodes still carry the run's taint: node-2"));
     // A group partition's policies: there exactly while the model has that pick in place.
     let mut o = app_obs();
     inv(&mut o).groups_partitioned = Some(3);

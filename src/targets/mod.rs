@@ -437,7 +437,7 @@ mod tests {
     #[test]
     fn app_plans_draw_only_what_the_app_profile_can_run() {
         let spec = app("namespace = \"db\"\nstatefulset = \"pg\"\n");
-        for tier in ["app-smoke", "app-release"] {
+        for tier in ["app-smoke", "app-release", "app-database"] {
             let fitted = spec.fit(crate::profiles::load(tier).unwrap()).unwrap();
             let kinds = fitted.ops.clone().unwrap();
             assert!(kinds.contains(&OpKind::PodKill) && !kinds.contains(&OpKind::OperatorRestart), "{tier}: {kinds:?}");

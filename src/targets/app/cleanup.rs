@@ -1,6 +1,6 @@
 //! One cleanup of an application-target run, for its teardown and for `reap --kube` after a
 //! kill -9: the run's NetworkPolicies and checker Jobs, the operator's scale, its failed pods'
-//! images, its cordons, the operator's objects it created (backups, restores).
+//! images, its cordons and taints, the operator's objects it created (backups, restores).
 
 use std::collections::BTreeMap;
 
@@ -15,6 +15,7 @@ use super::connect::RunRecord;
 use super::drain::{cordon_patch, cordoned_by};
 use super::pods::{failed_by, failure_patch};
 use super::resources::resource_api_of;
+use super::taint::{set_taint, tainted_by};
 use super::{bounded, AppTarget, OWN_IMAGES, REQUEST_BOUND};
 use crate::k8s::{delete_if_present, RUN_LABEL};
 
@@ -41,7 +42,7 @@ impl Cleaned {
 /// NetworkPolicies and checker Jobs deleted (in the background: a Job's pods go with it), the
 /// operator scaled back to the recorded replicas when it is below them, the pods a `pod-failure`
 /// of the run left failed given their own images back, the nodes annotated as cordoned by the
-/// run uncordoned, the run's objects of the recorded kinds (backups, restores) deleted. The
+/// run uncordoned, the run's taint taken off the nodes that carry it, the run's objects of the recorded kinds (backups, restores) deleted. The
 /// run's ConfigMap is the caller's to delete, last: it is what finds the run again.
 pub async fn clean_up(client: &Client, ns: &str, run: &str, record: &RunRecord) -> Cleaned {
     let mut out = Cleaned::default();
@@ -53,6 +54,7 @@ pub async fn clean_up(client: &Client, ns: &str, run: &str, record: &RunRecord) 
     }
     restore_failed_pods(client, ns, run, &mut out).await;
     uncordon(client, run, &mut out).await;
+    untaint(client, run, &mut out).await;
     for gvk in &record.resources {
         let discovered = tokio::time::timeout(REQUEST_BOUND, resource_api_of(client, ns, gvk)).await;
         match discovered
@@ -133,6 +135,17 @@ async fn uncordon(client: &Client, run: &str, out: &mut Cleaned) {
         let patch = Patch::Merge(cordon_patch(None));
         let uncordoned = bounded(&format!("uncordoning node {name}"), nodes.patch(&name, &PatchParams::default(), &patch)).await;
         out.add(uncordoned.map(|_| format!("uncordoned node {name}")));
+    }
+}
+
+/// Takes the run's taint off every node that carries it.
+async fn untaint(client: &Client, run: &str, out: &mut Cleaned) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    // A listing refused to a namespaced account: the run could not have tainted one either.
+    let listed = bounded("nodes", nodes.list(&ListParams::default())).await.map(|l| l.items).unwrap_or_default();
+    for n in listed.iter().filter(|n| tainted_by(n) == Some(run)) {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        out.add(set_taint(&nodes, &name, None).await.map(|_| format!("took the run's taint off node {name}")));
     }
 }
 

@@ -21,22 +21,8 @@ impl AppTarget {
     /// PodDisruptionBudget refuses (429) is tried again every second until the op's bound, then
     /// the op fails naming it — verified drained (those pods gone), then uncordoned (verified).
     pub(super) async fn node_drain(&mut self, m: MemberId) -> Result<(), TargetError> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
-        let pod = self.pod_name(m);
-        let node_name = bounded("get pod", pods.get(&pod))
-            .await
-            .map_err(env)?
-            .spec
-            .and_then(|s| s.node_name)
-            .ok_or_else(|| TargetError::Stack(format!("pod {pod} is not on a node")))?;
+        let (node_name, node) = self.chaos_node(m, "a drain evicts every pod on it, of every namespace", "node-drain").await?;
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let node = bounded("get node", nodes.get(&node_name)).await.map_err(env)?;
-        if !opted_in(node.metadata.annotations.as_ref()) {
-            return Err(TargetError::Environment(format!(
-                "node {node_name} (of {pod}) has not opted in to chaos: a drain evicts every pod on it, of every namespace; annotate it \
-                with {OPT_IN}=\"true\" (kubectl annotate node {node_name} {OPT_IN}=true) or leave node-drain out of the profile"
-            )));
-        }
         if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
             return Err(TargetError::Environment(format!(
                 "node {node_name} is already cordoned, not by this run: draining it is someone else's maintenance"
@@ -78,6 +64,28 @@ impl AppTarget {
             last.map(|(pod, ms)| format!("; the last gone {:.1}s after its eviction: {pod}", ms as f64 / 1000.0)).unwrap_or_default();
         tracing::info!("node-drain({m}): node {node_name} drained ({} pods evicted{last}) and uncordoned", evicted.len());
         Ok(())
+    }
+
+    /// The node of `m`'s pod (name and object), which must have opted in to chaos: otherwise an
+    /// environment error saying what `op` would do to it (`why`) and how to opt in.
+    pub(super) async fn chaos_node(&self, m: MemberId, why: &str, op: &str) -> Result<(String, Node), TargetError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.ns());
+        let pod = self.pod_name(m);
+        let node_name = bounded("get pod", pods.get(&pod))
+            .await
+            .map_err(env)?
+            .spec
+            .and_then(|s| s.node_name)
+            .ok_or_else(|| TargetError::Stack(format!("pod {pod} is not on a node")))?;
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = bounded("get node", nodes.get(&node_name)).await.map_err(env)?;
+        if !opted_in(node.metadata.annotations.as_ref()) {
+            return Err(TargetError::Environment(format!(
+                "node {node_name} (of {pod}) has not opted in to chaos: {why}; annotate it \
+                with {OPT_IN}=\"true\" (kubectl annotate node {node_name} {OPT_IN}=true) or leave {op} out of the profile"
+            )));
+        }
+        Ok((node_name, node))
     }
 
     /// Evicts every pod of `node` a drain evicts and waits until they are gone: the pods, or why not.
@@ -161,7 +169,7 @@ impl AppTarget {
     /// Verified: every evicted pod is gone from the node (its replacement, if any, is another
     /// pod). When each went (ms after the evictions) is kept: a pod whose kubelet takes long to
     /// remove it holds the whole drain, and the event log names it.
-    async fn wait_gone(&self, node: &str, evicted: &[PodRef]) -> Result<BTreeMap<String, u64>, TargetError> {
+    pub(super) async fn wait_gone(&self, node: &str, evicted: &[PodRef]) -> Result<BTreeMap<String, u64>, TargetError> {
         let all: Api<Pod> = Api::all(self.client.clone());
         let wanted = evicted.to_vec();
         let evicted_at = Instant::now();

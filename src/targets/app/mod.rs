@@ -41,6 +41,7 @@ mod pods;
 mod probes;
 mod resources;
 pub mod spec;
+mod taint;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -82,6 +83,8 @@ const PARTITION_SETTLE: Duration = Duration::from_secs(10);
 pub const CORDONED_BY: &str = "shakedown.dev/cordoned-by";
 /// The annotations of a pod a `pod-failure` failed: the run id, and its containers' own images
 /// (a JSON object, container name → image) to put back — by the op, teardown or `reap --kube`.
+/// The key of the `NoExecute` taint a `taint` of a run puts on a node (its value: the run id).
+pub const TAINTED_BY: &str = "shakedown.dev/tainted-by";
 pub const FAILED_BY: &str = "shakedown.dev/failed-by";
 pub const OWN_IMAGES: &str = "shakedown.dev/own-images";
 
@@ -211,6 +214,7 @@ impl AppTarget {
             Op::Partition { member } => self.partition(member).await,
             Op::PartitionHeal { member } => self.partition_heal(member).await,
             Op::NodeDrain { member } => self.node_drain(member).await,
+            Op::Taint { member } => self.taint(member).await,
             Op::PodFailure { member } => self.pod_failure(member).await,
             Op::Switchover { member } => self.switchover(member, after).await,
             Op::PartitionGroups { pick } => self.partition_groups(pick).await,

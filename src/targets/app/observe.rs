@@ -13,6 +13,7 @@ use super::data::is_ready;
 use super::drain::cordoned_by;
 use super::partition::{group_policy_pick, has_labels};
 use super::pods::failed_by;
+use super::taint::tainted_by;
 use super::{bounded, AppTarget};
 use crate::k8s::RUN_LABEL;
 
@@ -90,7 +91,7 @@ impl AppTarget {
                 }
             }
         }
-        inv.cordoned = self.cordoned_nodes().await;
+        (inv.cordoned, inv.tainted) = self.cordoned_and_tainted_nodes().await;
         inv.failed_pods = self.failed_pods().await.into_iter().filter_map(|p| p.metadata.name).collect();
         if let (Some(name), Some(replicas)) = (&self.spec.app_profile.operator, self.operator_replicas) {
             let deps: Api<Deployment> = Api::namespaced(self.client.clone(), self.ns());
@@ -104,14 +105,14 @@ impl AppTarget {
         inv
     }
 
-    /// The nodes this run cordoned that are still cordoned.
-    async fn cordoned_nodes(&self) -> Vec<String> {
+    /// The nodes this run cordoned that are still cordoned, and those that carry its taint.
+    async fn cordoned_and_tainted_nodes(&self) -> (Vec<String>, Vec<String>) {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let list = bounded("nodes", nodes.list(&ListParams::default())).await.map(|l| l.items).unwrap_or_default();
-        list.into_iter()
-            .filter(|n| cordoned_by(n) == Some(self.run_id.as_str()) && n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
-            .filter_map(|n| n.metadata.name)
-            .collect()
+        let run = Some(self.run_id.as_str());
+        let named = |keep: &dyn Fn(&Node) -> bool| list.iter().filter(|n| keep(n)).filter_map(|n| n.metadata.name.clone()).collect();
+        let cordoned = named(&|n| cordoned_by(n) == run && n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true));
+        (cordoned, named(&|n| tainted_by(n) == run))
     }
 
     async fn workloads(&self) -> Vec<AppWorkload> {

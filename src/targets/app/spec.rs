@@ -96,6 +96,10 @@ pub struct AppProfile {
     /// and says when the operator kept the old leader (the same pod back as leader).
     #[serde(default)]
     pub leader: Option<LeaderSpec>,
+    /// How long `taint` holds its `NoExecute` taint on a replica's node (`[taint]`). Absent:
+    /// 10 s.
+    #[serde(default)]
+    pub taint: Option<TaintSpec>,
     /// How `switchover` asks the operator for a planned failover (`[switchover]`): a command
     /// exec'd in the leader's pod. Needs `[leader]`. Absent: `switchover` is not drawn.
     #[serde(default)]
@@ -289,6 +293,24 @@ pub struct PodFailure {
     #[serde(with = "human", default = "default_failure_duration")]
     #[schemars(schema_with = "duration_schema")]
     pub duration: Duration,
+}
+
+/// A `NoExecute` taint on a replica's node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaintSpec {
+    /// How long the taint stays once the pods that do not tolerate it are gone (then it is
+    /// removed, and the pods the controllers recreate can come back).
+    #[serde(with = "human", default = "default_failure_duration")]
+    #[schemars(schema_with = "duration_schema")]
+    pub duration: Duration,
+}
+
+impl AppProfile {
+    /// How long `taint` holds its taint.
+    pub fn taint_duration(&self) -> Duration {
+        self.taint.as_ref().map_or_else(default_failure_duration, |t| t.duration)
+    }
 }
 
 fn default_failure_duration() -> Duration {
@@ -604,7 +626,7 @@ impl AppProfile {
             OpKind::Partition | OpKind::PartitionHeal => Err("the app profile has no [partition] probe".into()),
             OpKind::PartitionGroups | OpKind::PartitionGroupsHeal if p.partition.as_ref().is_some_and(|p| !p.groups.is_empty()) => Ok(()),
             OpKind::PartitionGroups | OpKind::PartitionGroupsHeal => Err("the app profile has no [[partition.groups]] (two label groups to cut apart, and the [partition] probe)".into()),
-            OpKind::NodeDrain => Ok(()),
+            OpKind::NodeDrain | OpKind::Taint => Ok(()),
             OpKind::PodFailure if p.pod_failure.is_some() => Ok(()),
             OpKind::PodFailure => Err("the app profile has no [pod_failure] image (one the nodes have that does not run the application: the cluster's pause image, say)".into()),
             OpKind::Backup if p.backup.is_some() => Ok(()),

@@ -301,6 +301,7 @@ impl Target for LocalTarget {
             | OpKind::NodeDrain
             | OpKind::PodFailure
             | OpKind::Switchover
+            | OpKind::Taint
             | OpKind::PartitionGroups
             | OpKind::PartitionGroupsHeal => Err("an application op: it runs on --target app".into()),
         }
@@ -342,6 +343,7 @@ impl Target for LocalTarget {
                 | Op::NodeDrain { .. }
                 | Op::PodFailure { .. }
                 | Op::Switchover { .. }
+                | Op::Taint { .. }
                 | Op::PartitionGroups { .. }
                 | Op::PartitionGroupsHeal { .. } => Err(LocalError::Unsupported(format!("{op} is an application op (--target app)"))),
             }

@@ -272,6 +272,7 @@ impl Target for SimTarget {
             | OpKind::NodeDrain
             | OpKind::PodFailure
             | OpKind::Switchover
+            | OpKind::Taint
             | OpKind::PartitionGroups
             | OpKind::PartitionGroupsHeal => Err("an application op: it runs on --target app".into()),
         }
@@ -343,6 +344,7 @@ impl Target for SimTarget {
             | Op::NodeDrain { .. }
             | Op::PodFailure { .. }
             | Op::Switchover { .. }
+            | Op::Taint { .. }
             | Op::PartitionGroups { .. }
             | Op::PartitionGroupsHeal { .. } => return Err(TargetError::Unsupported(format!("{op} is an application op (--target app)"))),
         }
