@@ -39,6 +39,7 @@ selector = "app=etcd"
 write = ["sh", "-c", "etcdctl --endpoints=$ENDPOINTS --command-timeout=5s put {key} {value}"]
 read = ["sh", "-c", "out=$(etcdctl --endpoints=$ENDPOINTS --command-timeout=5s get --prefix {prefix}) && { [ -z \"$out\" ] || printf '%s\\n' \"$out\" | paste -d ' ' - -; }"]
 interval = "100ms"
+writers = 2
 
 [[probes]]
 name = "every member healthy"
@@ -225,6 +226,17 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let (writes, reads) = (ops.iter().filter(|o| o["type"] == "write").count(), ops.iter().filter(|o| o["type"] == "read").count());
     assert!(writes > 20 && reads > 20, "{writes} writes, {reads} reads in the history");
     assert!(ops.iter().any(|o| o["type"] == "read" && o["epoch"] == 2), "reads after the restore (epoch 2)");
+    // Two writers ([data] writers = 2), each its own client of the history, their writes
+    // overlapping in time.
+    let writers: std::collections::BTreeSet<u64> =
+        ops.iter().filter(|o| o["type"] == "write").filter_map(|o| o["client"].as_u64()).collect();
+    assert_eq!(writers.len(), 2, "two writing clients: {writers:?}");
+    let spans: Vec<(u64, u64, u64)> = ops
+        .iter()
+        .filter(|o| o["type"] == "write")
+        .filter_map(|o| Some((o["client"].as_u64()?, o["call"].as_u64()?, o["return"].as_u64()?)))
+        .collect();
+    assert!(spans.iter().any(|a| spans.iter().any(|b| a.0 != b.0 && a.1 < b.2 && b.1 < a.2)), "writes of the two writers overlap in time");
     // Each write is also a sample of workload.csv, the report's latency chart: as many as the
     // history's writes that ended, acknowledged as many as the run says.
     let samples = std::fs::read_to_string(run_dir.join("workload.csv")).expect("workload.csv");

@@ -12,6 +12,7 @@
 //! every check would add one read per key ever written.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -48,9 +49,18 @@ pub enum DataError {
 /// How long one write or read command may take.
 pub const DATA_COMMAND_BOUND: Duration = Duration::from_secs(15);
 
-/// The history's client numbers: the writer, and the reads of the checks.
+/// The history's client numbers: the first writer, and the reads of the checks; writer `i > 0`
+/// is `READER + i`.
 const WRITER: u64 = 0;
 const READER: u64 = 1;
+
+fn writer_client(i: u32) -> u64 {
+    if i == 0 {
+        WRITER
+    } else {
+        READER + u64::from(i)
+    }
+}
 
 #[derive(Debug, Default)]
 struct Log {
@@ -58,7 +68,7 @@ struct Log {
     acked: Vec<(String, String)>,
     marks: Marks,
     unknown: BTreeSet<String>,
-    in_flight: Option<String>,
+    in_flight: BTreeSet<String>,
     failures: u64,
     /// What the last write that failed answered (pod, exit code, stderr), for an error that
     /// says why no write is acknowledged.
@@ -109,7 +119,7 @@ impl Log {
 pub struct Writer {
     log: Arc<Mutex<Log>>,
     requests: Arc<Requests>,
-    task: tokio::task::JoinHandle<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
     client: Client,
     namespace: String,
     commands: DataCommands,
@@ -141,60 +151,24 @@ impl Writer {
         let log = Arc::new(Mutex::new(Log::default()));
         let requests = Arc::new(Requests::new(Instant::now(), ModelKind::Register).outliving());
         let prefix = format!("sd-{}-", run_id.trim_start_matches("sd-"));
-        let task = {
-            let (log, requests, client, namespace, commands, prefix) =
-                (log.clone(), requests.clone(), client.clone(), namespace.to_string(), commands.clone(), prefix.clone());
-            tokio::spawn(async move {
-                let mut n = 0u64;
-                loop {
-                    tokio::time::sleep(commands.interval).await;
-                    let Some(pod) = ready_pod(&client, &namespace, &commands.selector, None).await else {
-                        log.lock().unwrap().no_pod = Some(format!("no Ready pod matches {}", commands.selector));
-                        continue;
-                    };
-                    let name = pod.metadata.name.unwrap_or_default();
-                    n += 1;
-                    let key = format!("{prefix}{n:06}");
-                    let value = format!("v{n}");
-                    let sent = {
-                        let mut l = log.lock().unwrap();
-                        l.in_flight = Some(key.clone());
-                        l.sent.push(key.clone());
-                        l.writes.insert(key.clone(), (false, None));
-                        requests.send(WRITER, write(&key, &value, None))
-                    };
-                    let cmd = fill(&commands.write, &BTreeMap::from([("key", key.clone()), ("value", value.clone())]));
-                    let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
-                    let started = std::time::SystemTime::now();
-                    let out = exec(&client, &namespace, &name, commands.container.as_deref(), &refs, DATA_COMMAND_BOUND).await;
-                    let acked = matches!(&out, Ok(o) if o.code == 0);
-                    // One write a second or so: each line reaches the file at once.
-                    samples.sample_since(started, acked);
-                    samples.flush();
-                    let mut l = log.lock().unwrap();
-                    l.in_flight = None;
-                    // A write that failed may still have been done (or be done later): unknown.
-                    requests.end(sent, write(&key, &value, acked.then_some(Done {})), Some(name.clone()));
-                    let epoch = l.epoch;
-                    l.writes.insert(key.clone(), (acked, Some(epoch)));
-                    match out {
-                        Ok(o) if o.code == 0 => {
-                            l.settled.insert(key.clone(), (epoch, Some(value.clone()), Instant::now()));
-                            l.acked.push((key, value));
-                        }
-                        failed => {
-                            l.failures += 1;
-                            l.unknown.insert(key);
-                            l.last_failure = Some(match failed {
-                                Ok(o) => format!("in {name}: exit {}: {}", o.code, o.stderr.trim()),
-                                Err(e) => format!("in {name}: {e}"),
-                            });
-                        }
-                    }
-                }
+        let (samples, numbered) = (Arc::new(samples), Arc::new(AtomicU64::new(0)));
+        let tasks = (0..commands.writers.max(1))
+            .map(|i| {
+                let one = OneWriter {
+                    client_id: writer_client(i),
+                    log: log.clone(),
+                    requests: requests.clone(),
+                    client: client.clone(),
+                    namespace: namespace.to_string(),
+                    commands: commands.clone(),
+                    prefix: prefix.clone(),
+                    samples: samples.clone(),
+                    numbered: numbered.clone(),
+                };
+                tokio::spawn(one.run())
             })
-        };
-        Writer { log, requests, task, client, namespace: namespace.to_string(), commands, prefix }
+            .collect();
+        Writer { log, requests, tasks, client, namespace: namespace.to_string(), commands, prefix }
     }
 
     /// Reads the data back: what was acknowledged before the read was sent must be in it; what
@@ -219,7 +193,7 @@ impl Writer {
         let mut unknown: BTreeSet<String> = l.unknown.clone();
         // Acknowledged while the read ran: may or may not be in it.
         unknown.extend(l.acked[sent_at..].iter().map(|(k, _)| k.clone()));
-        unknown.extend(l.in_flight.clone());
+        unknown.extend(l.in_flight.iter().cloned());
         AppData { acked: l.acked[..sent_at].to_vec(), marks, unknown, read: read.map(|(_, r)| r).map_err(|e| e.to_string()) }
     }
 
@@ -271,7 +245,7 @@ impl Writer {
                 // Until an attempt has ended, one running (or a round still looking for a pod) is
                 // waited for; with none running and the last round finding no Ready pod (or its
                 // list failing), that is the answer.
-                let waiting = l.failures == 0 && (l.in_flight.is_some() || l.no_pod.is_none());
+                let waiting = l.failures == 0 && (!l.in_flight.is_empty() || l.no_pod.is_none());
                 let now = tokio::time::Instant::now();
                 if now >= deadline && (!waiting || now >= first_attempt_deadline) {
                     let why = l.last_failure.clone().or_else(|| l.no_pod.clone()).unwrap_or_else(|| "no attempt finished".into());
@@ -333,13 +307,79 @@ impl Writer {
     }
 
     pub fn stop(&self) {
-        self.task.abort();
+        self.tasks.iter().for_each(|t| t.abort());
     }
 }
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        self.task.abort();
+        self.stop();
+    }
+}
+
+/// One of the writers: its own exec per write (its own connection to the application), its own
+/// client in the history; the keys are numbered across all of them.
+struct OneWriter {
+    client_id: u64,
+    log: Arc<Mutex<Log>>,
+    requests: Arc<Requests>,
+    client: Client,
+    namespace: String,
+    commands: DataCommands,
+    prefix: String,
+    samples: Arc<Samples>,
+    numbered: Arc<AtomicU64>,
+}
+
+impl OneWriter {
+    async fn run(self) {
+        let OneWriter { client_id, log, requests, client, namespace, commands, prefix, samples, numbered } = self;
+        loop {
+            tokio::time::sleep(commands.interval).await;
+            let Some(pod) = ready_pod(&client, &namespace, &commands.selector, None).await else {
+                log.lock().unwrap().no_pod = Some(format!("no Ready pod matches {}", commands.selector));
+                continue;
+            };
+            let name = pod.metadata.name.unwrap_or_default();
+            let n = numbered.fetch_add(1, Ordering::Relaxed) + 1;
+            let key = format!("{prefix}{n:06}");
+            let value = format!("v{n}");
+            let sent = {
+                let mut l = log.lock().unwrap();
+                l.in_flight.insert(key.clone());
+                l.sent.push(key.clone());
+                l.writes.insert(key.clone(), (false, None));
+                requests.send(client_id, write(&key, &value, None))
+            };
+            let cmd = fill(&commands.write, &BTreeMap::from([("key", key.clone()), ("value", value.clone())]));
+            let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            let started = std::time::SystemTime::now();
+            let out = exec(&client, &namespace, &name, commands.container.as_deref(), &refs, DATA_COMMAND_BOUND).await;
+            let acked = matches!(&out, Ok(o) if o.code == 0);
+            // A few writes a second at most: each line reaches the file at once.
+            samples.sample_since(started, acked);
+            samples.flush();
+            let mut l = log.lock().unwrap();
+            l.in_flight.remove(&key);
+            // A write that failed may still have been done (or be done later): unknown.
+            requests.end(sent, write(&key, &value, acked.then_some(Done {})), Some(name.clone()));
+            let epoch = l.epoch;
+            l.writes.insert(key.clone(), (acked, Some(epoch)));
+            match out {
+                Ok(o) if o.code == 0 => {
+                    l.settled.insert(key.clone(), (epoch, Some(value.clone()), Instant::now()));
+                    l.acked.push((key, value));
+                }
+                failed => {
+                    l.failures += 1;
+                    l.unknown.insert(key);
+                    l.last_failure = Some(match failed {
+                        Ok(o) => format!("in {name}: exit {}: {}", o.code, o.stderr.trim()),
+                        Err(e) => format!("in {name}: {e}"),
+                    });
+                }
+            }
+        }
     }
 }
 

@@ -337,11 +337,24 @@ pub struct DataCommands {
     pub write: Vec<String>,
     /// Prints every key with prefix `{prefix}` and its value, `key value` one per line; exit 0.
     pub read: Vec<String>,
-    /// The pause between two writes.
+    /// The pause between two writes (of each writer).
     #[serde(with = "human", default = "default_interval")]
     #[schemars(schema_with = "duration_schema")]
     pub interval: Duration,
+    /// How many writers write at once, each with its own exec per write (its own connection to
+    /// the application, as several clients of it would have) and its own client in the
+    /// history. One write per exec takes a fraction of a second; more writers put more
+    /// acknowledged writes near each fault.
+    #[serde(default = "one")]
+    pub writers: u32,
 }
+
+fn one() -> u32 {
+    1
+}
+
+/// The most writers `[data]` takes: each holds an exec stream into a pod at a time.
+const MAX_WRITERS: u32 = 32;
 
 fn default_interval() -> Duration {
     Duration::from_millis(200)
@@ -561,6 +574,9 @@ impl AppProfile {
         }
         if self.data.as_ref().is_some_and(|d| d.write.is_empty() || d.read.is_empty()) {
             return Err(invalid("[data] needs a write and a read command".into()));
+        }
+        if self.data.as_ref().is_some_and(|d| !(1..=MAX_WRITERS).contains(&d.writers)) {
+            return Err(invalid(format!("[data] writers must be 1 to {MAX_WRITERS} (each is an exec into a pod per write)")));
         }
         for probe in &self.probes {
             probe.check()?;
@@ -842,6 +858,17 @@ mod tests {
         for bad in ["count = 2\npercent = 50\n", "count = 0\n", "percent = 0\n", "percent = 101\n"] {
             let e = AppProfile::from_toml(&format!("{base}{bad}")).unwrap_err().to_string();
             assert!(e.contains("[pod_kill_selected]"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_data_workload_takes_one_to_thirty_two_writers() {
+        let base = "namespace = \"app\"\nstatefulset = \"etcd\"\n[data]\nselector = \"app=etcd\"\nwrite = [\"w\"]\nread = [\"r\"]\n";
+        assert_eq!(AppProfile::from_toml(base).unwrap().data.unwrap().writers, 1, "one by default");
+        assert_eq!(AppProfile::from_toml(&format!("{base}writers = 4\n")).unwrap().data.unwrap().writers, 4);
+        for bad in ["writers = 0\n", "writers = 33\n"] {
+            let e = AppProfile::from_toml(&format!("{base}{bad}")).unwrap_err().to_string();
+            assert!(e.contains("[data] writers must be 1 to 32"), "{bad}: {e}");
         }
     }
 }
