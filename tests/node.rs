@@ -113,7 +113,8 @@ async fn a_node_runs_real_pods_and_leaves_nothing_behind() {
     .await;
 
     // A Deployment of two busybox web servers and a StatefulSet whose replica keeps a file on
-    // its claim (provisioned by the hostPath provisioner).
+    // its claim (provisioned by the hostPath provisioner), running as a user other than root,
+    // as most databases' images do: the node opens each new volume to every user.
     let web = json!({
         "metadata": {"name": "web"},
         "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": {
@@ -127,8 +128,8 @@ async fn a_node_runs_real_pods_and_leaves_nothing_behind() {
         "metadata": {"name": "db"},
         "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}}, "template": {
             "metadata": {"labels": {"app": "db"}},
-            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "db", "image": shakedown::node::config::BUSYBOX_IMAGE, "imagePullPolicy": "Never",
-                "command": ["sh", "-c", "exec sleep 100000"], "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}},
+            "spec": {"terminationGracePeriodSeconds": 1, "securityContext": {"runAsUser": 1000, "runAsGroup": 1000}, "containers": [{"name": "db", "image": shakedown::node::config::BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                "command": ["sh", "-c", "echo first > /data/first && exec sleep 100000"], "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}},
             "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Mi"}}}}]}
     });
     Api::<StatefulSet>::namespaced(client.clone(), ns).create(&PostParams::default(), &obj(db)).await.unwrap();
@@ -187,6 +188,11 @@ async fn a_node_runs_real_pods_and_leaves_nothing_behind() {
 
     // A replica killed with grace 0 comes back as a new pod (new UID) with its claim's data.
     let db0 = dbs[0].metadata.name.clone().unwrap();
+    assert_eq!(
+        sh(&client, ns, &db0, "id -u && cat /data/first").await.stdout.split_whitespace().collect::<Vec<_>>(),
+        ["1000", "first"],
+        "user 1000 wrote its volume"
+    );
     assert_eq!(sh(&client, ns, &db0, "echo kept > /data/f && sync && cat /data/f").await.stdout.trim(), "kept");
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     // An exec the deletion cuts short is no success: its outcome is unknown (an app's write

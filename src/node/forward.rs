@@ -9,6 +9,8 @@
 //! listener is made first, in the host's; one thread of the process then enters the node's
 //! namespace (`setns(2)`) and makes every outgoing connection there; the bytes are copied on the
 //! async runtime, whose threads stay in the host's.
+//!
+//! The same process opens the node's new volumes to every user ([`super::volumes`]).
 
 use std::fs::File;
 use std::net::{SocketAddr, SocketAddrV4, TcpStream as StdStream};
@@ -126,5 +128,12 @@ pub async fn serve(listen: SocketAddrV4, netns: &Path, to: SocketAddr) -> Result
 /// `shakedown node forward --node-dir D --netns /proc/<holder>/ns/net`: the node's own forward.
 pub async fn run(node_dir: &Path, netns: &Path) -> Result<(), NodeError> {
     let l = Layout::load(node_dir).ok_or_else(|| NodeError::NoNode(node_dir.to_path_buf()))?;
-    serve(l.net.forward(), netns, SocketAddr::from((l.net.node_ip(), API_PORT))).await
+    // The node's other helper on the host, in the same process: volumes any user can write.
+    let opener = tokio::spawn({
+        let l = l.clone();
+        async move { super::volumes::keep_open(&l).await }
+    });
+    let served = serve(l.net.forward(), netns, SocketAddr::from((l.net.node_ip(), API_PORT))).await;
+    opener.abort();
+    served
 }

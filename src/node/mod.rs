@@ -23,6 +23,7 @@ pub mod forward;
 pub mod images;
 pub mod layout;
 pub mod netpol;
+pub mod volumes;
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
