@@ -825,93 +825,45 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     assert_eq!(deps.get("etcd-operator").await.unwrap().spec.and_then(|s| s.replicas), Some(1));
     settled(&client, Duration::from_secs(120)).await;
 
-    // A run killed (-9) in the middle of a drain: `reap --kube` lifts its cordon.
-    let p = files.join("drain-killed.toml");
-    std::fs::write(&p, profile("app-drain-killed", &["node-drain"], 1)).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
-        .args([
-            "run",
-            "--target",
-            "app",
-            "--kubeconfig",
-            &kubeconfig,
-            "--app-profile",
-            &app,
-            "--profile",
-            &p.display().to_string(),
-            "--seed",
-            "1",
-            "--runs-dir",
-        ])
-        .arg(files.join("runs"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let cordoned = || async {
-        nodes.list(&ListParams::default()).await.unwrap().items.iter().any(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
-    };
-    let deadline = std::time::Instant::now() + RUN_REACHES_OP;
-    while !cordoned().await {
-        still_running(&mut child, deadline, "cordoned the node");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    // A run killed (-9) in the middle of a drain, and one while its taint is on the node:
+    // `reap --kube` lifts the cordon, takes the taint off.
+    fn left_on(n: &KubeNode, op: &str) -> bool {
+        let spec = n.spec.as_ref();
+        match op {
+            "node-drain" => spec.and_then(|s| s.unschedulable) == Some(true),
+            _ => spec.and_then(|s| s.taints.as_ref()).is_some_and(|ts| ts.iter().any(|t| t.key == "shakedown.dev/tainted-by")),
+        }
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert!(cordoned().await, "the killed run left its cordon");
-    let out =
-        std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--kube", "--kubeconfig", &kubeconfig]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success() && text.contains("uncordoned node sd-apptest"), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(!cordoned().await, "reap lifted the cordon");
-    settled(&client, Duration::from_secs(120)).await;
-
-    // A run killed (-9) while its taint is on the node: `reap --kube` takes the taint off.
-    let p = files.join("taint-killed.toml");
-    std::fs::write(&p, profile("app-taint-killed", &["taint"], 1)).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
-        .args([
-            "run",
-            "--target",
-            "app",
-            "--kubeconfig",
-            &kubeconfig,
-            "--app-profile",
-            &app,
-            "--profile",
-            &p.display().to_string(),
-            "--seed",
-            "1",
-            "--runs-dir",
-        ])
-        .arg(files.join("runs"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let tainted = || async {
-        nodes.list(&ListParams::default()).await.unwrap().items.iter().any(|n| {
-            n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| ts.iter().any(|t| t.key == "shakedown.dev/tainted-by"))
-        })
-    };
-    let deadline = std::time::Instant::now() + RUN_REACHES_OP;
-    while !tainted().await {
-        still_running(&mut child, deadline, "tainted the node");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    for (op, reaped) in [("node-drain", "uncordoned node sd-apptest"), ("taint", "took the run's taint off node sd-apptest")] {
+        let p = files.join(format!("{op}-killed.toml"));
+        std::fs::write(&p, profile(&format!("app-{op}-killed"), &[op], 1)).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
+            .args(["run", "--target", "app", "--kubeconfig", &kubeconfig, "--app-profile", &app, "--profile"])
+            .arg(&p)
+            .args(["--seed", "1", "--runs-dir"])
+            .arg(files.join("runs"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let left = || async { nodes.list(&ListParams::default()).await.unwrap().items.iter().any(|n| left_on(n, op)) };
+        let deadline = std::time::Instant::now() + RUN_REACHES_OP;
+        while !left().await {
+            still_running(&mut child, deadline, &format!("changed the node ({op})"));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(left().await, "the killed run left its {op}'s change on the node");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shakedown"))
+            .args(["reap", "--kube", "--kubeconfig", &kubeconfig])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success() && text.contains(reaped), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(!left().await, "reap undid the {op}");
+        settled(&client, Duration::from_secs(120)).await;
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert!(tainted().await, "the killed run left its taint");
-    let out =
-        std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--kube", "--kubeconfig", &kubeconfig]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success() && text.contains("took the run's taint off node sd-apptest"),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!tainted().await, "reap took the taint off");
-    settled(&client, Duration::from_secs(120)).await;
 
     // The second test application, with a primary its operator fails over (tests/app_common/kv.rs):
     // the primary killed twice by its label, each time the sync standby promoted; no
