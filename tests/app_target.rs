@@ -151,6 +151,15 @@ const RUN_REACHES_OP: Duration = Duration::from_secs(300);
 
 /// Fails the test if the run it waits on ended, or `deadline` passed, before it `did` what the
 /// test waits for.
+/// `shakedown run --target app` of `profile` with `app_profile`, seed `seed`.
+fn run_app(files: &Path, kubeconfig: &str, app_profile: &str, profile: &Path, seed: u64) -> (i32, String, String) {
+    let (profile, seed) = (profile.display().to_string(), seed.to_string());
+    shakedown(
+        &["run", "--target", "app", "--kubeconfig", kubeconfig, "--app-profile", app_profile, "--profile", &profile, "--seed", &seed],
+        files,
+    )
+}
+
 fn still_running(child: &mut std::process::Child, deadline: std::time::Instant, did: &str) {
     if let Some(status) = child.try_wait().unwrap() {
         panic!("the run ended ({status}) before it {did}");
@@ -195,22 +204,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let ops = ["pod-kill", "pod-kill-selected", "operator-restart", "pvc-loss", "node-drain", "backup", "restore"];
     std::fs::write(&p, profile("app-faults", &ops, 8)).unwrap();
     let seed = seed_with(&p, &ops);
-    let (code, out, err) = shakedown(
-        &[
-            "run",
-            "--target",
-            "app",
-            "--kubeconfig",
-            &kubeconfig,
-            "--app-profile",
-            &app,
-            "--profile",
-            &p.display().to_string(),
-            "--seed",
-            &seed.to_string(),
-        ],
-        &files,
-    );
+    let (code, out, err) = run_app(&files, &kubeconfig, &app, &p, seed);
     assert_eq!(code, 0, "{out}\n{err}");
     eprintln!("the seeded plan (seed {seed}):\n{err}");
     for step in 1..=8 {
@@ -323,22 +317,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
             && ops[3].contains("restore(b1)")
     })
     .expect("a seed planning backup, pod-kill, backup, restore(b1)");
-    let (code, out, err) = shakedown(
-        &[
-            "run",
-            "--target",
-            "app",
-            "--kubeconfig",
-            &kubeconfig,
-            "--app-profile",
-            &app,
-            "--profile",
-            &p.display().to_string(),
-            "--seed",
-            &seed.to_string(),
-        ],
-        &files,
-    );
+    let (code, out, err) = run_app(&files, &kubeconfig, &app, &p, seed);
     assert_eq!(code, 1, "caught: {out}\n{err}");
     assert!(
         out.contains("app-durability")
@@ -383,22 +362,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let p = files.join("drain.toml");
     std::fs::write(&p, profile("app-drain", &["node-drain"], 1)).unwrap();
     let quick = files.join("app-quick.toml").display().to_string();
-    let (code, out, err) = shakedown(
-        &[
-            "run",
-            "--target",
-            "app",
-            "--kubeconfig",
-            &kubeconfig,
-            "--app-profile",
-            &quick,
-            "--profile",
-            &p.display().to_string(),
-            "--seed",
-            "1",
-        ],
-        &files,
-    );
+    let (code, out, err) = run_app(&files, &kubeconfig, &quick, &p, 1);
     assert_eq!(code, 1, "a blocked drain fails: {out}\n{err}");
     assert!(out.contains("is blocked") && out.contains("disruption budget"), "{out}\n{err}");
     eprintln!("the blocked drain:\n{out}");
@@ -429,20 +393,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let p = files.join("taint.toml");
     std::fs::write(&p, profile("app-taint", &["taint"], 1)).unwrap();
     let taint_app = files.join("app-taint.toml").display().to_string();
-    let args = [
-        "run",
-        "--target",
-        "app",
-        "--kubeconfig",
-        &kubeconfig,
-        "--app-profile",
-        &taint_app,
-        "--profile",
-        &p.display().to_string(),
-        "--seed",
-        "1",
-    ];
-    let (code, out, err) = shakedown(&args, &files);
+    let (code, out, err) = run_app(&files, &kubeconfig, &taint_app, &p, 1);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(err.lines().any(|l| l.contains("[1/1] taint(m") && l.contains("checks ok")), "the taint step checked: {err}");
     let events = last_run_events(&files);
@@ -473,22 +424,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     operator = start_operator(client.clone(), Some(OperatorBug::PvcLossNeverRebuilt));
     let p = files.join("pvc.toml");
     std::fs::write(&p, profile("app-pvc", &["pvc-loss"], 1).replace("converge = \"60s\"", "converge = \"15s\"")).unwrap();
-    let (code, out, err) = shakedown(
-        &[
-            "run",
-            "--target",
-            "app",
-            "--kubeconfig",
-            &kubeconfig,
-            "--app-profile",
-            &app,
-            "--profile",
-            &p.display().to_string(),
-            "--seed",
-            "1",
-        ],
-        &files,
-    );
+    let (code, out, err) = run_app(&files, &kubeconfig, &app, &p, 1);
     assert_eq!(code, 1, "caught: {out}\n{err}");
     assert!(out.contains("app-ready"), "by app-ready: {out}");
     let record =
@@ -511,22 +447,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     // no policy.
     let p = files.join("partition.toml");
     std::fs::write(&p, profile("app-partition", &["partition", "partition-heal"], 1)).unwrap();
-    let (code, out, err) = shakedown(
-        &[
-            "run",
-            "--target",
-            "app",
-            "--kubeconfig",
-            &kubeconfig,
-            "--app-profile",
-            &app,
-            "--profile",
-            &p.display().to_string(),
-            "--seed",
-            "1",
-        ],
-        &files,
-    );
+    let (code, out, err) = run_app(&files, &kubeconfig, &app, &p, 1);
     assert_eq!(code, 4, "an environment error: {out}\n{err}");
     assert!(format!("{out}{err}").contains("runs on the host's network"), "{out}\n{err}");
     let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), NS);
@@ -730,22 +651,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     // network plugin has none): the policy cut nothing, so the partition does not count — an
     // environment error that says so, and the policy removed.
     node.stop_policy_engine().unwrap();
-    let (code, out, err) = shakedown(
-        &[
-            "run",
-            "--target",
-            "app",
-            "--kubeconfig",
-            &kubeconfig,
-            "--app-profile",
-            &web_app,
-            "--profile",
-            &p.display().to_string(),
-            "--seed",
-            &seed.to_string(),
-        ],
-        &files,
-    );
+    let (code, out, err) = run_app(&files, &kubeconfig, &web_app, &p, seed);
     assert_eq!(code, 4, "an environment error: {out}\n{err}");
     assert!(format!("{out}{err}").contains("does not enforce NetworkPolicy"), "{out}\n{err}");
     assert!(web_policies.list(&ListParams::default()).await.unwrap().items.is_empty(), "no NetworkPolicy left");
@@ -876,22 +782,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let kv_app = files.join("kv.toml").display().to_string();
     let p = files.join("failover.toml");
     std::fs::write(&p, profile("kv-failover", &["pod-kill-selected"], 2)).unwrap();
-    let (code, out, err) = shakedown(
-        &[
-            "run",
-            "--target",
-            "app",
-            "--kubeconfig",
-            &kubeconfig,
-            "--app-profile",
-            &kv_app,
-            "--profile",
-            &p.display().to_string(),
-            "--seed",
-            "1",
-        ],
-        &files,
-    );
+    let (code, out, err) = run_app(&files, &kubeconfig, &kv_app, &p, 1);
     assert_eq!(code, 0, "two failovers by the operator pass: {out}\n{err}");
     eprintln!("two failovers:\n{err}");
     let events = last_run_events(&files);
@@ -909,22 +800,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     let p = files.join("kv-failure.toml");
     std::fs::write(&p, profile("kv-failure", &["pod-failure"], 1)).unwrap();
     let seed = seed_where(&p, |ops| ops.len() == 1 && ops[0].contains("pod-failure(m0)")).expect("a seed failing kv-0");
-    let (code, out, err) = shakedown(
-        &[
-            "run",
-            "--target",
-            "app",
-            "--kubeconfig",
-            &kubeconfig,
-            "--app-profile",
-            &kv_app,
-            "--profile",
-            &p.display().to_string(),
-            "--seed",
-            &seed.to_string(),
-        ],
-        &files,
-    );
+    let (code, out, err) = run_app(&files, &kubeconfig, &kv_app, &p, seed);
     assert_eq!(code, 0, "a failover on a primary failing in place: {out}\n{err}");
     eprintln!("the primary failing in place:\n{err}");
 
@@ -936,22 +812,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     kv::settled(&client, Duration::from_secs(60)).await;
     let p = files.join("stale.toml");
     std::fs::write(&p, profile("kv-stale", &["pod-kill-selected"], 1)).unwrap();
-    let (code, out, err) = shakedown(
-        &[
-            "run",
-            "--target",
-            "app",
-            "--kubeconfig",
-            &kubeconfig,
-            "--app-profile",
-            &kv_app,
-            "--profile",
-            &p.display().to_string(),
-            "--seed",
-            "1",
-        ],
-        &files,
-    );
+    let (code, out, err) = run_app(&files, &kubeconfig, &kv_app, &p, 1);
     assert_eq!(code, 1, "caught: {out}\n{err}");
     assert!(
         out.contains("app-durability") && out.contains("at step 1 (pod-kill-selected") && out.contains("acknowledged writes lost"),
