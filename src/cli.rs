@@ -2,6 +2,7 @@
 
 #[cfg(test)]
 mod k8s_manifests;
+pub mod merge;
 mod node;
 pub mod partition;
 pub mod replay;
@@ -181,6 +182,20 @@ pub enum Command {
         steps: Option<usize>,
         #[command(flatten)]
         opts: RunOpts,
+    },
+    /// Merge the results of many soaks (a soak farm's pods, several nights) into one summary, one
+    /// JUnit file (a case per seed) and one HTML index linking every seed's report; read from the
+    /// soak directories, nothing run again. Exit code: what the seeds came to, as for `soak`.
+    Merge {
+        /// Soak directories (`shakedown-runs/soak-*`), each with its `soak.jsonl`.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Where the merged report.html and junit.xml go (created if missing).
+        #[arg(long, default_value = "shakedown-merged")]
+        out: PathBuf,
+        /// Also write the merged JUnit XML to PATH.
+        #[arg(long, value_name = "PATH")]
+        junit: Option<PathBuf>,
     },
     /// Run the local stack by hand.
     Testbed {
@@ -384,6 +399,7 @@ pub async fn dispatch(cli: Cli) -> Result<Exit, Fatal> {
     let json_logs = matches!(cli.log_format, LogFormat::Json);
     match cli.command {
         Command::CheckHistory { file, bound } => check_history(&file, bound),
+        Command::Merge { dirs, out, junit } => merge::merge(&dirs, &out, junit.as_deref()),
         Command::Validate { files, profiles, kube_profiles, app_profiles, records } => {
             validate::validate(&validate::Inputs { files, profiles, kube_profiles, app_profiles, records })
         }

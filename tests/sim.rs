@@ -527,6 +527,68 @@ fn soak_dir(runs: &Path) -> PathBuf {
         .expect("a soak directory")
 }
 
+/// A soak farm's two pods, each with its share of the seeds (`--partition i/2`), merged into one
+/// summary, JUnit file and index: every seed of both counted once, the failures and their
+/// records kept, the exit code what the seeds came to; a directory that is no soak's refused.
+#[test]
+fn merge_sums_the_soaks_of_a_farm_into_one_summary_junit_and_index() {
+    let d = dirs();
+    let failing = [
+        "soak",
+        "--target",
+        "sim",
+        "--for",
+        "2m",
+        "--profile",
+        "smoke",
+        "--seed",
+        "40",
+        "--partition",
+        "0/2",
+        "--max-failures",
+        "2",
+        "--sim-bug",
+        "lose-write@1",
+    ];
+    assert_eq!(run(&failing, &d).status.code(), Some(1));
+    let passing = ["soak", "--target", "sim", "--for", "2s", "--profile", "smoke", "--seed", "40", "--partition", "1/2"];
+    assert_eq!(run(&passing, &d).status.code(), Some(0));
+    let mut soaks: Vec<PathBuf> = std::fs::read_dir(&d.runs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("soak-"))
+        .collect();
+    soaks.sort();
+    assert_eq!(soaks.len(), 2);
+    let lines = |dir: &Path| std::fs::read_to_string(dir.join("soak.jsonl")).unwrap().lines().count();
+    let total = lines(&soaks[0]) + lines(&soaks[1]);
+    let out_dir = d.runs.join("merged");
+    let mut args = vec!["merge".to_string()];
+    args.extend(soaks.iter().map(|s| s.display().to_string()));
+    args.extend(["--out".to_string(), out_dir.display().to_string()]);
+    let merge = |args: &[String]| std::process::Command::new(env!("CARGO_BIN_EXE_shakedown")).args(args).output().unwrap();
+    let out = merge(&args);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "a violation among the seeds: {stdout}{}", text(&out.stderr));
+    // The passing soak's last seed may be cut short by its time: passed and cut short are its.
+    assert!(stdout.contains(&format!("seeds          {total} (")) && stdout.contains(" passed, 2 failed, "), "{stdout}");
+    assert!(stdout.contains("failures       durability 2") && stdout.contains("profiles       smoke"), "{stdout}");
+    let records = seed_records(&d.seeds);
+    assert_eq!(records.len(), 2);
+    assert!(records.iter().all(|r| stdout.contains(&r.display().to_string())), "the records listed: {stdout}");
+    let (tests, failures, _, _) = junit_counts(&out_dir.join("junit.xml"));
+    assert_eq!((tests as usize, failures), (total, 2));
+    let index = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+    for seed in ["seed 40", "seed 41", "seed 42"] {
+        assert!(index.contains(seed), "{seed} in the index");
+    }
+    // Not a soak's directory: a usage error naming it.
+    let out = merge(&["merge".to_string(), d.seeds.display().to_string()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("is not a soak directory"), "{}", text(&out.stderr));
+}
+
 #[test]
 fn soak_records_every_failure_and_writes_summary_junit_and_html() {
     let d = dirs();

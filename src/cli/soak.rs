@@ -17,7 +17,6 @@ use crate::record::FailureKind;
 use crate::report::{self, html::SoakSummary, Case};
 use crate::targets::TargetSpec;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::json;
 use tokio::time::Instant;
 
 use super::session::{case_of, create_run_dir, execute, new_run_id, progress_line, remove_if_holding_only, Exec, Interrupt, Interrupted};
@@ -38,8 +37,71 @@ pub struct SoakArgs {
     pub spec: TargetSpec,
 }
 
+/// One seed of a soak, as its line of `soak.jsonl` has it (what `merge` reads back).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct SeedLine {
+    pub seed: u64,
+    /// `PASS`, `FAIL <invariant or liveness> at step N: <message>`, or `cut short after N steps`.
+    pub verdict: String,
+    /// Steps run (for a failure: up to the failing one).
+    pub steps: usize,
+    /// A failure's kind (a lost safety property or a stack that did not converge); absent
+    /// for a seed that did not fail, and in lines written before it was recorded (a failure is
+    /// then a violation unless it names `liveness`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<FailureKind>,
+    pub ms: u64,
+    pub run_dir: PathBuf,
+    pub record: Option<PathBuf>,
+    /// Known defects of the stack's releases seen in the run, by upstream issue.
+    #[serde(default)]
+    pub known_defects: BTreeMap<String, u64>,
+    /// Seconds since the soak started, when the seed ended.
+    pub elapsed_s: f64,
+    pub rss_kib: u64,
+    pub rss_anon_kib: u64,
+}
+
+impl SeedLine {
+    /// What failed (an invariant's name, or `liveness`) when the seed failed.
+    fn failed(&self) -> Option<&str> {
+        self.verdict.strip_prefix("FAIL ").and_then(|r| r.split(" at step ").next())
+    }
+
+    /// Whether the seed lost a safety property (not merely a stack that did not converge).
+    fn violated(&self) -> bool {
+        match (self.failure, self.failed()) {
+            (Some(kind), _) => kind == FailureKind::Violation,
+            (None, what) => what.is_some_and(|w| w != "liveness"),
+        }
+    }
+
+    /// The seed as a JUnit case of class `classname`.
+    pub fn case(&self, classname: &str) -> Case {
+        let outcome = match self.failed() {
+            Some(what) => report::CaseOutcome::Fail {
+                kind: if self.violated() { "violation" } else { "liveness" }.into(),
+                invariant: (what != "liveness").then(|| what.to_string()),
+                message: self.verdict.split_once(": ").map_or(self.verdict.as_str(), |(_, m)| m).to_string(),
+                replay: self.record.as_ref().map(|p| format!("shakedown replay {}", p.display())),
+            },
+            None if self.verdict == "PASS" => report::CaseOutcome::Pass,
+            None => report::CaseOutcome::Skipped(self.verdict.clone()),
+        };
+        Case {
+            name: format!("seed {}", self.seed),
+            classname: classname.to_string(),
+            seconds: self.ms as f64 / 1000.0,
+            steps: self.steps,
+            run_dir: self.run_dir.clone(),
+            unchecked: vec![],
+            outcome,
+        }
+    }
+}
+
 #[derive(Default)]
-struct Tally {
+pub struct Tally {
     seeds: u64,
     passed: u64,
     failed: u64,
@@ -68,6 +130,81 @@ struct Failovers {
     kept_ms: Vec<u64>,
     /// Losses after which no pod led within the op's bound.
     no_leader: u64,
+}
+
+impl Tally {
+    /// Counts one seed: its line, the kinds of the ops it ran, and its run's `app-failover`
+    /// events (read from the run directory's event log).
+    pub fn add(&mut self, line: &SeedLine, ran: impl IntoIterator<Item = OpKind>) {
+        self.seeds += 1;
+        self.steps += line.steps as u64;
+        for (defect, n) in &line.known_defects {
+            let e = self.known.entry(defect.clone()).or_default();
+            e.0 += n;
+            e.1 += 1;
+        }
+        for kind in ran {
+            *self.ops.entry(kind).or_default() += 1;
+        }
+        self.failovers.read_events(&line.run_dir.join("events.jsonl"));
+        match line.failed() {
+            Some(what) => {
+                self.failed += 1;
+                if line.violated() {
+                    self.violations += 1;
+                }
+                *self.failures.entry(what.to_string()).or_default() += 1;
+                self.records.extend(line.record.clone());
+            }
+            None if line.verdict == "PASS" => self.passed += 1,
+            None => self.cut += 1,
+        }
+        self.rss_kib.push((line.elapsed_s, line.rss_kib));
+        self.anon_kib.push(line.rss_anon_kib);
+    }
+
+    /// The summary's rows from the seeds on: steps, ops, failovers, failures, known defects,
+    /// records.
+    pub fn rows(&self) -> Vec<(String, String)> {
+        let mut rows = vec![("steps".to_string(), self.steps.to_string())];
+        let ops: Vec<String> = self.ops.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        rows.push(("ops by family".into(), if ops.is_empty() { "none".into() } else { ops.join(" · ") }));
+        if let Some(row) = self.failovers.row() {
+            rows.push(("leader lost".into(), row));
+        }
+        let fails: Vec<String> = self.failures.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        rows.push(("failures".into(), if fails.is_empty() { "none".into() } else { fails.join(" · ") }));
+        if !self.known.is_empty() {
+            let known: Vec<String> = self.known.iter().map(|(d, (n, seeds))| format!("{d} ×{n} in {seeds} seed(s)")).collect();
+            rows.push(("known defects".into(), format!("{} (reported, not failures)", known.join(" · "))));
+        }
+        for (i, r) in self.records.iter().enumerate() {
+            rows.push((if i == 0 { "seed records".into() } else { String::new() }, r.display().to_string()));
+        }
+        rows
+    }
+
+    /// The exit code of what the seeds came to (`interrupted`: the run was asked to stop).
+    pub fn exit(&self, interrupted: bool) -> Exit {
+        if interrupted {
+            Exit::Interrupted
+        } else if self.violations > 0 {
+            Exit::Violation
+        } else if self.failed > 0 {
+            Exit::Liveness
+        } else {
+            Exit::Pass
+        }
+    }
+
+    /// `(passed, failed, cut short)`.
+    pub fn outcomes(&self) -> (u64, u64, u64) {
+        (self.passed, self.failed, self.cut)
+    }
+
+    pub fn seeds(&self) -> u64 {
+        self.seeds
+    }
 }
 
 impl Failovers {
@@ -215,46 +352,23 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
                 return Err(e);
             }
         };
-        tally.seeds += 1;
         let ran = match &r.outcome {
             Ok(Outcome::Pass { steps }) => *steps,
             Ok(Outcome::Failed(f)) => f.step.min(plan.ops.len()),
             Ok(Outcome::Stopped { steps }) => *steps,
             Err(Interrupted) => 0,
         };
-        tally.steps += ran as u64;
-        let mut known_here: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut known_defects: BTreeMap<String, u64> = BTreeMap::new();
         for k in &r.known {
-            *known_here.entry(k.defect.as_str()).or_default() += 1;
+            *known_defects.entry(k.defect.clone()).or_default() += 1;
         }
-        for (defect, n) in &known_here {
-            let e = tally.known.entry(defect.to_string()).or_default();
-            e.0 += n;
-            e.1 += 1;
-        }
-        for op in &plan.ops[..ran] {
-            *tally.ops.entry(op.kind()).or_default() += 1;
-        }
-        tally.failovers.read_events(&r.run_dir.join("events.jsonl"));
         let verdict = match &r.outcome {
-            Ok(Outcome::Pass { .. }) => {
-                tally.passed += 1;
-                "PASS".to_string()
-            }
+            Ok(Outcome::Pass { .. }) => "PASS".to_string(),
             Ok(Outcome::Failed(f)) => {
-                tally.failed += 1;
-                if f.kind == FailureKind::Violation {
-                    tally.violations += 1;
-                }
                 let what = f.invariant.map(|i| i.to_string()).unwrap_or_else(|| "liveness".into());
-                *tally.failures.entry(what.clone()).or_default() += 1;
-                tally.records.extend(r.record.clone());
                 format!("FAIL {what} at step {}: {}", f.step, f.message)
             }
-            Ok(Outcome::Stopped { .. }) | Err(Interrupted) => {
-                tally.cut += 1;
-                format!("cut short after {}", shakedown_faults::counted(ran as u64, "step"))
-            }
+            Ok(Outcome::Stopped { .. }) | Err(Interrupted) => format!("cut short after {}", shakedown_faults::counted(ran as u64, "step")),
         };
         let elapsed = t0.elapsed().as_secs_f64();
         // A seed's histories (acknowledged writes, watch events) are freed when it ends; glibc
@@ -264,17 +378,27 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
         unsafe {
             libc::malloc_trim(0);
         }
-        let rss = rss_kib();
-        let anon = rss_anon_kib();
-        tally.rss_kib.push((elapsed, rss));
-        tally.anon_kib.push(anon);
-        let _ = writeln!(
-            log,
-            "{}",
-            json!({"seed": seed, "verdict": verdict, "steps": ran, "ms": r.elapsed.as_millis() as u64, "run_dir": r.run_dir, "record": r.record, "known_defects": known_here, "elapsed_s": elapsed, "rss_kib": rss, "rss_anon_kib": anon})
-        );
+        let line = SeedLine {
+            seed,
+            verdict,
+            steps: ran,
+            failure: r.outcome.as_ref().ok().and_then(|o| match o {
+                Outcome::Failed(f) => Some(f.kind),
+                _ => None,
+            }),
+            ms: r.elapsed.as_millis() as u64,
+            run_dir: r.run_dir.clone(),
+            record: r.record.clone(),
+            known_defects,
+            elapsed_s: elapsed,
+            rss_kib: rss_kib(),
+            rss_anon_kib: rss_anon_kib(),
+        };
+        tally.add(&line, plan.ops[..ran].iter().map(|op| op.kind()));
+        let _ = writeln!(log, "{}", serde_json::to_string(&line).expect("a seed line serializes"));
         say(&format!(
-            "seed {seed}: {verdict} · {} · {:.1}s · {}",
+            "seed {seed}: {} · {} · {:.1}s · {}",
+            line.verdict,
             shakedown_faults::counted(ran as u64, "step"),
             r.elapsed.as_secs_f64(),
             r.run_dir.display()
@@ -300,15 +424,7 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
         std::fs::write(dir.join(file), body).map_err(|e| Fatal::environment(format!("cannot write {}/{file}: {e}", dir.display())))?;
     }
     println!("{}", table(&summary));
-    Ok(if interrupt.requested() {
-        Exit::Interrupted
-    } else if tally.violations > 0 {
-        Exit::Violation
-    } else if tally.failed > 0 {
-        Exit::Liveness
-    } else {
-        Exit::Pass
-    })
+    Ok(tally.exit(interrupt.requested()))
 }
 
 fn summary_rows(args: &SoakArgs, t: &Tally, why: &str, elapsed: Duration, dir: &std::path::Path) -> Vec<(String, String)> {
@@ -333,22 +449,8 @@ fn summary_rows(args: &SoakArgs, t: &Tally, why: &str, elapsed: Duration, dir: &
                 }
             },
         ),
-        ("steps".to_string(), t.steps.to_string()),
     ];
-    let ops: Vec<String> = t.ops.iter().map(|(k, n)| format!("{k} {n}")).collect();
-    rows.push(("ops by family".into(), if ops.is_empty() { "none".into() } else { ops.join(" · ") }));
-    if let Some(row) = t.failovers.row() {
-        rows.push(("leader lost".into(), row));
-    }
-    let fails: Vec<String> = t.failures.iter().map(|(k, n)| format!("{k} {n}")).collect();
-    rows.push(("failures".into(), if fails.is_empty() { "none".into() } else { fails.join(" · ") }));
-    if !t.known.is_empty() {
-        let known: Vec<String> = t.known.iter().map(|(d, (n, seeds))| format!("{d} ×{n} in {seeds} seed(s)")).collect();
-        rows.push(("known defects".into(), format!("{} (reported, not failures)", known.join(" · "))));
-    }
-    for (i, r) in t.records.iter().enumerate() {
-        rows.push((if i == 0 { "seed records".into() } else { String::new() }, r.display().to_string()));
-    }
+    rows.extend(t.rows());
     rows.push(("reports".into(), format!("{0}/report.html · {0}/junit.xml · {0}/soak.jsonl", dir.display())));
     let first = t.rss_kib.first().map_or(0, |r| r.1);
     let last = t.rss_kib.last().map_or(0, |r| r.1);
