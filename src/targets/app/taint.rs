@@ -68,9 +68,8 @@ impl AppTarget {
         let (node_name, node) =
             self.chaos_node(m, "a NoExecute taint evicts every pod on it that does not tolerate it, of every namespace", "taint").await?;
         if let Some(other) = tainted_by(&node) {
-            return Err(TargetError::Environment(format!(
-                "node {node_name} already carries the taint {TAINTED_BY}={other} of another run"
-            )));
+            let whose = if other == self.run_id { "this run's, from an earlier step" } else { "another run's" };
+            return Err(TargetError::Environment(format!("node {node_name} already carries the taint {TAINTED_BY}={other} ({whose})")));
         }
         let taint = run_taint(&self.run_id);
         let hold = self.spec.app_profile.taint_duration();
@@ -96,12 +95,13 @@ impl AppTarget {
         tokio::time::sleep(hold).await;
         let still = self.pods_on(&node_name).await;
         let removed = set_taint(&Api::all(self.client.clone()), &node_name, None).await;
+        // The taint is off (or its removal failed, said below); a listing that failed has seen
+        // nothing of the tolerating pods: the op fails rather than pass them unseen.
+        let still = still?;
         let kept_gone: Vec<String> = kept
             .iter()
             .filter(|(_, secs)| secs.is_none())
-            .filter(|((ns, name, uid), _)| {
-                still.as_ref().is_ok_and(|s| !s.iter().any(|(sn, snm, su)| sn == ns && snm == name && su == uid))
-            })
+            .filter(|((ns, name, uid), _)| !still.iter().any(|(sn, snm, su)| sn == ns && snm == name && su == uid))
             .map(|((ns, name, _), _)| format!("{ns}/{name}"))
             .collect();
         self.log.push(crate::targets::Note {
