@@ -589,6 +589,33 @@ fn merge_sums_the_soaks_of_a_farm_into_one_summary_junit_and_index() {
     assert!(text(&out.stderr).contains("is not a soak directory"), "{}", text(&out.stderr));
 }
 
+/// A seed that ends in an error after others ran (here an environment error of an op; on a real
+/// application, one the last seed left broken so that the next cannot start) stops the soak,
+/// which still writes its summary, JUnit file and index for the seeds that ran, and exits with
+/// the error's code.
+#[test]
+fn a_soak_stopped_by_an_error_still_sums_up_the_seeds_that_ran() {
+    use shakedown::faults::OpKind;
+    let d = dirs();
+    let p = shakedown::profiles::load("smoke").unwrap();
+    let has = |s: u64, k: OpKind| generate(s, &p).ops.iter().any(|o| o.kind() == k);
+    let (seed, kind) = [OpKind::Restore, OpKind::Backup, OpKind::Pause, OpKind::Crash]
+        .iter()
+        .find_map(|&k| (1..500u64).find(|&s| !has(s, k) && has(s + 1, k)).map(|s| (s, k)))
+        .expect("a seed without the op followed by one with it");
+    let bug = format!("env-error@{kind}");
+    let seed = seed.to_string();
+    let out = run(&["soak", "--target", "sim", "--for", "2m", "--profile", "smoke", "--seed", &seed, "--sim-bug", &bug], &d);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "the error's exit code: {stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("soak summary") && stdout.contains("ended in an error, exit 4"), "{stdout}");
+    assert!(stdout.contains(&format!("seeds          1: {seed} … {seed} (1 passed, 0 failed, 0 cut short)")), "{stdout}");
+    let dir = soak_dir(&d.runs);
+    let (tests, failures, _, _) = junit_counts(&dir.join("junit.xml"));
+    assert_eq!((tests, failures), (1, 0));
+    assert!(dir.join("report.html").is_file());
+}
+
 #[test]
 fn soak_records_every_failure_and_writes_summary_junit_and_html() {
     let d = dirs();

@@ -325,15 +325,19 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
     let mut cases: Vec<Case> = Vec::new();
     tally.rss_kib.push((0.0, rss_kib()));
     tally.anon_kib.push(rss_anon_kib());
+    // A seed that ends in an error after others ran (an application the last seed left broken
+    // so that the next cannot start, an environment error): the soak stops, and still sums up
+    // what ran.
+    let mut stopped_by: Option<Fatal> = None;
     let why_stopped = loop {
         if interrupt.requested() {
-            break "interrupted";
+            break "interrupted".to_string();
         }
         if stop.requested() {
-            break "time is up";
+            break "time is up".to_string();
         }
         if args.max_failures.is_some_and(|m| tally.failed >= m as u64) {
-            break "--max-failures reached";
+            break "--max-failures reached".to_string();
         }
         let seed = part.seed(first, tally.seeds);
         let plan = super::planned(seed, &args.profile);
@@ -348,8 +352,12 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
                 if tally.seeds == 0 {
                     drop(log);
                     remove_if_holding_only(&dir, &["run.json", "soak.jsonl"]);
+                    return Err(e);
                 }
-                return Err(e);
+                say(&format!("seed {seed}: error (exit {}): {}", e.exit.code(), e.message));
+                let why = format!("seed {seed} ended in an error, exit {}: {}", e.exit.code(), e.message);
+                stopped_by = Some(e);
+                break why;
             }
         };
         let ran = match &r.outcome {
@@ -408,7 +416,7 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    let summary = summary_rows(&args, &tally, why_stopped, t0.elapsed(), &dir);
+    let summary = summary_rows(&args, &tally, &why_stopped, t0.elapsed(), &dir);
     let junit = report::junit(&format!("shakedown soak {}", args.profile.name), &cases);
     let html = report::html::soak_report(&SoakSummary {
         title: format!("shakedown soak {soak_id} · profile {}", args.profile.name),
@@ -424,7 +432,12 @@ pub async fn soak(args: SoakArgs, opts: &RunOpts, json_logs: bool, interrupt: &I
         std::fs::write(dir.join(file), body).map_err(|e| Fatal::environment(format!("cannot write {}/{file}: {e}", dir.display())))?;
     }
     println!("{}", table(&summary));
-    Ok(tally.exit(interrupt.requested()))
+    match stopped_by {
+        // What the seeds found comes first (a CI gate must see a violation); else why the soak
+        // could not go on.
+        Some(e) if tally.failed == 0 => Err(e),
+        _ => Ok(tally.exit(interrupt.requested())),
+    }
 }
 
 fn summary_rows(args: &SoakArgs, t: &Tally, why: &str, elapsed: Duration, dir: &std::path::Path) -> Vec<(String, String)> {
