@@ -518,13 +518,20 @@ fn a_failure_shrinks_interrupted_and_resumed_to_a_handful_of_steps_and_the_shrun
     assert!(text(&out.stdout).contains("· 30 ops ·") && text(&out.stdout).contains("reproduced 1 of 1"), "{}", text(&out.stdout));
 }
 
-fn soak_dir(runs: &Path) -> PathBuf {
-    std::fs::read_dir(runs)
+/// The soak directories under `runs`, sorted.
+fn soak_dirs(runs: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(runs)
         .unwrap()
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("soak-"))
-        .expect("a soak directory")
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("soak-"))
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+fn soak_dir(runs: &Path) -> PathBuf {
+    soak_dirs(runs).into_iter().next().expect("a soak directory")
 }
 
 /// A soak farm's two pods, each with its share of the seeds (`--partition i/2`), merged into one
@@ -553,13 +560,7 @@ fn merge_sums_the_soaks_of_a_farm_into_one_summary_junit_and_index() {
     assert_eq!(run(&failing, &d).status.code(), Some(1));
     let passing = ["soak", "--target", "sim", "--for", "2s", "--profile", "smoke", "--seed", "40", "--partition", "1/2"];
     assert_eq!(run(&passing, &d).status.code(), Some(0));
-    let mut soaks: Vec<PathBuf> = std::fs::read_dir(&d.runs)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("soak-"))
-        .collect();
-    soaks.sort();
+    let soaks = soak_dirs(&d.runs);
     assert_eq!(soaks.len(), 2);
     let lines = |dir: &Path| std::fs::read_to_string(dir.join("soak.jsonl")).unwrap().lines().count();
     let total = lines(&soaks[0]) + lines(&soaks[1]);

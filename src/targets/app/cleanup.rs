@@ -53,8 +53,7 @@ pub async fn clean_up(client: &Client, ns: &str, run: &str, record: &RunRecord) 
         scale_back(client, ns, op, *replicas, &mut out).await;
     }
     restore_failed_pods(client, ns, run, &mut out).await;
-    uncordon(client, run, &mut out).await;
-    untaint(client, run, &mut out).await;
+    undo_nodes(client, run, &mut out).await;
     for gvk in &record.resources {
         let discovered = tokio::time::timeout(REQUEST_BOUND, resource_api_of(client, ns, gvk)).await;
         match discovered
@@ -125,10 +124,11 @@ async fn restore_failed_pods(client: &Client, ns: &str, run: &str, out: &mut Cle
     }
 }
 
-/// Uncordons the nodes annotated as cordoned by run `run` (the annotation goes too).
-async fn uncordon(client: &Client, run: &str, out: &mut Cleaned) {
+/// Uncordons the nodes annotated as cordoned by run `run` (the annotation goes too), and takes
+/// the run's taint off every node that carries it: one listing of the nodes for both.
+async fn undo_nodes(client: &Client, run: &str, out: &mut Cleaned) {
     let nodes: Api<Node> = Api::all(client.clone());
-    // A listing refused to a namespaced account: the run could not have cordoned one either.
+    // A listing refused to a namespaced account: the run could not have changed a node either.
     let listed = bounded("nodes", nodes.list(&ListParams::default())).await.map(|l| l.items).unwrap_or_default();
     for n in listed.iter().filter(|n| cordoned_by(n) == Some(run)) {
         let name = n.metadata.name.clone().unwrap_or_default();
@@ -136,13 +136,6 @@ async fn uncordon(client: &Client, run: &str, out: &mut Cleaned) {
         let uncordoned = bounded(&format!("uncordoning node {name}"), nodes.patch(&name, &PatchParams::default(), &patch)).await;
         out.add(uncordoned.map(|_| format!("uncordoned node {name}")));
     }
-}
-
-/// Takes the run's taint off every node that carries it.
-async fn untaint(client: &Client, run: &str, out: &mut Cleaned) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    // A listing refused to a namespaced account: the run could not have tainted one either.
-    let listed = bounded("nodes", nodes.list(&ListParams::default())).await.map(|l| l.items).unwrap_or_default();
     for n in listed.iter().filter(|n| tainted_by(n) == Some(run)) {
         let name = n.metadata.name.clone().unwrap_or_default();
         out.add(set_taint(&nodes, &name, None).await.map(|_| format!("took the run's taint off node {name}")));

@@ -12,8 +12,19 @@ use super::{bounded, env, opted_in, AppTarget, CORDONED_BY, REQUEST_BOUND};
 use crate::k8s::OPT_IN;
 use crate::targets::TargetError;
 
-/// A pod a drain evicts: its namespace, name and UID.
-type PodRef = (String, String, Option<String>);
+/// A pod on a node (one a drain or a taint evicts, say): its namespace, name and UID.
+pub(super) type PodRef = (String, String, Option<String>);
+
+pub(super) fn pod_ref(p: &Pod) -> PodRef {
+    (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default(), p.metadata.uid.clone())
+}
+
+/// A pod a drain or a taint can remove: not a static pod (its mirror cannot be evicted, and the
+/// kubelet recreates it whatever a taint says), not finished.
+pub(super) fn removable(p: &Pod) -> bool {
+    !p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+        && !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
 
 impl AppTarget {
     /// `node-drain(m)`: the node of `m`'s pod cordoned (annotated with the run), every pod on it
@@ -111,25 +122,23 @@ impl AppTarget {
         Ok((names, last))
     }
 
-    /// The pods of `node` a drain evicts: what `kubectl drain --ignore-daemonsets` evicts.
-    async fn evictable(&self, node: &str) -> Result<Vec<PodRef>, TargetError> {
+    /// Every pod on `node` now, of every namespace.
+    pub(super) async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, TargetError> {
         let all: Api<Pod> = Api::all(self.client.clone());
-        let on_node = bounded("pods on the node", all.list(&ListParams::default().fields(&format!("spec.nodeName={node}"))))
-            .await
-            .map_err(env)?
-            .items;
-        // What `kubectl drain --ignore-daemonsets` evicts: not a DaemonSet's pod (its controller
-        // ignores the cordon), not a static pod (its mirror cannot be evicted), nothing finished.
-        let evictable: Vec<PodRef> = on_node
+        let listed = bounded("pods on the node", all.list(&ListParams::default().fields(&format!("spec.nodeName={node}")))).await;
+        Ok(listed.map_err(env)?.items)
+    }
+
+    /// The pods of `node` a drain evicts: what `kubectl drain --ignore-daemonsets` evicts, so
+    /// not a DaemonSet's pod either (its controller ignores the cordon).
+    async fn evictable(&self, node: &str) -> Result<Vec<PodRef>, TargetError> {
+        let on_node = self.pods_on_node(node).await?;
+        Ok(on_node
             .iter()
             .filter(|p| !p.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|o| o.kind == "DaemonSet")))
-            .filter(|p| !p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")))
-            .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
-            .map(|p| {
-                (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default(), p.metadata.uid.clone())
-            })
-            .collect();
-        Ok(evictable)
+            .filter(|p| removable(p))
+            .map(pod_ref)
+            .collect())
     }
 
     /// Evicts the pods one after the other through the eviction API (on the client without

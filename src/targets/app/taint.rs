@@ -6,9 +6,10 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use shakedown_faults::MemberId;
 
+use super::drain::{pod_ref, removable, PodRef};
 use super::{bounded, env, AppTarget, TAINTED_BY};
 use crate::targets::TargetError;
 
@@ -55,9 +56,6 @@ fn tolerance(p: &Pod, taint: &Taint) -> Option<Option<i64>> {
     Some(matching.iter().filter_map(|t| t.toleration_seconds).map(|s| s.max(0)).min())
 }
 
-/// A pod on the tainted node: `namespace/name` and its UID.
-type PodId = (String, String, Option<String>);
-
 impl AppTarget {
     /// `taint(m)`: the node of `m`'s pod tainted `NoExecute` with the run's taint; verified: every
     /// pod on it that does not tolerate the taint gone (a pod tolerating it for fewer seconds than
@@ -81,27 +79,28 @@ impl AppTarget {
             self.dry_write(|| format!("PATCH /api/v1/nodes/{node_name} (merge patch) spec.taints - {TAINTED_BY}"));
             return Ok(());
         }
+        let nodes: Api<Node> = Api::all(self.client.clone());
         let (evicted, kept) = self.pods_meeting(&node_name, &taint).await?;
-        set_taint(&Api::all(self.client.clone()), &node_name, Some(&taint)).await?;
+        set_taint(&nodes, &node_name, Some(&taint)).await?;
         let gone = self.wait_gone(&node_name, &evicted).await;
         let gone = match gone {
             Ok(gone) => gone,
             Err(e) => {
                 // The taint goes whatever the eviction came to: a node must not stay tainted.
-                let _ = set_taint(&Api::all(self.client.clone()), &node_name, None).await;
+                let _ = set_taint(&nodes, &node_name, None).await;
                 return Err(e);
             }
         };
         tokio::time::sleep(hold).await;
-        let still = self.pods_on(&node_name).await;
-        let removed = set_taint(&Api::all(self.client.clone()), &node_name, None).await;
+        let still = self.pods_on_node(&node_name).await.map(|ps| ps.iter().map(pod_ref).collect::<Vec<_>>());
+        let removed = set_taint(&nodes, &node_name, None).await;
         // The taint is off (or its removal failed, said below); a listing that failed has seen
         // nothing of the tolerating pods: the op fails rather than pass them unseen.
         let still = still?;
         let kept_gone: Vec<String> = kept
             .iter()
             .filter(|(_, secs)| secs.is_none())
-            .filter(|((ns, name, uid), _)| !still.iter().any(|(sn, snm, su)| sn == ns && snm == name && su == uid))
+            .filter(|(id, _)| !still.contains(id))
             .map(|((ns, name, _), _)| format!("{ns}/{name}"))
             .collect();
         self.log.push(crate::targets::Note {
@@ -116,7 +115,7 @@ impl AppTarget {
         });
         removed?;
         self.wait(&format!("node {node_name} without the run's taint"), || {
-            let (nodes, node_name, run) = (Api::<Node>::all(self.client.clone()), node_name.clone(), self.run_id.clone());
+            let (nodes, node_name, run) = (nodes.clone(), node_name.clone(), self.run_id.clone());
             async move { (tainted_by(&nodes.get(&node_name).await.ok()?) != Some(run.as_str())).then_some(()) }
         })
         .await?;
@@ -138,38 +137,15 @@ impl AppTarget {
     /// The running pods of `node` split by `taint`: the ones it evicts, and the ones that
     /// tolerate it (with their `tolerationSeconds`). Static pods are left out (their mirror is
     /// recreated by the kubelet whatever the taint says).
-    async fn pods_meeting(&self, node: &str, taint: &Taint) -> Result<(Vec<PodId>, Vec<(PodId, Option<i64>)>), TargetError> {
-        let all: Api<Pod> = Api::all(self.client.clone());
-        let on_node = bounded("pods on the node", all.list(&ListParams::default().fields(&format!("spec.nodeName={node}"))))
-            .await
-            .map_err(env)?
-            .items;
+    async fn pods_meeting(&self, node: &str, taint: &Taint) -> Result<(Vec<PodRef>, Vec<(PodRef, Option<i64>)>), TargetError> {
         let (mut evicted, mut kept) = (vec![], vec![]);
-        for p in on_node
-            .iter()
-            .filter(|p| !p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")))
-            .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
-        {
-            let id =
-                (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default(), p.metadata.uid.clone());
+        for p in self.pods_on_node(node).await?.iter().filter(|p| removable(p)) {
             match tolerance(p, taint) {
-                None => evicted.push(id),
-                Some(secs) => kept.push((id, secs)),
+                None => evicted.push(pod_ref(p)),
+                Some(secs) => kept.push((pod_ref(p), secs)),
             }
         }
         Ok((evicted, kept))
-    }
-
-    /// The pods of `node` now.
-    async fn pods_on(&self, node: &str) -> Result<Vec<PodId>, TargetError> {
-        let all: Api<Pod> = Api::all(self.client.clone());
-        let list =
-            bounded("pods on the node", all.list(&ListParams::default().fields(&format!("spec.nodeName={node}")))).await.map_err(env)?;
-        Ok(list
-            .items
-            .into_iter()
-            .map(|p| (p.metadata.namespace.unwrap_or_default(), p.metadata.name.unwrap_or_default(), p.metadata.uid))
-            .collect())
     }
 }
 
