@@ -17,8 +17,8 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 root="${SHAKEDOWN_FAILPOINT_CACHE:-/var/cache/shakedown}"
-cached() { # DIR → true if DIR holds a working failpoint build
-  [ -x "$1/etcd" ] && [ -s "$1/failpoints" ] && "$1/etcd" --version >/dev/null 2>&1
+cached() { # DIR → true if DIR holds a working failpoint build with its raft loop's failpoints
+  [ -x "$1/etcd" ] && grep -q 'raftBeforeSave$' "$1/failpoints" 2>/dev/null && "$1/etcd" --version >/dev/null 2>&1
 }
 work="$(mktemp -d)"
 trap 'pkill -f "$work/" 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -34,9 +34,14 @@ list_failpoints() {
     --listen-peer-urls "http://$ip:2380" --initial-advertise-peer-urls "http://$ip:2380" \
     --initial-cluster "default=http://$ip:2380" > "$work/etcd-$ip.log" 2>&1 &
   local pid=$!
-  for _ in $(seq 1 50); do
-    list="$(curl -sf --max-time 1 "http://$ip:22381/" || true)"
-    [ -n "$list" ] && break
+  # gofail's endpoint serves as soon as its runtime package is initialised, before the packages
+  # that register failpoints are: a list read then misses some (on a loaded machine, all of the
+  # raft loop's). Read it once the member answers its health check (every package initialised).
+  for _ in $(seq 1 100); do
+    if curl -sf --max-time 1 "http://$ip:2379/health" >/dev/null; then
+      list="$(curl -sf --max-time 1 "http://$ip:22381/" || true)"
+      [ -n "$list" ] && break
+    fi
     sleep 0.2
   done
   kill "$pid" 2>/dev/null || true
@@ -50,6 +55,8 @@ install_build() {
   local dir="$1" bin="$2" tool="$3"
   mkdir -p "$dir"
   list_failpoints "$bin" "$dir/failpoints.tmp"
+  grep -q 'raftBeforeSave$' "$dir/failpoints.tmp" || {
+    echo "the failpoint build $bin serves no raftBeforeSave; it serves:" >&2; cat "$dir/failpoints.tmp" >&2; exit 1; }
   install -m 0755 "$tool" "$dir/$(basename "$tool")"
   install -m 0755 "$bin" "$dir/etcd.tmp"
   mv "$dir/etcd.tmp" "$dir/etcd"
