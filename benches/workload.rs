@@ -2,7 +2,10 @@
 //!
 //! For each client count: the store's write rate (revisions per second: one per write request
 //! etcd applied, however many keys it wrote), acknowledged writes per second (one per key),
-//! conflicts, lease puts, watch events, sustained over a window (after a warm-up), and the cost
+//! conflicts, lease puts, watch events, sustained over a window (after a warm-up); for `kv` the
+//! requests its clients drew per second; where the machine's CPU went over the window (busy,
+//! the etcd members, this process: the clients and the checks; shares of every core together,
+//! so that a client that is not the bottleneck shows as such); and the cost
 //! of a full check (observe + judge, every invariant) taken every 50 ms under that load (median,
 //! p99) — with every check required to pass (a failure is printed: the check must raise no
 //! false alarm under load).
@@ -33,6 +36,40 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     }
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// CPU time (user + system) of process `pid` in clock ticks (`None`: gone).
+fn proc_ticks(pid: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces) in parentheses: utime and stime
+    // are the 14th and 15th of the line.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// The machine's busy and total clock ticks over every core (`/proc/stat`'s first line).
+fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<u64> = stat.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let total: u64 = v.iter().sum();
+    // idle and iowait
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// Where the CPU went: this process (the clients and the checks), the etcd members, the machine.
+struct Cpu {
+    me: u64,
+    etcd: u64,
+    busy: u64,
+    total: u64,
+}
+
+fn cpu(target: &LocalTarget) -> Cpu {
+    let etcd = target.testbed.members.values().filter_map(|m| m.pid()).filter_map(|p| proc_ticks(&p.to_string())).sum();
+    let (busy, total) = machine_ticks();
+    Cpu { me: proc_ticks("self").unwrap_or(0), etcd, busy, total }
 }
 
 fn main() {
@@ -134,6 +171,8 @@ fn main() {
                 (stat(&target, "acked"), stat(&target, "conflicts"), stat(&target, "lease_puts"), stat(&target, "watch_events"));
             let revision = |o: &shakedown::invariants::Observation| o.members.iter().map(|m| m.revision).max().unwrap_or(0);
             let rev0 = revision(&target.observe(&model, &[InvariantId::Members]).await);
+            let draws0 = stat(&target, "kv_draws");
+            let cpu0 = cpu(&target);
             let t0 = Instant::now();
             let (mut checks, mut judged, mut failed) = (Vec::new(), Vec::new(), Vec::new());
             if !checking {
@@ -151,8 +190,12 @@ fn main() {
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+            let cpu1 = cpu(&target);
             let rev1 = revision(&target.observe(&model, &[InvariantId::Members]).await);
             let secs = t0.elapsed().as_secs_f64();
+            // Shares of the machine's ticks over the window (every core together).
+            let all = (cpu1.total - cpu0.total).max(1) as f64;
+            let share = |a: u64, b: u64| a.saturating_sub(b) as f64 / all;
             let per_s = |a: u64, b: u64| (a - b) as f64 / secs;
             let writes = (rev1 - rev0) as f64 / secs;
             let row = serde_json::json!({
@@ -160,6 +203,10 @@ fn main() {
                 "kind": format!("{:?}", profile.workload.kind),
                 "writes_per_s": writes,
                 "ratio_to_check_perf": perf.map(|p| writes / p),
+                "kv_draws_per_s": per_s(stat(&target, "kv_draws"), draws0),
+                "cpu_busy": share(cpu1.busy, cpu0.busy),
+                "cpu_etcd": share(cpu1.etcd, cpu0.etcd),
+                "cpu_shakedown": share(cpu1.me, cpu0.me),
                 "acked_txn_per_s": per_s(stat(&target, "acked"), acked0),
                 "conflicts_per_s": per_s(stat(&target, "conflicts"), conflicts0),
                 "lease_puts_per_s": per_s(stat(&target, "lease_puts"), leases0),
@@ -177,14 +224,21 @@ fn main() {
             row
         });
         println!(
-            "clients {:>3}: {:>7.0} writes/s{} · {:>7.0} acknowledged writes/s · {:>5.0} conflicts/s · {:>5.0} lease puts/s · {:>6.0} watch events/s · check median {:.1} ms (judging {:.1} ms), p99 {:.1} ms ({} checks, {} failed)",
+            "clients {:>3}: {:>7.0} writes/s{}{} · {:>7.0} acknowledged writes/s · {:>5.0} conflicts/s · {:>5.0} lease puts/s · {:>6.0} watch events/s · CPU busy {:.0}% (etcd {:.0}%, shakedown {:.0}%) · check median {:.1} ms (judging {:.1} ms), p99 {:.1} ms ({} checks, {} failed)",
             n,
             row["writes_per_s"].as_f64().unwrap(),
             row["ratio_to_check_perf"].as_f64().map(|r| format!(" ({r:.2} × check perf)")).unwrap_or_default(),
+            match row["kv_draws_per_s"].as_f64() {
+                Some(d) if d > 0.0 => format!(" · {d:.0} kv requests/s"),
+                _ => String::new(),
+            },
             row["acked_txn_per_s"].as_f64().unwrap(),
             row["conflicts_per_s"].as_f64().unwrap(),
             row["lease_puts_per_s"].as_f64().unwrap(),
             row["watch_events_per_s"].as_f64().unwrap(),
+            row["cpu_busy"].as_f64().unwrap() * 100.0,
+            row["cpu_etcd"].as_f64().unwrap() * 100.0,
+            row["cpu_shakedown"].as_f64().unwrap() * 100.0,
             row["check_ms_median"].as_f64().unwrap_or(f64::NAN),
             row["judge_ms_median"].as_f64().unwrap_or(f64::NAN),
             row["check_ms_p99"].as_f64().unwrap_or(f64::NAN),

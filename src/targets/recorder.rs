@@ -44,6 +44,10 @@ pub struct Stats {
     /// Requests of the `kv` workload's own kinds (plain puts, gets and deletes, ranges,
     /// delete-ranges, multi-key transactions).
     pub kv_requests: AtomicU64,
+    /// Requests the `kv` workload's clients drew, of every kind (its own and `kube`'s guarded
+    /// writes, lease requests and lists; a lease put or a paginated list counts once, though it
+    /// is several requests to etcd).
+    pub kv_draws: AtomicU64,
     /// Reads at an older revision etcd refused as compacted (or not reached yet), declared.
     pub compacted_reads: AtomicU64,
 }
@@ -65,6 +69,7 @@ pub struct StatsSnapshot {
     pub compactions: u64,
     pub watch_compacted: u64,
     pub kv_requests: u64,
+    pub kv_draws: u64,
     pub compacted_reads: u64,
 }
 
@@ -307,6 +312,7 @@ impl Recorder {
             compactions: l(&s.compactions),
             watch_compacted: l(&s.watch_compacted),
             kv_requests: l(&s.kv_requests),
+            kv_draws: l(&s.kv_draws),
             compacted_reads: l(&s.compacted_reads),
         }
     }

@@ -181,6 +181,7 @@ impl KvClient {
                 pick -= u64::from(weights[which]);
                 which += 1;
             }
+            self.inner.rec.stats.kv_draws.fetch_add(1, Ordering::Relaxed);
             if which < 7 {
                 self.inner.rec.stats.kv_requests.fetch_add(1, Ordering::Relaxed);
             }
