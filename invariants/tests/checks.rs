@@ -881,6 +881,55 @@ fn watch_names_a_tombstone_removed_by_a_compaction_to_its_revision() {
     assert!(matches!(&v, Verdict::Definite(m) if m.contains("revision 6 (/o/a)")), "{v:?}");
 }
 
+/// The same defect when the delete shares its revision with another write of one transaction:
+/// the compaction keeps the put's event, so the stream delivers the revision without the delete.
+/// Found by the `failpoints` tier compacting every 2 s (seed 2002, a transaction deleting one key
+/// and putting another, a compaction to exactly its revision on 3.4.23), which `watch` had
+/// called a divergence ("delivered as the put but the write acknowledged at it was the delete").
+#[test]
+fn watch_names_a_removed_tombstone_beside_its_transactions_other_write() {
+    let mut o = healthy();
+    // /o/a written at 5; at 6 one transaction deletes /o/a and puts /o/c; a compaction to 6.
+    o.durability.as_mut().unwrap().acked =
+        vec![ack("/o/a", Some("1"), 5, 0), ack("/o/a", None, 6, 1), ack("/o/c", Some("y"), 6, 1), ack("/o/b", Some("x"), 7, 2)].into();
+    let put = |rev, key: &str, value: &str| WatchEvent { created: Some((rev, 1)), ..event(rev, key, Some(value), None) };
+    let s = |version: &str, at_6: &str| WatchSession {
+        range: Some("/o/".into()),
+        streams: vec![WatchStream { first: 0, member: "m1".into(), version: Some(version.into()) }],
+        compacted: vec![CompactedGap { from: 5, to: 6, at: 0 }],
+        compactions: vec![6],
+        ..session(vec![put(6, at_6, "y"), put(7, "/o/b", "x")])
+    };
+    let judge = |o: &mut Observation, s: WatchSession| {
+        o.watches = Some(vec![s]);
+        verdict(InvariantId::Watch, &model(), o)
+    };
+    assert_eq!(judge(&mut o, s("3.4.23", "/o/c")), Verdict::Pass);
+    let known = known_defects(&[InvariantId::Watch], &o);
+    assert_eq!(known.len(), 1, "{known:?}");
+    assert_eq!(known[0].defect, "etcd-io/etcd#18089");
+    // On a release without the defect the delete is missing, said as such.
+    let v = judge(&mut o, s("3.5.16", "/o/c"));
+    assert!(
+        matches!(&v, Verdict::Definite(m) if m.contains("1 acknowledged write(s) never delivered") && m.contains("revision 6 (/o/a)")),
+        "{v:?}"
+    );
+    // A key no write acknowledged at 6 delivered at 6 (a write of another transaction than the
+    // acknowledged one): still a failure on a release with the defect.
+    let v = judge(&mut o, s("3.4.23", "/o/z"));
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("revision 6 delivered /o/z")), "{v:?}");
+    o.durability.as_mut().unwrap().acked = vec![
+        ack("/o/z", Some("y"), 4, 0),
+        ack("/o/a", Some("1"), 5, 0),
+        ack("/o/a", None, 6, 1),
+        ack("/o/c", Some("y"), 6, 1),
+        ack("/o/b", Some("x"), 7, 2),
+    ]
+    .into();
+    let v = judge(&mut o, s("3.4.23", "/o/z"));
+    assert!(matches!(&v, Verdict::Definite(m) if m.contains("revision 6 delivered as /o/z")), "{v:?}");
+}
+
 /// A watch must deliver every acknowledged write up to how far it got, once, in order, with the
 /// `prev_kv` its own earlier events imply; an explicit compaction excuses what it covers.
 #[test]
