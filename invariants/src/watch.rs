@@ -222,9 +222,9 @@ fn session(
         }
         let at = &events[events.partition_point(|e| e.revision < a.revision)..events.partition_point(|e| e.revision <= a.revision)];
         // A transaction writes several keys at one revision: this write's event is the one of
-        // its key. Another key's event at the revision, when no acknowledged write of that
-        // revision is of that key, is another write than the one acknowledged there.
-        let other = || at.first().filter(|e| !expected.iter().any(|b| b.revision == a.revision && b.key == e.key));
+        // its key. An event at the revision of a key no write acknowledged there is another
+        // write than the ones acknowledged there.
+        let other = || at.iter().find(|e| !expected.iter().any(|b| b.revision == a.revision && b.key == e.key));
         match at.iter().find(|e| e.key == a.key).or_else(other) {
             // etcd-io/etcd#18089: a compaction to exactly a delete's revision removed its
             // tombstone, and a stream from that revision on (the first revision etcd still
