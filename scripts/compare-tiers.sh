@@ -52,7 +52,9 @@ fi
 mkdir -p "$out"
 
 pids=()
-stop() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+# A soak runs in a subshell of its own: the soak itself (its child) is what must hear the signal,
+# to tear its stack down.
+stop() { for p in "${pids[@]}"; do pkill -TERM -P "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap stop EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
