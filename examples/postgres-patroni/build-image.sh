@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds the reference application's image, PostgreSQL 15 and Patroni 3.0.2 from Debian 12's
-# packages, without a registry or Docker: a minimal root filesystem made by debootstrap (as root),
+# Builds the reference application's image, PostgreSQL 15, Patroni 3.0.2 and pgBackRest 2.45 from
+# Debian 12's packages, without a registry or Docker: a minimal root filesystem made by debootstrap (as root),
 # packed as a `docker save` archive that `shakedown node load` imports. Cached: a second run with
-# the archive present does nothing.
+# the archive present (of this script's tag) does nothing.
 #
 #   ./examples/postgres-patroni/build-image.sh [ARCHIVE]    # default /var/cache/shakedown/images/postgres-patroni.tar
 #   shakedown node load /var/cache/shakedown/images/postgres-patroni.tar
@@ -13,8 +13,9 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 out="${1:-/var/cache/shakedown/images/postgres-patroni.tar}"
-tag="shakedown.local/postgres-patroni:15-3.0.2"
-if [ -s "$out" ]; then
+tag="shakedown.local/postgres-patroni:15-3.0.2-pgbackrest"
+# The tag changes with what the image holds: an archive of another tag is rebuilt.
+if [ -s "$out" ] && tar -xOf "$out" manifest.json 2>/dev/null | grep -qF "\"$tag\""; then
   echo "image cached: $tag in $out"
   exit 0
 fi
@@ -31,7 +32,7 @@ work="$(mktemp -d "$(dirname "$out")/.postgres-patroni.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 rootfs="$work/rootfs"
 echo "building $tag: debootstrap bookworm from $mirror"
-debootstrap --variant=minbase --include=postgresql-15,patroni,python3-psycopg2,iproute2,procps,ca-certificates \
+debootstrap --variant=minbase --include=postgresql-15,patroni,pgbackrest,python3-psycopg2,iproute2,procps,ca-certificates \
   bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
 # What a container never uses: the package cache and indexes, documentation, the default cluster
 # Debian's postinst made (Patroni bootstraps its own), and the build host's resolv.conf.

@@ -21,7 +21,7 @@ pub mod shrink;
 pub use failpoint::{Failpoint, FailpointAction};
 pub use generate::{draw_etcd_flags, generate, next_op_strategy, Plan, Weights};
 pub use model::{Answers, BackupId, DiskState, Member, MemberId, MemberState, Model, OutageMode, SiteId, Version};
-pub use op::{Op, OpKind, PreconditionError, MAX_BACKUPS};
+pub use op::{pitr_percent, Op, OpKind, PreconditionError, MAX_BACKUPS, PITR_POINTS};
 pub use profile::{ApiLoad, EtcdFlag, EtcdFlags, KvMix, Mix, Profile, ProfileError, Stack, Workload, WorkloadKind};
 pub use shrink::{repair, without, Shrinker};
 

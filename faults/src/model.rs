@@ -183,6 +183,10 @@ pub struct Model {
     /// Restores done so far, in order (each from one of `backups`).
     #[serde(default)]
     pub restores: Vec<BackupId>,
+    /// After a restore: the number of the first backup taken since (every backup from it on
+    /// holds the restored history); `None` before any restore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backups_after_restore: Option<u32>,
     /// Replicas a NetworkPolicy cuts off (application target).
     #[serde(default)]
     pub partitioned: std::collections::BTreeSet<MemberId>,
@@ -216,6 +220,7 @@ impl Model {
             outages: BTreeMap::new(),
             backups: vec![],
             restores: vec![],
+            backups_after_restore: None,
             partitioned: Default::default(),
             groups_partitioned: None,
             failpoints: vec![],
@@ -302,7 +307,7 @@ impl Model {
             // One member at a time, or the one cut off while the op runs.
             OpKind::RollingUpgrade | OpKind::RollingReplace | OpKind::PartitionUntilSnapshot | OpKind::Failpoint => 1,
             // A restore takes the whole cluster down on purpose.
-            OpKind::Restore => return false,
+            OpKind::Restore | OpKind::RestorePitr => return false,
             // One member (or one site) at a time, or nothing of etcd's: the precondition decides.
             OpKind::Crash
             | OpKind::Restart
@@ -398,8 +403,9 @@ impl Model {
             }
             Op::PartitionGroups { pick } => self.groups_partitioned = Some(pick),
             Op::PartitionGroupsHeal { .. } => self.groups_partitioned = None,
-            Op::Restore { backup } => {
+            Op::Restore { backup } | Op::RestorePitr { backup, .. } => {
                 self.restores.push(backup);
+                self.backups_after_restore = Some(self.backups.len() as u32);
                 self.members.values_mut().for_each(|m| {
                     m.state = MemberState::Running;
                     m.disk = DiskState::Attached;

@@ -130,6 +130,21 @@ pub enum Op {
     /// `tolerationSeconds`, if it names some). Verified: those pods gone, the tolerating ones
     /// still there at the removal, the taint gone after it.
     Taint { member: MemberId },
+    /// Application target: a point-in-time restore through the app profile's `[restore_pitr]`
+    /// command — the data restored from backup `backup` and recovered up to an instant the plan
+    /// picks: `at` tenths and a half of the way from the later of the backup's end and the last
+    /// restore's end to the op's start (`at` in 0..[`PITR_POINTS`]). Verified: the command
+    /// succeeded; `app-durability` then expects exactly the writes acknowledged before that
+    /// instant (those in flight across it may be either) and none sent after it.
+    RestorePitr { backup: BackupId, at: u32 },
+}
+
+/// How many instants `restore-pitr` picks from (tenths of the way, each at its middle).
+pub const PITR_POINTS: u32 = 10;
+
+/// The share of the way (percent) a `restore-pitr` pick `at` stands for.
+pub fn pitr_percent(at: u32) -> u32 {
+    (at * 100 + 50) / PITR_POINTS
 }
 
 /// How many different picks `pod-kill-selected` and `partition-groups` draw from (divisible by 1–4 and 6, so that
@@ -201,6 +216,8 @@ crate::registry! {
         Switchover => "switchover",
         /// Application target: a `NoExecute` taint on the node of a replica's pod for the app profile's `[taint] duration` (verified: the pods without a toleration evicted, the taint removed after).
         Taint => "taint",
+        /// Application target: a point-in-time restore of a backup to an instant the plan picks between the backup and now, through the app profile's `[restore_pitr]` command (`app-durability` expects exactly the writes acknowledged before that instant).
+        RestorePitr => "restore-pitr",
     }
 }
 
@@ -221,7 +238,8 @@ impl OpKind {
             | OpKind::PartitionGroups
             | OpKind::PartitionGroupsHeal
             | OpKind::Switchover
-            | OpKind::Taint => true,
+            | OpKind::Taint
+            | OpKind::RestorePitr => true,
             OpKind::Crash
             | OpKind::Restart
             | OpKind::Pause
@@ -283,6 +301,7 @@ impl Op {
             Op::Failpoint { .. } => OpKind::Failpoint,
             Op::Switchover { .. } => OpKind::Switchover,
             Op::Taint { .. } => OpKind::Taint,
+            Op::RestorePitr { .. } => OpKind::RestorePitr,
         }
     }
 
@@ -313,6 +332,7 @@ impl Op {
             | Op::SiteRecover { .. }
             | Op::Backup
             | Op::Restore { .. }
+            | Op::RestorePitr { .. }
             | Op::OperatorRestart
             | Op::PodKillSelected { .. }
             | Op::PartitionGroups { .. }
@@ -335,6 +355,7 @@ impl Op {
             | Op::RollingReplace
             | Op::Backup
             | Op::Restore { .. }
+            | Op::RestorePitr { .. }
             | Op::PodKill { .. }
             | Op::OperatorRestart
             | Op::PvcLoss { .. }
@@ -391,6 +412,7 @@ impl fmt::Display for Op {
             Op::SiteRecover { site } => write!(f, "site-recover({site})"),
             Op::Backup => f.write_str("backup"),
             Op::Restore { backup } => write!(f, "restore({backup})"),
+            Op::RestorePitr { backup, at } => write!(f, "restore-pitr({backup}, at {}%)", pitr_percent(*at)),
         }
     }
 }
@@ -416,6 +438,10 @@ pub enum PreconditionError {
     DiskState { member: MemberId, detached: bool },
     #[error("no backup {0} has been taken")]
     NoSuchBackup(BackupId),
+    #[error("no point-in-time pick {0}: the picks are 0 to 9")]
+    NoSuchPitrPoint(u32),
+    #[error("{0} was taken before the last restore: a point-in-time restore recovers from a backup taken since")]
+    BackupBeforeRestore(BackupId),
     #[error("the service is not expected up, so nothing can be backed up")]
     ServiceDown,
     #[error("already {0} backups, the most a plan keeps")]
@@ -561,6 +587,21 @@ impl Model {
                 }
                 self.all_up()
             }
+            // Recovered to an instant after the backup and after the last restore: the WAL from
+            // the backup on must lead there on one line of history.
+            Op::RestorePitr { backup, at } => {
+                if !self.backups.contains(&backup) {
+                    return Err(PreconditionError::NoSuchBackup(backup));
+                }
+                if at >= PITR_POINTS {
+                    return Err(PreconditionError::NoSuchPitrPoint(at));
+                }
+                if self.backups_after_restore.is_some_and(|first| backup.0 < first) {
+                    return Err(PreconditionError::BackupBeforeRestore(backup));
+                }
+                self.all_up()?;
+                self.no_partition()
+            }
             // The application ops take a replica away for a moment; its controller (and for a
             // lost claim, the operator) brings it back, and the checks wait for that. One fault
             // at a time on a partitioned replica: only its heal.
@@ -681,6 +722,12 @@ impl Model {
             OpKind::DiskReattach => per_member(|member| Op::DiskReattach { member }),
             OpKind::Backup => vec![Op::Backup].into_iter().filter(|op| self.check(op).is_ok()).collect(),
             OpKind::Restore => self.backups.iter().map(|&backup| Op::Restore { backup }).filter(|op| self.check(op).is_ok()).collect(),
+            OpKind::RestorePitr => self
+                .backups
+                .iter()
+                .flat_map(|&backup| (0..PITR_POINTS).map(move |at| Op::RestorePitr { backup, at }))
+                .filter(|op| self.check(op).is_ok())
+                .collect(),
             OpKind::DiskReplace => per_member(|member| Op::DiskReplace { member }),
             OpKind::PodKill => per_member(|member| Op::PodKill { member }),
             OpKind::OperatorRestart => vec![Op::OperatorRestart],

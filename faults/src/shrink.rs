@@ -45,6 +45,11 @@ pub fn without(ops: &[Op], from: usize, to: usize) -> Vec<Op> {
                     out.push(Op::Restore { backup: BackupId(*b) });
                 }
             }
+            Op::RestorePitr { backup, at } if !removed => {
+                if let Some(Some(b)) = renamed.get(backup.0 as usize) {
+                    out.push(Op::RestorePitr { backup: BackupId(*b), at: *at });
+                }
+            }
             _ if !removed => out.push(op.clone()),
             _ => {}
         }

@@ -45,9 +45,8 @@ pub(crate) fn app_durability(obs: &Observation) -> Verdict {
     let mut changed = vec![];
     let mut resurrected = vec![];
     let mut expected = 0;
-    for (i, (k, v)) in data.acked.iter().enumerate() {
-        // The writer is sequential: write `i` was sent once the `i` before it were acknowledged.
-        let expect = expect_write(i, i, &data.marks);
+    for (i, (k, v, start)) in data.acked.iter().enumerate() {
+        let expect = expect_write(i, *start, &data.marks);
         expected += usize::from(expect == Expect::Present);
         match (expect, read.get(k)) {
             (Expect::Present, None) => lost.push(k.as_str()),
@@ -56,7 +55,7 @@ pub(crate) fn app_durability(obs: &Observation) -> Verdict {
             _ => {}
         }
     }
-    let written: std::collections::BTreeSet<&str> = data.acked.iter().map(|(k, _)| k.as_str()).collect();
+    let written: std::collections::BTreeSet<&str> = data.acked.iter().map(|(k, ..)| k.as_str()).collect();
     let unexplained: Vec<&str> =
         read.keys().filter(|k| !written.contains(k.as_str()) && !data.unknown.contains(*k)).map(String::as_str).collect();
     if lost.is_empty() && changed.is_empty() && unexplained.is_empty() && resurrected.is_empty() {
@@ -72,7 +71,7 @@ pub(crate) fn app_durability(obs: &Observation) -> Verdict {
     }
     if !resurrected.is_empty() {
         parts.push(format!(
-            "{} written after the restored backup are still there ({}): the restore did not restore",
+            "{} written after the restored backup (or instant) are still there ({}): the restore did not restore",
             resurrected.len(),
             first(&resurrected)
         ));

@@ -27,14 +27,20 @@ pub enum Expect {
 /// it ended), or during the restore — may be either.
 pub fn expect_write(i: usize, start: usize, marks: &Marks) -> Expect {
     fn at(i: usize, start: usize, marks: &Marks, restores: usize) -> Expect {
-        let Some(&RestoreMark { backup, start: r_start, end: r_end }) = marks.restores[..restores].last() else { return Expect::Present };
+        let Some(&RestoreMark { backup, start: r_start, end: r_end, point }) = marks.restores[..restores].last() else {
+            return Expect::Present;
+        };
         if i >= r_end {
             return Expect::Present;
         }
         if i >= r_start {
             return Expect::Either;
         }
-        let Some(&BackupMark { start: b_start, end: b_end, after_restores }) = marks.backups.get(&backup) else { return Expect::Either };
+        // A point-in-time restore is the restore of a backup taken at that instant.
+        let Some(BackupMark { start: b_start, end: b_end, after_restores }) = point.or_else(|| marks.backups.get(&backup).copied())
+        else {
+            return Expect::Either;
+        };
         if start >= b_end {
             return Expect::Absent;
         }
@@ -228,9 +234,15 @@ fn sample(v: &[&str]) -> String {
 /// The backup and restore positions, for messages.
 pub(crate) fn context(marks: &Marks) -> String {
     let mut parts: Vec<String> = marks.backups.iter().map(|(b, m)| format!("{b} taken during acks #{}..#{}", m.start, m.end)).collect();
-    parts.extend(marks.restores.iter().map(|r| match r.end {
-        usize::MAX => format!("{} restore begun at ack #{} and not finished", r.backup, r.start),
-        e => format!("{} restored during acks #{}..#{e}", r.backup, r.start),
+    parts.extend(marks.restores.iter().map(|r| {
+        let what = match r.point {
+            Some(p) => format!("{} recovered to the instant after ack #{}", r.backup, p.start),
+            None => format!("{} restored", r.backup),
+        };
+        match r.end {
+            usize::MAX => format!("{what}: begun at ack #{} and not finished", r.start),
+            e => format!("{what} during acks #{}..#{e}", r.start),
+        }
     }));
     if parts.is_empty() {
         String::new()

@@ -111,9 +111,10 @@ pub struct AppWorkload {
 /// command (acknowledged: it exited 0), and what the read command returned.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AppData {
-    /// Acknowledged writes (key, value), in the order acknowledged. The writer is sequential:
-    /// the write at position `i` was sent after the `i` before it were acknowledged.
-    pub acked: Vec<(String, String)>,
+    /// Acknowledged writes (key, value, start), in the order acknowledged; `start` is how many
+    /// writes had been acknowledged when it was sent (with several writers, it can be less than
+    /// its own position).
+    pub acked: Vec<(String, String, usize)>,
     /// Where the app's backups and restores (`backup`, `restore` through the operator's custom
     /// resources) fall in `acked`.
     pub marks: Marks,
@@ -555,6 +556,10 @@ pub struct RestoreMark {
     pub backup: BackupId,
     pub start: usize,
     pub end: usize,
+    /// A point-in-time restore: the instant recovered to, as a backup taken at that instant
+    /// (`start`: the acks before it; `end`: a write sent with at least `end` acks was sent
+    /// after it). `None`: the backup itself was restored.
+    pub point: Option<BackupMark>,
 }
 
 impl Marks {
@@ -567,7 +572,15 @@ impl Marks {
 
     /// A restore from `b` begins with `start` writes acknowledged; it ends at [`Marks::restore_ends`].
     pub fn restore_begins(&mut self, b: BackupId, start: usize) {
-        self.restores.push(RestoreMark { backup: b, start, end: usize::MAX });
+        self.restores.push(RestoreMark { backup: b, start, end: usize::MAX, point: None });
+    }
+
+    /// A point-in-time restore from `b` begins with `start` writes acknowledged; it recovers
+    /// to an instant before which `acked` writes were acknowledged and after which every write
+    /// sent had at least `sent_after` acknowledged before it. It ends at [`Marks::restore_ends`].
+    pub fn pitr_begins(&mut self, b: BackupId, start: usize, acked: usize, sent_after: usize) {
+        let point = BackupMark { start: acked, end: sent_after.max(acked), after_restores: self.restores.len() };
+        self.restores.push(RestoreMark { backup: b, start, end: usize::MAX, point: Some(point) });
     }
 
     /// The restore begun last is done: the stack serves again with `end` writes acknowledged.

@@ -1431,7 +1431,7 @@ fn app_obs() -> Observation {
             probes: vec![("health".into(), None)],
             in_cut_groups: 0,
             data: Some(AppData {
-                acked: [("k1", "v1"), ("k2", "v2")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                acked: [("k1", "v1"), ("k2", "v2")].iter().enumerate().map(|(i, (k, v))| (k.to_string(), v.to_string(), i)).collect(),
                 marks: Default::default(),
                 unknown: ["k3".to_string()].into_iter().collect(),
                 read: Ok([("k1", "v1"), ("k2", "v2"), ("k3", "v3")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
@@ -1506,10 +1506,11 @@ fn app_durability_follows_backups_and_restores() {
     let m = app_model();
     let mut o = app_obs();
     let kv = |ks: &[&str]| ks.iter().map(|k| (k.to_string(), format!("v{k}"))).collect::<Vec<(String, String)>>();
+    let sequential = |ks: &[&str]| kv(ks).into_iter().enumerate().map(|(i, (k, v))| (k, v, i)).collect::<Vec<_>>();
     {
         let data = o.app.as_mut().unwrap().data.as_mut().unwrap();
         // k1 k2 | b0 | k3 | b1 | k4 k5 | restore(b1) | k6
-        data.acked = kv(&["k1", "k2", "k3", "k4", "k5", "k6"]);
+        data.acked = sequential(&["k1", "k2", "k3", "k4", "k5", "k6"]);
         data.unknown.clear();
         data.marks = marks(&[M::B(0, 2, 2), M::B(1, 3, 3), M::R(1, 5, 5)]);
         data.read = Ok(kv(&["k1", "k2", "k3", "k6"]).into_iter().collect());
@@ -1527,9 +1528,47 @@ fn app_durability_follows_backups_and_restores() {
     read(&mut o, &["k1", "k2", "k3", "k4", "k5", "k6"]);
     let v = verdict(InvariantId::AppDurability, &m, &o);
     assert!(
-        matches!(&v, Verdict::Definite(msg) if msg.contains("2 written after the restored backup are still there (k4, k5): the restore did not restore")),
+        matches!(&v, Verdict::Definite(msg) if msg.contains("2 written after the restored backup (or instant) are still there (k4, k5): the restore did not restore")),
         "{v:?}"
     );
+}
+
+/// app-durability after a point-in-time restore, with concurrent writers: the writes
+/// acknowledged before the instant are there, one in flight across it may be either, one sent
+/// after it is gone, and those after the restore are there.
+#[test]
+fn app_durability_after_a_point_in_time_restore_expects_the_writes_acknowledged_before_its_instant() {
+    let m = app_model();
+    let mut o = app_obs();
+    let acked = |ks: &[(&str, usize)]| ks.iter().map(|(k, s)| (k.to_string(), format!("v{k}"), *s)).collect::<Vec<_>>();
+    let read = |o: &mut Observation, ks: &[&str]| {
+        o.app.as_mut().unwrap().data.as_mut().unwrap().read = Ok(ks.iter().map(|k| (k.to_string(), format!("v{k}"))).collect())
+    };
+    {
+        let data = o.app.as_mut().unwrap().data.as_mut().unwrap();
+        // Two writers. k1 k2 | b0 | k3, then the instant T (3 acked before it; k4 was sent
+        // before it, with 2 acked) | k5 sent after T (4 acked) | restore-pitr(b0 → T) | k6
+        data.acked = acked(&[("k1", 0), ("k2", 0), ("k3", 2), ("k4", 2), ("k5", 4), ("k6", 5)]);
+        data.unknown.clear();
+        let mut marks = marks(&[M::B(0, 2, 2)]);
+        marks.pitr_begins(BackupId(0), 5, 3, 4);
+        marks.restore_ends(5);
+        data.marks = marks;
+    }
+    read(&mut o, &["k1", "k2", "k3", "k6"]);
+    assert_eq!(verdict(InvariantId::AppDurability, &m, &o), Verdict::Pass, "k4 in flight across the instant, k5 after it");
+    read(&mut o, &["k1", "k2", "k3", "k4", "k6"]);
+    assert_eq!(verdict(InvariantId::AppDurability, &m, &o), Verdict::Pass, "k4 was in flight across the instant: either");
+    read(&mut o, &["k1", "k2", "k6"]);
+    let v = verdict(InvariantId::AppDurability, &m, &o);
+    assert!(
+        matches!(&v, Verdict::Definite(msg) if msg.contains("1 of 4 acknowledged writes lost (first: k3)")
+            && msg.contains("b0 recovered to the instant after ack #3 during acks #5..#5")),
+        "k3 was acknowledged before the instant: {v:?}"
+    );
+    read(&mut o, &["k1", "k2", "k3", "k5", "k6"]);
+    let v = verdict(InvariantId::AppDurability, &m, &o);
+    assert!(matches!(&v, Verdict::Definite(msg) if msg.contains("1 written after the restored backup (or instant) are still there (k5)")), "{v:?}");
 }
 
 /// leaks on the application target: a partition's policy exactly while the model has it, no

@@ -86,6 +86,7 @@ impl AppTarget {
             version,
             log: vec![],
             backups: BTreeMap::new(),
+            last_restore: None,
             restores: 0,
             probe_jobs: Default::default(),
             torn_down: false,

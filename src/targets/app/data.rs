@@ -64,8 +64,10 @@ fn writer_client(i: u32) -> u64 {
 
 #[derive(Debug, Default)]
 struct Log {
-    /// In the order acknowledged.
-    acked: Vec<(String, String)>,
+    /// In the order acknowledged: key, value, and how many were acknowledged when it was sent.
+    acked: Vec<(String, String, usize)>,
+    /// When each of `acked` was acknowledged (this machine's clock), in the same order.
+    acked_at: Vec<std::time::SystemTime>,
     marks: Marks,
     unknown: BTreeSet<String>,
     in_flight: BTreeSet<String>,
@@ -192,7 +194,7 @@ impl Writer {
         }
         let mut unknown: BTreeSet<String> = l.unknown.clone();
         // Acknowledged while the read ran: may or may not be in it.
-        unknown.extend(l.acked[sent_at..].iter().map(|(k, _)| k.clone()));
+        unknown.extend(l.acked[sent_at..].iter().map(|(k, ..)| k.clone()));
         unknown.extend(l.in_flight.iter().cloned());
         AppData { acked: l.acked[..sent_at].to_vec(), marks, unknown, read: read.map(|(_, r)| r).map_err(|e| e.to_string()) }
     }
@@ -273,6 +275,20 @@ impl Writer {
         l.marks.restore_ends(end);
     }
 
+    /// Backup `b` was restored to an instant and recovered: asked for at position `start`, done
+    /// at `end`; `acked` writes were acknowledged before the instant, and every write sent with
+    /// `sent_after` or more acknowledged was sent after it.
+    pub fn mark_pitr(&self, b: BackupId, start: usize, acked: usize, sent_after: usize, end: usize) {
+        let mut l = self.log.lock().unwrap();
+        l.marks.pitr_begins(b, start, acked, sent_after);
+        l.marks.restore_ends(end);
+    }
+
+    /// How many writes were acknowledged before instant `t` (this machine's clock).
+    pub fn acked_before(&self, t: std::time::SystemTime) -> usize {
+        self.log.lock().unwrap().acked_at.partition_point(|&a| a < t)
+    }
+
     /// The read command's answer, and the pod that gave it.
     async fn read_command(&self) -> Result<(String, BTreeMap<String, String>), DataError> {
         let pod = ready_pod(&self.client, &self.namespace, &self.commands.selector, None)
@@ -344,12 +360,13 @@ impl OneWriter {
             let n = numbered.fetch_add(1, Ordering::Relaxed) + 1;
             let key = format!("{prefix}{n:06}");
             let value = format!("v{n}");
-            let sent = {
+            let (sent, start) = {
                 let mut l = log.lock().unwrap();
+                let start = l.acked.len();
                 l.in_flight.insert(key.clone());
                 l.sent.push(key.clone());
                 l.writes.insert(key.clone(), (false, None));
-                requests.send(client_id, write(&key, &value, None))
+                (requests.send(client_id, write(&key, &value, None)), start)
             };
             let cmd = fill(&commands.write, &BTreeMap::from([("key", key.clone()), ("value", value.clone())]));
             let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
@@ -368,7 +385,8 @@ impl OneWriter {
             match out {
                 Ok(o) if o.code == 0 => {
                     l.settled.insert(key.clone(), (epoch, Some(value.clone()), Instant::now()));
-                    l.acked.push((key, value));
+                    l.acked.push((key, value, start));
+                    l.acked_at.push(std::time::SystemTime::now());
                 }
                 failed => {
                     l.failures += 1;

@@ -106,8 +106,11 @@ pub struct AppTarget {
     version: String,
     /// What the ops did beyond their name (the pods `pod-kill-selected` chose), for the event log.
     log: Vec<crate::targets::Note>,
-    /// The backups' objects by the plan's backup ids.
-    backups: BTreeMap<BackupId, String>,
+    /// The backups by the plan's backup ids: their objects' names (the name a command was
+    /// given), and when each was done.
+    backups: BTreeMap<BackupId, (String, std::time::SystemTime)>,
+    /// When the last restore was done.
+    last_restore: Option<std::time::SystemTime>,
     /// How many restores the run has asked for (their objects' names).
     restores: usize,
     /// How many checker Jobs the probes have created (their names).
@@ -221,6 +224,7 @@ impl AppTarget {
             Op::PartitionGroupsHeal { pick } => self.partition_groups_heal(pick).await,
             Op::Backup => self.backup(after).await,
             Op::Restore { backup } => self.restore(backup).await,
+            Op::RestorePitr { backup, at } => self.restore_pitr(backup, at).await,
             Op::Crash { .. }
             | Op::Restart { .. }
             | Op::Pause { .. }
@@ -431,6 +435,7 @@ mod tests {
             version: "v1.30.0".into(),
             log: vec![],
             backups: BTreeMap::new(),
+            last_restore: None,
             restores: 0,
             probe_jobs: Default::default(),
             torn_down: false,

@@ -4,7 +4,7 @@
 //! workload marks where each falls).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -12,8 +12,9 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, P
 use kube::Client;
 use shakedown_faults::{BackupId, Model};
 
-use super::data::{is_ready, Writer};
-use super::spec::{self, ResourceOp};
+use super::data::{is_ready, ready_pod, Writer};
+use crate::k8s::exec::exec;
+use super::spec::{self, CommandOp, OperatorOp, ResourceOp};
 use super::{bounded, env, selector_of, AppTarget, REQUEST_BOUND};
 use crate::targets::TargetError;
 
@@ -140,8 +141,52 @@ impl AppTarget {
         waited
     }
 
-    /// `backup`: the operator's backup object; the data workload marks what the backup may hold
-    /// (writes acknowledged before it was asked for must be in it).
+    /// A `[backup]`, `[restore]` or `[restore_pitr]` command exec'd in a Ready pod of its
+    /// selector, within `op_timeout`; exit 0 is done. An `app-<kind>` event names the pod, the
+    /// command and how long it took.
+    async fn command_op(&mut self, c: &CommandOp, section: &str, kind: &str, vars: BTreeMap<&str, String>) -> Result<(), TargetError> {
+        let mut vars = vars;
+        vars.insert("namespace", self.ns().to_string());
+        vars.insert("statefulset", self.spec.app_profile.statefulset.clone());
+        let cmd = spec::fill(&c.command, &vars);
+        let leader = self.spec.app_profile.leader.as_ref().map(|l| l.selector.clone());
+        let selector = c.selector.clone().or(leader).unwrap_or_else(|| self.sts_selector.clone());
+        if self.dry_write(|| format!("exec in a Ready pod of {selector}: {cmd:?}")) {
+            self.dry_wait(&format!("the [{section}] command exits"));
+            return Ok(());
+        }
+        let pod = ready_pod(&self.client, self.ns(), &selector, None)
+            .await
+            .and_then(|p| p.metadata.name)
+            .ok_or_else(|| TargetError::Stack(format!("no Ready pod of {selector} to run the [{section}] command in")))?;
+        let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        let t = Instant::now();
+        let out = exec(&self.client, self.ns(), &pod, c.container.as_deref(), &refs, self.spec.app_profile.op_timeout).await;
+        let said = |o: &crate::k8s::exec::ExecOutput| {
+            let both = format!("{} {}", o.stdout.trim(), o.stderr.trim());
+            let both = both.trim();
+            // The end of what it said: where a failing command says why.
+            both.char_indices().rev().nth(1500).map_or(both.to_string(), |(i, _)| format!("…{}", &both[i..]))
+        };
+        let result = match &out {
+            Ok(o) if o.code == 0 => Ok(()),
+            Ok(o) => Err(TargetError::Stack(format!("the [{section}] command in {pod} exited {}: {}", o.code, said(o)))),
+            Err(e) => Err(TargetError::Stack(format!("the [{section}] command: {e}"))),
+        };
+        self.log.push(crate::targets::Note {
+            kind: kind.to_string(),
+            detail: serde_json::json!({
+                "pod": pod,
+                "command": cmd,
+                "ms": t.elapsed().as_millis() as u64,
+                "error": result.as_ref().err().map(|e| e.to_string()),
+            }),
+        });
+        result
+    }
+
+    /// `backup`: the operator's backup object, or the `[backup]` command; the data workload
+    /// marks what the backup may hold (writes acknowledged before it was asked for must be in it).
     pub(super) async fn backup(&mut self, after: &Model) -> Result<(), TargetError> {
         let Some(r) = self.spec.app_profile.backup.clone() else {
             return Err(TargetError::Unsupported("the app profile has no [backup]".into()));
@@ -151,28 +196,36 @@ impl AppTarget {
             *after.backups.iter().next_back().ok_or_else(|| TargetError::Environment("the model holds no backup after backup".into()))?;
         let name = format!("shakedown-{}-{b}", self.run_id.trim_start_matches("sd-"));
         let start = self.writer.as_ref().map(Writer::position);
-        self.resource_op(&r, "backup", &name, BTreeMap::new()).await?;
+        match &r {
+            OperatorOp::Resource(r) => self.resource_op(r, "backup", &name, BTreeMap::new()).await?,
+            OperatorOp::Command(c) => self.command_op(c, "backup", "app-backup", BTreeMap::from([("backup", name.clone())])).await?,
+        }
         if let (Some(w), Some(start)) = (&self.writer, start) {
             w.mark_backup(b, start, w.position());
         }
-        self.backups.insert(b, name);
+        self.backups.insert(b, (name, SystemTime::now()));
         Ok(())
     }
 
-    /// `restore(b)`: the operator's restore object naming backup `b`'s; the data workload then
-    /// expects the backup's writes and not those acknowledged after it (`app-durability`).
+    /// `restore(b)`: the operator's restore object naming backup `b`'s, or the `[restore]`
+    /// command given its name; the data workload then expects the backup's writes and not those
+    /// acknowledged after it (`app-durability`).
     pub(super) async fn restore(&mut self, b: BackupId) -> Result<(), TargetError> {
         let Some(r) = self.spec.app_profile.restore.clone() else {
             return Err(TargetError::Unsupported("the app profile has no [restore]".into()));
         };
-        let backup = self.backups.get(&b).cloned().ok_or_else(|| TargetError::Environment(format!("{b} was not taken by this run")))?;
+        let backup = self.backups.get(&b).map(|(n, _)| n.clone()).ok_or_else(|| TargetError::Environment(format!("{b} was not taken by this run")))?;
         self.restores += 1;
         let name = format!("shakedown-{}-restore-{}", self.run_id.trim_start_matches("sd-"), self.restores);
         let start = self.writer.as_ref().map(Writer::position);
         if let Some(w) = &self.writer {
             w.restore_begins();
         }
-        let done = self.resource_op(&r, "restore", &name, BTreeMap::from([("backup", backup)])).await;
+        let vars = BTreeMap::from([("backup", backup)]);
+        let done = match &r {
+            OperatorOp::Resource(r) => self.resource_op(r, "restore", &name, vars).await,
+            OperatorOp::Command(c) => self.command_op(c, "restore", "app-restore", vars).await,
+        };
         if let Some(w) = &self.writer {
             w.restore_ended();
         }
@@ -180,13 +233,61 @@ impl AppTarget {
         if let (Some(w), Some(start)) = (&self.writer, start) {
             w.mark_restore(b, start, w.position());
         }
+        self.last_restore = Some(SystemTime::now());
+        Ok(())
+    }
+
+    /// `restore-pitr(b, at)`: the `[restore_pitr]` command given backup `b`'s name and an
+    /// instant `at` tenths (and a half) of the way from the later of the backup's end and the
+    /// last restore's to now; the data workload then expects exactly the writes acknowledged
+    /// before that instant (`app-durability`), those in flight across it (or within the
+    /// profile's `clock_skew` of it) either way.
+    pub(super) async fn restore_pitr(&mut self, b: BackupId, at: u32) -> Result<(), TargetError> {
+        let Some(p) = self.spec.app_profile.restore_pitr.clone() else {
+            return Err(TargetError::Unsupported("the app profile has no [restore_pitr]".into()));
+        };
+        let (backup, taken) = self.backups.get(&b).cloned().ok_or_else(|| TargetError::Environment(format!("{b} was not taken by this run")))?;
+        let from = self.last_restore.map_or(taken, |r| r.max(taken));
+        let span = SystemTime::now().duration_since(from).unwrap_or_default();
+        let instant = from + span.mul_f64(f64::from(shakedown_faults::pitr_percent(at)) / 100.0);
+        let time = humantime::format_rfc3339_micros(instant).to_string();
+        let (acked, sent_after) = match &self.writer {
+            Some(w) => (w.acked_before(instant - p.clock_skew), w.acked_before(instant + p.clock_skew) + 1),
+            None => (0, 0),
+        };
+        let start = self.writer.as_ref().map(Writer::position);
+        if let Some(w) = &self.writer {
+            w.restore_begins();
+        }
+        tracing::info!("restore-pitr: {backup} to {time} ({acked} writes acknowledged before it)");
+        let vars = BTreeMap::from([("backup", backup.clone()), ("time", time.clone())]);
+        let done = self.command_op(&p.as_command(), "restore_pitr", "app-restore-pitr", vars).await;
+        if let Some(note) = self.log.last_mut().filter(|n| n.kind == "app-restore-pitr") {
+            note.detail["time"] = time.into();
+            note.detail["acked_before"] = acked.into();
+            note.detail["acked_when_asked"] = start.into();
+        }
+        if let Some(w) = &self.writer {
+            w.restore_ended();
+        }
+        done?;
+        if let (Some(w), Some(start)) = (&self.writer, start) {
+            w.mark_pitr(b, start, acked, sent_after, w.position());
+        }
+        self.last_restore = Some(SystemTime::now());
         Ok(())
     }
 }
 
 /// The (apiVersion, kind) of the app profile's `[backup]` and `[restore]` objects.
 pub fn resource_kinds(p: &spec::AppProfile) -> BTreeSet<(String, String)> {
-    [("backup", &p.backup), ("restore", &p.restore)].into_iter().filter_map(|(s, r)| r.as_ref().and_then(|r| r.kind(s).ok())).collect()
+    [("backup", &p.backup), ("restore", &p.restore)]
+        .into_iter()
+        .filter_map(|(s, r)| match r {
+            Some(OperatorOp::Resource(r)) => r.kind(s).ok(),
+            Some(OperatorOp::Command(_)) | None => None,
+        })
+        .collect()
 }
 
 /// Why the API of a kind was not found.

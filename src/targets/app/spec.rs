@@ -82,14 +82,21 @@ pub struct AppProfile {
     /// skipped with the reason.
     #[serde(default)]
     pub pod_failure: Option<PodFailure>,
-    /// How `backup` asks the operator for a backup (`[backup]`): a custom resource of its own.
-    /// Absent: `backup` is skipped with the reason (and `restore` with it).
+    /// How `backup` asks for a backup (`[backup]`): the operator's custom resource (`template`,
+    /// `done`), or a command exec'd in a pod (`command`; pgBackRest, `pg_basebackup`, a
+    /// vendor's CLI). Absent: `backup` is skipped with the reason (and `restore` with it).
     #[serde(default)]
-    pub backup: Option<ResourceOp>,
-    /// How `restore` asks the operator to restore a backup (`[restore]`): a custom resource of
-    /// its own naming the backup's (`{backup}`). Absent: `restore` is skipped with the reason.
+    pub backup: Option<OperatorOp>,
+    /// How `restore` asks for a backup's restore (`[restore]`): a custom resource naming the
+    /// backup's (`{backup}`), or a command given its name. Absent: `restore` is skipped with the
+    /// reason.
     #[serde(default)]
-    pub restore: Option<ResourceOp>,
+    pub restore: Option<OperatorOp>,
+    /// How `restore-pitr` asks for a point-in-time restore (`[restore_pitr]`): a command exec'd
+    /// in a pod, given the backup's name (`{backup}`) and the instant (`{time}`). Absent:
+    /// `restore-pitr` is not drawn.
+    #[serde(default)]
+    pub restore_pitr: Option<PitrOp>,
     /// How to tell the application's leader (`[leader]`): the primary of a database, the
     /// active one of an active/passive pair. With it, every op is watched for a failover: an
     /// `app-failover` event names the leader before and after and how long no Ready pod led,
@@ -149,6 +156,76 @@ pub struct ResourceOp {
     /// When the operator has given up (absent: only `op_timeout` ends the wait).
     #[serde(default)]
     pub failed: Option<FieldMatch>,
+}
+
+/// A backup or a restore: through the operator's custom resource, or a command.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum OperatorOp {
+    /// A command exec'd in a pod (a table with `command`).
+    Command(CommandOp),
+    /// The operator's custom resource (a table with `template` and `done`).
+    Resource(ResourceOp),
+}
+
+// By the table's keys, so that an error names what is wrong with the form it was meant as
+// (an untagged enum could only say that neither form matched).
+impl<'de> Deserialize<'de> for OperatorOp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let v = serde_json::Value::deserialize(d)?;
+        let command = v.get("command").is_some();
+        let resource = v.get("template").is_some() || v.get("done").is_some();
+        match (command, resource) {
+            (true, true) => Err(D::Error::custom("a command or a custom resource (template, done), not both")),
+            (true, false) => CommandOp::deserialize(v).map(OperatorOp::Command).map_err(D::Error::custom),
+            (false, _) => ResourceOp::deserialize(v).map(OperatorOp::Resource).map_err(D::Error::custom),
+        }
+    }
+}
+
+/// A command exec'd in a Ready pod of the app's namespace. In its arguments, `{backup}` is the
+/// backup's name (shakedown's: `shakedown-<run>-b<N>`, the same for the backup and its
+/// restores), `{namespace}` the app's namespace, `{statefulset}` its StatefulSet. Exit 0 means
+/// done: the command waits for the operation itself, within the profile's `op_timeout`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CommandOp {
+    pub command: Vec<String>,
+    /// The label selector of the pod it runs in (absent: `[leader]`'s, else the StatefulSet's).
+    #[serde(default)]
+    pub selector: Option<String>,
+    /// The container to exec in (absent: the pod's first).
+    #[serde(default)]
+    pub container: Option<String>,
+}
+
+/// A point-in-time restore: a command as [`CommandOp`]'s, given also `{time}`, the instant to
+/// recover to (RFC 3339, UTC, microseconds: `2026-12-07T18:03:04.123456Z`). It must restore
+/// backup `{backup}` and replay the log up to `{time}` inclusive, then serve writes again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PitrOp {
+    pub command: Vec<String>,
+    /// The label selector of the pod it runs in (absent: `[leader]`'s, else the StatefulSet's).
+    #[serde(default)]
+    pub selector: Option<String>,
+    /// The container to exec in (absent: the pod's first).
+    #[serde(default)]
+    pub container: Option<String>,
+    /// How far the database's clock may be from shakedown's: writes acknowledged within it
+    /// before `{time}`, or sent within it after, may be either (default 0 s: the same machine's
+    /// clock, as on `shakedown node up`).
+    #[serde(with = "human", default)]
+    #[schemars(schema_with = "duration_schema")]
+    pub clock_skew: Duration,
+}
+
+impl PitrOp {
+    /// The command's form without the skew (how it is exec'd).
+    pub fn as_command(&self) -> CommandOp {
+        CommandOp { command: self.command.clone(), selector: self.selector.clone(), container: self.container.clone() }
+    }
 }
 
 /// A field of an object and the value that matches. `field` is a dotted path; a segment
@@ -604,8 +681,16 @@ impl AppProfile {
                 return Err(invalid(format!("[[partition.groups]] a and b are the same group ({:?}): nothing to cut apart", cut.a)));
             }
         }
+        if self.restore_pitr.as_ref().is_some_and(|r| r.command.is_empty()) {
+            return Err(invalid("[restore_pitr] needs a command".into()));
+        }
         for (section, r) in [("backup", &self.backup), ("restore", &self.restore)] {
-            if let Some(r) = r {
+            if let Some(OperatorOp::Command(c)) = r {
+                if c.command.is_empty() {
+                    return Err(invalid(format!("[{section}] command is empty")));
+                }
+            }
+            if let Some(OperatorOp::Resource(r)) = r {
                 if !r.template.is_object() {
                     return Err(invalid(format!("[{section}] template must be a table (apiVersion, kind, spec, …)")));
                 }
@@ -646,9 +731,12 @@ impl AppProfile {
             OpKind::PodFailure if p.pod_failure.is_some() => Ok(()),
             OpKind::PodFailure => Err("the app profile has no [pod_failure] image (one the nodes have that does not run the application: the cluster's pause image, say)".into()),
             OpKind::Backup if p.backup.is_some() => Ok(()),
-            OpKind::Backup => Err("the app profile has no [backup] (the operator's backup custom resource)".into()),
+            OpKind::Backup => Err("the app profile has no [backup] (the operator's backup custom resource, or a command)".into()),
             OpKind::Restore if p.restore.is_some() => Ok(()),
-            OpKind::Restore => Err("the app profile has no [restore] (the operator's restore custom resource)".into()),
+            OpKind::Restore => Err("the app profile has no [restore] (the operator's restore custom resource, or a command)".into()),
+            OpKind::RestorePitr if p.restore_pitr.is_some() && p.backup.is_some() => Ok(()),
+            OpKind::RestorePitr if p.restore_pitr.is_some() => Err("[restore_pitr] needs [backup] (a backup to restore from)".into()),
+            OpKind::RestorePitr => Err("the app profile has no [restore_pitr] command (a point-in-time restore)".into()),
             OpKind::Switchover if p.switchover.is_some() && p.leader.is_some() => Ok(()),
             OpKind::Switchover if p.switchover.is_some() => Err("[switchover] needs [leader] (how to tell the leader's pod)".into()),
             OpKind::Switchover => Err("the app profile has no [switchover] command (the operator's planned failover)".into()),

@@ -32,7 +32,7 @@ impl KubeTarget {
             }
         };
         match op {
-            Op::PodKill { .. } | Op::OperatorRestart | Op::PvcLoss { .. } | Op::Partition { .. } | Op::PartitionHeal { .. } | Op::PodKillSelected { .. } | Op::NodeDrain { .. } | Op::PodFailure { .. } | Op::Switchover { .. } | Op::Taint { .. } | Op::PartitionGroups { .. } | Op::PartitionGroupsHeal { .. } => Err("an application op: it runs on --target app".into()),
+            Op::PodKill { .. } | Op::OperatorRestart | Op::PvcLoss { .. } | Op::Partition { .. } | Op::PartitionHeal { .. } | Op::PodKillSelected { .. } | Op::NodeDrain { .. } | Op::PodFailure { .. } | Op::Switchover { .. } | Op::Taint { .. } | Op::RestorePitr { .. } | Op::PartitionGroups { .. } | Op::PartitionGroupsHeal { .. } => Err("an application op: it runs on --target app".into()),
             Op::Crash { .. } => one_at_a_time(),
             Op::SiteOutage { mode: OutageMode::PowerLoss, .. } => one_at_a_time(),
             Op::SiteOutage { mode: OutageMode::Isolate, .. } => Err("cutting a failure domain's network is provider-specific: set [hooks.site-outage] and [hooks.site-recover] in the kube profile".into()),
@@ -474,6 +474,7 @@ impl KubeTarget {
             | Op::PodFailure { .. }
             | Op::Switchover { .. }
             | Op::Taint { .. }
+            | Op::RestorePitr { .. }
             | Op::PartitionGroups { .. }
             | Op::PartitionGroupsHeal { .. }
             | Op::Defrag { .. }
@@ -588,6 +589,7 @@ impl KubeTarget {
             | Op::PodFailure { .. }
             | Op::Switchover { .. }
             | Op::Taint { .. }
+            | Op::RestorePitr { .. }
             | Op::PartitionGroups { .. }
             | Op::PartitionGroupsHeal { .. } => Err(TargetError::Unsupported(
                 self.supports_op(op).err().map_or_else(|| format!("{op} is not supported by the kube target"), |u| u.0),

@@ -302,6 +302,7 @@ impl Target for LocalTarget {
             | OpKind::PodFailure
             | OpKind::Switchover
             | OpKind::Taint
+            | OpKind::RestorePitr
             | OpKind::PartitionGroups
             | OpKind::PartitionGroupsHeal => Err("an application op: it runs on --target app".into()),
         }
@@ -344,6 +345,7 @@ impl Target for LocalTarget {
                 | Op::PodFailure { .. }
                 | Op::Switchover { .. }
                 | Op::Taint { .. }
+                | Op::RestorePitr { .. }
                 | Op::PartitionGroups { .. }
                 | Op::PartitionGroupsHeal { .. } => Err(LocalError::Unsupported(format!("{op} is an application op (--target app)"))),
             }

@@ -273,6 +273,7 @@ impl Target for SimTarget {
             | OpKind::PodFailure
             | OpKind::Switchover
             | OpKind::Taint
+            | OpKind::RestorePitr
             | OpKind::PartitionGroups
             | OpKind::PartitionGroupsHeal => Err("an application op: it runs on --target app".into()),
         }
@@ -345,6 +346,7 @@ impl Target for SimTarget {
             | Op::PodFailure { .. }
             | Op::Switchover { .. }
             | Op::Taint { .. }
+            | Op::RestorePitr { .. }
             | Op::PartitionGroups { .. }
             | Op::PartitionGroupsHeal { .. } => return Err(TargetError::Unsupported(format!("{op} is an application op (--target app)"))),
         }
