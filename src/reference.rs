@@ -74,15 +74,24 @@ fn schema<T: JsonSchema>() -> Value {
 /// One section per TOML table: the top level, then every table below it, depth first.
 fn document(out: &mut String, root: &Value) {
     let defs = root.get("$defs").and_then(Value::as_object).cloned().unwrap_or_default();
-    let mut sections = vec![Section { header: None, path: String::new(), schema: root.clone() }];
+    let mut sections = vec![Section { header: None, path: String::new(), schema: root.clone(), form: None }];
     let mut i = 0;
     while i < sections.len() {
         let s = sections[i].clone();
         let schema = resolve(&defs, &s.schema);
-        match &s.header {
-            None => out.push_str("### Top level\n\n"),
-            Some(h) => {
+        // A table of several forms (an untagged enum): one section per form, in its place.
+        if let Some(forms) = forms(&defs, schema) {
+            let each = forms.into_iter().map(|(form, schema)| Section { form: Some(form), schema, ..s.clone() });
+            sections.splice(i..i + 1, each);
+            continue;
+        }
+        match (&s.header, &s.form) {
+            (None, _) => out.push_str("### Top level\n\n"),
+            (Some(h), None) => {
                 let _ = writeln!(out, "### `{h}`\n");
+            }
+            (Some(h), Some(form)) => {
+                let _ = writeln!(out, "### `{h}`, as {form}\n");
             }
         }
         if let Some(d) = schema.get("description").and_then(Value::as_str) {
@@ -107,7 +116,7 @@ fn document(out: &mut String, root: &Value) {
             let description = prop.get("description").and_then(Value::as_str).map(cell).unwrap_or_default();
             let _ = writeln!(out, "| `{path}` | {ty} | {default} | {description} |");
             if let Some(n) = nested {
-                below.push(Section { header: Some(n.header), path: n.path, schema: n.schema });
+                below.push(Section { header: Some(n.header), path: n.path, schema: n.schema, form: None });
             }
         }
         out.push('\n');
@@ -124,6 +133,24 @@ struct Section {
     path: String,
     /// The table's type (its doc comment is the section's introduction).
     schema: Value,
+    /// One of the table's forms (the form's description, first sentence lowercased), when it
+    /// has several.
+    form: Option<String>,
+}
+
+/// The forms of a table that is one of several (an untagged enum of tables): each form's name
+/// (its description, without a trailing full stop) and its table. `None` for any other schema.
+fn forms(defs: &Map<String, Value>, s: &Value) -> Option<Vec<(String, Value)>> {
+    let any = s.get("anyOf").and_then(Value::as_array).filter(|a| a.len() > 1)?;
+    any.iter()
+        .map(|v| {
+            let table = resolve(defs, v);
+            let name = v.get("description").and_then(Value::as_str)?.trim_end_matches('.');
+            let mut chars = name.chars();
+            let name = chars.next().map(|c| c.to_lowercase().chain(chars).collect::<String>())?;
+            is_table(table).then(|| (name, table.clone()))
+        })
+        .collect()
 }
 
 struct Nested {
@@ -166,6 +193,13 @@ fn type_of(defs: &Map<String, Value>, prop: &Value, path: &str, header: &Option<
     if is_table(s) {
         let h = format!("[{}]", sub_header(name));
         return (format!("table `{h}`"), Some(Nested { header: h, path: format!("{path}."), schema: s.clone(), map: false }));
+    }
+    if let Some(forms) = forms(defs, s) {
+        let h = format!("[{}]", sub_header(name));
+        return (
+            format!("table `{h}`, one of {} forms", forms.len()),
+            Some(Nested { header: h, path: format!("{path}."), schema: s.clone(), map: false }),
+        );
     }
     match types(s).as_slice() {
         ["array"] => {

@@ -1015,9 +1015,12 @@ async fn dry_run_changes_nothing(client: &kube::Client, files: &Path, kubeconfig
 /// kills replicas and the primary by its label and switches over through `patronictl` passes,
 /// every step checked: the primary's pod was killed, every loss of the primary was followed to a
 /// new one (or the same one back), the switchover moved the lead to another pod, writes went on
-/// across it all, and no acknowledged write was lost (strict synchronous replication).
+/// across it all, and no acknowledged write was lost (strict synchronous replication). Then
+/// backups and point-in-time restores by pgBackRest's commands: a plan of them passes with
+/// writes acknowledged after each restore's instant that the restore had to take away, and the
+/// same plan with a restore command that restores nothing fails `app-durability`, naming them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_reference_database_fails_over_under_a_seeded_plan_without_losing_a_write() {
+async fn the_reference_database_fails_over_and_restores_to_a_point_in_time_under_seeded_plans() {
     let bins = NodeBinaries::find().unwrap_or_else(|e| panic!("the node's binaries: {e}"));
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/postgres-patroni");
     let archive = Path::new("/var/cache/shakedown/images/postgres-patroni.tar");
@@ -1034,7 +1037,7 @@ async fn the_reference_database_fails_over_under_a_seeded_plan_without_losing_a_
     std::fs::create_dir_all(&files).unwrap();
     let _keep = common::KeepOnFailure::new(files.clone(), format!("pg-{}", std::process::id()));
     let loaded = shakedown::node::images::import(&bins.ctr, &node.layout.containerd_socket(), archive, None).await.unwrap();
-    assert_eq!(loaded, vec!["shakedown.local/postgres-patroni:15-3.0.2".to_string()]);
+    assert_eq!(loaded, vec!["shakedown.local/postgres-patroni:15-3.0.2-pgbackrest".to_string()]);
     let kubectl = |args: &[&str]| {
         let out = std::process::Command::new("kubectl").args(args).env("KUBECONFIG", &node.kubeconfig).output().unwrap();
         assert!(out.status.success(), "kubectl {args:?}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -1120,6 +1123,43 @@ async fn the_reference_database_fails_over_under_a_seeded_plan_without_losing_a_
         .next_back()
         .expect("the data workload's counters");
     assert!(acked > 20, "{acked} writes acknowledged");
+
+    // Backups and point-in-time restores through pgBackRest (patroni.yaml's scripts).
+    let p = files.join("pitr.toml");
+    std::fs::write(&p, profile("pg-pitr", &["backup", "restore-pitr", "switchover"], 4)).unwrap();
+    let seed = seed_where(&p, |ops| {
+        let at = |w: &str| ops.iter().position(|l| l.contains(w));
+        matches!((at("backup"), at("restore-pitr(")), (Some(b), Some(r)) if b < r)
+    })
+    .expect("a seed plans a backup, then a point-in-time restore");
+    let args = ["--kubeconfig", node.kubeconfig.to_str().unwrap(), "--profile", p.to_str().unwrap(), "--seed", &seed.to_string()];
+    passes_checked(&[&args[..], &["--app-profile", app.to_str().unwrap()]].concat(), 4, &files, "backups and point-in-time restores");
+    let events = last_run_events(&files);
+    let restores: Vec<serde_json::Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["kind"] == "app-restore-pitr")
+        .collect();
+    assert!(!restores.is_empty() && restores.iter().all(|r| r["detail"]["error"].is_null()), "{restores:?}");
+    // Writes were acknowledged after the instant and before the restore: it had something to
+    // take away, which app-durability (which passed) saw gone.
+    assert!(
+        restores.iter().any(|r| r["detail"]["acked_when_asked"].as_u64() > r["detail"]["acked_before"].as_u64().map(|n| n + 1)),
+        "writes acknowledged between the instant and the restore: {restores:?}"
+    );
+    // The same plan with a restore that restores nothing: the writes after the instant stay.
+    let noop = files.join("app-noop-restore.toml");
+    let text = std::fs::read_to_string(&app).unwrap();
+    let pitr_command = "command = [\"/etc/patroni/restore.sh\", \"{backup}\", \"{time}\"]";
+    assert!(text.contains(pitr_command), "the app profile's [restore_pitr] command: {text}");
+    std::fs::write(&noop, text.replace(pitr_command, "command = [\"sh\", \"-c\", \"sleep 2\"]")).unwrap();
+    let (code, out, err) =
+        shakedown(&[&["run", "--target", "app"], &args[..], &["--app-profile", noop.to_str().unwrap()]].concat(), &files);
+    assert_eq!(code, 1, "a restore that restores nothing fails the run: {out}\n{err}");
+    assert!(
+        err.contains("VIOLATION app-durability") && err.contains("are still there") && err.contains("recovered to the instant after ack #"),
+        "app-durability names the writes after the instant: {err}"
+    );
 
     let left = node.teardown();
     assert!(left.is_empty(), "left behind: {left}");

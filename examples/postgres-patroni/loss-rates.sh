@@ -96,7 +96,7 @@ while [ $SECONDS -lt $deadline ] && [ "$(failovers)" -lt "$want" ]; do
   rm -rf "$s" && mkdir -p "$s"
   echo "soak $i: $config, seed $seed on, ${left}s left, $(failovers) failovers so far"
   code=0
-  "$bin" soak --target app --app-profile "$profile" --profile app-database --for "${left}s" --seed "$seed" \
+  "$bin" soak --target app --app-profile "$profile" --profile app-database --for "${left}s" --seed "$seed" --max-failures 1 \
     --runs-dir "$s/runs" --seeds-dir "$s/seeds" >"$s/soak.out" 2>"$s/soak.err" || code=$?
   echo "soak $i exited $code: $(grep -c . "$s"/runs/soak-*/soak.jsonl 2>/dev/null || echo 0) seeds"
   seed=$((seed + 1000))

@@ -37,8 +37,7 @@ pub fn expect_write(i: usize, start: usize, marks: &Marks) -> Expect {
             return Expect::Either;
         }
         // A point-in-time restore is the restore of a backup taken at that instant.
-        let Some(BackupMark { start: b_start, end: b_end, after_restores }) = point.or_else(|| marks.backups.get(&backup).copied())
-        else {
+        let Some(BackupMark { start: b_start, end: b_end, after_restores }) = point.or_else(|| marks.backups.get(&backup).copied()) else {
             return Expect::Either;
         };
         if start >= b_end {

@@ -1568,7 +1568,10 @@ fn app_durability_after_a_point_in_time_restore_expects_the_writes_acknowledged_
     );
     read(&mut o, &["k1", "k2", "k3", "k5", "k6"]);
     let v = verdict(InvariantId::AppDurability, &m, &o);
-    assert!(matches!(&v, Verdict::Definite(msg) if msg.contains("1 written after the restored backup (or instant) are still there (k5)")), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Definite(msg) if msg.contains("1 written after the restored backup (or instant) are still there (k5)")),
+        "{v:?}"
+    );
 }
 
 /// leaks on the application target: a partition's policy exactly while the model has it, no

@@ -13,9 +13,9 @@ use kube::Client;
 use shakedown_faults::{BackupId, Model};
 
 use super::data::{is_ready, ready_pod, Writer};
-use crate::k8s::exec::exec;
 use super::spec::{self, CommandOp, OperatorOp, ResourceOp};
 use super::{bounded, env, selector_of, AppTarget, REQUEST_BOUND};
+use crate::k8s::exec::exec;
 use crate::targets::TargetError;
 
 impl AppTarget {
@@ -214,7 +214,11 @@ impl AppTarget {
         let Some(r) = self.spec.app_profile.restore.clone() else {
             return Err(TargetError::Unsupported("the app profile has no [restore]".into()));
         };
-        let backup = self.backups.get(&b).map(|(n, _)| n.clone()).ok_or_else(|| TargetError::Environment(format!("{b} was not taken by this run")))?;
+        let backup = self
+            .backups
+            .get(&b)
+            .map(|(n, _)| n.clone())
+            .ok_or_else(|| TargetError::Environment(format!("{b} was not taken by this run")))?;
         self.restores += 1;
         let name = format!("shakedown-{}-restore-{}", self.run_id.trim_start_matches("sd-"), self.restores);
         let start = self.writer.as_ref().map(Writer::position);
@@ -246,7 +250,8 @@ impl AppTarget {
         let Some(p) = self.spec.app_profile.restore_pitr.clone() else {
             return Err(TargetError::Unsupported("the app profile has no [restore_pitr]".into()));
         };
-        let (backup, taken) = self.backups.get(&b).cloned().ok_or_else(|| TargetError::Environment(format!("{b} was not taken by this run")))?;
+        let (backup, taken) =
+            self.backups.get(&b).cloned().ok_or_else(|| TargetError::Environment(format!("{b} was not taken by this run")))?;
         let from = self.last_restore.map_or(taken, |r| r.max(taken));
         let span = SystemTime::now().duration_since(from).unwrap_or_default();
         let instant = from + span.mul_f64(f64::from(shakedown_faults::pitr_percent(at)) / 100.0);

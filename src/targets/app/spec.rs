@@ -191,6 +191,7 @@ impl<'de> Deserialize<'de> for OperatorOp {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommandOp {
+    /// The command and its arguments (the reference app's backup: `["/etc/patroni/backup.sh", "{backup}"]`).
     pub command: Vec<String>,
     /// The label selector of the pod it runs in (absent: `[leader]`'s, else the StatefulSet's).
     #[serde(default)]
@@ -200,12 +201,13 @@ pub struct CommandOp {
     pub container: Option<String>,
 }
 
-/// A point-in-time restore: a command as [`CommandOp`]'s, given also `{time}`, the instant to
+/// A point-in-time restore: a command as `[restore]`'s command form, given also `{time}`, the instant to
 /// recover to (RFC 3339, UTC, microseconds: `2026-12-07T18:03:04.123456Z`). It must restore
 /// backup `{backup}` and replay the log up to `{time}` inclusive, then serve writes again.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PitrOp {
+    /// The command and its arguments (`["/etc/patroni/restore.sh", "{backup}", "{time}"]`).
     pub command: Vec<String>,
     /// The label selector of the pod it runs in (absent: `[leader]`'s, else the StatefulSet's).
     #[serde(default)]
@@ -850,12 +852,45 @@ mod tests {
     }
 
     #[test]
+    fn backups_and_restores_are_commands_or_custom_resources_and_an_error_names_the_form_meant() {
+        let base = "namespace = \"pg\"\nstatefulset = \"pg\"\n";
+        let p = AppProfile::from_toml(&format!(
+            "{base}[backup]\ncommand = [\"backup.sh\", \"{{backup}}\"]\nselector = \"role=master\"\n[restore_pitr]\ncommand = [\"restore.sh\", \"{{backup}}\", \"{{time}}\"]\nclock_skew = \"250ms\"\n"
+        ))
+        .unwrap();
+        assert!(
+            matches!(&p.backup, Some(OperatorOp::Command(c)) if c.selector.as_deref() == Some("role=master") && c.command[1] == "{backup}")
+        );
+        assert_eq!(p.restore_pitr.as_ref().unwrap().clock_skew, Duration::from_millis(250));
+        assert_eq!(p.supports(OpKind::RestorePitr), Ok(()));
+        assert!(p.supports(OpKind::Restore).unwrap_err().contains("no [restore]"));
+        // A point-in-time restore needs a backup to restore from.
+        let e = AppProfile::from_toml(&format!("{base}[restore_pitr]\ncommand = [\"r\"]\n"))
+            .unwrap()
+            .supports(OpKind::RestorePitr)
+            .unwrap_err();
+        assert!(e.contains("needs [backup]"), "{e}");
+        // A typo in the command form is named as one, not as a custom resource's missing fields.
+        let e = AppProfile::from_toml(&format!("{base}[backup]\ncommand = [\"b\"]\nselectr = \"x\"\n")).unwrap_err().to_string();
+        assert!(e.contains("unknown field `selectr`") && e.contains("command"), "{e}");
+        let e = AppProfile::from_toml(&format!("{base}[backup]\ncommand = [\"b\"]\ndone = {{ field = \"f\", equals = \"x\" }}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not both"), "{e}");
+        let e = AppProfile::from_toml(&format!("{base}[restore]\ncommand = []\n")).unwrap_err().to_string();
+        assert!(e.contains("[restore] command is empty"), "{e}");
+        // Recorded and read back the same (a seed record embeds the app profile).
+        let again: AppProfile = serde_json::from_value(serde_json::to_value(&p).unwrap()).unwrap();
+        assert_eq!(again, p);
+    }
+
+    #[test]
     fn a_resource_op_fills_its_template_and_reads_its_fields() {
         let p = AppProfile::from_toml(
             "namespace = \"app\"\nstatefulset = \"etcd\"\n[restore]\ndone = { field = \"status.conditions[Ready].status\", equals = \"True\" }\nfailed = { field = \"status.phase\", equals = \"Failed\" }\n[restore.template]\napiVersion = \"test.shakedown.dev/v1\"\nkind = \"EtcdRestore\"\nmetadata = { name = \"ignored\", namespace = \"elsewhere\" }\nspec = { backup = \"{backup}\", cluster = \"{statefulset}\", keep = [\"{backup}\", 3] }\n",
         )
         .unwrap();
-        let r = p.restore.unwrap();
+        let Some(OperatorOp::Resource(r)) = p.restore else { panic!("a custom resource: {:?}", p.restore) };
         assert_eq!(r.kind("restore").unwrap(), ("test.shakedown.dev/v1".to_string(), "EtcdRestore".to_string()));
         let labels = BTreeMap::from([("shakedown.dev/run".to_string(), "sd-1".to_string())]);
         let obj = r.object(
