@@ -42,13 +42,23 @@ impl AppTarget {
         // are printed, as every later write is.
         let writer = match &p.data {
             Some(d) if dry_run => {
-                let w = format!(
-                    "exec in the Ready pods of {}: {:?} every {}ms (the data workload; its first acknowledged write awaited for up to {}s)",
-                    d.selector,
-                    d.write,
-                    d.interval.as_millis(),
-                    p.op_timeout.min(FIRST_ACK_BOUND).as_secs()
-                );
+                let w = match &d.session {
+                    None => format!(
+                        "exec in the Ready pods of {}: {:?} every {}ms (the data workload; its first acknowledged write awaited for up to {}s)",
+                        d.selector,
+                        d.write,
+                        d.interval.as_millis(),
+                        p.op_timeout.min(FIRST_ACK_BOUND).as_secs()
+                    ),
+                    Some(s) => format!(
+                        "exec in a Ready pod of {}: {:?} per writer ({}), fed a write every {}ms (the data workload; its first acknowledged write awaited for up to {}s)",
+                        s.selector.as_deref().unwrap_or(&d.selector),
+                        s.command,
+                        d.writers,
+                        d.interval.as_millis(),
+                        p.op_timeout.min(FIRST_ACK_BOUND).as_secs()
+                    ),
+                };
                 println!("dry-run: {w}");
                 dry_run_writes.push(w);
                 None

@@ -24,7 +24,7 @@ use shakedown_history::format::{Done, RegisterRead, Scalar};
 use shakedown_history::{ModelKind, Request};
 use shakedown_invariants::{AppData, HistoryView, Marks};
 
-use super::spec::{fill, DataCommands};
+use super::spec::{fill, DataCommands, Session};
 use crate::k8s::exec::{exec, ExecError};
 use crate::targets::requests::Requests;
 use crate::targets::samples::Samples;
@@ -347,56 +347,167 @@ struct OneWriter {
     numbered: Arc<AtomicU64>,
 }
 
+/// What a session answered to one write.
+enum Answer {
+    /// `ok KEY`.
+    Acked,
+    /// `fail KEY …`: the line (the outcome is unknown: a failed write may still have been done).
+    Failed(String),
+    /// No answer: the session ended, broke or kept silent past the bound.
+    Broken(String),
+}
+
+/// A write sent and not yet ended: what its end needs.
+struct InFlight {
+    key: String,
+    value: String,
+    ticket: crate::targets::requests::Sent,
+    start: usize,
+    at: std::time::SystemTime,
+}
+
 impl OneWriter {
+    /// The next key and value, recorded as sent (in flight, in the history).
+    fn send(&self) -> InFlight {
+        let n = self.numbered.fetch_add(1, Ordering::Relaxed) + 1;
+        let key = format!("{}{n:06}", self.prefix);
+        let value = format!("v{n}");
+        let mut l = self.log.lock().unwrap();
+        let start = l.acked.len();
+        l.in_flight.insert(key.clone());
+        l.sent.push(key.clone());
+        l.writes.insert(key.clone(), (false, None));
+        let ticket = self.requests.send(self.client_id, write(&key, &value, None));
+        InFlight { key, value, ticket, start, at: std::time::SystemTime::now() }
+    }
+
+    /// The write ended: acknowledged (`Ok`), or not (`Err(why)`: failed, or no answer; its
+    /// outcome is unknown, as a write that failed may still have been done, or be done later).
+    fn end(&self, w: InFlight, pod: &str, outcome: Result<(), String>) {
+        let InFlight { key, value, ticket, start, at } = w;
+        let acked = outcome.is_ok();
+        self.samples.sample_since(at, acked);
+        self.samples.flush();
+        let mut l = self.log.lock().unwrap();
+        l.in_flight.remove(&key);
+        self.requests.end(ticket, write(&key, &value, acked.then_some(Done {})), Some(pod.to_string()));
+        let epoch = l.epoch;
+        l.writes.insert(key.clone(), (acked, Some(epoch)));
+        match outcome {
+            Ok(()) => {
+                l.settled.insert(key.clone(), (epoch, Some(value.clone()), Instant::now()));
+                l.acked.push((key, value, start));
+                l.acked_at.push(std::time::SystemTime::now());
+            }
+            Err(why) => {
+                l.failures += 1;
+                l.unknown.insert(key);
+                l.last_failure = Some(format!("in {pod}: {why}"));
+            }
+        }
+    }
+
+    /// A Ready pod of `selector` to exec in (none: said in the log, for the first ack's error).
+    async fn pod(&self, selector: &str) -> Option<String> {
+        let found = ready_pod(&self.client, &self.namespace, selector, None).await.and_then(|p| p.metadata.name);
+        if found.is_none() {
+            self.log.lock().unwrap().no_pod = Some(format!("no Ready pod matches {selector}"));
+        }
+        found
+    }
+
     async fn run(self) {
-        let OneWriter { client_id, log, requests, client, namespace, commands, prefix, samples, numbered } = self;
+        match self.commands.session.clone() {
+            Some(session) => self.run_sessions(session).await,
+            None => self.run_execs().await,
+        }
+    }
+
+    /// One exec of the write command per write.
+    async fn run_execs(self) {
         loop {
-            tokio::time::sleep(commands.interval).await;
-            let Some(pod) = ready_pod(&client, &namespace, &commands.selector, None).await else {
-                log.lock().unwrap().no_pod = Some(format!("no Ready pod matches {}", commands.selector));
+            tokio::time::sleep(self.commands.interval).await;
+            let Some(name) = self.pod(&self.commands.selector).await else { continue };
+            let w = self.send();
+            let cmd = fill(&self.commands.write, &BTreeMap::from([("key", w.key.clone()), ("value", w.value.clone())]));
+            let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            let out = exec(&self.client, &self.namespace, &name, self.commands.container.as_deref(), &refs, DATA_COMMAND_BOUND).await;
+            let outcome = match out {
+                Ok(o) if o.code == 0 => Ok(()),
+                Ok(o) => Err(format!("exit {}: {}", o.code, o.stderr.trim())),
+                Err(e) => Err(e.to_string()),
+            };
+            self.end(w, &name, outcome);
+        }
+    }
+
+    /// A long-running session command per writer (`[data.session]`): one line `KEY VALUE` on
+    /// its stdin per write, answered by `ok KEY` (acknowledged) or `fail KEY …` on its stdout.
+    /// A session that ends, breaks or leaves a write unanswered for [`DATA_COMMAND_BOUND`] is
+    /// replaced by a new one (that write's outcome unknown).
+    async fn run_sessions(self, session: Session) {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let selector = session.selector.clone().unwrap_or_else(|| self.commands.selector.clone());
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        loop {
+            tokio::time::sleep(self.commands.interval.max(Duration::from_millis(100))).await;
+            let Some(name) = self.pod(&selector).await else { continue };
+            let mut params = kube::api::AttachParams::default().stdin(true).stdout(true).stderr(false);
+            if let Some(c) = &self.commands.container {
+                params = params.container(c);
+            }
+            let started = tokio::time::timeout(DATA_COMMAND_BOUND, pods.exec(&name, session.command.clone(), &params)).await;
+            let mut attached = match started {
+                Ok(Ok(a)) => a,
+                Ok(Err(e)) => {
+                    self.log.lock().unwrap().last_failure = Some(format!("in {name}: the session command did not start: {e}"));
+                    continue;
+                }
+                Err(_) => {
+                    self.log.lock().unwrap().last_failure =
+                        Some(format!("in {name}: the session command did not start within {DATA_COMMAND_BOUND:?}"));
+                    continue;
+                }
+            };
+            let (Some(mut stdin), Some(stdout)) = (attached.stdin(), attached.stdout()) else {
+                self.log.lock().unwrap().last_failure = Some(format!("in {name}: the session's exec came without stdin or stdout"));
                 continue;
             };
-            let name = pod.metadata.name.unwrap_or_default();
-            let n = numbered.fetch_add(1, Ordering::Relaxed) + 1;
-            let key = format!("{prefix}{n:06}");
-            let value = format!("v{n}");
-            let (sent, start) = {
-                let mut l = log.lock().unwrap();
-                let start = l.acked.len();
-                l.in_flight.insert(key.clone());
-                l.sent.push(key.clone());
-                l.writes.insert(key.clone(), (false, None));
-                (requests.send(client_id, write(&key, &value, None)), start)
-            };
-            let cmd = fill(&commands.write, &BTreeMap::from([("key", key.clone()), ("value", value.clone())]));
-            let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
-            let started = std::time::SystemTime::now();
-            let out = exec(&client, &namespace, &name, commands.container.as_deref(), &refs, DATA_COMMAND_BOUND).await;
-            let acked = matches!(&out, Ok(o) if o.code == 0);
-            // A few writes a second at most: each line reaches the file at once.
-            samples.sample_since(started, acked);
-            samples.flush();
-            let mut l = log.lock().unwrap();
-            l.in_flight.remove(&key);
-            // A write that failed may still have been done (or be done later): unknown.
-            requests.end(sent, write(&key, &value, acked.then_some(Done {})), Some(name.clone()));
-            let epoch = l.epoch;
-            l.writes.insert(key.clone(), (acked, Some(epoch)));
-            match out {
-                Ok(o) if o.code == 0 => {
-                    l.settled.insert(key.clone(), (epoch, Some(value.clone()), Instant::now()));
-                    l.acked.push((key, value, start));
-                    l.acked_at.push(std::time::SystemTime::now());
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
+            loop {
+                tokio::time::sleep(self.commands.interval).await;
+                let w = self.send();
+                let sent = stdin.write_all(format!("{} {}\n", w.key, w.value).as_bytes()).await.and(stdin.flush().await);
+                if let Err(e) = sent {
+                    self.end(w, &name, Err(format!("the session's stdin: {e}")));
+                    break;
                 }
-                failed => {
-                    l.failures += 1;
-                    l.unknown.insert(key);
-                    l.last_failure = Some(match failed {
-                        Ok(o) => format!("in {name}: exit {}: {}", o.code, o.stderr.trim()),
-                        Err(e) => format!("in {name}: {e}"),
-                    });
+                let (ok, fail) = (format!("ok {}", w.key), format!("fail {}", w.key));
+                let answer = tokio::time::timeout(DATA_COMMAND_BOUND, async {
+                    loop {
+                        match lines.next_line().await {
+                            Ok(Some(l)) if l.trim_end() == ok => return Answer::Acked,
+                            Ok(Some(l)) if l.trim_end() == fail || l.starts_with(&format!("{fail} ")) => return Answer::Failed(l),
+                            // Anything else the command prints is not an answer.
+                            Ok(Some(_)) => continue,
+                            Ok(None) => return Answer::Broken("the session ended".into()),
+                            Err(e) => return Answer::Broken(format!("the session's stdout: {e}")),
+                        }
+                    }
+                })
+                .await
+                .unwrap_or_else(|_| Answer::Broken(format!("no answer within {DATA_COMMAND_BOUND:?}")));
+                match answer {
+                    Answer::Acked => self.end(w, &name, Ok(())),
+                    Answer::Failed(line) => self.end(w, &name, Err(line)),
+                    Answer::Broken(why) => {
+                        self.end(w, &name, Err(why));
+                        break;
+                    }
                 }
             }
+            drop(stdin);
+            let _ = tokio::time::timeout(Duration::from_secs(2), attached.join()).await;
         }
     }
 }

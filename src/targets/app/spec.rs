@@ -412,8 +412,13 @@ pub struct DataCommands {
     pub container: Option<String>,
     /// Writes `{key}` = `{value}`; exit 0 acknowledges the write. The first fault waits for
     /// one acknowledged write (up to `op_timeout`, at most 60 s; none: exit 4 with what the
-    /// last attempt answered).
+    /// last attempt answered). Not needed with `[data.session]`.
+    #[serde(default)]
     pub write: Vec<String>,
+    /// Writes through a long-running client instead of one exec per write (`[data.session]`):
+    /// each writer keeps one session command running in a pod and sends it its writes.
+    #[serde(default)]
+    pub session: Option<Session>,
     /// Prints every key with prefix `{prefix}` and its value, `key value` one per line; exit 0.
     pub read: Vec<String>,
     /// The pause between two writes (of each writer).
@@ -426,6 +431,23 @@ pub struct DataCommands {
     /// acknowledged writes near each fault.
     #[serde(default = "one")]
     pub writers: u32,
+}
+
+/// A long-running client of the application, exec'd once per writer in a Ready pod of
+/// `selector` and fed one line `KEY VALUE` per write on its stdin; it answers each on its
+/// stdout, in order: `ok KEY` once the write is acknowledged, `fail KEY <why>` when it is not
+/// (its outcome then unknown). Other lines are ignored. As an application's client would, it
+/// keeps its connection, and reconnects after a failover on its own. A session that ends,
+/// breaks or leaves a write unanswered for 15 s is replaced by a new one (in another Ready pod
+/// when that one is gone); the write's outcome is unknown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Session {
+    /// The command (the reference app's: `["python3", "/etc/patroni/writer.py"]`).
+    pub command: Vec<String>,
+    /// The label selector of the pods it runs in (absent: `[data] selector`).
+    #[serde(default)]
+    pub selector: Option<String>,
 }
 
 fn one() -> u32 {
@@ -651,8 +673,11 @@ impl AppProfile {
                 }
             }
         }
-        if self.data.as_ref().is_some_and(|d| d.write.is_empty() || d.read.is_empty()) {
-            return Err(invalid("[data] needs a write and a read command".into()));
+        if self.data.as_ref().is_some_and(|d| (d.write.is_empty() && d.session.is_none()) || d.read.is_empty()) {
+            return Err(invalid("[data] needs a write command (or a [data.session]) and a read command".into()));
+        }
+        if self.data.as_ref().and_then(|d| d.session.as_ref()).is_some_and(|s| s.command.is_empty()) {
+            return Err(invalid("[data.session] needs a command".into()));
         }
         if self.data.as_ref().is_some_and(|d| !(1..=MAX_WRITERS).contains(&d.writers)) {
             return Err(invalid(format!("[data] writers must be 1 to {MAX_WRITERS} (each is an exec into a pod per write)")));
@@ -849,6 +874,18 @@ mod tests {
         assert_eq!(two.choose(&names, 2), ["etcd-2", "etcd-0"]);
         assert_eq!(two.choose(&names, 5), ["etcd-2", "etcd-0"], "pick modulo the number of pods");
         assert!(two.choose(&[], 1).is_empty());
+    }
+
+    #[test]
+    fn the_data_workload_writes_by_command_or_through_a_session() {
+        let base = "namespace = \"pg\"\nstatefulset = \"pg\"\n[data]\nselector = \"role=master\"\nread = [\"r\"]\n";
+        let p = AppProfile::from_toml(&format!("{base}[data.session]\ncommand = [\"python3\", \"writer.py\"]\n")).unwrap();
+        let s = p.data.unwrap().session.unwrap();
+        assert_eq!((s.command.len(), s.selector), (2, None));
+        let e = AppProfile::from_toml(base).unwrap_err().to_string();
+        assert!(e.contains("needs a write command (or a [data.session])"), "{e}");
+        let e = AppProfile::from_toml(&format!("{base}[data.session]\ncommand = []\n")).unwrap_err().to_string();
+        assert!(e.contains("[data.session] needs a command"), "{e}");
     }
 
     #[test]
