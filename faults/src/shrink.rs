@@ -206,6 +206,9 @@ mod tests {
     fn removing_backups_renames_the_restores_that_follow() {
         let ops: Vec<Op> = vec![Op::Backup, Op::Backup, Op::Restore { backup: BackupId(1) }, Op::Restore { backup: BackupId(0) }];
         assert_eq!(without(&ops, 0, 1), vec![Op::Backup, Op::Restore { backup: BackupId(0) }], "b1 became b0; b0's restore went with it");
+        let pitr =
+            vec![Op::Backup, Op::Backup, Op::RestorePitr { backup: BackupId(1), at: 7 }, Op::RestorePitr { backup: BackupId(0), at: 2 }];
+        assert_eq!(without(&pitr, 0, 1), vec![Op::Backup, Op::RestorePitr { backup: BackupId(0), at: 7 }], "the pick goes with it");
         // A restore of the 7th backup shrinks to one backup and its restore.
         let mut ops: Vec<Op> = vec![Op::Backup; 7];
         ops.push(Op::Restore { backup: BackupId(6) });

@@ -11,7 +11,7 @@ use shakedown_faults::profile::{
 };
 use shakedown_faults::{
     generate, BackupId, DiskState, EtcdFlag, EtcdFlags, MemberId, MemberState, Model, Op, OpKind, OutageMode, Profile, SiteId, Stack,
-    Version, MAX_BACKUPS,
+    Version, MAX_BACKUPS, PITR_POINTS,
 };
 
 const SHIPPED: &[&str] = &[
@@ -303,6 +303,25 @@ fn backups_and_restores() {
         m.apply(&Op::Backup).unwrap();
     }
     assert!(m.check(&Op::Backup).is_err(), "the backup store is bounded");
+}
+
+/// A point-in-time restore recovers from a backup taken since the last restore (the log from it
+/// on leads to the instant on one line of history), at one of the plan's picks.
+#[test]
+fn point_in_time_restores_recover_from_a_backup_taken_since_the_last_restore() {
+    let mut m = model3();
+    let pitr = |backup: u32, at: u32| Op::RestorePitr { backup: BackupId(backup), at };
+    assert!(m.check(&pitr(0, 0)).is_err(), "only from an existing backup");
+    m.apply(&Op::Backup).unwrap();
+    assert_eq!(m.check(&pitr(0, PITR_POINTS)), Err(shakedown_faults::PreconditionError::NoSuchPitrPoint(PITR_POINTS)));
+    assert!(!m.quorum_throughout(&pitr(0, 3)), "the whole cluster is restored");
+    m.apply(&pitr(0, 3)).unwrap();
+    assert_eq!(m.restores, vec![BackupId(0)]);
+    assert_eq!(m.check(&pitr(0, 3)), Err(shakedown_faults::PreconditionError::BackupBeforeRestore(BackupId(0))));
+    assert!(m.check(&Op::Restore { backup: BackupId(0) }).is_ok(), "a whole backup can still be restored");
+    m.apply(&Op::Backup).unwrap();
+    assert_eq!(m.candidates(OpKind::RestorePitr).len(), PITR_POINTS as usize, "b1 at every pick, b0 at none");
+    assert_eq!(pitr(1, 4).to_string(), "restore-pitr(b1, at 45%)");
 }
 
 #[test]
