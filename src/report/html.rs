@@ -244,6 +244,7 @@ fn fault_windows(d: &RunData) -> Vec<(u64, u64, String)> {
         let (Some(op), Some(ms)) = (&st.op, st.op_ms) else { continue };
         let what = match op.kind() {
             OpKind::Restore => "every member stopped and restored from the backup",
+            OpKind::RestorePitr => "the cluster restored from the backup and recovered to an instant after it",
             OpKind::RollingUpgrade | OpKind::RollingReplace => "one member at a time stopped and replaced",
             OpKind::DiskReplace => "a member stopped for a new disk",
             OpKind::PartitionUntilSnapshot => "a member's raft traffic cut",
