@@ -143,8 +143,15 @@ impl AppTarget {
 
     /// A `[backup]`, `[restore]` or `[restore_pitr]` command exec'd in a Ready pod of its
     /// selector, within `op_timeout`; exit 0 is done. An `app-<kind>` event names the pod, the
-    /// command and how long it took.
-    async fn command_op(&mut self, c: &CommandOp, section: &str, kind: &str, vars: BTreeMap<&str, String>) -> Result<(), TargetError> {
+    /// command and how long it took, with `extra`'s fields.
+    async fn command_op(
+        &mut self,
+        c: &CommandOp,
+        section: &str,
+        kind: &str,
+        vars: BTreeMap<&str, String>,
+        extra: serde_json::Value,
+    ) -> Result<(), TargetError> {
         let mut vars = vars;
         vars.insert("namespace", self.ns().to_string());
         vars.insert("statefulset", self.spec.app_profile.statefulset.clone());
@@ -173,15 +180,16 @@ impl AppTarget {
             Ok(o) => Err(TargetError::Stack(format!("the [{section}] command in {pod} exited {}: {}", o.code, said(o)))),
             Err(e) => Err(TargetError::Stack(format!("the [{section}] command: {e}"))),
         };
-        self.log.push(crate::targets::Note {
-            kind: kind.to_string(),
-            detail: serde_json::json!({
-                "pod": pod,
-                "command": cmd,
-                "ms": t.elapsed().as_millis() as u64,
-                "error": result.as_ref().err().map(|e| e.to_string()),
-            }),
+        let mut detail = serde_json::json!({
+            "pod": pod,
+            "command": cmd,
+            "ms": t.elapsed().as_millis() as u64,
+            "error": result.as_ref().err().map(|e| e.to_string()),
         });
+        if let (Some(d), serde_json::Value::Object(extra)) = (detail.as_object_mut(), extra) {
+            d.extend(extra);
+        }
+        self.log.push(crate::targets::Note { kind: kind.to_string(), detail });
         result
     }
 
@@ -198,7 +206,9 @@ impl AppTarget {
         let start = self.writer.as_ref().map(Writer::position);
         match &r {
             OperatorOp::Resource(r) => self.resource_op(r, "backup", &name, BTreeMap::new()).await?,
-            OperatorOp::Command(c) => self.command_op(c, "backup", "app-backup", BTreeMap::from([("backup", name.clone())])).await?,
+            OperatorOp::Command(c) => {
+                self.command_op(c, "backup", "app-backup", BTreeMap::from([("backup", name.clone())]), serde_json::Value::Null).await?
+            }
         }
         if let (Some(w), Some(start)) = (&self.writer, start) {
             w.mark_backup(b, start, w.position());
@@ -228,7 +238,7 @@ impl AppTarget {
         let vars = BTreeMap::from([("backup", backup)]);
         let done = match &r {
             OperatorOp::Resource(r) => self.resource_op(r, "restore", &name, vars).await,
-            OperatorOp::Command(c) => self.command_op(c, "restore", "app-restore", vars).await,
+            OperatorOp::Command(c) => self.command_op(c, "restore", "app-restore", vars, serde_json::Value::Null).await,
         };
         if let Some(w) = &self.writer {
             w.restore_ended();
@@ -266,12 +276,8 @@ impl AppTarget {
         }
         tracing::info!("restore-pitr: {backup} to {time} ({acked} writes acknowledged before it)");
         let vars = BTreeMap::from([("backup", backup.clone()), ("time", time.clone())]);
-        let done = self.command_op(&p.as_command(), "restore_pitr", "app-restore-pitr", vars).await;
-        if let Some(note) = self.log.last_mut().filter(|n| n.kind == "app-restore-pitr") {
-            note.detail["time"] = time.into();
-            note.detail["acked_before"] = acked.into();
-            note.detail["acked_when_asked"] = start.into();
-        }
+        let extra = serde_json::json!({"time": time, "acked_before": acked, "acked_when_asked": start});
+        let done = self.command_op(&p.as_command(), "restore_pitr", "app-restore-pitr", vars, extra).await;
         if let Some(w) = &self.writer {
             w.restore_ended();
         }
