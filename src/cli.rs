@@ -310,6 +310,12 @@ pub enum NodeAction {
         /// refused (exit 4) with the command that sets them.
         #[arg(long)]
         set_kernel_tunables: bool,
+        /// Worker nodes beside the control-plane node, each a kubelet and a containerd of its
+        /// own (its Node named `<node>-wN`), so that a drained or tainted node's pods are
+        /// rescheduled elsewhere. They share the node's network namespace and pod network; a
+        /// claim's volume is reachable from every node. 0 to 8.
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=8))]
+        workers: u8,
     },
     /// Show the running node: Ready, pods, memory.
     Status {

@@ -174,7 +174,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     // The host's network, compared after the node's teardown: every run of the app target
     // below (partitions, policies, pod kills, drains) happened inside the node's namespace.
     let net_before = hostnet::snapshot();
-    let tunables = NodeOptions { set_kernel_tunables: true };
+    let tunables = NodeOptions { set_kernel_tunables: true, workers: 0 };
     let mut node = Node::up(&format!("sd-apptest{}", std::process::id()), dir.path(), &bins, &tunables)
         .await
         .unwrap_or_else(|e| panic!("node up: {e}"));
@@ -1029,7 +1029,7 @@ async fn the_reference_database_fails_over_and_restores_to_a_point_in_time_under
     assert!(built.status.success(), "{}{}", String::from_utf8_lossy(&built.stdout), String::from_utf8_lossy(&built.stderr));
     let dir = tempfile::tempdir().unwrap();
     let net_before = hostnet::snapshot();
-    let tunables = NodeOptions { set_kernel_tunables: true };
+    let tunables = NodeOptions { set_kernel_tunables: true, workers: 0 };
     let mut node = Node::up(&format!("sd-pgtest{}", std::process::id()), dir.path(), &bins, &tunables)
         .await
         .unwrap_or_else(|e| panic!("node up: {e}"));

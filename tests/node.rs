@@ -29,7 +29,7 @@ mod hostnet;
 
 /// The tests set kubelet's kernel tunables explicitly (a fresh machine's defaults do not suit
 /// it), and check that they are put back.
-const SET_TUNABLES: NodeOptions = NodeOptions { set_kernel_tunables: true };
+const SET_TUNABLES: NodeOptions = NodeOptions { set_kernel_tunables: true, workers: 0 };
 
 /// One node at a time: each takes about 200 MiB and a core for its bring-up.
 static SERIAL: Mutex<()> = Mutex::new(());

@@ -68,15 +68,18 @@ fn busybox_applets(busybox: &Path) -> Result<Vec<String>, NodeError> {
     Ok(String::from_utf8_lossy(&out.stdout).lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
 }
 
-/// Builds every image under `dir` and imports it into the containerd at `socket`.
-pub async fn build_and_import(b: &NodeBinaries, dir: &Path, socket: &Path) -> Result<Vec<String>, NodeError> {
+/// Builds every image under `dir` and imports it into each containerd of `sockets` (every
+/// member of the node has its own).
+pub async fn build_and_import(b: &NodeBinaries, dir: &Path, sockets: &[PathBuf]) -> Result<Vec<String>, NodeError> {
     let mut tags = vec![];
     for image in images(b)? {
         let tarball = build(&image, dir).await?;
-        import(&b.ctr, socket, &tarball, None).await.map_err(|e| match e {
-            LoadError::Node(e) => e,
-            LoadError::NotAnImage { stderr, .. } => NodeError::Command { what: format!("ctr images import {}", image.tag), stderr },
-        })?;
+        for socket in sockets {
+            import(&b.ctr, socket, &tarball, None).await.map_err(|e| match e {
+                LoadError::Node(e) => e,
+                LoadError::NotAnImage { stderr, .. } => NodeError::Command { what: format!("ctr images import {}", image.tag), stderr },
+            })?;
+        }
         tags.push(image.tag);
     }
     Ok(tags)
