@@ -164,10 +164,13 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
                 // Into every member's containerd: a pod may land on any node.
                 let mut names = vec![];
                 for m in layout.members() {
-                    names = crate::node::images::import(&ctr, &m.containerd_socket(), a, base_name.as_deref()).await.map_err(|e| match e {
-                        crate::node::images::LoadError::NotAnImage { .. } => Fatal::usage(e.to_string()),
-                        crate::node::images::LoadError::Node(e) => Fatal::environment(format!("cannot load {} into {}: {e}", a.display(), m.node_name)),
-                    })?;
+                    names =
+                        crate::node::images::import(&ctr, &m.containerd_socket(), a, base_name.as_deref()).await.map_err(|e| match e {
+                            crate::node::images::LoadError::NotAnImage { .. } => Fatal::usage(e.to_string()),
+                            crate::node::images::LoadError::Node(e) => {
+                                Fatal::environment(format!("cannot load {} into {}: {e}", a.display(), m.node_name))
+                            }
+                        })?;
                 }
                 if names.is_empty() {
                     println!(
