@@ -16,6 +16,9 @@ use serde_json::Value;
 use super::{Cli, Command, Partition};
 use crate::targets::TargetKind;
 
+/// The annotation an Indexed Job's controller puts on each pod: its completion index.
+const INDEX_ANNOTATION: &str = "batch.kubernetes.io/job-completion-index";
+
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("ci/k8s")
 }
@@ -240,15 +243,19 @@ pub(crate) fn restricted_violations(pod: &Value, annotations: &Value) -> Vec<Str
 }
 
 /// A container's command line and environment as the kubelet gives them: configMapKeyRef and
-/// fieldRef resolved, `$(VAR)` expanded in values, command and args (only variables defined
-/// earlier in env, or by `extra` — JOB_COMPLETION_INDEX in an Indexed Job's pods).
+/// fieldRef resolved (`annotations`: the pod's), `$(VAR)` expanded in values (only variables
+/// defined earlier in env: the kubelet expands in order) and in command and args (every
+/// variable). `appended` are what a controller adds to the container's env after the
+/// manifest's own — an Indexed Job's controller (1.21+) appends JOB_COMPLETION_INDEX, unless the
+/// container declares it — so a value of the manifest's env never sees them.
 fn resolve(
     c: &Value,
     namespace: &str,
     maps: &BTreeMap<String, BTreeMap<String, String>>,
-    extra: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+    appended: &[(&str, &str)],
 ) -> (Vec<String>, Vec<(String, String)>) {
-    let mut env: Vec<(String, String)> = extra.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let mut env: Vec<(String, String)> = vec![];
     let expand = |s: &str, env: &[(String, String)]| {
         let mut out = s.to_string();
         for (k, v) in env {
@@ -268,10 +275,22 @@ fn resolve(
                 .clone()
         } else if e.pointer("/valueFrom/fieldRef/fieldPath").and_then(Value::as_str) == Some("metadata.namespace") {
             namespace.to_string()
+        } else if let Some(a) = e
+            .pointer("/valueFrom/fieldRef/fieldPath")
+            .and_then(Value::as_str)
+            .and_then(|p| p.strip_prefix("metadata.annotations['")?.strip_suffix("']"))
+        {
+            // A missing annotation is an empty value, as the kubelet gives it.
+            annotations.iter().find(|(k, _)| *k == a).map(|(_, v)| v.to_string()).unwrap_or_default()
         } else {
             panic!("env {name}: a source this test does not resolve: {e}")
         };
         env.push((name, value));
+    }
+    for (k, v) in appended {
+        if !env.iter().any(|(name, _)| name == k) {
+            env.push((k.to_string(), v.to_string()));
+        }
     }
     let argv: Vec<String> = c["command"]
         .as_array()
@@ -351,8 +370,11 @@ fn the_manifests_command_lines_parse_with_their_environment() {
     let mut seen = Vec::new();
     for (what, pod) in pod_templates(&docs) {
         let indexed = what.contains("Job shakedown-seeds");
-        let extra: &[(&str, &str)] = if indexed { &[("JOB_COMPLETION_INDEX", "3")] } else { &[] };
-        let (argv, env) = resolve(&pod["containers"][0], &ns, &maps, extra);
+        // What the Job controller gives pod 3 of an Indexed Job: its annotation, and
+        // JOB_COMPLETION_INDEX appended to the container's env.
+        let (annotations, appended): (&[(&str, &str)], &[(&str, &str)]) =
+            if indexed { (&[(INDEX_ANNOTATION, "3")], &[("JOB_COMPLETION_INDEX", "3")]) } else { (&[], &[]) };
+        let (argv, env) = resolve(&pod["containers"][0], &ns, &maps, annotations, appended);
         assert_eq!(argv[0], "/usr/local/bin/shakedown");
         let keys: Vec<String> = std::env::vars().map(|(k, _)| k).filter(|k| k.starts_with("SHAKEDOWN_")).collect();
         for k in &keys {
