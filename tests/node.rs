@@ -465,10 +465,9 @@ fn helper_node_up_and_wait() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let run_id = format!("sd-killed{}", std::process::id());
-        let node =
-            Node::up(&run_id, std::path::Path::new(&dir), &binaries(), &NodeOptions { workers: 1, ..SET_TUNABLES })
-                .await
-                .unwrap_or_else(|e| panic!("node up: {e}"));
+        let node = Node::up(&run_id, std::path::Path::new(&dir), &binaries(), &NodeOptions { workers: 1, ..SET_TUNABLES })
+            .await
+            .unwrap_or_else(|e| panic!("node up: {e}"));
         println!("node-up {}", node.layout.dir.display());
         tokio::time::sleep(Duration::from_secs(600)).await;
     });
