@@ -187,7 +187,8 @@ pub enum Command {
     /// JUnit file (a case per seed) and one HTML index linking every seed's report; read from the
     /// soak directories, nothing run again. Exit code: what the seeds came to, as for `soak`.
     Merge {
-        /// Soak directories (`shakedown-runs/soak-*`), each with its `soak.jsonl`.
+        /// Soak directories (`shakedown-runs/soak-*`), each with its `soak.jsonl`, or directories
+        /// holding them (a soak farm's claim: every soak up to 3 levels below is merged).
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
         /// Where the merged report.html and junit.xml go (created if missing).
