@@ -25,7 +25,12 @@ fn dir() -> PathBuf {
 
 /// Every document of every manifest in ci/k8s (not the kustomization itself).
 fn manifests() -> Vec<(String, Value)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir())
+    manifests_in(&dir())
+}
+
+/// Every document of every manifest in `dir` (not its subdirectories, not the kustomization).
+fn manifests_in(dir: &Path) -> Vec<(String, Value)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .flatten()
         .map(|e| e.path())
@@ -44,7 +49,12 @@ fn manifests() -> Vec<(String, Value)> {
 
 /// The kustomization's namespace and the literals of its ConfigMap generators (name → key → value).
 fn kustomization() -> (String, BTreeMap<String, BTreeMap<String, String>>) {
-    let k: Value = serde_saphyr::from_str(&std::fs::read_to_string(dir().join("kustomization.yaml")).unwrap()).unwrap();
+    kustomization_in(&dir())
+}
+
+/// The namespace and the generated ConfigMaps (name → key → value) of `dir/kustomization.yaml`.
+fn kustomization_in(dir: &Path) -> (String, BTreeMap<String, BTreeMap<String, String>>) {
+    let k: Value = serde_saphyr::from_str(&std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap()).unwrap();
     let ns = k["namespace"].as_str().expect("kustomization.yaml sets namespace").to_string();
     let mut maps = BTreeMap::new();
     for g in k["configMapGenerator"].as_array().into_iter().flatten() {
@@ -55,8 +65,8 @@ fn kustomization() -> (String, BTreeMap<String, BTreeMap<String, String>>) {
         }
         for f in g["files"].as_array().into_iter().flatten() {
             let f = f.as_str().unwrap();
-            assert!(dir().join(f).is_file(), "the ConfigMap generator's file {f} is in ci/k8s");
-            m.insert(f.to_string(), std::fs::read_to_string(dir().join(f)).unwrap());
+            assert!(dir.join(f).is_file(), "the ConfigMap generator's file {f} is in {}", dir.display());
+            m.insert(f.to_string(), std::fs::read_to_string(dir.join(f)).unwrap());
         }
         maps.insert(g["name"].as_str().unwrap().to_string(), m);
     }
@@ -372,8 +382,9 @@ fn the_manifests_command_lines_parse_with_their_environment() {
         let indexed = what.contains("Job shakedown-seeds");
         // What the Job controller gives pod 3 of an Indexed Job: its annotation, and
         // JOB_COMPLETION_INDEX appended to the container's env.
-        let (annotations, appended): (&[(&str, &str)], &[(&str, &str)]) =
-            if indexed { (&[(INDEX_ANNOTATION, "3")], &[("JOB_COMPLETION_INDEX", "3")]) } else { (&[], &[]) };
+        let none: &[(&str, &str)] = &[];
+        let (annotations, appended) =
+            if indexed { (&[(INDEX_ANNOTATION, "3")][..], &[("JOB_COMPLETION_INDEX", "3")][..]) } else { (none, none) };
         let (argv, env) = resolve(&pod["containers"][0], &ns, &maps, annotations, appended);
         assert_eq!(argv[0], "/usr/local/bin/shakedown");
         let keys: Vec<String> = std::env::vars().map(|(k, _)| k).filter(|k| k.starts_with("SHAKEDOWN_")).collect();
@@ -424,4 +435,73 @@ fn the_manifests_command_lines_parse_with_their_environment() {
 
 fn pod_completions(docs: &[(String, Value)]) -> Option<u64> {
     docs.iter().find(|(_, v)| v["kind"] == "Job").and_then(|(_, v)| v["spec"]["completions"].as_u64())
+}
+
+/// The soak farm (ci/k8s/farm): its Job's pod 3 soaks the local target on partition 3 of N (N
+/// the Job's completions, parallelism and maxFailedIndexes alike) from the ConfigMap's base seed,
+/// for the ConfigMap's time, its runs in farm/pod-3 of the claim and its JUnit file in junit/;
+/// the merge Job merges the claim's farm directory into merged/. Its pods are privileged (the
+/// local stack's loop devices, mounts and nftables), in a namespace labelled for that.
+#[test]
+fn the_farm_manifests_command_lines_parse_with_their_environment() {
+    static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    let farm = dir().join("farm");
+    let (ns, maps) = kustomization_in(&farm);
+    let config = &maps["shakedown-farm"];
+    let docs = manifests_in(&farm);
+    let namespace = docs.iter().find(|(_, v)| v["kind"] == "Namespace").expect("the farm's namespace");
+    assert_eq!(namespace.1["metadata"]["name"].as_str(), Some(ns.as_str()));
+    assert_eq!(namespace.1["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "privileged");
+    let job = docs.iter().find(|(_, v)| v["kind"] == "Job" && v["metadata"]["name"] == "shakedown-farm").expect("the farm's Job").1.clone();
+    let n = job["spec"]["completions"].as_u64().unwrap();
+    assert_eq!(job["spec"]["completionMode"], "Indexed");
+    assert_eq!((job["spec"]["parallelism"].as_u64(), job["spec"]["maxFailedIndexes"].as_u64()), (Some(n), Some(n)));
+    assert_eq!(job["spec"]["backoffLimitPerIndex"], 0, "a failed index is not run again");
+    let mut seen = vec![];
+    for (what, pod) in pod_templates(&docs) {
+        let c = &pod["containers"][0];
+        let none: &[(&str, &str)] = &[];
+        let (annotations, appended) = if what.contains("Job shakedown-farm-merge") {
+            (none, none)
+        } else {
+            assert_eq!(c["securityContext"]["privileged"], true, "{what}");
+            (&[(INDEX_ANNOTATION, "3")][..], &[("JOB_COMPLETION_INDEX", "3")][..])
+        };
+        let (argv, env) = resolve(c, &ns, &maps, annotations, appended);
+        let keys: Vec<String> = std::env::vars().map(|(k, _)| k).filter(|k| k.starts_with("SHAKEDOWN_")).collect();
+        for k in &keys {
+            std::env::remove_var(k);
+        }
+        for (k, v) in &env {
+            std::env::set_var(k, v);
+        }
+        let parsed = Cli::try_parse_from(&argv);
+        for (k, _) in &env {
+            std::env::remove_var(k);
+        }
+        let cli = parsed.unwrap_or_else(|e| panic!("{what}: `{}` with {env:?} does not parse: {e}", argv.join(" ")));
+        match cli.command {
+            Command::Soak { kind, duration, partition, junit, profile, opts, .. } => {
+                assert!(matches!(kind, TargetKind::Local), "{what}");
+                assert_eq!(duration, humantime::parse_duration(&config["for"]).unwrap());
+                assert_eq!(partition, Some(Partition { index: 3, of: n }), "SHAKEDOWN_PARTITION's n is the Job's completions");
+                assert_eq!(junit.as_deref(), Some(Path::new("/var/lib/shakedown/junit/farm-3.xml")));
+                assert_eq!(profile, config["profile"]);
+                assert_eq!(opts.runs_dir, Path::new("/var/lib/shakedown/farm/pod-3"));
+                assert_eq!(opts.seeds_dir, Path::new("/var/lib/shakedown/seeds"));
+                let seed = argv.iter().position(|a| a == "--seed").map(|i| argv[i + 1].clone());
+                assert_eq!(seed.as_deref(), Some(config["first-seed"].as_str()));
+                seen.push("soak");
+            }
+            Command::Merge { dirs, out, .. } => {
+                assert_eq!(dirs, [PathBuf::from("/var/lib/shakedown/farm")]);
+                assert_eq!(out, Path::new("/var/lib/shakedown/merged"));
+                seen.push("merge");
+            }
+            _ => panic!("{what}: neither soak nor merge"),
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["merge", "soak"]);
 }

@@ -147,22 +147,6 @@ pub fn normalized(name: &str) -> Option<String> {
     Some(if name.contains('/') { format!("docker.io/{name}") } else { format!("docker.io/library/{name}") })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::normalized;
-
-    #[test]
-    fn names_without_a_registry_are_normalized_as_docker_does() {
-        assert_eq!(normalized("shakedown:latest").as_deref(), Some("docker.io/library/shakedown:latest"));
-        assert_eq!(normalized("team/app:1.4").as_deref(), Some("docker.io/team/app:1.4"));
-        assert_eq!(normalized("shakedown.local/pause:3.4"), None);
-        assert_eq!(normalized("localhost/app:1"), None);
-        assert_eq!(normalized("registry:5000/app:1"), None);
-        assert_eq!(normalized("docker.io/library/busybox:1"), None);
-        assert_eq!(normalized("import-2026-12-07"), None);
-    }
-}
-
 /// `ctr images ARGS` against the node's containerd at `socket`, in the namespace kubelet uses.
 async fn ctr_images(
     ctr: &Path,
@@ -249,5 +233,21 @@ async fn tar(args: &[&str]) -> Result<(), NodeError> {
         Ok(())
     } else {
         Err(super::failed(format!("tar {}", args.join(" ")), &out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalized;
+
+    #[test]
+    fn names_without_a_registry_are_normalized_as_docker_does() {
+        assert_eq!(normalized("shakedown:latest").as_deref(), Some("docker.io/library/shakedown:latest"));
+        assert_eq!(normalized("team/app:1.4").as_deref(), Some("docker.io/team/app:1.4"));
+        assert_eq!(normalized("shakedown.local/pause:3.4"), None);
+        assert_eq!(normalized("localhost/app:1"), None);
+        assert_eq!(normalized("registry:5000/app:1"), None);
+        assert_eq!(normalized("docker.io/library/busybox:1"), None);
+        assert_eq!(normalized("import-2026-12-07"), None);
     }
 }
