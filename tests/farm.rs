@@ -4,7 +4,8 @@
 //! soak — the whole etcd stack, HAProxy, loop devices and nftables inside a privileged pod — on
 //! its own share of the seeds, `merge-job.yaml` summing both up from the claim; then a pod
 //! deleted mid-seed, whose SIGTERM lets the soak tear its stack down and sum up within the
-//! grace period, leaving no loop device on the machine.
+//! grace period, leaving no loop device on the machine; and the node torn down under a running
+//! soak, its loop devices detached by the node's teardown.
 //!
 //! The node's Kubernetes (1.20) predates Indexed Jobs (1.21+): the test creates the farm's pods
 //! as the Job controller of 1.21+ would — one Job per index, each pod annotated with its
@@ -111,10 +112,12 @@ async fn complete(jobs: &Api<Job>, name: &str, bound: Duration, kubeconfig: &Pat
     }
 }
 
-/// Loop devices of the machine whose backing file is on the farm's claim (as the pods see it).
+/// Loop devices of the machine whose backing file is on the farm's claim: named as the pod saw
+/// it (`/var/lib/shakedown/farm/pod-<i>/…`), or from the claim's root (`/farm/pod-<i>/…`, and
+/// `(deleted)`) once the pod's mount namespace is gone.
 fn farm_loop_devices() -> Vec<String> {
     let out = Command::new("losetup").arg("-a").output().expect("losetup");
-    String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains("/var/lib/shakedown/farm")).map(str::to_string).collect()
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains("/farm/pod-")).map(str::to_string).collect()
 }
 
 /// The seeds of one pod's soak (`farm/pod-<i>/soak-*/soak.jsonl`).
@@ -236,6 +239,17 @@ async fn the_soak_farm_runs_local_target_soaks_as_pods_and_merges_them() {
         .collect();
     assert_eq!(soaks.len(), 2, "a second soak in pod-0's directory: {soaks:?}");
     assert!(soaks.iter().all(|s| s.join("report.html").is_file() && s.join("junit.xml").is_file()), "both summed up: {soaks:?}");
+    // The node torn down under a running soak (its pods' processes killed: no teardown of their
+    // own): the loop devices they attached are the machine's, and the node's teardown detaches them.
+    let again = farm_objects(&kc, &[("for", "10m")], &[1], "killed-");
+    kubectl(&kc, &["apply", "-f", "-"], Some(&again.to_string()));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while farm_loop_devices().len() <= loops_before.len() {
+        assert!(Instant::now() < deadline, "the last pod's stack (its loop devices) up within 120 s");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let attached = farm_loop_devices();
     let left = node.teardown();
     assert!(left.is_empty(), "the node left: {left}");
+    assert_eq!(farm_loop_devices(), loops_before, "the killed pod's loop devices {attached:?} detached by the node's teardown");
 }

@@ -32,6 +32,9 @@ pub struct Leftovers {
     pub mounts: Vec<String>,
     pub sysctls: Vec<String>,
     pub host_dirs: Vec<PathBuf>,
+    /// Loop devices (the machine's, not a namespace's) backed by a file in the node's directory:
+    /// a privileged pod's (the soak farm's local stack) that was killed before it detached them.
+    pub loops: Vec<String>,
 }
 
 impl Leftovers {
@@ -43,6 +46,7 @@ impl Leftovers {
             && self.mounts.is_empty()
             && self.sysctls.is_empty()
             && self.host_dirs.is_empty()
+            && self.loops.is_empty()
     }
 }
 
@@ -72,6 +76,9 @@ impl fmt::Display for Leftovers {
         }
         if !self.host_dirs.is_empty() {
             parts.push(format!("host directories {:?}", self.host_dirs));
+        }
+        if !self.loops.is_empty() {
+            parts.push(format!("loop devices {:?}", self.loops));
         }
         write!(f, "{}", parts.join("; "))
     }
@@ -235,8 +242,12 @@ pub fn reap_strays() -> Vec<(Layout, Leftovers)> {
         // Only what a node itself holds counts: sysctls that differ from a node's record, or a
         // host directory, say as much about the machine since as about this node.
         let left = leftovers(&l);
-        let holds =
-            !left.processes.is_empty() || !left.cgroups.is_empty() || !left.links.is_empty() || left.nft_table || !left.mounts.is_empty();
+        let holds = !left.processes.is_empty()
+            || !left.cgroups.is_empty()
+            || !left.links.is_empty()
+            || left.nft_table
+            || !left.mounts.is_empty()
+            || !left.loops.is_empty();
         if l.dir.join(DETACHED).exists() || !holds {
             continue;
         }
@@ -263,6 +274,13 @@ pub fn sweep(l: &Layout) -> Leftovers {
         kill_all(&procs);
         std::thread::sleep(POLL);
     }
+    // Loop devices a pod attached (a privileged pod's own stack, killed with its node) outlive
+    // every process: detached once their users are gone.
+    for dev in loop_devices(l) {
+        let _ = run_bounded("losetup", &["-d", &dev], COMMAND_BOUND);
+    }
+    // Found by their files' inodes: once the data directories are gone (below), only now.
+    let stuck_loops = loop_devices(l);
     // Mounts of the node in this (the host's) namespace: none are made here, but unmount any
     // that shows up (a mount that should have gone into the node's namespace).
     let marker = l.dir.to_string_lossy().to_string();
@@ -313,7 +331,12 @@ pub fn sweep(l: &Layout) -> Leftovers {
     for d in l.data_dirs() {
         let _ = std::fs::remove_dir_all(&d);
     }
-    let left = leftovers(l);
+    let mut left = leftovers(l);
+    for d in stuck_loops {
+        if !left.loops.contains(&d) {
+            left.loops.push(d);
+        }
+    }
     // Put back once: a later sweep of this node (`reap` over its runs directory) must not write
     // the record's values over what the machine has since (another node's, the user's own).
     if left.sysctls.is_empty() && left.host_dirs.is_empty() && l.host_record().exists() {
@@ -342,7 +365,54 @@ pub fn leftovers(l: &Layout) -> Leftovers {
         })
         .collect();
     let host_dirs = if other_nodes_up(l) { vec![] } else { record.created.iter().filter(|p| p.exists()).cloned().collect() };
-    Leftovers { processes: processes(l), cgroups: cgroup_dirs(l), links, nft_table: host_has_table(l), mounts, sysctls, host_dirs }
+    Leftovers {
+        processes: processes(l),
+        cgroups: cgroup_dirs(l),
+        links,
+        nft_table: host_has_table(l),
+        mounts,
+        sysctls,
+        host_dirs,
+        loops: loop_devices(l),
+    }
+}
+
+/// The machine's loop devices whose backing file is in the node's directory (found by device
+/// and inode: the path a device shows is the one its pod saw, inside its mount namespace).
+pub fn loop_devices(l: &Layout) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(out) = run_bounded("losetup", &["--list", "--noheadings", "--output", "NAME,BACK-INO,BACK-MAJ:MIN"], COMMAND_BOUND) else {
+        return vec![];
+    };
+    let devices: Vec<(String, u64, String)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            Some((f.first()?.to_string(), f.get(1)?.parse().ok()?, f.get(2)?.to_string()))
+        })
+        .collect();
+    if devices.is_empty() {
+        return vec![];
+    }
+    // The files a pod can write that outlive its container: claims (the provisioner's
+    // directory) and emptyDir volumes (kubelet's pods directory), of every member.
+    let mut files = BTreeSet::new();
+    fn walk(d: &Path, out: &mut BTreeSet<(u64, String)>, depth: usize) {
+        let Ok(rd) = std::fs::read_dir(d) else { return };
+        for e in rd.flatten() {
+            let Ok(m) = e.path().symlink_metadata() else { continue };
+            if m.is_dir() && depth > 0 {
+                walk(&e.path(), out, depth - 1);
+            } else if m.is_file() {
+                out.insert((m.ino(), format!("{}:{}", libc::major(m.dev()), libc::minor(m.dev()))));
+            }
+        }
+    }
+    for m in l.members() {
+        walk(&m.dir.join("host"), &mut files, 12);
+        walk(&m.kubelet_root().join("pods"), &mut files, 12);
+    }
+    devices.into_iter().filter(|(_, ino, dev)| files.contains(&(*ino, dev.clone()))).map(|(name, _, _)| name).collect()
 }
 
 /// Whether the host's ruleset has a table named like the node's.
