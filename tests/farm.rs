@@ -56,8 +56,8 @@ fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> String {
 /// `ci/k8s/farm` as `kubectl kustomize` renders it, with the ConfigMap's values set to `config`
 /// and the Job as the Job controller of 1.21+ runs it on 1.20: one Job per index of `indexes`
 /// (named `<name>-<suffix><index>`), its pod annotated with the index, `/20` of the partition
-/// made `/N`. Returns a `List` for `kubectl apply`.
-fn farm_objects(kubeconfig: &Path, config: &[(&str, &str)], indexes: &[usize], suffix: &str) -> Value {
+/// made `/n`. Returns a `List` for `kubectl apply`.
+fn farm_objects(kubeconfig: &Path, config: &[(&str, &str)], indexes: &[usize], suffix: &str, n: usize) -> Value {
     let rendered = kubectl(kubeconfig, &["kustomize", &repo().join("ci/k8s/farm").display().to_string()], None);
     let mut items = vec![];
     for mut v in serde_saphyr::from_multiple::<Value>(&rendered).unwrap() {
@@ -85,7 +85,7 @@ fn farm_objects(kubeconfig: &Path, config: &[(&str, &str)], indexes: &[usize], s
                     for e in c["env"].as_array_mut().unwrap() {
                         if e["name"] == "SHAKEDOWN_PARTITION" {
                             assert_eq!(e["value"], "$(JOB_COMPLETION_INDEX)/20");
-                            e["value"] = format!("$(JOB_COMPLETION_INDEX)/{N}").into();
+                            e["value"] = format!("$(JOB_COMPLETION_INDEX)/{n}").into();
                         }
                     }
                     items.push(j);
@@ -137,12 +137,10 @@ fn seeds_of(claim: &Path, i: usize) -> Vec<u64> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_soak_farm_runs_local_target_soaks_as_pods_and_merges_them() {
+/// A node with a worker, the farm's image (built from this build's binary) loaded into both.
+async fn farm_node() -> (tempfile::TempDir, Node) {
     let bins = NodeBinaries::find().unwrap_or_else(|e| panic!("the node's binaries: {e}"));
     let dir = tempfile::tempdir().unwrap();
-    let _keep = common::KeepOnFailure::new(dir.path().join("keep"), format!("farm-{}", std::process::id()));
-    // The farm's image from this build's binary.
     let archive = dir.path().join("farm.tar");
     let t0 = Instant::now();
     let built = Command::new("bash")
@@ -154,21 +152,39 @@ async fn the_soak_farm_runs_local_target_soaks_as_pods_and_merges_them() {
     assert!(built.status.success(), "{}{}", String::from_utf8_lossy(&built.stdout), String::from_utf8_lossy(&built.stderr));
     eprintln!("farm image built in {:.1}s", t0.elapsed().as_secs_f64());
     let opts = NodeOptions { set_kernel_tunables: true, workers: 1 };
-    let mut node =
+    let node =
         Node::up(&format!("sd-farm{}", std::process::id()), dir.path(), &bins, &opts).await.unwrap_or_else(|e| panic!("node up: {e}"));
-    let kc = node.kubeconfig.clone();
     let t0 = Instant::now();
     for m in node.layout.members() {
         let names = shakedown::node::images::import(&bins.ctr, &m.containerd_socket(), &archive, None).await.unwrap();
         assert!(names.contains(&"docker.io/library/shakedown-local:latest".to_string()), "{names:?}");
     }
     eprintln!("loaded into both nodes in {:.1}s", t0.elapsed().as_secs_f64());
+    (dir, node)
+}
+
+/// The farm's claim as the machine sees it: the hostPath provisioner's directory of the node.
+async fn claim_dir(client: &kube::Client, node: &Node) -> PathBuf {
+    let pvc: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let pv_name = pvc.get("shakedown-farm").await.unwrap().spec.unwrap().volume_name.expect("the claim bound");
+    let pv = Api::<PersistentVolume>::all(client.clone()).get(&pv_name).await.unwrap();
+    let path = pv.spec.unwrap().host_path.expect("a hostPath volume").path;
+    node.layout
+        .host_path_dir(shakedown::node::volumes::PROVISIONER_DIR)
+        .join(Path::new(&path).strip_prefix(shakedown::node::volumes::PROVISIONER_DIR).expect("under the provisioner's directory"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_soak_farm_runs_local_target_soaks_as_pods_and_merges_them() {
+    let (dir, mut node) = farm_node().await;
+    let _keep = common::KeepOnFailure::new(dir.path().join("keep"), format!("farm-{}", std::process::id()));
+    let kc = node.kubeconfig.clone();
     let client = node.client().await.unwrap();
     let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
     let loops_before = farm_loop_devices();
 
     // Two pods, each a soak of the smoke profile on its half of the seeds from 7.
-    let farm = farm_objects(&kc, &[("for", "30s"), ("profile", "smoke"), ("first-seed", &FIRST_SEED.to_string())], &[0, 1], "");
+    let farm = farm_objects(&kc, &[("for", "30s"), ("profile", "smoke"), ("first-seed", &FIRST_SEED.to_string())], &[0, 1], "", N);
     kubectl(&kc, &["apply", "-f", "-"], Some(&farm.to_string()));
     let t0 = Instant::now();
     for i in 0..N {
@@ -179,15 +195,7 @@ async fn the_soak_farm_runs_local_target_soaks_as_pods_and_merges_them() {
     let nodes: std::collections::BTreeSet<String> =
         pods.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|p| p.spec?.node_name).collect();
     eprintln!("on nodes {nodes:?}");
-    // The claim, as the machine sees it: the hostPath provisioner's directory of the node.
-    let pvc: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
-    let pv_name = pvc.get("shakedown-farm").await.unwrap().spec.unwrap().volume_name.expect("the claim bound");
-    let pv = Api::<PersistentVolume>::all(client.clone()).get(&pv_name).await.unwrap();
-    let path = pv.spec.unwrap().host_path.expect("a hostPath volume").path;
-    let claim = node
-        .layout
-        .host_path_dir(shakedown::node::volumes::PROVISIONER_DIR)
-        .join(Path::new(&path).strip_prefix(shakedown::node::volumes::PROVISIONER_DIR).expect("under the provisioner's directory"));
+    let claim = claim_dir(&client, &node).await;
     let mut total = 0;
     for i in 0..N {
         let seeds = seeds_of(&claim, i);
@@ -212,7 +220,7 @@ async fn the_soak_farm_runs_local_target_soaks_as_pods_and_merges_them() {
     // A soak stopped mid-seed: its Job deleted (what a deadline or a cancelled farm does; a
     // deleted pod alone would be replaced by the Job), the pod gets SIGTERM, the step running
     // finishes, the stack goes (loop devices detached), the soak sums up, within the grace period.
-    let long = farm_objects(&kc, &[("for", "10m")], &[0], "term-");
+    let long = farm_objects(&kc, &[("for", "10m")], &[0], "term-", N);
     kubectl(&kc, &["apply", "-f", "-"], Some(&long.to_string()));
     let selector = ListParams::default().labels("job-name=shakedown-farm-term-0");
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -241,7 +249,7 @@ async fn the_soak_farm_runs_local_target_soaks_as_pods_and_merges_them() {
     assert!(soaks.iter().all(|s| s.join("report.html").is_file() && s.join("junit.xml").is_file()), "both summed up: {soaks:?}");
     // The node torn down under a running soak (its pods' processes killed: no teardown of their
     // own): the loop devices they attached are the machine's, and the node's teardown detaches them.
-    let again = farm_objects(&kc, &[("for", "10m")], &[1], "killed-");
+    let again = farm_objects(&kc, &[("for", "10m")], &[1], "killed-", N);
     kubectl(&kc, &["apply", "-f", "-"], Some(&again.to_string()));
     let deadline = Instant::now() + Duration::from_secs(120);
     while farm_loop_devices().len() <= loops_before.len() {
@@ -252,4 +260,50 @@ async fn the_soak_farm_runs_local_target_soaks_as_pods_and_merges_them() {
     let left = node.teardown();
     assert!(left.is_empty(), "the node left: {left}");
     assert_eq!(farm_loop_devices(), loops_before, "the killed pod's loop devices {attached:?} detached by the node's teardown");
+}
+
+/// Not part of the suite: the farm's rate on this machine. One pod soaks the farm's profile for
+/// SHAKEDOWN_FARM_MINUTES (10 by default), then two pods (one per node) for as long; prints the
+/// seeds each round finished per hour and the ratio of two pods' to one's. Seeds cut short by the
+/// time are not counted. `SHAKEDOWN_FARM_PROFILE` picks the profile (default: the farm's, nightly).
+///   cargo test --test farm -- --ignored --nocapture measure
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement of several minutes: cargo test --test farm -- --ignored --nocapture measure"]
+async fn measure_the_farms_seeds_per_hour_with_one_and_two_pods() {
+    let minutes: u64 = std::env::var("SHAKEDOWN_FARM_MINUTES").ok().and_then(|m| m.parse().ok()).unwrap_or(10);
+    let profile = std::env::var("SHAKEDOWN_FARM_PROFILE").unwrap_or_else(|_| "nightly".into());
+    let (_dir, mut node) = farm_node().await;
+    let kc = node.kubeconfig.clone();
+    let client = node.client().await.unwrap();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
+    let mut rates = vec![];
+    for (n, suffix) in [(1usize, "one-"), (2, "two-")] {
+        let first = 1000 * n as u64;
+        let indexes: Vec<usize> = (0..n).collect();
+        let config = [("for", format!("{minutes}m")), ("profile", profile.clone()), ("first-seed", first.to_string())];
+        let config: Vec<(&str, &str)> = config.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let farm = farm_objects(&kc, &config, &indexes, suffix, n);
+        kubectl(&kc, &["apply", "-f", "-"], Some(&farm.to_string()));
+        for i in 0..n {
+            complete(&jobs, &format!("shakedown-farm-{suffix}{i}"), Duration::from_secs(minutes * 60 + 900), &kc).await;
+        }
+        let claim = claim_dir(&client, &node).await;
+        let mut done = 0usize;
+        for i in 0..n {
+            // This round's soak of pod i: the one whose first seed is this round's.
+            for soak in std::fs::read_dir(claim.join(format!("farm/pod-{i}"))).unwrap().flatten().map(|e| e.path()) {
+                let Ok(text) = std::fs::read_to_string(soak.join("soak.jsonl")) else { continue };
+                let lines: Vec<Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+                if lines.first().and_then(|l| l["seed"].as_u64()) == Some(first + i as u64) {
+                    done += lines.iter().filter(|l| !l["verdict"].as_str().unwrap_or("").starts_with("cut short")).count();
+                }
+            }
+        }
+        let per_hour = done as f64 * 60.0 / minutes as f64;
+        eprintln!("N = {n}: {done} seeds of {profile} finished in {minutes} min: {per_hour:.1} seeds/hour");
+        rates.push(per_hour);
+    }
+    eprintln!("two pods against one: {:.2}x", rates[1] / rates[0].max(f64::MIN_POSITIVE));
+    let left = node.teardown();
+    assert!(left.is_empty(), "the node left: {left}");
 }
