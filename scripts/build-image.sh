@@ -58,5 +58,9 @@ echo "in the image, as uid 65532: $version"
 mkdir -p "$(dirname "$out")"
 rm -f "$out"
 bh commit --quiet "$ctr" shakedown:latest >/dev/null
-bh push --quiet shakedown:latest "oci-archive:$out:shakedown:latest"
-echo "image: $out ($(du -h "$out" | cut -f1); oci-archive, tag shakedown:latest)"
+# The archive names the image by its full reference, docker.io/library/shakedown:latest: what a
+# pod's `image: shakedown:latest` means to the kubelet. An OCI archive's name is taken as it is
+# (`ctr images import` does not normalize it as it does a `docker save` archive's), and one named
+# `shakedown:latest` is not found by the kubelet of a node it was loaded into (ErrImageNeverPull).
+bh push --quiet shakedown:latest "oci-archive:$out:docker.io/library/shakedown:latest"
+echo "image: $out ($(du -h "$out" | cut -f1); oci-archive, docker.io/library/shakedown:latest)"
