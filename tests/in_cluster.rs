@@ -18,10 +18,9 @@ mod kube_common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::TokenReview;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
@@ -42,17 +41,16 @@ const NS: &str = "chaos";
 const CLUSTER: &str = "c";
 
 /// The plan profile of the pods (a file of the ConfigMap): the kube target's ops without hooks,
-/// short steps, as tests/kube_target.rs's — without rolling upgrades: a soak's seeds all run on
-/// the one Cluster, and a seed after one that upgraded it starts from a Cluster at the newer
-/// version than its plan's first (found here: the second seed then fails `membership`, its
-/// model's members bound to no Machine).
+/// short steps, as tests/kube_target.rs's. A soak's seeds all run on the one Cluster: once one
+/// upgraded it, a later seed's upgrade to that version is skipped (found here: it waited for a
+/// rollout that never came and failed `membership`).
 const PROFILE: &str = r#"
 name = "in-cluster-test"
 description = "ci/k8s on the node: rolling ops, crash/restart, power loss of a site"
 steps = 4
 versions = ["3.4", "3.5"]
 [weights]
-rolling-upgrade = 0
+rolling-upgrade = 3
 rolling-replace = 3
 crash = 2
 restart = 4
@@ -219,9 +217,12 @@ fn container_process(cgroup_root: &str, verb: &str) -> Option<Seen> {
         let mountinfo = std::fs::read_to_string(p.join("mountinfo")).ok()?;
         // id parent major:minor root mountpoint options …: the last mount on `/` is what the
         // process sees there.
-        let root_options =
-            mountinfo.lines().filter_map(|l| l.split(' ').collect::<Vec<_>>().get(4..6).map(|f| (f[0].to_string(), f[1].to_string())));
-        let root_options = root_options.filter(|(m, _)| m == "/").last().map(|(_, o)| o).unwrap_or_default();
+        let root_options = mountinfo
+            .lines()
+            .map(|l| l.split(' ').collect::<Vec<_>>())
+            .rfind(|f| f.get(4) == Some(&"/"))
+            .and_then(|f| f.get(5).map(|o| o.to_string()))
+            .unwrap_or_default();
         let attempt = |path: PathBuf| match std::fs::write(&path, b"x") {
             Ok(()) => {
                 let _ = std::fs::remove_file(&path);
@@ -282,6 +283,20 @@ async fn job_finished(client: &Client, name: &str, bound: Duration) -> (Pod, Str
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// The text of every file under `dir`.
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else if let Ok(t) = std::fs::read_to_string(&p) {
+            out.push(t);
+        }
+    }
+    out
 }
 
 fn exit_code(pod: &Pod) -> Option<i32> {
@@ -488,6 +503,15 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
     for s in &seeds {
         assert!(junit.contains(&format!("seed {}", s["seed"])), "seed {} is a case of the JUnit file: {junit}", s["seed"]);
     }
+    // Seed 1 upgrades the Cluster to v1.30.0 and seed 2's plan starts with an upgrade to it: skipped
+    // with the reason, in the run's events (the seed passes).
+    assert!(seeds.len() >= 2 && seeds[1]["verdict"] == "PASS", "{seeds:?}");
+    let seed2 = soak_dir.join(seeds[1]["run_dir"].as_str().unwrap().rsplit('/').next().unwrap());
+    assert!(
+        files_under(&seed2).iter().any(|t| t.contains("already runs v1.30.0")),
+        "seed 2's upgrade to the version seed 1 left is skipped, said so in {}",
+        seed2.display()
+    );
     let owner = |p: &Path| std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(p).unwrap());
     assert_eq!(owner(&nightly.join("junit/nightly-soak.xml")), 65532);
     assert_eq!(owner(soak_dir), 65532);
@@ -553,25 +577,6 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
     set_arg(container, "--junit", "/var/lib/shakedown/junit/sigterm-soak.xml");
     let grace = pod["spec"]["terminationGracePeriodSeconds"].as_u64().expect("the manifest's grace period");
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    // Every state of the pod until it is gone (its container's exit code is in one of them).
-    let states: Arc<Mutex<Vec<Pod>>> = Arc::default();
-    let watcher = {
-        let (pods, states) = (pods.clone(), states.clone());
-        tokio::spawn(async move {
-            let cfg = kube::runtime::watcher::Config::default().fields("metadata.name=shakedown-sigterm");
-            let mut s = kube::runtime::watcher(pods, cfg).boxed();
-            while let Some(ev) = s.next().await {
-                if let Ok(
-                    kube::runtime::watcher::Event::Apply(p)
-                    | kube::runtime::watcher::Event::InitApply(p)
-                    | kube::runtime::watcher::Event::Delete(p),
-                ) = ev
-                {
-                    states.lock().unwrap().push(p);
-                }
-            }
-        })
-    };
     hold_all(true).await;
     pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
     let api_kcp: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &capi("KubeadmControlPlane", CapiVersion::V1Beta2));
@@ -587,8 +592,29 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
     .await;
     let cm_during = run_configmaps(&client).await;
     assert_eq!(cm_during.len(), 1, "the run's ConfigMap while it runs: {cm_during:?}");
-    let uid = pods.get("shakedown-sigterm").await.unwrap().metadata.uid.unwrap();
+    // The kubelet reports the running container's id a moment after it started.
+    let (uid, container_id) = until("the container's id in the pod's status", Duration::from_secs(30), || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get("shakedown-sigterm").await.ok()?;
+            let id = p.status?.container_statuses?.first()?.container_id.clone()?;
+            Some((p.metadata.uid?, id.strip_prefix("containerd://")?.to_string()))
+        }
+    })
+    .await;
     let log_file = node.layout.host_path_dir("/var/log/pods").join(format!("{NS}_shakedown-sigterm_{uid}/shakedown/0.log"));
+    // The container's exit status, from containerd's own task events (kubelet 1.20 removes the
+    // container of a deleted pod at once and reports it as waiting, not terminated).
+    let mut events = tokio::process::Command::new(&bins.ctr)
+        .arg("--address")
+        .arg(node.layout.containerd_socket())
+        .arg("events")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("ctr events");
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let deleted = Instant::now();
     pods.delete("shakedown-sigterm", &DeleteParams::default()).await.unwrap();
     // The Machine is held until shakedown says it got the signal: the crash step is still
@@ -623,7 +649,6 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
         assert!(deleted.elapsed() < Duration::from_secs(grace), "the pod was not gone within its grace period ({grace}s)");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    watcher.abort();
     let objects_gone = match objects_gone {
         Some(t) => t,
         None => panic!(
@@ -639,8 +664,16 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
         objects_gone.as_secs_f64(),
         pod_gone.as_secs_f64()
     );
-    let codes: Vec<i32> = states.lock().unwrap().iter().filter_map(exit_code).collect();
-    assert_eq!(codes.last(), Some(&130), "shakedown exited 130 (interrupted) on SIGTERM; states seen: {codes:?}");
+    events.start_kill().unwrap();
+    let said = tokio::time::timeout(Duration::from_secs(10), events.wait_with_output()).await.expect("ctr events ended").unwrap();
+    let said = String::from_utf8_lossy(&said.stdout).to_string();
+    let exit = said
+        .lines()
+        .filter(|l| l.contains("/tasks/exit"))
+        .filter_map(|l| serde_json::from_str::<Value>(&l[l.find('{')?..]).ok())
+        .find(|v| v["container_id"] == container_id.as_str())
+        .and_then(|v| v["exit_status"].as_i64());
+    assert_eq!(exit, Some(130), "shakedown exited 130 (interrupted) on SIGTERM; containerd's events:\n{said}");
     assert!(
         logs_after.contains("cut short after 1 step") && logs_after.contains("(interrupted)"),
         "the soak finished the crash step and cut its seed short there: {logs_after}"
