@@ -12,8 +12,11 @@
 //!   pods without JOB_COMPLETION_INDEX. The Indexed Job's pods are run as one Job per index
 //!   instead, each pod template the manifest's with JOB_COMPLETION_INDEX set (first, as the Job
 //!   controller of 1.22+ sets it), one after the other (the manifest's parallelism: 1).
+//!
+//! And ci/k8s-app (`--target app` in a pod) against the test application of tests/app_common.
 #![allow(clippy::await_holding_lock, reason = "a std Mutex serializes the tests that share the machine: held across awaits on purpose")]
 
+mod app_common;
 mod kube_common;
 
 use std::collections::BTreeMap;
@@ -166,8 +169,8 @@ fn set_arg(container: &mut Value, flag: &str, value: &str) {
 
 /// The host directory of a claim's volume (the hostPath provisioner's, inside the node's mount
 /// namespace a bind of a directory of the node's own).
-async fn claim_dir(client: &Client, node: &Node, claim: &str) -> PathBuf {
-    let pvc: PersistentVolumeClaim = Api::namespaced(client.clone(), NS).get(claim).await.unwrap();
+async fn claim_dir(client: &Client, node: &Node, ns: &str, claim: &str) -> PathBuf {
+    let pvc: PersistentVolumeClaim = Api::namespaced(client.clone(), ns).get(claim).await.unwrap();
     let pv_name = pvc.spec.and_then(|s| s.volume_name).unwrap_or_else(|| panic!("claim {claim} is bound"));
     let pv: PersistentVolume = Api::all(client.clone()).get(&pv_name).await.unwrap();
     let path = pv.spec.and_then(|s| s.host_path).map(|h| h.path).unwrap_or_else(|| panic!("{pv_name} is a hostPath volume"));
@@ -266,9 +269,9 @@ fn watch_process(cgroup_root: String, verb: &'static str, bound: Duration) -> to
 }
 
 /// Waits (bounded) for a Job to finish; panics with its pods' logs when it failed.
-async fn job_finished(client: &Client, name: &str, bound: Duration) -> (Pod, String) {
-    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+async fn job_finished(client: &Client, ns: &str, name: &str, bound: Duration) -> (Pod, String) {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let deadline = Instant::now() + bound;
     loop {
         let job = jobs.get(name).await.unwrap();
@@ -322,10 +325,9 @@ fn status_code<T: std::fmt::Debug>(r: &Result<T, kube::Error>) -> u16 {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let t_test = Instant::now();
+/// A node with shakedown's image loaded: built by scripts/build-image.sh from this build's
+/// binary (the one the node's helpers run too), imported into the node's containerd.
+async fn node_with_image(run_prefix: &str) -> (tempfile::TempDir, NodeBinaries, Node) {
     let bins = NodeBinaries::find().unwrap_or_else(|e| panic!("the node's binaries: {e}"));
     let work = tempfile::Builder::new().prefix("shakedown-in-cluster-").tempdir().unwrap();
 
@@ -341,8 +343,8 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
     assert!(built.status.success(), "build-image.sh: {}{}", String::from_utf8_lossy(&built.stdout), String::from_utf8_lossy(&built.stderr));
     let image_build = t0.elapsed();
 
-    let mut node = Node::up(
-        &format!("sd-incluster{}", std::process::id()),
+    let node = Node::up(
+        &format!("{run_prefix}{}", std::process::id()),
         &work.path().join("runs"),
         &bins,
         &NodeOptions { set_kernel_tunables: true },
@@ -360,6 +362,14 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
         image_load.as_secs_f64(),
         node.ready_ms
     );
+    (work, bins, node)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t_test = Instant::now();
+    let (work, bins, mut node) = node_with_image("sd-incluster").await;
 
     // The management cluster: the Cluster API CRDs, an opted-in Cluster c in chaos, the stand-in
     // controllers (this process) driving it.
@@ -457,7 +467,7 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
     let t0 = Instant::now();
     jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.unwrap();
     let seen = watch.await.unwrap().expect("the soak's container process, seen from the host within 120s");
-    let (pod, logs) = job_finished(&client, "shakedown-nightly-manual", Duration::from_secs(300)).await;
+    let (pod, logs) = job_finished(&client, NS, "shakedown-nightly-manual", Duration::from_secs(300)).await;
     let soak_took = t0.elapsed();
     println!("--- the soak pod's log\n{logs}---");
     println!("the container's process (pid {} on the host) as the host sees it: {seen:?}", seen.pid);
@@ -492,7 +502,7 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
 
     // What the soak left on the claim: its directory (soak.jsonl, one line per seed), the run
     // directories, and the JUnit file, written as uid 65532.
-    let nightly = claim_dir(&client, &node, "shakedown-nightly").await;
+    let nightly = claim_dir(&client, &node, NS, "shakedown-nightly").await;
     let junit = std::fs::read_to_string(nightly.join("junit/nightly-soak.xml")).expect("the JUnit file on the claim");
     assert!(junit.contains("<testsuites") && junit.contains("<testcase"), "{junit}");
     let runs: Vec<PathBuf> = std::fs::read_dir(nightly.join("runs")).unwrap().flatten().map(|e| e.path()).collect();
@@ -686,7 +696,7 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
 
     // 4. The Indexed Job's pods (completions 2 here, parallelism 1): one Job per index, seeds
     // 1000 + i of `--seed 1000 --count 1` in partition i/2, each pod's JUnit on the claim.
-    let seeds_dir = claim_dir(&client, &node, "shakedown-seeds").await;
+    let seeds_dir = claim_dir(&client, &node, NS, "shakedown-seeds").await;
     for i in 0..2 {
         let mut job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": format!("shakedown-seeds-{i}")},
             "spec": {"completions": 1, "parallelism": 1, "backoffLimit": 0, "activeDeadlineSeconds": indexed["spec"]["activeDeadlineSeconds"], "template": indexed["spec"]["template"].clone()}});
@@ -702,7 +712,7 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
         env.insert(0, json!({"name": "JOB_COMPLETION_INDEX", "value": i.to_string()}));
         let t0 = Instant::now();
         jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.unwrap();
-        let (pod, logs) = job_finished(&client, &format!("shakedown-seeds-{i}"), Duration::from_secs(300)).await;
+        let (pod, logs) = job_finished(&client, NS, &format!("shakedown-seeds-{i}"), Duration::from_secs(300)).await;
         println!("--- index {i}: seed {} in {:.1}s\n{logs}---", 1000 + i, t0.elapsed().as_secs_f64());
         assert_eq!(exit_code(&pod), Some(0));
         let xml = std::fs::read_to_string(seeds_dir.join(format!("junit/seeds-1000-{i}.xml"))).expect("the pod's JUnit file on the claim");
@@ -715,4 +725,163 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
     let left = node.teardown();
     assert!(left.is_empty(), "the node left {left:?}");
     println!("in-cluster test: {:.0}s in all", t_test.elapsed().as_secs_f64());
+}
+
+/// The app profile of the test application (tests/app_common: etcd 3.5 as a StatefulSet and
+/// its operator), as tests/app_target.rs has it, without the backup and restore templates (their
+/// custom resources are not in ci/k8s-app's Role).
+const APP_PROFILE: &str = r#"
+namespace = "app"
+statefulset = "etcd"
+claim = "data"
+operator = "etcd-operator"
+op_timeout = "180s"
+
+[data]
+selector = "app=etcd"
+write = ["sh", "-c", "etcdctl --endpoints=$ENDPOINTS --command-timeout=5s put {key} {value}"]
+read = ["sh", "-c", "out=$(etcdctl --endpoints=$ENDPOINTS --command-timeout=5s get --prefix {prefix}) && { [ -z \"$out\" ] || printf '%s\\n' \"$out\" | paste -d ' ' - -; }"]
+interval = "100ms"
+writers = 2
+
+[[probes]]
+name = "every member healthy"
+selector = "app=etcd"
+command = ["sh", "-c", "etcdctl --endpoints=$ENDPOINTS --command-timeout=3s endpoint health"]
+
+[[probes]]
+name = "the client Service answers"
+http = { service = "etcd", port = "client", path = "/health", contains = "true" }
+
+[[probes]]
+name = "the operator is available"
+object = { api_version = "apps/v1", kind = "Deployment", name = "etcd-operator", field = "status.conditions[Available].status", equals = "True" }
+
+[pod_kill_selected]
+selector = "app=etcd"
+percent = 50
+"#;
+
+/// The plan profile of the app Job: the namespaced ops of ci/k8s-app's Role.
+const APP_PLAN: &str = r#"
+name = "in-cluster-app"
+versions = ["3.5"]
+steps = 4
+members = 3
+sites = 1
+stack = "app"
+ops = ["pod-kill", "pod-kill-selected", "operator-restart", "pvc-loss"]
+invariants = ["leaks", "app-ready", "app-durability", "app-linearizability"]
+
+[timeouts]
+converge = "60s"
+liveness = "90s"
+op = "240s"
+"#;
+
+/// ci/k8s-app (`--target app` in a pod) on the node against the test application: the Job's
+/// pod runs as uid 65532 with a read-only root, its run passes with the ServiceAccount's own
+/// rights (namespaced Role, the Namespace readable by name), the JUnit file lands on the claim,
+/// and the token is refused outside them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ci_k8s_app_job_runs_the_app_target_as_a_restricted_pod_on_the_node() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t_test = Instant::now();
+    let (work, _bins, mut node) = node_with_image("sd-inclapp").await;
+    let client = node.client().await.unwrap();
+    let app_ns = app_common::NS;
+    app_common::deploy(&client, &work.path().join("backups")).await;
+    let operator = app_common::start_operator(client.clone(), None);
+    app_common::settled(&client, Duration::from_secs(180)).await;
+
+    // ci/k8s-app rendered with its values (←) set for namespace `app`.
+    let k8s = work.path().join("ci-k8s-app");
+    std::fs::create_dir(&k8s).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("ci/k8s-app");
+    for e in std::fs::read_dir(&src).unwrap().flatten() {
+        std::fs::copy(e.path(), k8s.join(e.file_name())).unwrap();
+    }
+    let kz = std::fs::read_to_string(src.join("kustomization.yaml"))
+        .unwrap()
+        .replace("namespace: my-db", &format!("namespace: {app_ns}"))
+        .replace("profile=app-smoke", "profile=/etc/shakedown/profile.toml")
+        .replace("  - app-profile.toml", "  - app-profile.toml\n  - profile.toml");
+    assert!(!kz.contains("my-db"), "every value of kustomization.yaml was set:\n{kz}");
+    std::fs::write(k8s.join("kustomization.yaml"), kz).unwrap();
+    std::fs::write(
+        k8s.join("namespace-name.patch"),
+        std::fs::read_to_string(src.join("namespace-name.patch")).unwrap().replace("[my-db]", &format!("[{app_ns}]")),
+    )
+    .unwrap();
+    std::fs::write(k8s.join("app-profile.toml"), APP_PROFILE).unwrap();
+    std::fs::write(k8s.join("profile.toml"), APP_PLAN).unwrap();
+    let rendered = std::process::Command::new("kubectl").arg("kustomize").arg(&k8s).output().expect("kubectl");
+    assert!(rendered.status.success(), "kubectl kustomize: {}", String::from_utf8_lossy(&rendered.stderr));
+    let mut job = Value::Null;
+    for v in serde_saphyr::from_multiple::<Value>(&String::from_utf8(rendered.stdout).unwrap()).unwrap() {
+        if v["kind"] == "Job" {
+            job = v;
+            continue;
+        }
+        let (av, kind) = (v["apiVersion"].as_str().unwrap().to_string(), v["kind"].as_str().unwrap().to_string());
+        let (g, ver) = av.rsplit_once('/').unwrap_or(("", av.as_str()));
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(g, ver, &kind));
+        let api = match v["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar),
+            None => Api::<DynamicObject>::all_with(client.clone(), &ar),
+        };
+        api.create(&PostParams::default(), &serde_json::from_value(v.clone()).unwrap()).await.unwrap_or_else(|e| panic!("{kind}: {e}"));
+        if kind == "ClusterRole" {
+            assert_eq!(v["rules"][0]["resourceNames"], json!([app_ns]));
+        }
+    }
+    until("the ServiceAccount's token", Duration::from_secs(30), || {
+        let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), app_ns);
+        async move { sa.get("shakedown-app").await.ok().filter(|s| s.secrets.as_ref().is_some_and(|v| !v.is_empty())) }
+    })
+    .await;
+    let c = &mut job["spec"]["template"]["spec"]["containers"][0];
+    c["imagePullPolicy"] = json!("Never");
+    set_arg(c, "--count", "1");
+    let watch = watch_process(node.layout.cgroup_root.clone(), "run", Duration::from_secs(120));
+    let t0 = Instant::now();
+    Api::<Job>::namespaced(client.clone(), app_ns).create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.unwrap();
+    let seen = watch.await.unwrap().expect("the run's container process, seen from the host within 120s");
+    let (pod, logs) = job_finished(&client, app_ns, "shakedown-app", Duration::from_secs(600)).await;
+    println!("--- the app Job's pod log ({:.1}s)\n{logs}---", t0.elapsed().as_secs_f64());
+    assert_eq!(exit_code(&pod), Some(0), "the run passed");
+    assert!(logs.contains("PASS: seed 1000"), "{logs}");
+    assert!(!logs.contains("forbidden") && !logs.contains("Forbidden"), "every request of the run was allowed: {logs}");
+    assert_eq!(seen.uid, "65532 65532 65532 65532");
+    assert_eq!(seen.cap_eff, "0000000000000000");
+    assert!(seen.root_write.contains("Read-only file system"), "{}", seen.root_write);
+    let claim = claim_dir(&client, &node, app_ns, "shakedown-app").await;
+    let xml = std::fs::read_to_string(claim.join("junit/app-1000.xml")).expect("the JUnit file on the claim");
+    assert!(xml.contains("seed 1000"), "{xml}");
+
+    // The token may not act outside the namespace's application objects.
+    let sa = token_client(&node, seen.token.trim()).await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(sa.clone());
+    assert_eq!(status_code(&namespaces.get(app_ns).await), 200, "the token reads its namespace (the opt-in)");
+    assert_eq!(status_code(&namespaces.get("default").await), 403, "no other namespace");
+    assert_eq!(status_code(&namespaces.delete(app_ns, &DeleteParams::default()).await), 403, "deleting the namespace is refused");
+    assert_eq!(status_code(&Api::<Secret>::namespaced(sa.clone(), app_ns).list(&ListParams::default()).await), 403, "Secrets are refused");
+    assert_eq!(
+        status_code(&Api::<Pod>::namespaced(sa.clone(), "default").list(&ListParams::default()).await),
+        403,
+        "pods of another namespace"
+    );
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(sa.clone());
+    let patch = Patch::Merge(json!({"spec": {"unschedulable": true}}));
+    assert_eq!(
+        status_code(&nodes.patch(&node.layout.node_name, &PatchParams::default(), &patch).await),
+        403,
+        "cordoning the node is refused"
+    );
+    assert!(run_configmaps(&client).await.is_empty(), "the run's ConfigMap was removed");
+
+    operator.abort();
+    let left = node.teardown();
+    assert!(left.is_empty(), "the node left {left:?}");
+    println!("in-cluster app test: {:.0}s in all", t_test.elapsed().as_secs_f64());
 }
