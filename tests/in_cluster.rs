@@ -561,9 +561,11 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
     assert_eq!(status_code(&other.list(&ListParams::default()).await), 403, "Clusters of another namespace are refused");
     assert!(Api::<Secret>::all(client.clone()).list(&ListParams::default()).await.is_ok(), "(the admin may: the 403s are RBAC's)");
 
-    // 3. SIGTERM: the same pod, started as a pod of its own (a Job would replace a deleted pod
-    // with a new run), its soak from a seed that starts with a crash; deleted while the crash
-    // waits for its Machine (held by a finalizer, as a provider's is while it deletes the VM).
+    // 3. SIGTERM, twice: the soak's pod from a seed that starts with a crash, stopped while the
+    // crash waits for its Machine (held by a finalizer, as a provider's is while it deletes the
+    // VM) — first a pod of its own, deleted (a Job's deleted pod would be replaced at once by a
+    // new run: docs/kube-target.md), then a Job of the jobTemplate, the Job deleted (what the
+    // docs say to do: its pod gets the SIGTERM, and nothing replaces it).
     let profile_file = work.path().join("profile.toml");
     std::fs::write(&profile_file, PROFILE).unwrap();
     let crash_first = seed_in(&profile_file, &["restart"], "crash(");
@@ -580,119 +582,145 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
             }
         }
     };
-    let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "shakedown-sigterm", "labels": {"app": "shakedown-sigterm"}}, "spec": template["spec"].clone()});
-    let container = &mut pod["spec"]["containers"][0];
-    set_arg(container, "--for", "10m");
-    set_arg(container, "--seed", &crash_first.to_string());
-    set_arg(container, "--junit", "/var/lib/shakedown/junit/sigterm-soak.xml");
-    let grace = pod["spec"]["terminationGracePeriodSeconds"].as_u64().expect("the manifest's grace period");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    hold_all(true).await;
-    pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
-    let api_kcp: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &capi("KubeadmControlPlane", CapiVersion::V1Beta2));
-    until("the KubeadmControlPlane paused by the pod's run", Duration::from_secs(120), || {
-        let api = api_kcp.clone();
-        async move { api.get("c-cp").await.ok().filter(|k| k.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(PAUSED_BY))) }
-    })
-    .await;
-    until("the crash deleting a Machine", Duration::from_secs(60), || {
-        let machines = machines.clone();
-        async move { machines.list(&Default::default()).await.ok()?.items.into_iter().find(|m| m.metadata.deletion_timestamp.is_some()) }
-    })
-    .await;
-    let cm_during = run_configmaps(&client).await;
-    assert_eq!(cm_during.len(), 1, "the run's ConfigMap while it runs: {cm_during:?}");
-    // The kubelet reports the running container's id a moment after it started.
-    let (uid, container_id) = until("the container's id in the pod's status", Duration::from_secs(30), || {
-        let pods = pods.clone();
-        async move {
-            let p = pods.get("shakedown-sigterm").await.ok()?;
-            let id = p.status?.container_statuses?.first()?.container_id.clone()?;
-            Some((p.metadata.uid?, id.strip_prefix("containerd://")?.to_string()))
+    for stop in ["pod", "job"] {
+        let mut tpl = template.clone();
+        let container = &mut tpl["spec"]["containers"][0];
+        set_arg(container, "--for", "10m");
+        set_arg(container, "--seed", &crash_first.to_string());
+        set_arg(container, "--junit", &format!("/var/lib/shakedown/junit/sigterm-{stop}.xml"));
+        let grace = tpl["spec"]["terminationGracePeriodSeconds"].as_u64().expect("the manifest's grace period");
+        let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+        let selector = format!("shakedown-stop={stop}");
+        tpl["metadata"] = json!({"labels": {"shakedown-stop": stop}});
+        hold_all(true).await;
+        if stop == "pod" {
+            let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "shakedown-sigterm", "labels": {"shakedown-stop": stop}}, "spec": tpl["spec"].clone()});
+            pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+        } else {
+            let mut spec = cronjob["spec"]["jobTemplate"]["spec"].clone();
+            spec["template"] = tpl.clone();
+            let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "shakedown-stop"}, "spec": spec});
+            jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.unwrap();
         }
-    })
-    .await;
-    let log_file = node.layout.host_path_dir("/var/log/pods").join(format!("{NS}_shakedown-sigterm_{uid}/shakedown/0.log"));
-    // The container's exit status, from containerd's own task events (kubelet 1.20 removes the
-    // container of a deleted pod at once and reports it as waiting, not terminated).
-    let mut events = tokio::process::Command::new(&bins.ctr)
-        .arg("--address")
-        .arg(node.layout.containerd_socket())
-        .arg("events")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("ctr events");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let deleted = Instant::now();
-    pods.delete("shakedown-sigterm", &DeleteParams::default()).await.unwrap();
-    // The Machine is held until shakedown says it got the signal: the crash step is still
-    // running then (the KubeadmControlPlane paused by it), whatever the kubelet's delay.
-    until("shakedown told of SIGTERM (its log)", Duration::from_secs(60), || {
-        let f = log_file.clone();
-        async move { std::fs::read_to_string(f).ok().filter(|l| l.contains("stopping after the current step")) }
-    })
-    .await;
-    let signalled = deleted.elapsed();
-    let ann = kcp_annotations(&client).await;
-    assert!(ann.contains_key(PAUSED_BY), "the signal came while the crash step ran: {ann:?}");
-    hold_all(false).await;
-    let mut logs_after = String::new();
-    let mut objects_gone = None;
-    let pod_gone = loop {
-        let left = run_configmaps(&client).await;
-        let ann = kcp_annotations(&client).await;
-        if objects_gone.is_none() && left.is_empty() && !ann.contains_key(CAPI_PAUSED) && !ann.contains_key(PAUSED_BY) {
-            objects_gone = Some(deleted.elapsed());
-        }
-        match pods.get_opt("shakedown-sigterm").await.unwrap() {
-            // The container's log as the kubelet writes it (CRI format), read from the host
-            // until the pod is gone: the API stops serving it once the container is removed.
-            Some(_) => {
-                if let Ok(l) = std::fs::read_to_string(&log_file) {
-                    logs_after = l;
-                }
+        let api_kcp: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &capi("KubeadmControlPlane", CapiVersion::V1Beta2));
+        until("the KubeadmControlPlane paused by the pod's run", Duration::from_secs(120), || {
+            let api = api_kcp.clone();
+            async move { api.get("c-cp").await.ok().filter(|k| k.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(PAUSED_BY))) }
+        })
+        .await;
+        until("the crash deleting a Machine", Duration::from_secs(60), || {
+            let machines = machines.clone();
+            async move { machines.list(&Default::default()).await.ok()?.items.into_iter().find(|m| m.metadata.deletion_timestamp.is_some()) }
+        })
+        .await;
+        let cm_during = run_configmaps(&client).await;
+        assert_eq!(cm_during.len(), 1, "the run's ConfigMap while it runs: {cm_during:?}");
+        // The kubelet reports the running container's id a moment after it started.
+        let (pod_name, uid, container_id) = until("the container's id in the pod's status", Duration::from_secs(30), || {
+            let (pods, selector) = (pods.clone(), selector.clone());
+            async move {
+                let p = pods.list(&ListParams::default().labels(&selector)).await.ok()?.items.into_iter().next()?;
+                let id = p.status?.container_statuses?.first()?.container_id.clone()?;
+                Some((p.metadata.name?, p.metadata.uid?, id.strip_prefix("containerd://")?.to_string()))
             }
-            None => break deleted.elapsed(),
+        })
+        .await;
+        let log_file = node.layout.host_path_dir("/var/log/pods").join(format!("{NS}_{pod_name}_{uid}/shakedown/0.log"));
+        // The container's exit status, from containerd's own task events (kubelet 1.20 removes the
+        // container of a deleted pod at once and reports it as waiting, not terminated).
+        let mut events = tokio::process::Command::new(&bins.ctr)
+            .arg("--address")
+            .arg(node.layout.containerd_socket())
+            .arg("events")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("ctr events");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let deleted = Instant::now();
+        let deleted_at = std::time::SystemTime::now();
+        if stop == "pod" {
+            pods.delete(&pod_name, &DeleteParams::default()).await.unwrap();
+        } else {
+            // `kubectl delete job`: background propagation, the garbage collector deletes the pod.
+            jobs.delete("shakedown-stop", &DeleteParams::background()).await.unwrap();
         }
-        assert!(deleted.elapsed() < Duration::from_secs(grace), "the pod was not gone within its grace period ({grace}s)");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let objects_gone = match objects_gone {
-        Some(t) => t,
-        None => panic!(
-            "the run's objects were still there when its pod was gone: ConfigMaps {:?}, KubeadmControlPlane annotations {:?}",
-            run_configmaps(&client).await,
-            kcp_annotations(&client).await
-        ),
-    };
-    println!("--- the SIGTERM pod's log (last read)\n{logs_after}---");
-    println!(
-        "SIGTERM: pod deleted → the signal in shakedown's log in {:.1}s (the step released then), the run's ConfigMap gone and the KubeadmControlPlane resumed in {:.1}s, the pod gone in {:.1}s (grace period {grace}s)",
-        signalled.as_secs_f64(),
-        objects_gone.as_secs_f64(),
-        pod_gone.as_secs_f64()
-    );
-    events.start_kill().unwrap();
-    let said = tokio::time::timeout(Duration::from_secs(10), events.wait_with_output()).await.expect("ctr events ended").unwrap();
-    let said = String::from_utf8_lossy(&said.stdout).to_string();
-    let exit = said
-        .lines()
-        .filter(|l| l.contains("/tasks/exit"))
-        .filter_map(|l| serde_json::from_str::<Value>(&l[l.find('{')?..]).ok())
-        .find(|v| v["container_id"] == container_id.as_str())
-        .and_then(|v| v["exit_status"].as_i64());
-    assert_eq!(exit, Some(130), "shakedown exited 130 (interrupted) on SIGTERM; containerd's events:\n{said}");
-    assert!(
-        logs_after.contains("cut short after 1 step") && logs_after.contains("(interrupted)"),
-        "the soak finished the crash step and cut its seed short there: {logs_after}"
-    );
-    assert!(pod_gone < Duration::from_secs(120), "exited on its own, long before the grace period: {pod_gone:?}");
-    assert!(run_configmaps(&client).await.is_empty(), "nothing of the run is left");
-    let ann = kcp_annotations(&client).await;
-    assert!(!ann.contains_key(CAPI_PAUSED) && !ann.contains_key(PAUSED_BY), "the KubeadmControlPlane resumed: {ann:?}");
-    settled(&client).await;
+        // The Machine is held until shakedown says it got the signal: the crash step is still
+        // running then (the KubeadmControlPlane paused by it), whatever the kubelet's delay.
+        until("shakedown told of SIGTERM (its log)", Duration::from_secs(60), || {
+            let f = log_file.clone();
+            async move { std::fs::read_to_string(f).ok().filter(|l| l.contains("stopping after the current step")) }
+        })
+        .await;
+        let signalled = deleted.elapsed();
+        let ann = kcp_annotations(&client).await;
+        assert!(ann.contains_key(PAUSED_BY), "the signal came while the crash step ran: {ann:?}");
+        hold_all(false).await;
+        let mut logs_after = String::new();
+        let mut names = std::collections::BTreeSet::new();
+        let mut objects_gone = None;
+        let pod_gone = loop {
+            let left = run_configmaps(&client).await;
+            let ann = kcp_annotations(&client).await;
+            if objects_gone.is_none() && left.is_empty() && !ann.contains_key(CAPI_PAUSED) && !ann.contains_key(PAUSED_BY) {
+                objects_gone = Some(deleted.elapsed());
+            }
+            let now = pods.list(&ListParams::default().labels(&selector)).await.unwrap().items;
+            names.extend(now.iter().filter_map(|p| p.metadata.name.clone()));
+            match now.is_empty() {
+                // The container's log as the kubelet writes it (CRI format), read from the host
+                // until the pod is gone: the API stops serving it once the container is removed.
+                false => {
+                    if let Ok(l) = std::fs::read_to_string(&log_file) {
+                        logs_after = l;
+                    }
+                }
+                true => break deleted.elapsed(),
+            }
+            assert!(deleted.elapsed() < Duration::from_secs(grace), "the pod was not gone within its grace period ({grace}s)");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let objects_gone = match objects_gone {
+            Some(t) => t,
+            None => panic!(
+                "the run's objects were still there when its pod was gone: ConfigMaps {:?}, KubeadmControlPlane annotations {:?}",
+                run_configmaps(&client).await,
+                kcp_annotations(&client).await
+            ),
+        };
+        println!("--- the SIGTERM pod's log (last read; {stop} deleted)\n{logs_after}---");
+        println!(
+            "SIGTERM ({stop} deleted): deletion → the signal in shakedown's log in {:.1}s (the step released then), the run's ConfigMap gone and the KubeadmControlPlane resumed in {:.1}s, the pod gone in {:.1}s (grace period {grace}s)",
+            signalled.as_secs_f64(),
+            objects_gone.as_secs_f64(),
+            pod_gone.as_secs_f64()
+        );
+        events.start_kill().unwrap();
+        let said = tokio::time::timeout(Duration::from_secs(10), events.wait_with_output()).await.expect("ctr events ended").unwrap();
+        let said = String::from_utf8_lossy(&said.stdout).to_string();
+        let exited = said
+            .lines()
+            .filter(|l| l.contains("/tasks/exit"))
+            .filter_map(|l| serde_json::from_str::<Value>(&l[l.find('{')?..]).ok())
+            .find(|v| v["container_id"] == container_id.as_str())
+            .unwrap_or_else(|| panic!("no exit of the container in containerd's events:\n{said}"));
+        assert_eq!(exited["exit_status"], 130, "shakedown exited 130 (interrupted) on SIGTERM: {exited}");
+        let exited_at = humantime::parse_rfc3339(exited["exited_at"].as_str().unwrap()).unwrap();
+        let exited_after = exited_at.duration_since(deleted_at).unwrap_or_default();
+        println!("SIGTERM ({stop} deleted): the container exited (130) {:.1}s after the deletion", exited_after.as_secs_f64());
+        // On its own, long before the grace period (then the kubelet would SIGKILL it: 137).
+        assert!(exited_after < Duration::from_secs(60), "{exited_after:?}");
+        assert!(
+            logs_after.contains("cut short after 1 step") && logs_after.contains("(interrupted)"),
+            "the soak finished the crash step and cut its seed short there: {logs_after}"
+        );
+        assert!(run_configmaps(&client).await.is_empty(), "nothing of the run is left");
+        let ann = kcp_annotations(&client).await;
+        assert!(!ann.contains_key(CAPI_PAUSED) && !ann.contains_key(PAUSED_BY), "the KubeadmControlPlane resumed: {ann:?}");
+        assert_eq!(names.len(), 1, "no pod replaced the stopped one: {names:?}");
+        settled(&client).await;
+    }
 
     // 4. The Indexed Job's pods (completions 2 here, parallelism 1): one Job per index, seeds
     // 1000 + i of `--seed 1000 --count 1` in partition i/2, each pod's JUnit on the claim.
