@@ -187,7 +187,8 @@ pub enum Command {
     /// JUnit file (a case per seed) and one HTML index linking every seed's report; read from the
     /// soak directories, nothing run again. Exit code: what the seeds came to, as for `soak`.
     Merge {
-        /// Soak directories (`shakedown-runs/soak-*`), each with its `soak.jsonl`.
+        /// Soak directories (`shakedown-runs/soak-*`), each with its `soak.jsonl`, or directories
+        /// holding them (a soak farm's claim: every soak up to 3 levels below is merged).
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
         /// Where the merged report.html and junit.xml go (created if missing).
@@ -310,6 +311,12 @@ pub enum NodeAction {
         /// refused (exit 4) with the command that sets them.
         #[arg(long)]
         set_kernel_tunables: bool,
+        /// Worker nodes beside the control-plane node, each a kubelet and a containerd of its
+        /// own (its Node named `<node>-wN`), so that a drained or tainted node's pods are
+        /// rescheduled elsewhere. They share the node's network namespace and pod network; a
+        /// claim's volume is reachable from every node. 0 to 8.
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=8))]
+        workers: u8,
     },
     /// Show the running node: Ready, pods, memory.
     Status {

@@ -174,7 +174,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     // The host's network, compared after the node's teardown: every run of the app target
     // below (partitions, policies, pod kills, drains) happened inside the node's namespace.
     let net_before = hostnet::snapshot();
-    let tunables = NodeOptions { set_kernel_tunables: true };
+    let tunables = NodeOptions { set_kernel_tunables: true, workers: 0 };
     let mut node = Node::up(&format!("sd-apptest{}", std::process::id()), dir.path(), &bins, &tunables)
         .await
         .unwrap_or_else(|e| panic!("node up: {e}"));
@@ -1029,7 +1029,7 @@ async fn the_reference_database_fails_over_and_restores_to_a_point_in_time_under
     assert!(built.status.success(), "{}{}", String::from_utf8_lossy(&built.stdout), String::from_utf8_lossy(&built.stderr));
     let dir = tempfile::tempdir().unwrap();
     let net_before = hostnet::snapshot();
-    let tunables = NodeOptions { set_kernel_tunables: true };
+    let tunables = NodeOptions { set_kernel_tunables: true, workers: 0 };
     let mut node = Node::up(&format!("sd-pgtest{}", std::process::id()), dir.path(), &bins, &tunables)
         .await
         .unwrap_or_else(|e| panic!("node up: {e}"));
@@ -1164,4 +1164,79 @@ async fn the_reference_database_fails_over_and_restores_to_a_point_in_time_under
     let left = node.teardown();
     assert!(left.is_empty(), "left behind: {left}");
     hostnet::assert_same(&net_before, &hostnet::snapshot(), "by the reference application's runs and the node's teardown");
+}
+
+/// With a worker node beside the control-plane node (`node up --workers 1`), a drain has
+/// somewhere to send the pods: the drain holds the node cordoned until each evicted web replica's
+/// replacement is scheduled on the other node, every step's checks (app-ready: all three Ready)
+/// pass, and the event log names where each went. The node's teardown leaves nothing of either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_nodes_replicas_are_rescheduled_on_the_worker_node() {
+    let bins = NodeBinaries::find().unwrap_or_else(|e| panic!("the node's binaries: {e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let net_before = hostnet::snapshot();
+    let opts = NodeOptions { set_kernel_tunables: true, workers: 1 };
+    let mut node =
+        Node::up(&format!("sd-wdrain{}", std::process::id()), dir.path(), &bins, &opts).await.unwrap_or_else(|e| panic!("node up: {e}"));
+    let client = node.client().await.unwrap();
+    let nodes: Api<KubeNode> = Api::all(client.clone());
+    let names: Vec<String> = nodes.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|n| n.metadata.name).collect();
+    assert_eq!(names.len(), 2, "the node and its worker registered: {names:?}");
+    for n in &names {
+        let opt_in = serde_json::json!({"metadata": {"annotations": {shakedown::k8s::OPT_IN: "true"}}});
+        nodes.patch(n, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(opt_in)).await.unwrap();
+    }
+    web::deploy(&client).await;
+    let files = dir.path().join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    let _keep = common::KeepOnFailure::new(files.clone(), format!("worker-drain-{}", std::process::id()));
+    // kubelet 1.20 takes 7-17 s here to remove an evicted pod (its grace period is 1 s), more
+    // when the machine is busy: the drain's bound is 120 s rather than the profile's 30 s.
+    std::fs::write(files.join("web.toml"), web::PROFILE.replace("op_timeout = \"30s\"", "op_timeout = \"120s\"")).unwrap();
+    let web_app = files.join("web.toml").display().to_string();
+    let p = files.join("drain.toml");
+    std::fs::write(&p, profile("worker-drain", &["node-drain"], 3).replace(", \"app-durability\", \"app-linearizability\"", "")).unwrap();
+    passes_checked(
+        &[
+            "--kubeconfig",
+            &node.kubeconfig.display().to_string(),
+            "--app-profile",
+            &web_app,
+            "--profile",
+            &p.display().to_string(),
+            "--seed",
+            "1",
+        ],
+        3,
+        &files,
+        "three drains with a worker node",
+    );
+    let events: Vec<serde_json::Value> = last_run_events(&files).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let drained: Vec<&serde_json::Value> = events.iter().filter(|e| e["kind"] == "app-drained").collect();
+    let drains: Vec<&serde_json::Value> = events.iter().filter(|e| e["kind"] == "app-drain").collect();
+    assert_eq!(drained.len(), 3, "three drains: {events:?}");
+    let mut moved = 0;
+    for (drain, done) in drains.iter().zip(&drained) {
+        let from = done["detail"]["node"].as_str().unwrap();
+        let rescheduled = &done["detail"]["rescheduled"];
+        assert!(rescheduled["nowhere"].is_null(), "the worker was there to take the pods: {done}");
+        assert_eq!(rescheduled["unscheduled"], serde_json::json!([]), "every replacement scheduled: {done}");
+        let evicted: Vec<&str> = drain["detail"]["evictable"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+        for pod in evicted.iter().filter(|p| p.starts_with("web/")) {
+            let to = rescheduled["pods"][*pod].as_str().unwrap_or_else(|| panic!("{pod} replaced: {done}"));
+            assert_ne!(to, from, "{pod} rescheduled off the drained node: {done}");
+            assert!(names.iter().any(|n| n == to), "{pod} on a node of the cluster: {to}");
+            moved += 1;
+        }
+    }
+    assert!(moved > 0, "the drains evicted web replicas: {drains:?}");
+    eprintln!("{moved} web replicas rescheduled onto the other node across 3 drains");
+    // Ready where they went (the last step's app-ready said so; seen here as well).
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), web::NS);
+    let ready =
+        pods.list(&ListParams::default()).await.unwrap().items.iter().filter(|p| shakedown::targets::app::data::is_ready(p)).count();
+    assert_eq!(ready, 3, "three web replicas Ready after the drains");
+    let left = node.teardown();
+    assert!(left.is_empty(), "the node and its worker left: {left}");
+    hostnet::assert_same(&net_before, &hostnet::snapshot(), "by the drains and the teardown of a node with a worker");
 }

@@ -392,7 +392,8 @@ async fn conditions_in_both_api_versions_and_ci_manifests_on_the_apiserver() {
     namespace(&client, "velero").await;
     let k8s = tempfile::Builder::new().prefix("shakedown-ci-k8s-").tempdir().unwrap();
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ci/k8s");
-    for e in std::fs::read_dir(&src).unwrap().flatten() {
+    // Its files (ci/k8s/farm, a directory, is a kustomization of its own).
+    for e in std::fs::read_dir(&src).unwrap().flatten().filter(|e| e.path().is_file()) {
         std::fs::copy(e.path(), k8s.path().join(e.file_name())).unwrap();
     }
     let kz = std::fs::read_to_string(src.join("kustomization.yaml")).unwrap();
@@ -499,8 +500,11 @@ async fn conditions_in_both_api_versions_and_ci_manifests_on_the_apiserver() {
         assert_eq!(pod["securityContext"]["runAsUser"], 65532, "{kind}");
         assert_eq!(pod["serviceAccountName"], "shakedown");
         let index = (want % 8).to_string();
+        // What the Job controller gives an Indexed Job's pod: the index annotation, and
+        // JOB_COMPLETION_INDEX appended after the container's own env.
         let extra: &[(&str, &str)] = if *kind == "Job" { &[("JOB_COMPLETION_INDEX", &index)] } else { &[] };
-        let (mut argv, penv) = pod_command(&pod["containers"][0], "chaos", &cms, extra);
+        let annotations: &[(&str, &str)] = if *kind == "Job" { &[("batch.kubernetes.io/job-completion-index", &index)] } else { &[] };
+        let (mut argv, penv) = pod_command(&pod["containers"][0], "chaos", &cms, annotations, extra);
         // Shortened to test length: the soak's 8 h to 1 s (its first seed starts, stops after a
         // step, tears down), the Job's 4 seeds to 1, its base seed to one whose plan in partition
         // want % 8 is the seed `want` (a rolling replace and a crash: patches and deletes).
@@ -543,15 +547,18 @@ async fn sa_token(client: &Client, ns: &str, name: &str) -> String {
 }
 
 /// A container's command line and environment as the kubelet makes them: configMapKeyRef and
-/// fieldRef (metadata.namespace) resolved, `$(VAR)` expanded in env values, command and args
-/// with the variables defined before (and `extra`, the ones Kubernetes adds).
+/// fieldRef (metadata.namespace, the pod's `annotations`) resolved, `$(VAR)` expanded in env
+/// values with the variables defined before them, in command and args with all of them;
+/// `appended` are what a controller adds after the container's own env (an Indexed Job's
+/// JOB_COMPLETION_INDEX), so no value of the manifest's env sees them.
 fn pod_command(
     c: &Value,
     ns: &str,
     cms: &BTreeMap<String, BTreeMap<String, String>>,
-    extra: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+    appended: &[(&str, &str)],
 ) -> (Vec<String>, Vec<(String, String)>) {
-    let mut env: Vec<(String, String)> = extra.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let mut env: Vec<(String, String)> = vec![];
     let expand = |s: &str, env: &[(String, String)]| env.iter().fold(s.to_string(), |acc, (k, v)| acc.replace(&format!("$({k})"), v));
     for e in c["env"].as_array().into_iter().flatten() {
         let name = e["name"].as_str().unwrap().to_string();
@@ -563,9 +570,19 @@ fn pod_command(
             (Some(v), _, _) => expand(v, &env),
             (None, Some(r), _) => cms[r["name"].as_str().unwrap()][r["key"].as_str().unwrap()].clone(),
             (None, None, Some("metadata.namespace")) => ns.to_string(),
+            (None, None, Some(p)) if p.starts_with("metadata.annotations['") => {
+                let key = p.trim_start_matches("metadata.annotations['").trim_end_matches("']");
+                annotations.iter().find(|(k, _)| *k == key).map(|(_, v)| v.to_string()).unwrap_or_default()
+            }
             _ => panic!("env {name}: a source this test does not resolve: {e}"),
         };
         env.push((name, value));
+    }
+    // What a controller appends (the kubelet expands a value only from variables before it).
+    for (k, v) in appended {
+        if !env.iter().any(|(n, _)| n == k) {
+            env.push((k.to_string(), v.to_string()));
+        }
     }
     let argv = c["command"]
         .as_array()

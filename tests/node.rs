@@ -29,7 +29,7 @@ mod hostnet;
 
 /// The tests set kubelet's kernel tunables explicitly (a fresh machine's defaults do not suit
 /// it), and check that they are put back.
-const SET_TUNABLES: NodeOptions = NodeOptions { set_kernel_tunables: true };
+const SET_TUNABLES: NodeOptions = NodeOptions { set_kernel_tunables: true, workers: 0 };
 
 /// One node at a time: each takes about 200 MiB and a core for its bring-up.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -465,8 +465,9 @@ fn helper_node_up_and_wait() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let run_id = format!("sd-killed{}", std::process::id());
-        let node =
-            Node::up(&run_id, std::path::Path::new(&dir), &binaries(), &SET_TUNABLES).await.unwrap_or_else(|e| panic!("node up: {e}"));
+        let node = Node::up(&run_id, std::path::Path::new(&dir), &binaries(), &NodeOptions { workers: 1, ..SET_TUNABLES })
+            .await
+            .unwrap_or_else(|e| panic!("node up: {e}"));
         println!("node-up {}", node.layout.dir.display());
         tokio::time::sleep(Duration::from_secs(600)).await;
     });
@@ -475,7 +476,8 @@ fn helper_node_up_and_wait() {
 /// A process that owns a node is killed with SIGKILL (no teardown runs: a test killed mid-way,
 /// a session cut off — what left the bridge that failed a CI run): its node stays on the machine,
 /// and `shakedown reap` finds it through its slot's lock file — the node lived in a temporary
-/// directory, under no runs directory — and removes it, leaving nothing.
+/// directory, under no runs directory — and removes it, leaving nothing. The node has a worker
+/// (`--workers 1`): its kubelet, containerd, mount namespace and cgroups go too.
 #[test]
 fn a_node_whose_owner_was_killed_is_reaped() {
     use std::io::{BufRead, BufReader};
@@ -516,6 +518,11 @@ fn a_node_whose_owner_was_killed_is_reaped() {
     let _ = guard.0.wait();
     let left = cleanup::leftovers(&layout);
     assert!(!left.processes.is_empty(), "a SIGKILL leaves the node running: {left}");
+    let worker = layout.member(1).dir.display().to_string();
+    assert!(
+        ["kubelet", "containerd", "tail"].iter().all(|c| left.processes.iter().any(|(_, cmd)| cmd.contains(c) && cmd.contains(&worker))),
+        "the worker's kubelet, containerd and mount namespace's holder run: {left}"
+    );
     hostnet::assert_same(&net_before, &hostnet::snapshot(), "by a node whose owner was killed");
     let runs = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_shakedown")).args(["reap", "--runs-dir"]).arg(runs.path()).output().unwrap();

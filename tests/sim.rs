@@ -584,6 +584,12 @@ fn merge_sums_the_soaks_of_a_farm_into_one_summary_junit_and_index() {
     for seed in ["seed 40", "seed 41", "seed 42"] {
         assert!(index.contains(seed), "{seed} in the index");
     }
+    // The directory holding both soaks (a farm's claim, merged from a pod without a shell to
+    // expand a glob): the same seeds.
+    let parent = merge(&["merge".to_string(), d.runs.display().to_string(), "--out".into(), d.runs.join("merged-2").display().to_string()]);
+    let said = text(&parent.stdout);
+    assert_eq!(parent.status.code(), Some(1), "{said}{}", text(&parent.stderr));
+    assert!(said.contains(&format!("seeds          {total} (")) && said.contains(" passed, 2 failed, "), "{said}");
     // Not a soak's directory: a usage error naming it.
     let out = merge(&["merge".to_string(), d.seeds.display().to_string()]);
     assert_eq!(out.status.code(), Some(2));

@@ -18,6 +18,8 @@ use crate::targets::TargetKind;
 
 /// The tests that set SHAKEDOWN_* variables take turns (one process under `cargo test`).
 static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The annotation an Indexed Job's controller puts on each pod: its completion index.
+const INDEX_ANNOTATION: &str = "batch.kubernetes.io/job-completion-index";
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("ci/k8s")
@@ -33,6 +35,7 @@ fn manifests() -> Vec<(String, Value)> {
     manifests_in(&dir())
 }
 
+/// Every document of every manifest in `dir` (not its subdirectories, not the kustomization).
 fn manifests_in(dir: &Path) -> Vec<(String, Value)> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
@@ -56,6 +59,7 @@ fn kustomization() -> (String, BTreeMap<String, BTreeMap<String, String>>) {
     kustomization_in(&dir())
 }
 
+/// The namespace and the generated ConfigMaps (name → key → value) of `dir/kustomization.yaml`.
 fn kustomization_in(dir: &Path) -> (String, BTreeMap<String, BTreeMap<String, String>>) {
     let k: Value = serde_saphyr::from_str(&std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap()).unwrap();
     let ns = k["namespace"].as_str().expect("kustomization.yaml sets namespace").to_string();
@@ -256,15 +260,19 @@ pub(crate) fn restricted_violations(pod: &Value, annotations: &Value) -> Vec<Str
 }
 
 /// A container's command line and environment as the kubelet gives them: configMapKeyRef and
-/// fieldRef resolved, `$(VAR)` expanded in values, command and args (only variables defined
-/// earlier in env, or by `extra` — JOB_COMPLETION_INDEX in an Indexed Job's pods).
+/// fieldRef resolved (`annotations`: the pod's), `$(VAR)` expanded in values (only variables
+/// defined earlier in env: the kubelet expands in order) and in command and args (every
+/// variable). `appended` are what a controller adds to the container's env after the
+/// manifest's own — an Indexed Job's controller (1.21+) appends JOB_COMPLETION_INDEX, unless the
+/// container declares it — so a value of the manifest's env never sees them.
 fn resolve(
     c: &Value,
     namespace: &str,
     maps: &BTreeMap<String, BTreeMap<String, String>>,
-    extra: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+    appended: &[(&str, &str)],
 ) -> (Vec<String>, Vec<(String, String)>) {
-    let mut env: Vec<(String, String)> = extra.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let mut env: Vec<(String, String)> = vec![];
     let expand = |s: &str, env: &[(String, String)]| {
         let mut out = s.to_string();
         for (k, v) in env {
@@ -284,10 +292,22 @@ fn resolve(
                 .clone()
         } else if e.pointer("/valueFrom/fieldRef/fieldPath").and_then(Value::as_str) == Some("metadata.namespace") {
             namespace.to_string()
+        } else if let Some(a) = e
+            .pointer("/valueFrom/fieldRef/fieldPath")
+            .and_then(Value::as_str)
+            .and_then(|p| p.strip_prefix("metadata.annotations['")?.strip_suffix("']"))
+        {
+            // A missing annotation is an empty value, as the kubelet gives it.
+            annotations.iter().find(|(k, _)| *k == a).map(|(_, v)| v.to_string()).unwrap_or_default()
         } else {
             panic!("env {name}: a source this test does not resolve: {e}")
         };
         env.push((name, value));
+    }
+    for (k, v) in appended {
+        if !env.iter().any(|(name, _)| name == k) {
+            env.push((k.to_string(), v.to_string()));
+        }
     }
     let argv: Vec<String> = c["command"]
         .as_array()
@@ -366,8 +386,12 @@ fn the_manifests_command_lines_parse_with_their_environment() {
     let mut seen = Vec::new();
     for (what, pod) in pod_templates(&docs) {
         let indexed = what.contains("Job shakedown-seeds");
-        let extra: &[(&str, &str)] = if indexed { &[("JOB_COMPLETION_INDEX", "3")] } else { &[] };
-        let (argv, env) = resolve(&pod["containers"][0], &ns, &maps, extra);
+        // What the Job controller gives pod 3 of an Indexed Job: its annotation, and
+        // JOB_COMPLETION_INDEX appended to the container's env.
+        let none: &[(&str, &str)] = &[];
+        let (annotations, appended) =
+            if indexed { (&[(INDEX_ANNOTATION, "3")][..], &[("JOB_COMPLETION_INDEX", "3")][..]) } else { (none, none) };
+        let (argv, env) = resolve(&pod["containers"][0], &ns, &maps, annotations, appended);
         assert_eq!(argv[0], "/usr/local/bin/shakedown");
         let keys: Vec<String> = std::env::vars().map(|(k, _)| k).filter(|k| k.starts_with("SHAKEDOWN_")).collect();
         for k in &keys {
@@ -444,7 +468,7 @@ fn the_app_job_of_ci_k8s_app_is_restricted_and_its_command_line_parses() {
     );
     let (ns, maps) = kustomization_in(&app_dir());
     assert_eq!(ns, "my-db");
-    let (argv, env) = resolve(c, &ns, &maps, &[]);
+    let (argv, env) = resolve(c, &ns, &maps, &[], &[]);
     let keys: Vec<String> = std::env::vars().map(|(k, _)| k).filter(|k| k.starts_with("SHAKEDOWN_")).collect();
     for k in &keys {
         std::env::remove_var(k);
@@ -470,4 +494,72 @@ fn the_app_job_of_ci_k8s_app_is_restricted_and_its_command_line_parses() {
         }
         _ => panic!("{what}: not run"),
     }
+}
+
+/// The soak farm (ci/k8s/farm): its Job's pod 3 soaks the local target on partition 3 of N (N
+/// the Job's completions, parallelism and maxFailedIndexes alike) from the ConfigMap's base seed,
+/// for the ConfigMap's time, its runs in farm/pod-3 of the claim and its JUnit file in junit/;
+/// the merge Job merges the claim's farm directory into merged/. Its pods are privileged (the
+/// local stack's loop devices, mounts and nftables), in a namespace labelled for that.
+#[test]
+fn the_farm_manifests_command_lines_parse_with_their_environment() {
+    let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    let farm = dir().join("farm");
+    let (ns, maps) = kustomization_in(&farm);
+    let config = &maps["shakedown-farm"];
+    let docs = manifests_in(&farm);
+    let namespace = docs.iter().find(|(_, v)| v["kind"] == "Namespace").expect("the farm's namespace");
+    assert_eq!(namespace.1["metadata"]["name"].as_str(), Some(ns.as_str()));
+    assert_eq!(namespace.1["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "privileged");
+    let job = docs.iter().find(|(_, v)| v["kind"] == "Job" && v["metadata"]["name"] == "shakedown-farm").expect("the farm's Job").1.clone();
+    let n = job["spec"]["completions"].as_u64().unwrap();
+    assert_eq!(job["spec"]["completionMode"], "Indexed");
+    assert_eq!((job["spec"]["parallelism"].as_u64(), job["spec"]["maxFailedIndexes"].as_u64()), (Some(n), Some(n)));
+    assert_eq!(job["spec"]["backoffLimitPerIndex"], 0, "a failed index is not run again");
+    let mut seen = vec![];
+    for (what, pod) in pod_templates(&docs) {
+        let c = &pod["containers"][0];
+        let none: &[(&str, &str)] = &[];
+        let (annotations, appended) = if what.contains("Job shakedown-farm-merge") {
+            (none, none)
+        } else {
+            assert_eq!(c["securityContext"]["privileged"], true, "{what}");
+            (&[(INDEX_ANNOTATION, "3")][..], &[("JOB_COMPLETION_INDEX", "3")][..])
+        };
+        let (argv, env) = resolve(c, &ns, &maps, annotations, appended);
+        let keys: Vec<String> = std::env::vars().map(|(k, _)| k).filter(|k| k.starts_with("SHAKEDOWN_")).collect();
+        for k in &keys {
+            std::env::remove_var(k);
+        }
+        for (k, v) in &env {
+            std::env::set_var(k, v);
+        }
+        let parsed = Cli::try_parse_from(&argv);
+        for (k, _) in &env {
+            std::env::remove_var(k);
+        }
+        let cli = parsed.unwrap_or_else(|e| panic!("{what}: `{}` with {env:?} does not parse: {e}", argv.join(" ")));
+        match cli.command {
+            Command::Soak { kind, duration, partition, junit, profile, opts, .. } => {
+                assert!(matches!(kind, TargetKind::Local), "{what}");
+                assert_eq!(duration, humantime::parse_duration(&config["for"]).unwrap());
+                assert_eq!(partition, Some(Partition { index: 3, of: n }), "SHAKEDOWN_PARTITION's n is the Job's completions");
+                assert_eq!(junit.as_deref(), Some(Path::new("/var/lib/shakedown/junit/farm-3.xml")));
+                assert_eq!(profile, config["profile"]);
+                assert_eq!(opts.runs_dir, Path::new("/var/lib/shakedown/farm/pod-3"));
+                assert_eq!(opts.seeds_dir, Path::new("/var/lib/shakedown/seeds"));
+                let seed = argv.iter().position(|a| a == "--seed").map(|i| argv[i + 1].clone());
+                assert_eq!(seed.as_deref(), Some(config["first-seed"].as_str()));
+                seen.push("soak");
+            }
+            Command::Merge { dirs, out, .. } => {
+                assert_eq!(dirs, [PathBuf::from("/var/lib/shakedown/farm")]);
+                assert_eq!(out, Path::new("/var/lib/shakedown/merged"));
+                seen.push("merge");
+            }
+            _ => panic!("{what}: neither soak nor merge"),
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["merge", "soak"]);
 }

@@ -42,6 +42,50 @@ fn read_soak(dir: &Path) -> Result<Soak, Fatal> {
     Ok(Soak { dir: dir.to_path_buf(), lines })
 }
 
+/// How deep below a directory given to `merge` its soaks are looked for: a soak farm's claim
+/// holds `farm/pod-<i>/soak-<id>/` (no shell in the image to expand a glob).
+const SEARCH_DEPTH: usize = 3;
+
+/// The soak directories `dirs` name: each one holding a `soak.jsonl`, or, for one that does
+/// not, every directory below it (up to [`SEARCH_DEPTH`] levels, in name order) that does. A
+/// directory with neither is a usage error (exit 2), as is one that cannot be read.
+fn soak_dirs(dirs: &[PathBuf]) -> Result<Vec<PathBuf>, Fatal> {
+    fn below(d: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        if d.join("soak.jsonl").is_file() {
+            out.push(d.to_path_buf());
+            return;
+        }
+        if depth == 0 {
+            return;
+        }
+        let Ok(rd) = std::fs::read_dir(d) else { return };
+        let mut subs: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+        subs.sort();
+        for s in subs {
+            below(&s, depth - 1, out);
+        }
+    }
+    let mut out = vec![];
+    for d in dirs {
+        if !d.is_dir() {
+            return Err(Fatal::usage(format!(
+                "{} is not a directory: give soak directories (shakedown-runs/soak-*) or a directory holding them",
+                d.display()
+            )));
+        }
+        let before = out.len();
+        below(d, SEARCH_DEPTH, &mut out);
+        if out.len() == before {
+            return Err(Fatal::usage(format!(
+                "{} is not a soak directory and holds none (no soak.jsonl in it or up to {SEARCH_DEPTH} levels below)",
+                d.display()
+            )));
+        }
+    }
+    out.dedup();
+    Ok(out)
+}
+
 /// The plan a seed ran (`None` when its run directory is gone).
 fn plan_of(line: &SeedLine) -> Option<Plan> {
     toml::from_str(&std::fs::read_to_string(line.run_dir.join("plan.toml")).ok()?).ok()
@@ -53,6 +97,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, junit: Option<&Path>) -> Result<Exit,
     if dirs.is_empty() {
         return Err(Fatal::usage("merge needs at least one soak directory"));
     }
+    let dirs = soak_dirs(dirs)?;
     let soaks = dirs.iter().map(|d| read_soak(d)).collect::<Result<Vec<_>, _>>()?;
     std::fs::create_dir_all(out).map_err(|e| Fatal::usage(format!("cannot create {}: {e}", out.display())))?;
     let mut tally = Tally::default();

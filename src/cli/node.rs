@@ -29,7 +29,7 @@ fn mib(b: u64) -> String {
 
 pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
     match action {
-        NodeAction::Up { runs_dir, set_kernel_tunables } => {
+        NodeAction::Up { runs_dir, set_kernel_tunables, workers } => {
             if let Ok(dir) = current_node(&runs_dir) {
                 if dir.join("node/node.json").exists() {
                     return Err(Fatal::usage(format!("a node is already up in {}: `shakedown node down` first", dir.display())));
@@ -38,7 +38,7 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
             let bins = NodeBinaries::find()?;
             let run_id = new_run_id();
             let run_dir = create_run_dir(&runs_dir, &run_id)?;
-            let node = Node::up(&run_id, &run_dir, &bins, &NodeOptions { set_kernel_tunables })
+            let node = Node::up(&run_id, &run_dir, &bins, &NodeOptions { set_kernel_tunables, workers })
                 .await
                 .map_err(|e| Fatal::environment(format!("cannot bring the node up: {e}")))?;
             std::fs::write(runs_dir.join("current-node"), run_dir.to_string_lossy().as_bytes())
@@ -51,6 +51,15 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
                     node.ready_ms as f64 / 1000.0,
                     bins.version,
                     run_dir.display()
+                ),
+                format!(
+                    "nodes       {}",
+                    node.layout
+                        .members()
+                        .iter()
+                        .map(|m| format!("{} ({}{})", m.node_name, m.ip, if m.index == 0 { ", control plane" } else { "" }))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
                 format!("kubeconfig  {}", node.kubeconfig.display()),
                 format!(
@@ -91,18 +100,22 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
             let layout = current_layout(&runs_dir)?;
             let client = crate::node::admin_client(&layout.admin_kubeconfig()).await.map_err(|e| Fatal::environment(e.to_string()))?;
             let nodes: Api<KNode> = Api::all(client.clone());
-            let ready = match tokio::time::timeout(std::time::Duration::from_secs(10), nodes.get(&layout.node_name)).await {
-                Ok(Ok(n)) => n
-                    .status
-                    .and_then(|s| s.conditions)
-                    .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
-                    .map(|c| c.status == "True")
-                    .unwrap_or(false),
+            let listed = match tokio::time::timeout(std::time::Duration::from_secs(10), nodes.list(&Default::default())).await {
+                Ok(Ok(l)) => l.items,
                 Ok(Err(e)) => return Err(Fatal::environment(format!("the node's apiserver {}: {e}", layout.host_server()))),
                 Err(_) => {
                     return Err(Fatal::environment(format!("the node's apiserver {} did not answer within 10s", layout.host_server())))
                 }
             };
+            let ready_of = |name: &str| {
+                listed
+                    .iter()
+                    .find(|n| n.metadata.name.as_deref() == Some(name))
+                    .and_then(|n| n.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready").map(|c| c.status == "True"))
+                    .unwrap_or(false)
+            };
+            let members = layout.members();
+            let ready = members.iter().all(|m| ready_of(&m.node_name));
             let pods: Api<Pod> = Api::all(client);
             let pods = pods.list(&Default::default()).await.map(|l| l.items.len()).unwrap_or(0);
             let mem = cleanup::memory(&layout);
@@ -113,6 +126,11 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
                 mib(mem.values().sum()),
                 cleanup::guard_drops(&layout)
             );
+            if members.len() > 1 {
+                for m in &members {
+                    println!("  {} {} ({})", m.node_name, if ready_of(&m.node_name) { "Ready" } else { "NOT Ready" }, m.ip);
+                }
+            }
             println!("{}", crate::node::netpol::describe(&layout));
             match crate::node::ctr() {
                 Ok(ctr) => match crate::node::images::list(&ctr, &layout.containerd_socket()).await {
@@ -143,11 +161,17 @@ pub async fn node(action: NodeAction) -> Result<Exit, Fatal> {
             let ctr = crate::node::ctr()?;
             for a in &archives {
                 let t0 = std::time::Instant::now();
-                let names =
-                    crate::node::images::import(&ctr, &layout.containerd_socket(), a, base_name.as_deref()).await.map_err(|e| match e {
-                        crate::node::images::LoadError::NotAnImage { .. } => Fatal::usage(e.to_string()),
-                        crate::node::images::LoadError::Node(e) => Fatal::environment(format!("cannot load {}: {e}", a.display())),
-                    })?;
+                // Into every member's containerd: a pod may land on any node.
+                let mut names = vec![];
+                for m in layout.members() {
+                    names =
+                        crate::node::images::import(&ctr, &m.containerd_socket(), a, base_name.as_deref()).await.map_err(|e| match e {
+                            crate::node::images::LoadError::NotAnImage { .. } => Fatal::usage(e.to_string()),
+                            crate::node::images::LoadError::Node(e) => {
+                                Fatal::environment(format!("cannot load {} into {}: {e}", a.display(), m.node_name))
+                            }
+                        })?;
+                }
                 if names.is_empty() {
                     println!(
                         "{}: loaded in {:.1}s, no tagged image in it (pods can name it only by digest)",

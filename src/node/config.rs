@@ -3,7 +3,7 @@
 
 use std::net::Ipv4Addr;
 
-use super::layout::Layout;
+use super::layout::{Layout, Member};
 
 /// The sandbox (pause) image's tag, imported at bring-up: containerd's `sandbox_image`.
 pub const PAUSE_IMAGE: &str = "shakedown.local/pause:3.4";
@@ -14,8 +14,9 @@ pub const ETCD_IMAGE: &str = "shakedown.local/etcd:3.5";
 
 /// containerd's configuration (version 2): every path of its own inside the node directory, the
 /// CRI plugin with the facts of this machine (root lacks CAP_SYS_RESOURCE: OOM scores clamped;
-/// no hugetlb controller; no AppArmor), runc v2 on cgroupfs, the host's CNI plugins.
-pub fn containerd(l: &Layout) -> String {
+/// no hugetlb controller; no AppArmor), runc v2 on cgroupfs, the host's CNI plugins. One per
+/// member of the node, each in its own directory.
+pub fn containerd(l: &Layout, m: &Member) -> String {
     format!(
         r#"version = 2
 root = "{root}"
@@ -45,19 +46,20 @@ state = "{state}"
     bin_dir = "{cni_bin}"
     conf_dir = "{cni_conf}"
 "#,
-        root = l.containerd_root().display(),
-        state = l.containerd_state().display(),
-        sock = l.containerd_socket().display(),
-        opt = l.dir.join("containerd/opt").display(),
+        root = m.containerd_root().display(),
+        state = m.containerd_state().display(),
+        sock = m.containerd_socket().display(),
+        opt = m.dir.join("containerd/opt").display(),
         cni_bin = l.cni_bin.display(),
-        cni_conf = l.cni_conf_dir().display(),
+        cni_conf = m.cni_conf_dir().display(),
     )
 }
 
 /// The pod network: CNI `bridge` on the node's own bridge, no gateway, no masquerade (pods get
 /// only the node's /24: nothing they send can leave the machine), `host-local` addresses with
-/// their state in the node directory.
-pub fn cni(l: &Layout) -> String {
+/// their state in the member's directory. Every member's pods attach to the one bridge; each
+/// member hands out its own share of the /24 (two `host-local` stores never meet).
+pub fn cni(l: &Layout, m: &Member) -> String {
     let n = l.net;
     serde_json::json!({
         "cniVersion": "0.4.0",
@@ -70,8 +72,8 @@ pub fn cni(l: &Layout) -> String {
             "hairpinMode": true,
             "ipam": {
                 "type": "host-local",
-                "ranges": [[{"subnet": format!("{}/24", n.subnet()), "rangeStart": n.host(10).to_string(), "rangeEnd": n.host(250).to_string()}]],
-                "dataDir": l.dir.join("cni/ipam").display().to_string(),
+                "ranges": [[{"subnet": format!("{}/24", n.subnet()), "rangeStart": n.host(m.pod_range.0).to_string(), "rangeEnd": n.host(m.pod_range.1).to_string()}]],
+                "dataDir": m.cni_ipam_dir().display().to_string(),
                 // The Services' addresses through the node, where kube-proxy translates them:
                 // the only route off the pods' /24 (no default route).
                 "routes": [{"dst": crate::pki::SERVICE_RANGE, "gw": n.node_ip().to_string()}],
@@ -84,9 +86,10 @@ pub fn cni(l: &Layout) -> String {
 /// kubelet's configuration: serving on the node address, anonymous + AlwaysAllow (a test node,
 /// reachable only from this machine), cgroupfs with the node's own cgroup root, no swap check,
 /// no disk-pressure eviction or image GC (a small test disk must not evict the test's pods),
-/// a resolv.conf naming the pod's own loopback (no DNS query leaves the pod).
-pub fn kubelet(l: &Layout) -> String {
-    let ip = l.net.node_ip();
+/// a resolv.conf naming the pod's own loopback (no DNS query leaves the pod). Each member's
+/// kubelet serves on the member's own address.
+pub fn kubelet(l: &Layout, m: &Member) -> String {
+    let ip = m.ip;
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -121,8 +124,8 @@ syncFrequency: 10s
 featureGates:
   LocalStorageCapacityIsolation: false
 "#,
-        cgroup = l.cgroup_root,
-        flex = l.flex_dir().display(),
+        cgroup = m.cgroup_root,
+        flex = m.flex_dir().display(),
         resolv = l.dir.join("resolv.conf").display(),
     )
 }

@@ -68,15 +68,18 @@ fn busybox_applets(busybox: &Path) -> Result<Vec<String>, NodeError> {
     Ok(String::from_utf8_lossy(&out.stdout).lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
 }
 
-/// Builds every image under `dir` and imports it into the containerd at `socket`.
-pub async fn build_and_import(b: &NodeBinaries, dir: &Path, socket: &Path) -> Result<Vec<String>, NodeError> {
+/// Builds every image under `dir` and imports it into each containerd of `sockets` (every
+/// member of the node has its own).
+pub async fn build_and_import(b: &NodeBinaries, dir: &Path, sockets: &[PathBuf]) -> Result<Vec<String>, NodeError> {
     let mut tags = vec![];
     for image in images(b)? {
         let tarball = build(&image, dir).await?;
-        import(&b.ctr, socket, &tarball, None).await.map_err(|e| match e {
-            LoadError::Node(e) => e,
-            LoadError::NotAnImage { stderr, .. } => NodeError::Command { what: format!("ctr images import {}", image.tag), stderr },
-        })?;
+        for socket in sockets {
+            import(&b.ctr, socket, &tarball, None).await.map_err(|e| match e {
+                LoadError::Node(e) => e,
+                LoadError::NotAnImage { stderr, .. } => NodeError::Command { what: format!("ctr images import {}", image.tag), stderr },
+            })?;
+        }
         tags.push(image.tag);
     }
     Ok(tags)
@@ -108,7 +111,40 @@ pub async fn import(ctr: &Path, socket: &Path, archive: &Path, base_name: Option
     }
     // `unpacking NAME (sha256:…)...done`, one line per image the archive held.
     let said = String::from_utf8_lossy(&out.stdout);
-    Ok(said.lines().filter_map(|l| l.trim().strip_prefix("unpacking ")?.split(" (").next()).map(str::to_string).collect())
+    let names: Vec<String> =
+        said.lines().filter_map(|l| l.trim().strip_prefix("unpacking ")?.split(" (").next()).map(str::to_string).collect();
+    // A name without a registry (an OCI archive's `shakedown:latest`) is found by the kubelet
+    // under its normalized name (`docker.io/library/shakedown:latest`, as Docker spells it):
+    // tagged so as well.
+    let mut all = vec![];
+    for n in names {
+        if let Some(full) = normalized(&n) {
+            let out = ctr_images(ctr, socket, &["tag", "--force", &n, &full], COMMAND_BOUND).await.map_err(NodeError::from)?;
+            if !out.status.success() {
+                return Err(LoadError::Node(super::failed(format!("ctr images tag {n} {full}"), &out)));
+            }
+            all.push(n);
+            all.push(full);
+        } else {
+            all.push(n);
+        }
+    }
+    Ok(all)
+}
+
+/// The name a pod's `image: NAME` is looked up by when NAME names no registry (Docker's rule: a
+/// first path component with a `.` or `:`, or `localhost`, is a registry): `docker.io/NAME`,
+/// with `library/` for a one-component name. `None` for a name that already has a registry, or
+/// is not a name (`import-…` of an untagged archive, a digest).
+pub fn normalized(name: &str) -> Option<String> {
+    if name.starts_with("import-") || name.contains('@') || name.is_empty() {
+        return None;
+    }
+    let first = name.split('/').next().unwrap_or("");
+    if name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost") {
+        return None;
+    }
+    Some(if name.contains('/') { format!("docker.io/{name}") } else { format!("docker.io/library/{name}") })
 }
 
 /// `ctr images ARGS` against the node's containerd at `socket`, in the namespace kubelet uses.
@@ -197,5 +233,21 @@ async fn tar(args: &[&str]) -> Result<(), NodeError> {
         Ok(())
     } else {
         Err(super::failed(format!("tar {}", args.join(" ")), &out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalized;
+
+    #[test]
+    fn names_without_a_registry_are_normalized_as_docker_does() {
+        assert_eq!(normalized("shakedown:latest").as_deref(), Some("docker.io/library/shakedown:latest"));
+        assert_eq!(normalized("team/app:1.4").as_deref(), Some("docker.io/team/app:1.4"));
+        assert_eq!(normalized("shakedown.local/pause:3.4"), None);
+        assert_eq!(normalized("localhost/app:1"), None);
+        assert_eq!(normalized("registry:5000/app:1"), None);
+        assert_eq!(normalized("docker.io/library/busybox:1"), None);
+        assert_eq!(normalized("import-2026-12-07"), None);
     }
 }

@@ -47,6 +47,75 @@ pub struct Layout {
     pub net: NodeNet,
     /// Where the CNI plugins are.
     pub cni_bin: PathBuf,
+    /// Worker nodes beside the control-plane node (`node up --workers N`): each a kubelet and
+    /// containerd of its own ([`Member`]).
+    pub workers: u8,
+}
+
+/// The most workers a node may have: their addresses (`.2` …) stay below the pods' (`.10` …).
+pub const MAX_WORKERS: u8 = 8;
+
+/// One kubelet of a node and the containerd it runs pods with: the control-plane node's
+/// (`index` 0, in the node directory) or a worker's (`index` 1…, in `worker-<index>` of it).
+/// Every member shares the node's network namespace (one bridge, one pod /24, one kube-proxy,
+/// one NetworkPolicy engine); each has a mount namespace, a cgroup subtree, an address and a
+/// share of the pods' addresses of its own. The hostPath provisioner's directory is the same
+/// directory in every member's mount namespace (a volume is reachable from every node, as
+/// network storage would be).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub index: u8,
+    pub dir: PathBuf,
+    /// The Node's name (kubelet's `--hostname-override`, its token's user).
+    pub node_name: String,
+    /// Its address on the node's bridge (kubelet serves there; the Node's InternalIP).
+    pub ip: std::net::Ipv4Addr,
+    /// Its kubelet's cgroup root (a worker's is inside the node's, so one walk finds them all).
+    pub cgroup_root: String,
+    /// The first and last host number of its pods' addresses in the node's /24.
+    pub pod_range: (u8, u8),
+    /// The file its mount namespace is held by (`tail -f` of it).
+    pub holder_file: PathBuf,
+}
+
+impl Member {
+    pub fn containerd_root(&self) -> PathBuf {
+        self.dir.join("containerd/root")
+    }
+    pub fn containerd_state(&self) -> PathBuf {
+        self.dir.join("containerd/state")
+    }
+    pub fn containerd_socket(&self) -> PathBuf {
+        self.dir.join("containerd/containerd.sock")
+    }
+    pub fn cni_conf_dir(&self) -> PathBuf {
+        self.dir.join("cni/net.d")
+    }
+    pub fn cni_ipam_dir(&self) -> PathBuf {
+        self.dir.join("cni/ipam")
+    }
+    pub fn flex_dir(&self) -> PathBuf {
+        self.dir.join("flex")
+    }
+    pub fn kubelet_root(&self) -> PathBuf {
+        self.dir.join("kubelet")
+    }
+    /// The directory bound over `host` inside this member's mount namespace.
+    pub fn host_path_dir(&self, host: &str) -> PathBuf {
+        self.dir.join("host").join(host.trim_start_matches('/').replace('/', "_"))
+    }
+    /// A component's name in the node's `logs/` (`kubelet`, a worker's `kubelet-w1`).
+    pub fn component(&self, name: &str) -> String {
+        if self.index == 0 {
+            name.to_string()
+        } else {
+            format!("{name}-w{}", self.index)
+        }
+    }
+    /// The directories a teardown deletes (the member's data).
+    fn data_dirs(&self) -> Vec<PathBuf> {
+        ["containerd", "kubelet", "host", "cni/ipam", "flex"].iter().map(|d| self.dir.join(d)).collect()
+    }
 }
 
 impl Layout {
@@ -61,7 +130,36 @@ impl Layout {
             nft_table: format!("shakedown-node-{short}"),
             net: NodeNet { slot },
             cni_bin: cni_bin.to_path_buf(),
+            workers: 0,
         }
+    }
+
+    /// The same layout with `n` workers.
+    pub fn with_workers(mut self, n: u8) -> Layout {
+        self.workers = n;
+        self
+    }
+
+    /// Every member: the control-plane node's, then each worker's.
+    pub fn members(&self) -> Vec<Member> {
+        (0..=self.workers).map(|i| self.member(i)).collect()
+    }
+
+    /// Member `i` (0: the control-plane node).
+    pub fn member(&self, i: u8) -> Member {
+        let n = self.workers as u16 + 1;
+        // The pods' addresses .10 … .250, in equal shares, the last taking what is left.
+        let span = 241 / n;
+        let first = 10 + span * i as u16;
+        let last = if i as u16 + 1 == n { 250 } else { first + span - 1 };
+        let (dir, node_name, cgroup_root, holder_file) = if i == 0 {
+            (self.dir.clone(), self.node_name.clone(), self.cgroup_root.clone(), self.holder_file())
+        } else {
+            let dir = self.dir.join(format!("worker-{i}"));
+            let holder = dir.join("holder");
+            (dir, format!("{}-w{i}", self.node_name), format!("{}/w{i}", self.cgroup_root), holder)
+        };
+        Member { index: i, dir, node_name, ip: self.net.host(1 + i), cgroup_root, pod_range: (first as u8, last as u8), holder_file }
     }
 
     /// The layout of an existing node directory (for `node down`, `reap`): from its `node.json`.
@@ -82,6 +180,8 @@ impl Layout {
             nft_table: s("nft_table")?,
             net: NodeNet { slot: v.get("slot")?.as_u64()? as u8 },
             cni_bin: PathBuf::from(s("cni_bin")?),
+            // A node of an earlier shakedown had none.
+            workers: v.get("workers").and_then(|w| w.as_u64()).unwrap_or(0) as u8,
         })
     }
 
@@ -89,28 +189,10 @@ impl Layout {
         serde_json::json!({
             "run_id": self.run_id, "node_name": self.node_name, "bridge": self.bridge,
             "cgroup_root": self.cgroup_root, "nft_table": self.nft_table, "slot": self.net.slot,
-            "cni_bin": self.cni_bin,
+            "cni_bin": self.cni_bin, "workers": self.workers,
         })
     }
 
-    pub fn containerd_root(&self) -> PathBuf {
-        self.dir.join("containerd/root")
-    }
-    pub fn containerd_state(&self) -> PathBuf {
-        self.dir.join("containerd/state")
-    }
-    pub fn containerd_socket(&self) -> PathBuf {
-        self.dir.join("containerd/containerd.sock")
-    }
-    pub fn cni_conf_dir(&self) -> PathBuf {
-        self.dir.join("cni/net.d")
-    }
-    pub fn flex_dir(&self) -> PathBuf {
-        self.dir.join("flex")
-    }
-    pub fn kubelet_root(&self) -> PathBuf {
-        self.dir.join("kubelet")
-    }
     pub fn logs(&self) -> PathBuf {
         self.dir.join("logs")
     }
@@ -118,9 +200,13 @@ impl Layout {
     pub fn admin_kubeconfig(&self) -> PathBuf {
         self.dir.join("kubeconfig")
     }
-    /// The directory bound over `host` inside the node's mount namespace.
+    /// The directory bound over `host` inside the control-plane node's mount namespace.
     pub fn host_path_dir(&self, host: &str) -> PathBuf {
-        self.dir.join("host").join(host.trim_start_matches('/').replace('/', "_"))
+        self.member(0).host_path_dir(host)
+    }
+    /// The control-plane node's containerd (where `node load` and the tests reach images).
+    pub fn containerd_socket(&self) -> PathBuf {
+        self.member(0).containerd_socket()
     }
     /// The record of what bring-up changed on the host (sysctls, created mount points), until a
     /// teardown has put it back (then it is `host.restored.json`).
@@ -129,7 +215,9 @@ impl Layout {
     }
     /// The directories a teardown deletes (the node's data; its logs and configuration stay).
     pub fn data_dirs(&self) -> Vec<PathBuf> {
-        ["containerd", "kubelet", "etcd", "host", "cni/ipam", "flex", "images"].iter().map(|d| self.dir.join(d)).collect()
+        let mut dirs: Vec<PathBuf> = ["etcd", "images"].iter().map(|d| self.dir.join(d)).collect();
+        dirs.extend(self.members().iter().flat_map(Member::data_dirs));
+        dirs
     }
     /// The apiserver as the node's components (inside its network namespace) reach it.
     pub fn server(&self) -> String {

@@ -365,6 +365,9 @@ pub struct NodeOptions {
     /// Set the sysctls kubelet needs ([`KERNEL_TUNABLES`]) for the node's life, restored at
     /// teardown; without it a machine whose values differ is refused before anything is made.
     pub set_kernel_tunables: bool,
+    /// Worker nodes beside the control-plane node (at most [`layout::MAX_WORKERS`]): a
+    /// kubelet and containerd each, so that a drained node's pods have somewhere to go.
+    pub workers: u8,
 }
 
 /// The kernel tunables kubelet needs that this machine has otherwise: `(sysctl, now, wanted)`.
@@ -412,7 +415,7 @@ impl Node {
             return Err(NodeError::KernelTunables(unsuitable));
         }
         let (slot, lock) = take_slot()?;
-        let layout = Layout::new(run_dir, run_id, slot, &bins.cni_bin);
+        let layout = Layout::new(run_dir, run_id, slot, &bins.cni_bin).with_workers(opts.workers.min(layout::MAX_WORKERS));
         // The slot's lock file names the node while its owner holds it: once the owner is gone
         // without a teardown (killed), `cleanup::reap_strays` finds the node by it.
         register(&lock, &layout);
@@ -436,17 +439,12 @@ impl Node {
 
     async fn bring_up(&mut self, bins: &NodeBinaries, t0: Instant) -> Result<(), NodeError> {
         let l = self.layout.clone();
-        for d in [
-            l.dir.clone(),
-            l.logs(),
-            l.containerd_root(),
-            l.containerd_state(),
-            l.cni_conf_dir(),
-            l.flex_dir(),
-            l.kubelet_root(),
-            l.dir.join("etcd"),
-            l.dir.join("images"),
-        ] {
+        let members = l.members();
+        let mut dirs = vec![l.dir.clone(), l.logs(), l.dir.join("etcd"), l.dir.join("images")];
+        for m in &members {
+            dirs.extend([m.containerd_root(), m.containerd_state(), m.cni_conf_dir(), m.flex_dir(), m.kubelet_root()]);
+        }
+        for d in dirs {
             std::fs::create_dir_all(&d).map_err(|source| NodeError::Io { action: "create", path: d.clone(), source })?;
         }
         write(&l.dir.join("node.json"), &l.to_json().to_string())?;
@@ -459,13 +457,16 @@ impl Node {
             }
         }
         let ip = l.net.node_ip();
+        // Each member's cgroup root (a worker's inside the node's: created parent first).
         for c in cleanup::hierarchies() {
-            let dir = c.join(&l.cgroup_root);
-            std::fs::create_dir_all(&dir).map_err(|source| NodeError::Io { action: "create the cgroup", path: dir.clone(), source })?;
-            if c.ends_with("cpuset") {
-                for f in ["cpuset.cpus", "cpuset.mems"] {
-                    let v = std::fs::read_to_string(c.join(f)).unwrap_or_default();
-                    let _ = std::fs::write(dir.join(f), v.trim());
+            for m in &members {
+                let dir = c.join(&m.cgroup_root);
+                std::fs::create_dir_all(&dir).map_err(|source| NodeError::Io { action: "create the cgroup", path: dir.clone(), source })?;
+                if c.ends_with("cpuset") {
+                    for f in ["cpuset.cpus", "cpuset.mems"] {
+                        let v = std::fs::read_to_string(c.join(f)).unwrap_or_default();
+                        let _ = std::fs::write(dir.join(f), v.trim());
+                    }
                 }
             }
         }
@@ -495,12 +496,30 @@ impl Node {
         ] {
             sh("nsenter", &cleanup::netns_args(&holder_pid, argv)).await?;
         }
+        // Each worker's kubelet serves on an address of its own on the same bridge.
+        for m in &members[1..] {
+            let address = format!("{}/24", m.ip);
+            sh("nsenter", &cleanup::netns_args(&holder_pid, &["ip", "addr", "add", &address, "dev", &l.bridge])).await?;
+        }
         cleanup::guard(&l, holder).await?;
-        for host in HOST_PATHS {
-            let own = l.host_path_dir(host);
-            std::fs::create_dir_all(&own).map_err(|source| NodeError::Io { action: "create", path: own.clone(), source })?;
-            let own = own.display().to_string();
-            sh("nsenter", &["-t", &holder.to_string(), "-m", "--", "mount", "--bind", &own, host]).await?;
+        bind_host_paths(&l, &members[0], holder).await?;
+        // Each worker's mount namespace: a holder of its own, started inside the node's network
+        // namespace (so it shares it) with a mount namespace unshared from the host's.
+        let mut holders = vec![holder];
+        for m in &members[1..] {
+            std::fs::create_dir_all(&m.dir).map_err(|source| NodeError::Io { action: "create", path: m.dir.clone(), source })?;
+            write(&m.holder_file, "this worker's mount namespace lives as long as the process tailing this file\n")?;
+            let pid = spawn(
+                &l,
+                &m.component("holder"),
+                Command::new("nsenter")
+                    .args(["-t", &holder_pid, "-n", "--", "unshare", "-m", "--propagation", "shared", "--", "tail", "-f"])
+                    .arg(&m.holder_file),
+                None,
+            )?;
+            wait_own_namespaces(pid).await?;
+            bind_host_paths(&l, m, pid).await?;
+            holders.push(pid);
         }
         // Pods' DNS: their own loopback, where nothing answers (an empty file would make
         // containerd copy the host's resolv.conf, whose server is off this machine).
@@ -537,17 +556,20 @@ impl Node {
             .await
             .map_err(|e| NodeError::Component { component: "etcd", source: Box::new(e) })?;
 
-        let tokens = [
-            ("kubelet", format!("system:node:{}", l.node_name), "system:nodes"),
-            ("controller-manager", "system:kube-controller-manager".to_string(), ""),
-            ("scheduler", "system:kube-scheduler".to_string(), ""),
+        let mut tokens = vec![
+            ("controller-manager".to_string(), "system:kube-controller-manager".to_string(), ""),
+            ("scheduler".into(), "system:kube-scheduler".to_string(), ""),
             // Bound to system:node-proxier by the apiserver's default ClusterRoleBindings.
-            ("proxy", "system:kube-proxy".to_string(), ""),
+            ("proxy".into(), "system:kube-proxy".to_string(), ""),
         ];
+        // Each member's kubelet is the Node authorizer's node of its own name.
+        for m in &members {
+            tokens.push((m.component("kubelet"), format!("system:node:{}", m.node_name), "system:nodes"));
+        }
         let mut token_of = BTreeMap::new();
         for (who, user, group) in &tokens {
             let token = pki.add_token(user, group)?;
-            token_of.insert(*who, (user.clone(), token));
+            token_of.insert(who.clone(), (user.clone(), token));
         }
         // Its certificate names the host's loopback forward too; it listens on every address of
         // the node's namespace, so that the admin's kubeconfig (the forward's address, which is
@@ -582,7 +604,7 @@ impl Node {
         for (who, (user, token)) in &token_of {
             let path = l.dir.join(format!("{who}.kubeconfig"));
             write_private(&path, &config::kubeconfig(&server, &ca, user, token))?;
-            kubeconfigs.insert(*who, path.display().to_string());
+            kubeconfigs.insert(who.clone(), path.display().to_string());
         }
         let client = admin_client(&l.admin_kubeconfig()).await?;
         wait_apiserver(&client, CONTROL_PLANE_BOUND).await?;
@@ -610,7 +632,7 @@ impl Node {
             &format!("--root-ca-file={ca}"),
             "--leader-elect=false",
             "--enable-hostpath-provisioner=true",
-            &format!("--flex-volume-plugin-dir={}", l.flex_dir().display()),
+            &format!("--flex-volume-plugin-dir={}", members[0].flex_dir().display()),
             "--port=0",
             "--secure-port=0",
             "--controllers=*,-csrsigning,-csrapproving,-csrcleaner,-nodeipam,-route,-service,-cloud-node-lifecycle,-bootstrapsigner,-tokencleaner",
@@ -655,36 +677,47 @@ impl Node {
         ]);
         spawn(&l, "kube-proxy", &mut c, None)?;
 
-        // The node: containerd (its images imported), then kubelet.
-        write(&l.dir.join("containerd.toml"), &config::containerd(&l))?;
-        write(&l.cni_conf_dir().join("10-shakedown.conflist"), &config::cni(&l))?;
-        let mut c = Command::new("nsenter");
-        ns(&mut c);
-        c.arg(&bins.containerd).args(["--config", &l.dir.join("containerd.toml").display().to_string()]);
-        spawn(&l, "containerd", &mut c, None)?;
-        wait_socket(&l.containerd_socket(), CONTROL_PLANE_BOUND).await?;
-        images::build_and_import(bins, &l.dir.join("images"), &l.containerd_socket()).await?;
-        write(&l.dir.join("kubelet.yaml"), &config::kubelet(&l))?;
-        let sock = format!("unix://{}", l.containerd_socket().display());
-        let mut c = Command::new("nsenter");
-        ns(&mut c);
-        c.arg(&bins.kubelet).args([
-            &format!("--kubeconfig={}", kubeconfigs["kubelet"]),
-            &format!("--config={}", l.dir.join("kubelet.yaml").display()),
-            &format!("--root-dir={}", l.kubelet_root().display()),
-            &format!("--cert-dir={}", l.kubelet_root().join("pki").display()),
-            "--container-runtime=remote",
-            &format!("--container-runtime-endpoint={sock}"),
-            &format!("--image-service-endpoint={sock}"),
-            &format!("--hostname-override={}", l.node_name),
-            &format!("--node-ip={ip}"),
-            "--register-node=true",
-            "--v=1",
-        ]);
-        // kubelet 1.20's ECR credential provider asks the cloud metadata address at start
-        // unless this is set (all traffic stays on this machine; the nftables guard backs it).
-        spawn(&l, "kubelet", &mut c, Some(("AWS_EC2_METADATA_DISABLED", "true")))?;
-        wait_ready(&client, &l.node_name, NODE_READY_BOUND.saturating_sub(t0.elapsed())).await?;
+        // Each member: containerd (every one with the node's images), then kubelet.
+        let mut sockets = vec![];
+        for (m, holder) in members.iter().zip(&holders) {
+            let conf = m.dir.join("containerd.toml");
+            write(&conf, &config::containerd(&l, m))?;
+            write(&m.cni_conf_dir().join("10-shakedown.conflist"), &config::cni(&l, m))?;
+            let mut c = Command::new("nsenter");
+            c.args(["-t", &holder.to_string(), "-m", "-n", "--"]).arg(&bins.containerd).arg("--config").arg(&conf);
+            spawn(&l, &m.component("containerd"), &mut c, None)?;
+            sockets.push(m.containerd_socket());
+        }
+        for sock in &sockets {
+            wait_socket(sock, CONTROL_PLANE_BOUND).await?;
+        }
+        images::build_and_import(bins, &l.dir.join("images"), &sockets).await?;
+        for (m, holder) in members.iter().zip(&holders) {
+            let conf = m.dir.join("kubelet.yaml");
+            write(&conf, &config::kubelet(&l, m))?;
+            let sock = format!("unix://{}", m.containerd_socket().display());
+            let mut c = Command::new("nsenter");
+            c.args(["-t", &holder.to_string(), "-m", "-n", "--"]);
+            c.arg(&bins.kubelet).args([
+                &format!("--kubeconfig={}", kubeconfigs[&m.component("kubelet")]),
+                &format!("--config={}", conf.display()),
+                &format!("--root-dir={}", m.kubelet_root().display()),
+                &format!("--cert-dir={}", m.kubelet_root().join("pki").display()),
+                "--container-runtime=remote",
+                &format!("--container-runtime-endpoint={sock}"),
+                &format!("--image-service-endpoint={sock}"),
+                &format!("--hostname-override={}", m.node_name),
+                &format!("--node-ip={}", m.ip),
+                "--register-node=true",
+                "--v=1",
+            ]);
+            // kubelet 1.20's ECR credential provider asks the cloud metadata address at start
+            // unless this is set (all traffic stays on this machine; the nftables guard backs it).
+            spawn(&l, &m.component("kubelet"), &mut c, Some(("AWS_EC2_METADATA_DISABLED", "true")))?;
+        }
+        for m in &members {
+            wait_ready(&client, &m.node_name, NODE_READY_BOUND.saturating_sub(t0.elapsed())).await?;
+        }
         self.ready_ms = t0.elapsed().as_millis();
         storage_class(&client).await?;
         Ok(())
@@ -880,6 +913,19 @@ async fn sh(program: &str, args: &[&str]) -> Result<(), NodeError> {
     } else {
         Err(failed(format!("{program} {}", args.join(" ")), &out))
     }
+}
+
+/// Binds each of [`HOST_PATHS`] over a directory of member `m`'s own, inside the mount namespace
+/// of its holder `holder`; the hostPath provisioner's directory is the control-plane node's in
+/// every member (a claim's volume is found on whichever node its pod lands).
+async fn bind_host_paths(l: &Layout, m: &layout::Member, holder: u32) -> Result<(), NodeError> {
+    for host in HOST_PATHS {
+        let own = if *host == volumes::PROVISIONER_DIR { l.host_path_dir(host) } else { m.host_path_dir(host) };
+        std::fs::create_dir_all(&own).map_err(|source| NodeError::Io { action: "create", path: own.clone(), source })?;
+        let own = own.display().to_string();
+        sh("nsenter", &["-t", &holder.to_string(), "-m", "--", "mount", "--bind", &own, host]).await?;
+    }
+    Ok(())
 }
 
 /// Waits (bounded) until process `pid` is in a mount and a network namespace other than ours.

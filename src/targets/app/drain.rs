@@ -1,5 +1,6 @@
 //! `node-drain`: the node of a replica cordoned with the run's annotation (the node must have
-//! opted in), its pods evicted through the eviction API, verified gone, uncordoned.
+//! opted in), its pods evicted through the eviction API, verified gone, held cordoned until
+//! their controllers' replacements are scheduled on another node (when there is one), uncordoned.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -30,7 +31,9 @@ impl AppTarget {
     /// `node-drain(m)`: the node of `m`'s pod cordoned (annotated with the run), every pod on it
     /// but DaemonSets' and static ones evicted through the eviction API — an eviction a
     /// PodDisruptionBudget refuses (429) is tried again every second until the op's bound, then
-    /// the op fails naming it — verified drained (those pods gone), then uncordoned (verified).
+    /// the op fails naming it — verified drained (those pods gone), held cordoned until the
+    /// evicted pods' controllers have scheduled their replacements elsewhere (when another node
+    /// can take them; bounded), then uncordoned (verified).
     pub(super) async fn node_drain(&mut self, m: MemberId) -> Result<(), TargetError> {
         let (node_name, node) = self.chaos_node(m, "a drain evicts every pod on it, of every namespace", "node-drain").await?;
         let nodes: Api<Node> = Api::all(self.client.clone());
@@ -42,7 +45,7 @@ impl AppTarget {
         if self.dry_run {
             let url = format!("/api/v1/nodes/{node_name}");
             self.dry_write(|| format!("PATCH {url} (merge patch) {}", cordon_patch(Some(&self.run_id))));
-            for (ns, name, _) in self.evictable(&node_name).await? {
+            for (ns, name, _) in self.evictable(&node_name).await?.iter().map(pod_ref) {
                 self.dry_write(|| {
                     format!("POST /api/v1/namespaces/{ns}/pods/{name}/eviction (retried while a PodDisruptionBudget refuses it)")
                 });
@@ -102,8 +105,12 @@ impl AppTarget {
     /// Evicts every pod of `node` a drain evicts and waits until they are gone: the pods, or why not.
     /// With the pods, the one that took longest to go after the evictions, and how long (ms).
     async fn evict_all(&mut self, node: &str) -> Result<(Vec<String>, Option<(String, u64)>), TargetError> {
-        let evictable = self.evictable(node).await?;
+        let pods = self.evictable(node).await?;
+        let evictable: Vec<PodRef> = pods.iter().map(pod_ref).collect();
         let names: Vec<String> = evictable.iter().map(|(ns, n, _)| format!("{ns}/{n}")).collect();
+        // Every pod of the evicted pods' namespaces now: their replacements are the pods that
+        // appear after this, of the same controllers.
+        let before = self.pod_uids(&pods).await?;
         let (refused, result) = self.evict(node, &evictable).await;
         self.log.push(crate::targets::Note {
             kind: "app-drain".into(),
@@ -117,8 +124,11 @@ impl AppTarget {
         result?;
         let gone = self.wait_gone(node, &evictable).await?;
         let last = gone.iter().max_by_key(|(_, ms)| **ms).map(|(p, ms)| (p.clone(), *ms));
-        self.log
-            .push(crate::targets::Note { kind: "app-drained".into(), detail: serde_json::json!({"node": node, "gone-after-ms": gone}) });
+        let rescheduled = self.wait_rescheduled(node, &pods, &before).await?;
+        self.log.push(crate::targets::Note {
+            kind: "app-drained".into(),
+            detail: serde_json::json!({"node": node, "gone-after-ms": gone, "rescheduled": rescheduled}),
+        });
         Ok((names, last))
     }
 
@@ -131,14 +141,91 @@ impl AppTarget {
 
     /// The pods of `node` a drain evicts: what `kubectl drain --ignore-daemonsets` evicts, so
     /// not a DaemonSet's pod either (its controller ignores the cordon).
-    async fn evictable(&self, node: &str) -> Result<Vec<PodRef>, TargetError> {
+    async fn evictable(&self, node: &str) -> Result<Vec<Pod>, TargetError> {
         let on_node = self.pods_on_node(node).await?;
         Ok(on_node
-            .iter()
+            .into_iter()
             .filter(|p| !p.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|o| o.kind == "DaemonSet")))
-            .filter(|p| removable(p))
-            .map(pod_ref)
+            .filter(removable)
             .collect())
+    }
+
+    /// The UIDs of every pod in the namespaces of `pods`.
+    async fn pod_uids(&self, pods: &[Pod]) -> Result<std::collections::BTreeSet<String>, TargetError> {
+        let mut uids = std::collections::BTreeSet::new();
+        for ns in pods.iter().filter_map(|p| p.metadata.namespace.clone()).collect::<std::collections::BTreeSet<_>>() {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+            let listed = bounded("pods of the drained pods' namespaces", api.list(&ListParams::default())).await.map_err(env)?;
+            uids.extend(listed.items.into_iter().filter_map(|p| p.metadata.uid));
+        }
+        Ok(uids)
+    }
+
+    /// Holds the drain (the node still cordoned) until each evicted pod that a controller owns
+    /// has a replacement — a pod of the same controller that was not there at the eviction —
+    /// scheduled on another node, as a drain in a cluster of several nodes leaves them. Bounded
+    /// by the op's bound; a replacement that finds no node by then is named, not failed (where a
+    /// workload goes is the app's and the scheduler's, judged by `app-ready`). When no other node
+    /// could take a pod (a single node, or every other one cordoned or NotReady), nothing is
+    /// waited for and the event says so. What it found: `{pods: {replacement: node}, after-ms,
+    /// unscheduled: [controller…], nowhere: why}`.
+    async fn wait_rescheduled(
+        &self,
+        node: &str,
+        evicted: &[Pod],
+        before: &std::collections::BTreeSet<String>,
+    ) -> Result<serde_json::Value, TargetError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let listed = bounded("nodes", nodes.list(&ListParams::default())).await.map_err(env)?;
+        let elsewhere = listed.items.iter().filter(|n| n.metadata.name.as_deref() != Some(node)).any(|n| {
+            let ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            ready && n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)
+        });
+        if !elsewhere {
+            return Ok(
+                serde_json::json!({"nowhere": "no other node is Ready and schedulable: the evicted pods' replacements wait for the uncordon"}),
+            );
+        }
+        // How many replacements each controller owes (by its UID), in which namespace.
+        let mut owed: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for p in evicted {
+            if let (Some(ns), Some(owner)) = (&p.metadata.namespace, controller_of(p)) {
+                *owed.entry((ns.clone(), owner)).or_default() += 1;
+            }
+        }
+        let t0 = Instant::now();
+        let deadline = t0 + self.spec.app_profile.op_timeout;
+        let mut placed: BTreeMap<String, String> = BTreeMap::new();
+        loop {
+            placed.clear();
+            let mut short = vec![];
+            for ((ns, owner), n) in &owed {
+                let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+                let Ok(Ok(now)) = tokio::time::timeout(REQUEST_BOUND, api.list(&ListParams::default())).await else {
+                    short.push(owner.clone());
+                    continue;
+                };
+                let new: Vec<(String, String)> = now
+                    .items
+                    .iter()
+                    .filter(|p| controller_of(p).as_ref() == Some(owner) && p.metadata.uid.as_ref().is_some_and(|u| !before.contains(u)))
+                    .filter_map(|p| Some((format!("{ns}/{}", p.metadata.name.clone()?), p.spec.as_ref()?.node_name.clone()?)))
+                    .filter(|(_, on)| on != node)
+                    .collect();
+                if new.len() < *n {
+                    short.push(owner.clone());
+                }
+                placed.extend(new);
+            }
+            if short.is_empty() || Instant::now() > deadline {
+                return Ok(serde_json::json!({"pods": placed, "after-ms": t0.elapsed().as_millis() as u64, "unscheduled": short}));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 
     /// Evicts the pods one after the other through the eviction API (on the client without
@@ -203,6 +290,11 @@ impl AppTarget {
         let gone = gone.lock().unwrap().clone();
         Ok(gone)
     }
+}
+
+/// The UID of the controller that owns `p` (its ReplicaSet, StatefulSet, Job …), if one does.
+fn controller_of(p: &Pod) -> Option<String> {
+    p.metadata.owner_references.as_ref()?.iter().find(|o| o.controller == Some(true)).map(|o| o.uid.clone())
 }
 
 /// The merge patch that cordons a node for run `run` (annotated with it), or with `None`

@@ -1,0 +1,241 @@
+//! The soak farm of `ci/k8s/farm` as real pods on the local node (root): the farm's image
+//! (`scripts/build-farm-image.sh`, this build's binary with the local stack's programs) loaded
+//! into a node with a worker, the kustomization applied, two pods each running a local-target
+//! soak — the whole etcd stack, HAProxy, loop devices and nftables inside a privileged pod — on
+//! its own share of the seeds, `merge-job.yaml` summing both up from the claim; then a pod
+//! deleted mid-seed, whose SIGTERM lets the soak tear its stack down and sum up within the
+//! grace period, leaving no loop device on the machine.
+//!
+//! The node's Kubernetes (1.20) predates Indexed Jobs (1.21+): the test creates the farm's pods
+//! as the Job controller of 1.21+ would — one Job per index, each pod annotated with its
+//! `batch.kubernetes.io/job-completion-index`, which the manifest's env reads — and drops the
+//! fields 1.20 does not know (`completionMode`, `backoffLimitPerIndex`, `maxFailedIndexes`). What
+//! the pods do with their index is the manifest's own; only the controller's indexing is stood in.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, ListParams};
+use serde_json::Value;
+use shakedown::node::{Node, NodeBinaries, NodeOptions};
+
+const NS: &str = "shakedown-farm";
+/// The farm's pods in this test.
+const N: usize = 2;
+/// The farm's base seed here.
+const FIRST_SEED: u64 = 7;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `kubectl` against the node, its stdout; fails the test on an error.
+fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("kubectl (install-deps.sh --all installs it): {e}"));
+    child.stdin.take().unwrap().write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "kubectl {args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+/// `ci/k8s/farm` as `kubectl kustomize` renders it, with the ConfigMap's values set to `config`
+/// and the Job as the Job controller of 1.21+ runs it on 1.20: one Job per index of `indexes`
+/// (named `<name>-<suffix><index>`), its pod annotated with the index, `/20` of the partition
+/// made `/N`. Returns a `List` for `kubectl apply`.
+fn farm_objects(kubeconfig: &Path, config: &[(&str, &str)], indexes: &[usize], suffix: &str) -> Value {
+    let rendered = kubectl(kubeconfig, &["kustomize", &repo().join("ci/k8s/farm").display().to_string()], None);
+    let mut items = vec![];
+    for mut v in serde_saphyr::from_multiple::<Value>(&rendered).unwrap() {
+        match v["kind"].as_str().unwrap() {
+            "ConfigMap" => {
+                for (k, val) in config {
+                    v["data"][*k] = Value::from(*val);
+                }
+                items.push(v);
+            }
+            "Job" => {
+                assert_eq!(v["spec"]["completions"], 20, "the farm's default N");
+                for &i in indexes {
+                    let mut j = v.clone();
+                    let spec = j["spec"].as_object_mut().unwrap();
+                    for k in ["completionMode", "backoffLimitPerIndex", "maxFailedIndexes"] {
+                        assert!(spec.remove(k).is_some(), "the farm's Job sets {k}");
+                    }
+                    spec.insert("completions".into(), 1.into());
+                    spec.insert("parallelism".into(), 1.into());
+                    spec.insert("backoffLimit".into(), 0.into());
+                    j["metadata"]["name"] = format!("shakedown-farm-{suffix}{i}").into();
+                    j["spec"]["template"]["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = i.to_string().into();
+                    let c = &mut j["spec"]["template"]["spec"]["containers"][0];
+                    for e in c["env"].as_array_mut().unwrap() {
+                        if e["name"] == "SHAKEDOWN_PARTITION" {
+                            assert_eq!(e["value"], "$(JOB_COMPLETION_INDEX)/20");
+                            e["value"] = format!("$(JOB_COMPLETION_INDEX)/{N}").into();
+                        }
+                    }
+                    items.push(j);
+                }
+            }
+            _ => items.push(v),
+        }
+    }
+    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items})
+}
+
+/// Waits (bounded) until Job `name` is Complete; fails the test if it Failed.
+async fn complete(jobs: &Api<Job>, name: &str, bound: Duration, kubeconfig: &Path) {
+    let deadline = Instant::now() + bound;
+    loop {
+        let conds = jobs.get(name).await.ok().and_then(|j| j.status?.conditions).unwrap_or_default();
+        if conds.iter().any(|c| c.type_ == "Complete" && c.status == "True") {
+            return;
+        }
+        let logs = || kubectl(kubeconfig, &["-n", NS, "logs", &format!("job/{name}"), "--tail=40"], None);
+        assert!(!conds.iter().any(|c| c.type_ == "Failed" && c.status == "True"), "job {name} failed:\n{}", logs());
+        assert!(Instant::now() < deadline, "job {name} not Complete within {bound:?}:\n{}", logs());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Loop devices of the machine whose backing file is on the farm's claim (as the pods see it).
+fn farm_loop_devices() -> Vec<String> {
+    let out = Command::new("losetup").arg("-a").output().expect("losetup");
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains("/var/lib/shakedown/farm")).map(str::to_string).collect()
+}
+
+/// The seeds of one pod's soak (`farm/pod-<i>/soak-*/soak.jsonl`).
+fn seeds_of(claim: &Path, i: usize) -> Vec<u64> {
+    let pod = claim.join(format!("farm/pod-{i}"));
+    let soaks: Vec<PathBuf> = std::fs::read_dir(&pod)
+        .unwrap_or_else(|e| panic!("{}: {e}", pod.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("soak.jsonl").is_file())
+        .collect();
+    assert_eq!(soaks.len(), 1, "one soak in {}: {soaks:?}", pod.display());
+    std::fs::read_to_string(soaks[0].join("soak.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["seed"].as_u64().expect("a seed"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_soak_farm_runs_local_target_soaks_as_pods_and_merges_them() {
+    let bins = NodeBinaries::find().unwrap_or_else(|e| panic!("the node's binaries: {e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let _keep = common::KeepOnFailure::new(dir.path().join("keep"), format!("farm-{}", std::process::id()));
+    // The farm's image from this build's binary.
+    let archive = dir.path().join("farm.tar");
+    let t0 = Instant::now();
+    let built = Command::new("bash")
+        .arg(repo().join("scripts/build-farm-image.sh"))
+        .arg(&archive)
+        .env("SHAKEDOWN_BIN", env!("CARGO_BIN_EXE_shakedown"))
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}{}", String::from_utf8_lossy(&built.stdout), String::from_utf8_lossy(&built.stderr));
+    eprintln!("farm image built in {:.1}s", t0.elapsed().as_secs_f64());
+    let opts = NodeOptions { set_kernel_tunables: true, workers: 1 };
+    let mut node =
+        Node::up(&format!("sd-farm{}", std::process::id()), dir.path(), &bins, &opts).await.unwrap_or_else(|e| panic!("node up: {e}"));
+    let kc = node.kubeconfig.clone();
+    let t0 = Instant::now();
+    for m in node.layout.members() {
+        let names = shakedown::node::images::import(&bins.ctr, &m.containerd_socket(), &archive, None).await.unwrap();
+        assert!(names.contains(&"docker.io/library/shakedown-local:latest".to_string()), "{names:?}");
+    }
+    eprintln!("loaded into both nodes in {:.1}s", t0.elapsed().as_secs_f64());
+    let client = node.client().await.unwrap();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
+    let loops_before = farm_loop_devices();
+
+    // Two pods, each a soak of the smoke profile on its half of the seeds from 7.
+    let farm = farm_objects(&kc, &[("for", "30s"), ("profile", "smoke"), ("first-seed", &FIRST_SEED.to_string())], &[0, 1], "");
+    kubectl(&kc, &["apply", "-f", "-"], Some(&farm.to_string()));
+    let t0 = Instant::now();
+    for i in 0..N {
+        complete(&jobs, &format!("shakedown-farm-{i}"), Duration::from_secs(300), &kc).await;
+    }
+    eprintln!("the farm's {N} pods done in {:.1}s", t0.elapsed().as_secs_f64());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let nodes: std::collections::BTreeSet<String> =
+        pods.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|p| p.spec?.node_name).collect();
+    eprintln!("on nodes {nodes:?}");
+    // The claim, as the machine sees it: the hostPath provisioner's directory of the node.
+    let pvc: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let pv_name = pvc.get("shakedown-farm").await.unwrap().spec.unwrap().volume_name.expect("the claim bound");
+    let pv = Api::<PersistentVolume>::all(client.clone()).get(&pv_name).await.unwrap();
+    let path = pv.spec.unwrap().host_path.expect("a hostPath volume").path;
+    let claim = node
+        .layout
+        .host_path_dir(shakedown::node::volumes::PROVISIONER_DIR)
+        .join(Path::new(&path).strip_prefix(shakedown::node::volumes::PROVISIONER_DIR).expect("under the provisioner's directory"));
+    let mut total = 0;
+    for i in 0..N {
+        let seeds = seeds_of(&claim, i);
+        assert!(!seeds.is_empty(), "pod {i} ran seeds");
+        assert!(seeds.iter().all(|s| (s - FIRST_SEED) as usize % N == i), "pod {i}'s seeds are its partition's: {seeds:?}");
+        let junit = claim.join(format!("junit/farm-{i}.xml"));
+        assert!(std::fs::read_to_string(&junit).is_ok_and(|x| x.contains("<testcase")), "{}", junit.display());
+        total += seeds.len();
+    }
+    // merge-job.yaml as shipped: one summary of both pods' seeds.
+    kubectl(&kc, &["apply", "-f", &repo().join("ci/k8s/farm/merge-job.yaml").display().to_string()], None);
+    complete(&jobs, "shakedown-farm-merge", Duration::from_secs(120), &kc).await;
+    let summary = kubectl(&kc, &["-n", NS, "logs", "job/shakedown-farm-merge"], None);
+    eprintln!("{summary}");
+    assert!(summary.contains(&format!("soaks          {N}: ")) && summary.contains(&format!("seeds          {total} (")), "{summary}");
+    assert!(summary.contains("failures       none"), "{summary}");
+    let merged = std::fs::read_to_string(claim.join("merged/junit.xml")).unwrap();
+    assert_eq!(merged.matches("<testcase").count(), total, "{merged}");
+    assert!(claim.join("merged/report.html").is_file());
+    assert_eq!(farm_loop_devices(), loops_before, "the soaks detached their loop devices");
+
+    // A soak stopped mid-seed: its Job deleted (what a deadline or a cancelled farm does; a
+    // deleted pod alone would be replaced by the Job), the pod gets SIGTERM, the step running
+    // finishes, the stack goes (loop devices detached), the soak sums up, within the grace period.
+    let long = farm_objects(&kc, &[("for", "10m")], &[0], "term-");
+    kubectl(&kc, &["apply", "-f", "-"], Some(&long.to_string()));
+    let selector = ListParams::default().labels("job-name=shakedown-farm-term-0");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while farm_loop_devices().len() <= loops_before.len() {
+        assert!(Instant::now() < deadline, "the long pod's stack (its loop devices) up within 120 s");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let t0 = Instant::now();
+    jobs.delete("shakedown-farm-term-0", &DeleteParams::foreground()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !pods.list(&selector).await.unwrap().items.is_empty() {
+        assert!(Instant::now() < deadline, "the long pod gone within its grace period (300 s)");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!("stopped mid-seed: the pod gone {:.1}s after its Job's deletion", t0.elapsed().as_secs_f64());
+    assert_eq!(farm_loop_devices(), loops_before, "the stopped soak detached its loop devices");
+    // It summed up on its way out: its report and JUnit file on the claim.
+    let soaks: Vec<PathBuf> = std::fs::read_dir(claim.join("farm/pod-0"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("soak.jsonl").is_file())
+        .collect();
+    assert_eq!(soaks.len(), 2, "a second soak in pod-0's directory: {soaks:?}");
+    assert!(soaks.iter().all(|s| s.join("report.html").is_file() && s.join("junit.xml").is_file()), "both summed up: {soaks:?}");
+    let left = node.teardown();
+    assert!(left.is_empty(), "the node left: {left}");
+}
