@@ -16,11 +16,18 @@ use serde_json::Value;
 use super::{Cli, Command, Partition};
 use crate::targets::TargetKind;
 
+/// The tests that set SHAKEDOWN_* variables take turns (one process under `cargo test`).
+static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// The annotation an Indexed Job's controller puts on each pod: its completion index.
 const INDEX_ANNOTATION: &str = "batch.kubernetes.io/job-completion-index";
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("ci/k8s")
+}
+
+/// ci/k8s-app: the app target's Job.
+fn app_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("ci/k8s-app")
 }
 
 /// Every document of every manifest in ci/k8s (not the kustomization itself).
@@ -372,7 +379,6 @@ fn every_pod_template_in_ci_k8s_meets_the_restricted_pod_security_standard() {
 /// clap parses it, and it means what the comments say.
 #[test]
 fn the_manifests_command_lines_parse_with_their_environment() {
-    static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
     let (ns, maps) = kustomization();
     let cluster = format!("{ns}/{}", maps["shakedown-target"]["cluster-name"]);
@@ -437,6 +443,59 @@ fn pod_completions(docs: &[(String, Value)]) -> Option<u64> {
     docs.iter().find(|(_, v)| v["kind"] == "Job").and_then(|(_, v)| v["spec"]["completions"].as_u64())
 }
 
+/// ci/k8s-app: its Job's pod meets the restricted standard as ci/k8s's do, its command line is
+/// `run --target app` with the app profile of its ConfigMap, and its only cluster-wide right is
+/// reading the application's Namespace.
+#[test]
+fn the_app_job_of_ci_k8s_app_is_restricted_and_its_command_line_parses() {
+    let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    let docs = manifests_in(&app_dir());
+    let pods = pod_templates(&docs);
+    assert_eq!(pods.len(), 1, "the Job: {:?}", pods.iter().map(|p| &p.0).collect::<Vec<_>>());
+    let (what, pod) = &pods[0];
+    let v = restricted_violations(pod, &Value::Null);
+    assert!(v.is_empty(), "{what} does not meet the restricted Pod Security Standard:\n  {}", v.join("\n  "));
+    let c = &pod["containers"][0];
+    assert_eq!(c["command"], serde_json::json!(["/usr/local/bin/shakedown"]), "{what}");
+    assert!(c["volumeMounts"].as_array().unwrap().iter().any(|m| m["mountPath"] == "/var/lib/shakedown"), "{what}");
+    assert!(pod["securityContext"]["fsGroup"].as_i64().is_some_and(|g| g != 0), "{what}");
+    let cluster_roles: Vec<&Value> = docs.iter().filter(|(_, v)| v["kind"] == "ClusterRole").map(|(_, v)| v).collect();
+    assert_eq!(cluster_roles.len(), 1);
+    assert_eq!(
+        cluster_roles[0]["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["my-db"], "verbs": ["get"]}]),
+        "the ClusterRole reads the application's Namespace and nothing else"
+    );
+    let (ns, maps) = kustomization_in(&app_dir());
+    assert_eq!(ns, "my-db");
+    let (argv, env) = resolve(c, &ns, &maps, &[], &[]);
+    let keys: Vec<String> = std::env::vars().map(|(k, _)| k).filter(|k| k.starts_with("SHAKEDOWN_")).collect();
+    for k in &keys {
+        std::env::remove_var(k);
+    }
+    for (k, v) in &env {
+        std::env::set_var(k, v);
+    }
+    let parsed = Cli::try_parse_from(&argv);
+    for (k, _) in &env {
+        std::env::remove_var(k);
+    }
+    let cli = parsed.unwrap_or_else(|e| panic!("{what}: `{}` with {env:?} does not parse: {e}", argv.join(" ")));
+    match cli.command {
+        Command::Run { kind, seed, count, junit, profile, opts, .. } => {
+            assert!(matches!(kind, TargetKind::App), "{what}");
+            assert_eq!((seed, count), (Some(1000), 4));
+            assert_eq!(junit.as_deref(), Some(Path::new("/var/lib/shakedown/junit/app-1000.xml")));
+            assert_eq!(profile, maps["shakedown-app"]["profile"]);
+            assert_eq!(opts.target.app.app_profile.as_deref(), Some(Path::new("/etc/shakedown/app-profile.toml")));
+            assert!(maps["shakedown-app"].contains_key("app-profile.toml"), "the app profile is a file of the ConfigMap");
+            assert_eq!(opts.seeds_dir, Path::new("/var/lib/shakedown/seeds"));
+            assert_eq!(opts.runs_dir, Path::new("/var/lib/shakedown/runs"));
+        }
+        _ => panic!("{what}: not run"),
+    }
+}
+
 /// The soak farm (ci/k8s/farm): its Job's pod 3 soaks the local target on partition 3 of N (N
 /// the Job's completions, parallelism and maxFailedIndexes alike) from the ConfigMap's base seed,
 /// for the ConfigMap's time, its runs in farm/pod-3 of the claim and its JUnit file in junit/;
@@ -444,7 +503,6 @@ fn pod_completions(docs: &[(String, Value)]) -> Option<u64> {
 /// local stack's loop devices, mounts and nftables), in a namespace labelled for that.
 #[test]
 fn the_farm_manifests_command_lines_parse_with_their_environment() {
-    static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
     let farm = dir().join("farm");
     let (ns, maps) = kustomization_in(&farm);

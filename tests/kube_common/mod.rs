@@ -252,47 +252,53 @@ impl KubeEnv {
     }
 
     async fn install_crds(&self, versions: CrdVersions) {
-        let client = self.client().await;
-        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-        let mut names = vec![];
-        let mut files: Vec<PathBuf> = std::fs::read_dir(crds_dir())
-            .expect("tests/fixtures/crds")
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-            .collect();
-        files.sort();
-        for f in files {
-            let mut crd: CustomResourceDefinition =
-                serde_saphyr::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-            if versions == CrdVersions::V1Beta1Only
-                && crd.spec.group.ends_with("cluster.x-k8s.io")
-                && crd.spec.versions.iter().any(|v| v.name == "v1beta1")
-            {
-                // A management cluster of Cluster API before 1.10: v1beta2 is not served.
-                for v in &mut crd.spec.versions {
-                    v.served = v.name == "v1beta1";
-                    v.storage = v.name == "v1beta1";
-                }
+        install_capi_crds(&self.client().await, versions).await;
+    }
+}
+
+/// Installs the Cluster API test CRDs (`tests/fixtures/crds`) on the apiserver of `client`,
+/// serving `versions`, and waits (bounded) until they are established and served.
+pub async fn install_capi_crds(client: &Client, versions: CrdVersions) {
+    let client = client.clone();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut names = vec![];
+    let mut files: Vec<PathBuf> = std::fs::read_dir(crds_dir())
+        .expect("tests/fixtures/crds")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    for f in files {
+        let mut crd: CustomResourceDefinition =
+            serde_saphyr::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        if versions == CrdVersions::V1Beta1Only
+            && crd.spec.group.ends_with("cluster.x-k8s.io")
+            && crd.spec.versions.iter().any(|v| v.name == "v1beta1")
+        {
+            // A management cluster of Cluster API before 1.10: v1beta2 is not served.
+            for v in &mut crd.spec.versions {
+                v.served = v.name == "v1beta1";
+                v.storage = v.name == "v1beta1";
             }
-            names.push(crd.metadata.name.clone().unwrap());
-            api.create(&PostParams::default(), &crd).await.unwrap_or_else(|e| panic!("creating CRD {}: {e}", f.display()));
         }
-        for n in names {
-            let cond = kube::runtime::wait::conditions::is_crd_established();
-            tokio::time::timeout(Duration::from_secs(30), kube::runtime::wait::await_condition(api.clone(), &n, cond))
-                .await
-                .unwrap_or_else(|_| panic!("CRD {n} not established within 30s"))
-                .unwrap();
-        }
-        // Discovery of the new groups can lag behind Established by a moment.
-        let served = if versions == CrdVersions::V1Beta1Only { CapiVersion::V1Beta1 } else { CapiVersion::V1Beta2 };
-        let probe: Api<DynamicObject> = Api::namespaced_with(client, "default", &capi("KubeadmControlPlane", served));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while probe.list(&Default::default()).await.is_err() {
-            assert!(Instant::now() < deadline, "KubeadmControlPlane API not served within 30s");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        names.push(crd.metadata.name.clone().unwrap());
+        api.create(&PostParams::default(), &crd).await.unwrap_or_else(|e| panic!("creating CRD {}: {e}", f.display()));
+    }
+    for n in names {
+        let cond = kube::runtime::wait::conditions::is_crd_established();
+        tokio::time::timeout(Duration::from_secs(30), kube::runtime::wait::await_condition(api.clone(), &n, cond))
+            .await
+            .unwrap_or_else(|_| panic!("CRD {n} not established within 30s"))
+            .unwrap();
+    }
+    // Discovery of the new groups can lag behind Established by a moment.
+    let served = if versions == CrdVersions::V1Beta1Only { CapiVersion::V1Beta1 } else { CapiVersion::V1Beta2 };
+    let probe: Api<DynamicObject> = Api::namespaced_with(client, "default", &capi("KubeadmControlPlane", served));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while probe.list(&Default::default()).await.is_err() {
+        assert!(Instant::now() < deadline, "KubeadmControlPlane API not served within 30s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

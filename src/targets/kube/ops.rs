@@ -37,9 +37,17 @@ impl KubeTarget {
             Op::SiteOutage { mode: OutageMode::PowerLoss, .. } => one_at_a_time(),
             Op::SiteOutage { mode: OutageMode::Isolate, .. } => Err("cutting a failure domain's network is provider-specific: set [hooks.site-outage] and [hooks.site-recover] in the kube profile".into()),
             Op::Restart { .. } | Op::SiteRecover { .. } | Op::RollingReplace => Ok(()),
-            Op::RollingUpgrade { to } => match self.cfg.profile.versions.contains_key(to) {
-                true => Ok(()),
-                false => Err(format!("the kube profile names no Kubernetes version for {to}: add [versions.\"{to}\"] kubernetes = \"v1.x.y\"").into()),
+            Op::RollingUpgrade { to } => match self.cfg.profile.versions.get(to) {
+                None => Err(format!("the kube profile names no Kubernetes version for {to}: add [versions.\"{to}\"] kubernetes = \"v1.x.y\"").into()),
+                // The seeds of a soak (and of `run --count`) share the Cluster, and Cluster API
+                // does not downgrade: once one upgraded it, an upgrade to the same version rolls
+                // nothing out (waiting for a rollout that never comes failed `membership`).
+                Some(v) if self.current_kcp_version().as_deref() == Some(v.kubernetes.as_str()) => Err(format!(
+                    "the KubeadmControlPlane already runs {} (an earlier run upgraded it; Cluster API does not downgrade): nothing to roll out",
+                    v.kubernetes
+                )
+                .into()),
+                Some(_) => Ok(()),
             },
             Op::Pause { .. } | Op::Resume { .. } => Err("stopping an etcd member's process has no Cluster API counterpart: set [hooks.pause] and [hooks.resume] in the kube profile".into()),
             Op::DiskDetach { .. } | Op::DiskReattach { .. } => match &self.disk_pv {
