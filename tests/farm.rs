@@ -184,7 +184,7 @@ async fn the_soak_farm_runs_local_target_soaks_as_pods_and_merges_them() {
     let loops_before = farm_loop_devices();
 
     // Two pods, each a soak of the smoke profile on its half of the seeds from 7.
-    let farm = farm_objects(&kc, &[("for", "30s"), ("profile", "smoke"), ("first-seed", &FIRST_SEED.to_string())], &[0, 1], "", N);
+    let farm = farm_objects(&kc, &[("for", "20s"), ("profile", "smoke"), ("first-seed", &FIRST_SEED.to_string())], &[0, 1], "", N);
     kubectl(&kc, &["apply", "-f", "-"], Some(&farm.to_string()));
     let t0 = Instant::now();
     for i in 0..N {
