@@ -18,6 +18,23 @@ use crate::targets::TargetKind;
 
 /// The tests that set SHAKEDOWN_* variables take turns (one process under `cargo test`).
 static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// `argv` parsed by clap with exactly `env` as the SHAKEDOWN_ environment (the caller holds the
+/// tests' environment lock); fails the test, naming `what`, if it does not parse.
+fn parse_with_env(what: &str, argv: &[String], env: &[(String, String)]) -> Cli {
+    let keys: Vec<String> = std::env::vars().map(|(k, _)| k).filter(|k| k.starts_with("SHAKEDOWN_")).collect();
+    for k in &keys {
+        std::env::remove_var(k);
+    }
+    for (k, v) in env {
+        std::env::set_var(k, v);
+    }
+    let parsed = Cli::try_parse_from(argv);
+    for (k, _) in env {
+        std::env::remove_var(k);
+    }
+    parsed.unwrap_or_else(|e| panic!("{what}: `{}` with {env:?} does not parse: {e}", argv.join(" ")))
+}
+
 /// The annotation an Indexed Job's controller puts on each pod: its completion index.
 const INDEX_ANNOTATION: &str = "batch.kubernetes.io/job-completion-index";
 
@@ -393,18 +410,7 @@ fn the_manifests_command_lines_parse_with_their_environment() {
             if indexed { (&[(INDEX_ANNOTATION, "3")][..], &[("JOB_COMPLETION_INDEX", "3")][..]) } else { (none, none) };
         let (argv, env) = resolve(&pod["containers"][0], &ns, &maps, annotations, appended);
         assert_eq!(argv[0], "/usr/local/bin/shakedown");
-        let keys: Vec<String> = std::env::vars().map(|(k, _)| k).filter(|k| k.starts_with("SHAKEDOWN_")).collect();
-        for k in &keys {
-            std::env::remove_var(k);
-        }
-        for (k, v) in &env {
-            std::env::set_var(k, v);
-        }
-        let parsed = Cli::try_parse_from(&argv);
-        for (k, _) in &env {
-            std::env::remove_var(k);
-        }
-        let cli = parsed.unwrap_or_else(|e| panic!("{what}: `{}` with {env:?} does not parse: {e}", argv.join(" ")));
+        let cli = parse_with_env(&what, &argv, &env);
         match cli.command {
             Command::Soak { kind, duration, max_failures, partition, junit, profile, opts, .. } => {
                 assert!(matches!(kind, TargetKind::Kube), "{what}");
@@ -469,18 +475,7 @@ fn the_app_job_of_ci_k8s_app_is_restricted_and_its_command_line_parses() {
     let (ns, maps) = kustomization_in(&app_dir());
     assert_eq!(ns, "my-db");
     let (argv, env) = resolve(c, &ns, &maps, &[], &[]);
-    let keys: Vec<String> = std::env::vars().map(|(k, _)| k).filter(|k| k.starts_with("SHAKEDOWN_")).collect();
-    for k in &keys {
-        std::env::remove_var(k);
-    }
-    for (k, v) in &env {
-        std::env::set_var(k, v);
-    }
-    let parsed = Cli::try_parse_from(&argv);
-    for (k, _) in &env {
-        std::env::remove_var(k);
-    }
-    let cli = parsed.unwrap_or_else(|e| panic!("{what}: `{}` with {env:?} does not parse: {e}", argv.join(" ")));
+    let cli = parse_with_env(what, &argv, &env);
     match cli.command {
         Command::Run { kind, seed, count, junit, profile, opts, .. } => {
             assert!(matches!(kind, TargetKind::App), "{what}");
@@ -527,18 +522,7 @@ fn the_farm_manifests_command_lines_parse_with_their_environment() {
             (&[(INDEX_ANNOTATION, "3")][..], &[("JOB_COMPLETION_INDEX", "3")][..])
         };
         let (argv, env) = resolve(c, &ns, &maps, annotations, appended);
-        let keys: Vec<String> = std::env::vars().map(|(k, _)| k).filter(|k| k.starts_with("SHAKEDOWN_")).collect();
-        for k in &keys {
-            std::env::remove_var(k);
-        }
-        for (k, v) in &env {
-            std::env::set_var(k, v);
-        }
-        let parsed = Cli::try_parse_from(&argv);
-        for (k, _) in &env {
-            std::env::remove_var(k);
-        }
-        let cli = parsed.unwrap_or_else(|e| panic!("{what}: `{}` with {env:?} does not parse: {e}", argv.join(" ")));
+        let cli = parse_with_env(&what, &argv, &env);
         match cli.command {
             Command::Soak { kind, duration, partition, junit, profile, opts, .. } => {
                 assert!(matches!(kind, TargetKind::Local), "{what}");
