@@ -17,7 +17,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use app_common::{deploy, kv, settled, start_operator, web, OperatorBug, GROUP, NS};
+use app_common::{deploy, kv, settled, start_operator, web, OperatorBug, ETCD_PROFILE, GROUP, NS};
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -27,39 +27,15 @@ use shakedown::node::{Node, NodeBinaries, NodeOptions};
 #[path = "common/hostnet.rs"]
 mod hostnet;
 
-const APP_PROFILE: &str = r#"
-namespace = "app"
-statefulset = "etcd"
-claim = "data"
-operator = "etcd-operator"
-op_timeout = "180s"
+/// The test application's app profile (app_common's), with the partition's probe and the
+/// operator's backup and restore templates.
+fn app_profile() -> String {
+    format!("{ETCD_PROFILE}{APP_EXTRA}")
+}
 
-[data]
-selector = "app=etcd"
-write = ["sh", "-c", "etcdctl --endpoints=$ENDPOINTS --command-timeout=5s put {key} {value}"]
-read = ["sh", "-c", "out=$(etcdctl --endpoints=$ENDPOINTS --command-timeout=5s get --prefix {prefix}) && { [ -z \"$out\" ] || printf '%s\\n' \"$out\" | paste -d ' ' - -; }"]
-interval = "100ms"
-writers = 2
-
-[[probes]]
-name = "every member healthy"
-selector = "app=etcd"
-command = ["sh", "-c", "etcdctl --endpoints=$ENDPOINTS --command-timeout=3s endpoint health"]
-
-[[probes]]
-name = "the client Service answers"
-http = { service = "etcd", port = "client", path = "/health", contains = "true" }
-
-[[probes]]
-name = "the operator is available"
-object = { api_version = "apps/v1", kind = "Deployment", name = "etcd-operator", field = "status.conditions[Available].status", equals = "True" }
-
+const APP_EXTRA: &str = r#"
 [partition]
 command = ["sh", "-c", "nc -w 2 {ip} 32379 </dev/null"]
-
-[pod_kill_selected]
-selector = "app=etcd"
-percent = 50
 
 [backup]
 done = { field = "status.phase", equals = "Completed" }
@@ -187,7 +163,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     // Its runs' directories, records and profiles, should it fail: under load it once failed
     // where nothing was left to read.
     let _keep = common::KeepOnFailure::new(files.clone(), format!("app-target-{}", std::process::id()));
-    std::fs::write(files.join("app.toml"), APP_PROFILE).unwrap();
+    std::fs::write(files.join("app.toml"), app_profile()).unwrap();
     let kubeconfig = node.kubeconfig.display().to_string();
     let app = files.join("app.toml").display().to_string();
 
@@ -358,7 +334,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
         assert!(std::time::Instant::now() < deadline, "the PodDisruptionBudget's status not computed within 30s");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    std::fs::write(files.join("app-quick.toml"), APP_PROFILE.replace("op_timeout = \"180s\"", "op_timeout = \"10s\"")).unwrap();
+    std::fs::write(files.join("app-quick.toml"), app_profile().replace("op_timeout = \"180s\"", "op_timeout = \"10s\"")).unwrap();
     let p = files.join("drain.toml");
     std::fs::write(&p, profile("app-drain", &["node-drain"], 1)).unwrap();
     let quick = files.join("app-quick.toml").display().to_string();
@@ -389,7 +365,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
         assert!(std::time::Instant::now() < deadline, "the tolerating pod not running within 60s");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    std::fs::write(files.join("app-taint.toml"), format!("{APP_PROFILE}\n[taint]\nduration = \"2s\"\n")).unwrap();
+    std::fs::write(files.join("app-taint.toml"), format!("{}\n[taint]\nduration = \"2s\"\n", app_profile())).unwrap();
     let p = files.join("taint.toml");
     std::fs::write(&p, profile("app-taint", &["taint"], 1)).unwrap();
     let taint_app = files.join("app-taint.toml").display().to_string();
@@ -836,8 +812,11 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
             "\n[[probes]]\nname = \"the checker Job\"\n[probes.job.template.spec]\nrestartPolicy = \"Never\"\ncontainers = [{{ name = \"check\", image = \"{BUSYBOX_IMAGE}\", imagePullPolicy = \"Never\", command = [\"sh\", \"-c\", \"{cmd}\"], env = [{{ name = \"NODE_IP\", valueFrom = {{ fieldRef = {{ fieldPath = \"status.hostIP\" }} }} }}] }}]\n"
         )
     };
-    std::fs::write(files.join("job.toml"), format!("{APP_PROFILE}{}", checker("wget -q -O - http://$NODE_IP:32379/health | grep true")))
-        .unwrap();
+    std::fs::write(
+        files.join("job.toml"),
+        format!("{}{}", app_profile(), checker("wget -q -O - http://$NODE_IP:32379/health | grep true")),
+    )
+    .unwrap();
     let p = files.join("probe.toml");
     std::fs::write(&p, profile("app-probe", &["operator-restart"], 1)).unwrap();
     let (code, out, err) = shakedown(
@@ -862,7 +841,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
 
     // Probes that fail say why: the service proxy's answer, the object's field, the Job's log.
     let failing =
-        APP_PROFILE.replace("path = \"/health\"", "path = \"/no-such-path\"").replace("equals = \"True\" }", "equals = \"False\" }");
+        app_profile().replace("path = \"/health\"", "path = \"/no-such-path\"").replace("equals = \"True\" }", "equals = \"False\" }");
     std::fs::write(files.join("failing.toml"), format!("{failing}{}", checker("echo the checker says no; exit 3"))).unwrap();
     std::fs::write(&p, profile("app-probe", &["operator-restart"], 1).replace("converge = \"60s\"", "converge = \"3s\"")).unwrap();
     let (code, out, err) = shakedown(
@@ -891,7 +870,7 @@ async fn application_faults_run_verified_and_a_planted_operator_bug_is_caught_an
     assert!(jobs.list(&ListParams::default()).await.unwrap().items.is_empty(), "no checker Job left");
 
     // A write command that never succeeds: the run does not start (exit 4), saying what it answered.
-    let broken = APP_PROFILE
+    let broken = app_profile()
         .replace("op_timeout = \"180s\"", "op_timeout = \"3s\"")
         .replace("--command-timeout=5s put {key} {value}", "--command-timeout=5s put {key} {value} --no-such-flag");
     std::fs::write(files.join("broken.toml"), broken).unwrap();

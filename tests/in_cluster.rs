@@ -49,32 +49,9 @@ const CLUSTER: &str = "c";
 /// short steps, as tests/kube_target.rs's. A soak's seeds all run on the one Cluster: once one
 /// upgraded it, a later seed's upgrade to that version is skipped (found here: it waited for a
 /// rollout that never came and failed `membership`).
-const PROFILE: &str = r#"
-name = "in-cluster-test"
-description = "ci/k8s on the node: rolling ops, crash/restart, power loss of a site"
-steps = 4
-versions = ["3.4", "3.5"]
-[weights]
-rolling-upgrade = 3
-rolling-replace = 3
-crash = 2
-restart = 4
-site-outage = 1
-site-recover = 4
-pause = 0
-resume = 0
-disk-detach = 0
-disk-reattach = 0
-backup = 0
-restore = 0
-disk-replace = 0
-defrag = 0
-partition-until-snapshot = 0
-[timeouts]
-converge = "20s"
-liveness = "60s"
-op = "60s"
-"#;
+fn profile() -> String {
+    kube_common::plan_profile("in-cluster-test", "ci/k8s on the node: rolling ops, crash/restart, power loss of a site", 4)
+}
 
 /// The kube profile of the ConfigMap: ci/k8s/kube-profile.toml's shape (the condition by name,
 /// which the Role's resourceNames cover), with a probe of the node's apiserver by its node
@@ -408,7 +385,7 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
         .replace("[my-cluster]", "[c]");
     std::fs::write(k8s.join("role-names.patch"), names).unwrap();
     std::fs::write(k8s.join("kube-profile.toml"), kube_profile(&node.layout.server())).unwrap();
-    std::fs::write(k8s.join("profile.toml"), PROFILE).unwrap();
+    std::fs::write(k8s.join("profile.toml"), profile()).unwrap();
     let rendered = std::process::Command::new("kubectl")
         .arg("kustomize")
         .arg(&k8s)
@@ -573,7 +550,7 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
     // new run: docs/kube-target.md), then a Job of the jobTemplate, the Job deleted (what the
     // docs say to do: its pod gets the SIGTERM, and nothing replaces it).
     let profile_file = work.path().join("profile.toml");
-    std::fs::write(&profile_file, PROFILE).unwrap();
+    std::fs::write(&profile_file, profile()).unwrap();
     let crash_first = seed_in(&profile_file, &["restart"], "crash(");
     let machines: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &capi("Machine", CapiVersion::V1Beta2));
     let hold_all = |on: bool| {
@@ -762,40 +739,9 @@ async fn ci_k8s_soak_and_seed_jobs_run_as_restricted_pods_on_the_node() {
     println!("in-cluster test: {:.0}s in all", t_test.elapsed().as_secs_f64());
 }
 
-/// The app profile of the test application (tests/app_common: etcd 3.5 as a StatefulSet and
-/// its operator), as tests/app_target.rs has it, without the backup and restore templates (their
-/// custom resources are not in ci/k8s-app's Role).
-const APP_PROFILE: &str = r#"
-namespace = "app"
-statefulset = "etcd"
-claim = "data"
-operator = "etcd-operator"
-op_timeout = "180s"
-
-[data]
-selector = "app=etcd"
-write = ["sh", "-c", "etcdctl --endpoints=$ENDPOINTS --command-timeout=5s put {key} {value}"]
-read = ["sh", "-c", "out=$(etcdctl --endpoints=$ENDPOINTS --command-timeout=5s get --prefix {prefix}) && { [ -z \"$out\" ] || printf '%s\\n' \"$out\" | paste -d ' ' - -; }"]
-interval = "100ms"
-writers = 2
-
-[[probes]]
-name = "every member healthy"
-selector = "app=etcd"
-command = ["sh", "-c", "etcdctl --endpoints=$ENDPOINTS --command-timeout=3s endpoint health"]
-
-[[probes]]
-name = "the client Service answers"
-http = { service = "etcd", port = "client", path = "/health", contains = "true" }
-
-[[probes]]
-name = "the operator is available"
-object = { api_version = "apps/v1", kind = "Deployment", name = "etcd-operator", field = "status.conditions[Available].status", equals = "True" }
-
-[pod_kill_selected]
-selector = "app=etcd"
-percent = 50
-"#;
+/// The app profile of the test application (app_common's), without the backup and restore
+/// templates of tests/app_target.rs (their custom resources are not in ci/k8s-app's Role).
+const APP_PROFILE: &str = app_common::ETCD_PROFILE;
 
 /// The plan profile of the app Job: the namespaced ops of ci/k8s-app's Role.
 const APP_PLAN: &str = r#"

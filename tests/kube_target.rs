@@ -12,7 +12,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use kube_common::standin::{self, Bug};
-use kube_common::{cluster, namespace, require_apiserver, shakedown, shakedown_spawn, shakedown_wait, CrdVersions, KubeEnv, NOBODY_TOKEN};
+use kube_common::{
+    cluster, namespace, plan_profile, require_apiserver, shakedown, shakedown_spawn, shakedown_wait, CrdVersions, KubeEnv, NOBODY_TOKEN,
+};
 use serde_json::{json, Value};
 use shakedown::targets::kube::capi::{capi, CapiVersion};
 use shakedown::targets::kube::conditions::{condition, rollout, ETCD_CLUSTER_HEALTHY, ETCD_MEMBER_HEALTHY};
@@ -22,33 +24,10 @@ use shakedown::targets::kube::{CAPI_PAUSED, PAUSED_BY, RUN_LABEL};
 /// timing) enough to make the waits flaky.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// The plan profile of these tests: the ops the kube target runs without hooks.
-const PROFILE: &str = r#"
-name = "kube-test"
-description = "kube target tests: rolling ops, crash/restart, power loss of a site"
-steps = 6
-versions = ["3.4", "3.5"]
-[weights]
-rolling-upgrade = 3
-rolling-replace = 3
-crash = 2
-restart = 4
-site-outage = 1
-site-recover = 4
-pause = 0
-resume = 0
-disk-detach = 0
-disk-reattach = 0
-backup = 0
-restore = 0
-disk-replace = 0
-defrag = 0
-partition-until-snapshot = 0
-[timeouts]
-converge = "20s"
-liveness = "60s"
-op = "60s"
-"#;
+/// The plan profile of these tests (kube_common's).
+fn profile() -> String {
+    plan_profile("kube-test", "kube target tests: rolling ops, crash/restart, power loss of a site", 6)
+}
 
 fn kube_profile(env: &KubeEnv) -> String {
     format!(
@@ -79,7 +58,7 @@ struct Files {
 impl Files {
     fn new(env: &KubeEnv) -> Files {
         let dir = tempfile::Builder::new().prefix("shakedown-kube-files-").tempdir().unwrap();
-        std::fs::write(dir.path().join("profile.toml"), PROFILE).unwrap();
+        std::fs::write(dir.path().join("profile.toml"), profile()).unwrap();
         std::fs::write(dir.path().join("kube.toml"), kube_profile(env)).unwrap();
         Files { dir }
     }
@@ -418,7 +397,7 @@ async fn conditions_in_both_api_versions_and_ci_manifests_on_the_apiserver() {
     // Role's resourceNames cover, as in ci/k8s/kube-profile.toml).
     let kp = kube_profile(&env).replace("selector = \"cluster.x-k8s.io/cluster-name\"", "name = \"c-cp\"");
     std::fs::write(k8s.path().join("kube-profile.toml"), &kp).unwrap();
-    std::fs::write(k8s.path().join("profile.toml"), PROFILE).unwrap();
+    std::fs::write(k8s.path().join("profile.toml"), profile()).unwrap();
     let rendered = std::process::Command::new("kubectl")
         .arg("kustomize")
         .arg(k8s.path())
@@ -1349,7 +1328,8 @@ async fn api_workload_in_the_workload_cluster_is_checked_and_cleaned_up() {
     );
     std::fs::write(files.p("kube-api.toml"), api_profile).unwrap();
     // The test profile with Velero's backup and restore on, and room for them.
-    let plan_profile = PROFILE.replace("steps = 6", "steps = 9").replace("backup = 0", "backup = 2").replace("restore = 0", "restore = 3");
+    let plan_profile =
+        profile().replace("steps = 6", "steps = 9").replace("backup = 0", "backup = 2").replace("restore = 0", "restore = 3");
     std::fs::write(files.p("api.toml"), plan_profile).unwrap();
     for ns in ["chaos", "velero"] {
         namespace(&client, ns).await;

@@ -27,6 +27,41 @@ use shakedown::node::config::{BUSYBOX_IMAGE, ETCD_IMAGE};
 
 pub const NS: &str = "app";
 
+/// The app profile of the test application (etcd 3.5 as a StatefulSet, its operator): the
+/// data workload, its probes and its selected kill. `tests/app_target.rs` adds the partition's
+/// probe and the operator's backup and restore templates.
+pub const ETCD_PROFILE: &str = r#"
+namespace = "app"
+statefulset = "etcd"
+claim = "data"
+operator = "etcd-operator"
+op_timeout = "180s"
+
+[data]
+selector = "app=etcd"
+write = ["sh", "-c", "etcdctl --endpoints=$ENDPOINTS --command-timeout=5s put {key} {value}"]
+read = ["sh", "-c", "out=$(etcdctl --endpoints=$ENDPOINTS --command-timeout=5s get --prefix {prefix}) && { [ -z \"$out\" ] || printf '%s\\n' \"$out\" | paste -d ' ' - -; }"]
+interval = "100ms"
+writers = 2
+
+[[probes]]
+name = "every member healthy"
+selector = "app=etcd"
+command = ["sh", "-c", "etcdctl --endpoints=$ENDPOINTS --command-timeout=3s endpoint health"]
+
+[[probes]]
+name = "the client Service answers"
+http = { service = "etcd", port = "client", path = "/health", contains = "true" }
+
+[[probes]]
+name = "the operator is available"
+object = { api_version = "apps/v1", kind = "Deployment", name = "etcd-operator", field = "status.conditions[Available].status", equals = "True" }
+
+[pod_kill_selected]
+selector = "app=etcd"
+percent = 50
+"#;
+
 /// The pods' start script: an existing data directory restarts the member; an empty one
 /// bootstraps the cluster (nobody answers yet) or joins once the operator added it back.
 const START: &str = r#"

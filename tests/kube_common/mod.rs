@@ -396,3 +396,36 @@ pub async fn shakedown(args: &[&str]) -> (i32, String, String) {
     eprintln!("$ shakedown {}\n--- exit {:?}\n--- stdout\n{o}--- stderr\n{e}", args.join(" "), out.status.code());
     (out.status.code().unwrap_or(-1), o, e)
 }
+
+/// The plan profile of the kube target's tests: the ops the kube target runs without hooks
+/// (rolling ops, crash/restart, power loss of a site), short bounds.
+pub fn plan_profile(name: &str, description: &str, steps: usize) -> String {
+    format!(
+        r#"
+name = "{name}"
+description = "{description}"
+steps = {steps}
+versions = ["3.4", "3.5"]
+[weights]
+rolling-upgrade = 3
+rolling-replace = 3
+crash = 2
+restart = 4
+site-outage = 1
+site-recover = 4
+pause = 0
+resume = 0
+disk-detach = 0
+disk-reattach = 0
+backup = 0
+restore = 0
+disk-replace = 0
+defrag = 0
+partition-until-snapshot = 0
+[timeouts]
+converge = "20s"
+liveness = "60s"
+op = "60s"
+"#
+    )
+}

@@ -203,23 +203,29 @@ impl AppTarget {
         loop {
             placed.clear();
             let mut short = vec![];
-            for ((ns, owner), n) in &owed {
-                let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-                let Ok(Ok(now)) = tokio::time::timeout(REQUEST_BOUND, api.list(&ListParams::default())).await else {
-                    short.push(owner.clone());
-                    continue;
-                };
-                let new: Vec<(String, String)> = now
-                    .items
-                    .iter()
-                    .filter(|p| controller_of(p).as_ref() == Some(owner) && p.metadata.uid.as_ref().is_some_and(|u| !before.contains(u)))
-                    .filter_map(|p| Some((format!("{ns}/{}", p.metadata.name.clone()?), p.spec.as_ref()?.node_name.clone()?)))
-                    .filter(|(_, on)| on != node)
-                    .collect();
-                if new.len() < *n {
-                    short.push(owner.clone());
+            // Each namespace listed once a round, whatever number of controllers it holds.
+            for ns in owed.keys().map(|(ns, _)| ns.clone()).collect::<std::collections::BTreeSet<_>>() {
+                let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+                let listed = tokio::time::timeout(REQUEST_BOUND, api.list(&ListParams::default())).await;
+                for ((_, owner), n) in owed.iter().filter(|((o_ns, _), _)| *o_ns == ns) {
+                    let Ok(Ok(now)) = &listed else {
+                        short.push(owner.clone());
+                        continue;
+                    };
+                    let new: Vec<(String, String)> = now
+                        .items
+                        .iter()
+                        .filter(|p| {
+                            controller_of(p).as_ref() == Some(owner) && p.metadata.uid.as_ref().is_some_and(|u| !before.contains(u))
+                        })
+                        .filter_map(|p| Some((format!("{ns}/{}", p.metadata.name.clone()?), p.spec.as_ref()?.node_name.clone()?)))
+                        .filter(|(_, on)| on != node)
+                        .collect();
+                    if new.len() < *n {
+                        short.push(owner.clone());
+                    }
+                    placed.extend(new);
                 }
-                placed.extend(new);
             }
             if short.is_empty() || Instant::now() > deadline {
                 return Ok(serde_json::json!({"pods": placed, "after-ms": t0.elapsed().as_millis() as u64, "unscheduled": short}));
