@@ -176,8 +176,11 @@ async fn claim_dir(client: &kube::Client, node: &Node) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_soak_farm_runs_local_target_soaks_as_pods_and_merges_them() {
-    let (dir, mut node) = farm_node().await;
-    let _keep = common::KeepOnFailure::new(dir.path().join("keep"), format!("farm-{}", std::process::id()));
+    let (_dir, mut node) = farm_node().await;
+    // A failed farm keeps its claims (every pod's soaks, run directories, member logs and seed
+    // records, without disk images): the node's teardown removes them.
+    let claims = node.layout.host_path_dir(shakedown::node::volumes::PROVISIONER_DIR);
+    let _keep = common::KeepOnFailure::new(claims, format!("farm-{}", std::process::id()));
     let kc = node.kubeconfig.clone();
     let client = node.client().await.unwrap();
     let jobs: Api<Job> = Api::namespaced(client.clone(), NS);

@@ -31,6 +31,8 @@ pub(super) struct CpMachine {
     pub(super) deleting: bool,
     pub(super) created: String,
     pub(super) version: Option<String>,
+    /// The workload cluster's Node of the Machine (`status.nodeRef.name`), once it has one.
+    pub(super) node: Option<String>,
 }
 
 pub(super) fn cp_machines(store: &[Arc<DynamicObject>]) -> Vec<CpMachine> {
@@ -48,6 +50,7 @@ pub(super) fn cp_machines(store: &[Arc<DynamicObject>]) -> Vec<CpMachine> {
                 deleting: deleting(&obj),
                 created: m.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
                 version: obj.pointer("/spec/version").and_then(Value::as_str).map(str::to_string),
+                node: obj.pointer("/status/nodeRef/name").and_then(Value::as_str).map(str::to_string),
             }
         })
         .collect();

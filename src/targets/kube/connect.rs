@@ -125,6 +125,17 @@ impl KubeTarget {
                 Err(other) => return Err(other),
             },
         };
+        // etcd through Cluster API's path ([etcd]): read-only, so a dry run reads it too.
+        let etcd = match &cfg.profile.etcd {
+            None => Err("needs an [etcd] table in the kube profile (etcd read through Cluster API's port-forward path)".to_string()),
+            Some(spec) => {
+                Ok(super::etcd_view::EtcdView::open(&client, workload.as_ref().map(|w| w.client.clone()), &ns, &name, spec, &cfg.run_id)
+                    .await?)
+            }
+        };
+        if let Ok(view) = &etcd {
+            notes.push(view.note());
+        }
         // Velero (backup and restore), unless hooks do both.
         let hooks = &cfg.profile.hooks;
         let velero_ns = cfg.profile.velero.namespace.clone();
@@ -293,6 +304,7 @@ impl KubeTarget {
             wait_failed: None,
             connected: BTreeMap::new(),
             api: Err("not started".into()),
+            etcd,
         };
         t.take_lock().await.map_err(|e| KubeError::Environment(e.to_string()))?;
         t.api = match api_plan {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 use shakedown_faults::{Answers, MemberId, Model};
-use shakedown_invariants::{Inventory, KubeInventory, Leader, ListedMember, MemberStatus, Observation, Probe};
+use shakedown_invariants::{InvariantId, Inventory, KubeInventory, Leader, ListedMember, MemberStatus, Observation, Probe};
 
 use super::conditions::{condition, ETCD_CLUSTER_HEALTHY};
 use super::*;
@@ -188,11 +188,19 @@ impl KubeTarget {
         }
     }
 
-    pub(super) async fn observation(&mut self, model: &Model) -> Observation {
+    pub(super) async fn observation(&mut self, model: &Model, invariants: &[InvariantId]) -> Observation {
         self.model = model.clone();
         self.rebind();
         let mut obs = Observation::default();
-        self.observe_members(&mut obs);
+        match &mut self.etcd {
+            // etcd's own answers, through Cluster API's path.
+            Ok(view) => {
+                let ms = cp_machines(&self.cache.machines.objects());
+                let bound: BTreeMap<&String, MemberId> = self.bindings.iter().map(|(id, m)| (m, *id)).collect();
+                view.observe(&mut obs, &ms, &bound, invariants.contains(&InvariantId::Consistency)).await;
+            }
+            Err(_) => self.observe_members(&mut obs),
+        }
         obs.probes = self.probes().await;
         {
             let s = self.sampler.lock().unwrap_or_else(|e| e.into_inner());

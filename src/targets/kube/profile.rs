@@ -69,6 +69,39 @@ pub struct KubeProfile {
     /// invariants are not checked (said in a note).
     #[serde(default)]
     pub api: Option<ApiSpec>,
+    /// Read the workload cluster's etcd members directly, as Cluster API does (`[etcd]`): the
+    /// etcd CA of the Cluster's `<name>-etcd` Secret signs the run's client certificate, and
+    /// each control-plane member is reached by a port-forward to its etcd pod, read-only
+    /// (status, member list, HashKV). `members`, `quorum` and `membership` then judge etcd's own
+    /// answers, and `consistency` is checked. Absent: etcd's health comes from Cluster API's
+    /// conditions and `consistency` is not checked (said in a note).
+    #[serde(default)]
+    pub etcd: Option<EtcdSpec>,
+}
+
+/// `[etcd]`: where the workload cluster's etcd members and their CA are (the defaults are
+/// Cluster API's and kubeadm's layout).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct EtcdSpec {
+    /// The Secret on the management cluster, in the Cluster's namespace, holding the etcd CA
+    /// (`tls.crt`, `tls.key`). Absent: `<cluster name>-etcd`, Cluster API's name.
+    pub secret: Option<String>,
+    /// The workload cluster's namespace of the etcd pods (`etcd-<node name>`, kubeadm's static
+    /// pods).
+    pub namespace: String,
+    /// The port the members serve clients on, inside their pods.
+    pub port: u16,
+    /// The bound of one request to a member (the port-forward, TLS and the answer).
+    #[serde(with = "human")]
+    #[schemars(schema_with = "duration_schema")]
+    pub timeout: Duration,
+}
+
+impl Default for EtcdSpec {
+    fn default() -> Self {
+        EtcdSpec { secret: None, namespace: "kube-system".into(), port: 2379, timeout: Duration::from_secs(5) }
+    }
 }
 
 /// `[api]`: the API workload in the workload cluster (reached through the kubeconfig in the

@@ -10,7 +10,7 @@ pub mod disk;
 pub mod etcd;
 mod failpoint;
 pub mod nft;
-mod observe;
+pub(crate) mod observe;
 mod ops;
 pub mod reap;
 mod sampler;

@@ -288,7 +288,7 @@ impl LocalTarget {
 }
 
 /// How many status answers after the first one [`settle`] asks for at most.
-const SETTLE_TRIES: usize = 6;
+pub(crate) const SETTLE_TRIES: usize = 6;
 
 #[cfg(test)]
 mod quiet_point_tests {
@@ -339,7 +339,7 @@ async fn settle(url: &str, first: Option<(i64, u64)>, request: std::time::Durati
 /// bookkeeping all that time (seen once in a soak on 3.4.23 under load: a member 4 revisions
 /// ahead of another with 3 entries more, named a divergence). An entry in the applier's hands
 /// is committed, so a committed index equal to the applied one rules that out.
-fn is_quiet_point(previous: Option<(i64, u64)>, now: (i64, u64), committed: u64) -> bool {
+pub(crate) fn is_quiet_point(previous: Option<(i64, u64)>, now: (i64, u64), committed: u64) -> bool {
     previous == Some(now) && now.0 > 0 && now.1 > 0 && committed == now.1
 }
 
