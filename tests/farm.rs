@@ -99,17 +99,34 @@ fn farm_objects(kubeconfig: &Path, config: &[(&str, &str)], indexes: &[usize], s
 
 /// Waits (bounded) until Job `name` is Complete; fails the test if it Failed.
 async fn complete(jobs: &Api<Job>, name: &str, bound: Duration, kubeconfig: &Path) {
+    assert!(finished(jobs, name, bound, kubeconfig).await, "job {name} failed:\n{}", job_logs(kubeconfig, name));
+}
+
+fn job_logs(kubeconfig: &Path, name: &str) -> String {
+    kubectl(kubeconfig, &["-n", NS, "logs", &format!("job/{name}"), "--tail=40"], None)
+}
+
+/// Waits (bounded) until Job `name` has ended: `true` when Complete, `false` when Failed.
+async fn finished(jobs: &Api<Job>, name: &str, bound: Duration, kubeconfig: &Path) -> bool {
     let deadline = Instant::now() + bound;
     loop {
         let conds = jobs.get(name).await.ok().and_then(|j| j.status?.conditions).unwrap_or_default();
         if conds.iter().any(|c| c.type_ == "Complete" && c.status == "True") {
-            return;
+            return true;
         }
-        let logs = || kubectl(kubeconfig, &["-n", NS, "logs", &format!("job/{name}"), "--tail=40"], None);
-        assert!(!conds.iter().any(|c| c.type_ == "Failed" && c.status == "True"), "job {name} failed:\n{}", logs());
-        assert!(Instant::now() < deadline, "job {name} not Complete within {bound:?}:\n{}", logs());
+        if conds.iter().any(|c| c.type_ == "Failed" && c.status == "True") {
+            return false;
+        }
+        assert!(Instant::now() < deadline, "job {name} not Complete within {bound:?}:\n{}", job_logs(kubeconfig, name));
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// The exit code of the (one) pod of Job `name`.
+async fn pod_exit_code(pods: &Api<Pod>, name: &str) -> Option<i32> {
+    let list = pods.list(&ListParams::default().labels(&format!("job-name={name}"))).await.ok()?;
+    let pod = list.items.into_iter().next()?;
+    pod.status?.container_statuses?.first()?.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code)
 }
 
 /// Loop devices of the machine whose backing file is on the farm's claim: named as the pod saw
@@ -120,8 +137,8 @@ fn farm_loop_devices() -> Vec<String> {
     String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains("/farm/pod-")).map(str::to_string).collect()
 }
 
-/// The seeds of one pod's soak (`farm/pod-<i>/soak-*/soak.jsonl`).
-fn seeds_of(claim: &Path, i: usize) -> Vec<u64> {
+/// The seed lines of one pod's soak (`farm/pod-<i>/soak-*/soak.jsonl`).
+fn seed_lines(claim: &Path, i: usize) -> Vec<Value> {
     let pod = claim.join(format!("farm/pod-{i}"));
     let soaks: Vec<PathBuf> = std::fs::read_dir(&pod)
         .unwrap_or_else(|e| panic!("{}: {e}", pod.display()))
@@ -130,11 +147,12 @@ fn seeds_of(claim: &Path, i: usize) -> Vec<u64> {
         .filter(|p| p.join("soak.jsonl").is_file())
         .collect();
     assert_eq!(soaks.len(), 1, "one soak in {}: {soaks:?}", pod.display());
-    std::fs::read_to_string(soaks[0].join("soak.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["seed"].as_u64().expect("a seed"))
-        .collect()
+    std::fs::read_to_string(soaks[0].join("soak.jsonl")).unwrap().lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).collect()
+}
+
+/// What a seed line says failed (`FAIL <what> at step N: …`), if it failed.
+fn failed(line: &Value) -> Option<String> {
+    line["verdict"].as_str()?.strip_prefix("FAIL ")?.split(" at step ").next().map(str::to_string)
 }
 
 /// A node with a worker, the farm's image (built from this build's binary) loaded into both.
@@ -190,33 +208,68 @@ async fn the_soak_farm_runs_local_target_soaks_as_pods_and_merges_them() {
     let farm = farm_objects(&kc, &[("for", "20s"), ("profile", "smoke"), ("first-seed", &FIRST_SEED.to_string())], &[0, 1], "", N);
     kubectl(&kc, &["apply", "-f", "-"], Some(&farm.to_string()));
     let t0 = Instant::now();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    // A pod whose soak found a failure exits 1 and its index fails (backoffLimitPerIndex 0): a
+    // finding of the stack's (etcd 3.4 without pre-vote is leaderless for longer than smoke's
+    // 10 s `converge` now and then on a loaded machine), which the farm must report, not hide.
+    let mut exited_with_findings = std::collections::BTreeSet::new();
     for i in 0..N {
-        complete(&jobs, &format!("shakedown-farm-{i}"), Duration::from_secs(300), &kc).await;
+        let name = format!("shakedown-farm-{i}");
+        if !finished(&jobs, &name, Duration::from_secs(300), &kc).await {
+            // Exit 1: a seed violated an invariant; 3: a seed's stack did not converge.
+            let code = pod_exit_code(&pods, &name).await;
+            assert!(matches!(code, Some(1 | 3)), "job {name} failed other than by a finding (exit {code:?}):\n{}", job_logs(&kc, &name));
+            eprintln!("pod {i} found a failure (exit {code:?}):\n{}", job_logs(&kc, &name));
+            exited_with_findings.insert(i);
+        }
     }
     eprintln!("the farm's {N} pods done in {:.1}s", t0.elapsed().as_secs_f64());
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let nodes: std::collections::BTreeSet<String> =
         pods.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|p| p.spec?.node_name).collect();
     eprintln!("on nodes {nodes:?}");
     let claim = claim_dir(&client, &node).await;
     let mut total = 0;
+    let mut failures: std::collections::BTreeMap<String, usize> = Default::default();
     for i in 0..N {
-        let seeds = seeds_of(&claim, i);
+        let lines = seed_lines(&claim, i);
+        let seeds: Vec<u64> = lines.iter().map(|l| l["seed"].as_u64().expect("a seed")).collect();
         assert!(!seeds.is_empty(), "pod {i} ran seeds");
         assert!(seeds.iter().all(|s| (s - FIRST_SEED) as usize % N == i), "pod {i}'s seeds are its partition's: {seeds:?}");
         let junit = claim.join(format!("junit/farm-{i}.xml"));
         assert!(std::fs::read_to_string(&junit).is_ok_and(|x| x.contains("<testcase")), "{}", junit.display());
+        let found: Vec<&Value> = lines.iter().filter(|l| failed(l).is_some()).collect();
+        assert_eq!(!found.is_empty(), exited_with_findings.contains(&i), "pod {i} exited 1 exactly when a seed failed: {lines:?}");
+        for l in found {
+            *failures.entry(failed(l).unwrap()).or_default() += 1;
+            let record = l["record"].as_str().unwrap_or_else(|| panic!("a failed seed has a record: {l}"));
+            let on_claim = claim.join(Path::new(record).strip_prefix("/var/lib/shakedown").expect("the record is on the claim"));
+            assert!(on_claim.is_file(), "the failed seed's record {} is on the claim", on_claim.display());
+        }
         total += seeds.len();
     }
     // merge-job.yaml as shipped: one summary of both pods' seeds.
     kubectl(&kc, &["apply", "-f", &repo().join("ci/k8s/farm/merge-job.yaml").display().to_string()], None);
-    complete(&jobs, "shakedown-farm-merge", Duration::from_secs(120), &kc).await;
+    // The merge exits as a soak does: 0 without failures, else 1 or 3 (its Job then fails).
+    let merged_ok = finished(&jobs, "shakedown-farm-merge", Duration::from_secs(120), &kc).await;
+    assert_eq!(
+        merged_ok,
+        exited_with_findings.is_empty(),
+        "the merge's Job ends as the pods' did:\n{}",
+        job_logs(&kc, "shakedown-farm-merge")
+    );
     let summary = kubectl(&kc, &["-n", NS, "logs", "job/shakedown-farm-merge"], None);
     eprintln!("{summary}");
     assert!(summary.contains(&format!("soaks          {N}: ")) && summary.contains(&format!("seeds          {total} (")), "{summary}");
-    assert!(summary.contains("failures       none"), "{summary}");
+    // The merge reports every pod's failures (none, on a quiet machine).
+    let want = if failures.is_empty() {
+        "none".to_string()
+    } else {
+        failures.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(" · ")
+    };
+    assert!(summary.contains(&format!("failures       {want}\n")), "failures {want}: {summary}");
     let merged = std::fs::read_to_string(claim.join("merged/junit.xml")).unwrap();
     assert_eq!(merged.matches("<testcase").count(), total, "{merged}");
+    assert_eq!(merged.matches("<failure").count(), failures.values().sum::<usize>(), "{merged}");
     assert!(claim.join("merged/report.html").is_file());
     assert_eq!(farm_loop_devices(), loops_before, "the soaks detached their loop devices");
 

@@ -472,6 +472,30 @@ async fn etcd_is_read_through_cluster_apis_path_and_a_member_restored_from_an_ol
         }
     };
 
+    // A Secret that is not there is bad input, said before anything is written (exit 2).
+    let missing = files.join("kube-missing.toml");
+    std::fs::write(&missing, kube_profile().replace("[etcd]\n", "[etcd]\nsecret = \"nope\"\n")).unwrap();
+    let (code, out, err) = kube_common::shakedown(&[
+        "run",
+        "--seed",
+        "3",
+        "--target",
+        "kube",
+        "--kubeconfig",
+        &kc,
+        "--cluster",
+        "chaos/c",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--kube-profile",
+        missing.to_str().unwrap(),
+        "--runs-dir",
+        runs.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("kube profile [etcd]: no Secret chaos/nope"), "{err}");
+
     // A healthy etcd: every check passes, consistency among them, from etcd's own answers.
     let (code, out, err) = run("3").await;
     assert_eq!(code, 0, "a healthy run passes:\n{out}\n{err}");
@@ -543,7 +567,10 @@ async fn etcd_is_read_through_cluster_apis_path_and_a_member_restored_from_an_ol
         .unwrap_or_else(|| panic!("the run names the member of Machine {}:\n{out}\n{err}", machines[2]))
         .to_string();
     let message = first_fail["message"].as_str().unwrap();
-    assert!(message.contains(&format!("{restored} at revision")), "…naming the restored member {restored}'s store: {message}");
+    assert!(
+        message.contains(&format!("the store out of line is {restored}'s")),
+        "…naming the restored member {restored}'s store: {message}"
+    );
     for inv in ["members", "quorum", "membership"] {
         assert_eq!(by(inv)["verdict"], "pass", "{inv} is content: the restored member serves and is listed: {first_fail}");
     }

@@ -49,7 +49,8 @@ fn stores(obs: &Observation) -> Verdict {
                 n.applied_index,
                 m.name,
                 states(&reachable)
-            ) + &known_defect(&[m]));
+            ) + &odd_one_out(&reachable)
+                + &known_defect(&[m]));
         }
     }
     if let Some(v) = quiet_points(&reachable) {
@@ -114,11 +115,39 @@ fn quiet_points(reachable: &[&MemberStatus]) -> Option<Verdict> {
                 quiet.iter().map(|(m, r, a)| format!("{} at revision {r}, applied index {a}", m.name)).collect();
             return Some(Verdict::Definite(
                 format!("{said} (each read at a quiet point, two status answers in a row agreeing: {})", quiet_states.join(", "))
+                    + &odd_one_out(reachable)
                     + &known_defect(&[m, n]),
             ));
         }
     }
     None
+}
+
+/// Which store is out of line, when it shows: among members read at a quiet point with the same
+/// applied index, a revision that a strict majority of them hold, and the members that hold
+/// another. A pairwise rule names two members; this names the one whose store differs from the
+/// rest (a member restored from an old backup, a replica that skipped an entry). Empty when no
+/// such majority exists.
+fn odd_one_out(reachable: &[&MemberStatus]) -> String {
+    let mut by_index: BTreeMap<u64, BTreeMap<i64, Vec<&str>>> = BTreeMap::new();
+    for m in reachable {
+        if let Some((rev, applied)) = m.settled {
+            by_index.entry(applied).or_default().entry(rev).or_default().push(&m.name);
+        }
+    }
+    for (applied, revs) in by_index.into_iter().filter(|(_, revs)| revs.len() > 1) {
+        let total: usize = revs.values().map(Vec::len).sum();
+        let Some((&rev, most)) = revs.iter().find(|(_, who)| who.len() * 2 > total) else { continue };
+        let others: Vec<String> =
+            revs.iter().filter(|(r, _)| **r != rev).map(|(r, who)| format!("{} at revision {r}", who.join(", "))).collect();
+        return format!(
+            ". At raft index {applied}, {} agree on revision {rev} and {} not: the store out of line is {}'s",
+            most.join(", "),
+            others.join(", "),
+            revs.iter().filter(|(r, _)| **r != rev).flat_map(|(_, who)| who.iter().copied()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    String::new()
 }
 
 /// The etcd releases that persist a member's consistent index ahead of the data it covers, so

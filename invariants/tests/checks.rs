@@ -459,6 +459,29 @@ fn consistency_flags_a_store_behind_its_applied_index_without_a_lag_tolerance() 
     );
 }
 
+/// A member restored from an old snapshot under its own member id (tests/kube_etcd.rs): it
+/// replays the log from the snapshot's revision on, so at the same applied index it is 40
+/// revisions ahead of the two others. The pairwise rule names the pair; the verdict also says
+/// which store is out of line.
+#[test]
+fn consistency_names_the_store_out_of_line_when_the_others_agree() {
+    let mut o = healthy();
+    for (m, rev) in o.members.iter_mut().zip([81, 121, 81]) {
+        m.hash = None;
+        (m.applied_index, m.raft_index, m.revision, m.revision_after, m.settled) = (100, 100, rev, Some(rev), Some((rev, 100)));
+    }
+    let v = verdict(InvariantId::Consistency, &model(), &o);
+    assert!(
+        matches!(&v, Verdict::Definite(m) if m.contains("At raft index 100, m0, m2 agree on revision 81 and m1 at revision 121 not: the store out of line is m1's")),
+        "{v:?}"
+    );
+    // Two members, or three that all differ: no majority, nothing more said.
+    o.members[2].settled = Some((101, 100));
+    o.members[2].revision_after = Some(101);
+    let v = verdict(InvariantId::Consistency, &model(), &o);
+    assert!(matches!(&v, Verdict::Definite(m) if !m.contains("out of line")), "{v:?}");
+}
+
 /// The divergence of issue 28 (etcd 3.5.1, etcd-io/etcd#13766): m0 at revision 968 and m2 at
 /// 969, both at applied index 67. The one-revision tolerance of a single status answer lets it
 /// pass; read at quiet points (two answers in a row agreeing) it is named, with no tolerance.
