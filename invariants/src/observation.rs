@@ -237,7 +237,9 @@ pub struct MemberStatus {
     /// The raft applied index, read by etcd after `revision` in the same status answer.
     #[serde(default)]
     pub applied_index: u64,
-    /// The raft term etcd reports: a term that moved on during a step is an election.
+    /// The raft term etcd's status reports: the term of the last entry the member applied (etcd
+    /// 3.4 and 3.5 set it as they apply), not its current term. A term that moved on during a
+    /// step is an election that elected a leader; campaigns that elected nobody do not show.
     #[serde(default)]
     pub raft_term: Option<u64>,
     /// The revision of a second status request sent after the first answered: it reflects at
