@@ -21,10 +21,14 @@
 mod app_common;
 mod kube_common;
 
+#[path = "common/wait.rs"]
+mod wait;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use wait::until;
 
 use k8s_openapi::api::authentication::v1::TokenReview;
 use k8s_openapi::api::batch::v1::Job;
@@ -75,21 +79,6 @@ type = "Available"
 rollout = "60s"
 "#
     )
-}
-
-async fn until<F, Fut, T>(what: &str, bound: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + bound;
-    loop {
-        if let Some(t) = f().await {
-            return t;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {bound:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Waits until the KubeadmControlPlane's rollout is complete with every Machine healthy.

@@ -10,10 +10,14 @@
 //! owner, and for a node whose owner was killed, reaped.
 #![allow(clippy::await_holding_lock, reason = "a std Mutex serializes the tests that share the machine: held across awaits on purpose")]
 
+#[path = "common/wait.rs"]
+mod wait;
+
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use wait::until;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Service};
@@ -47,21 +51,6 @@ fn sysctls() -> BTreeMap<String, String> {
 
 fn obj<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
     serde_json::from_value(v).unwrap()
-}
-
-async fn until<F, Fut, T>(what: &str, bound: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + bound;
-    loop {
-        if let Some(t) = f().await {
-            return t;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {bound:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 fn ready(p: &Pod) -> bool {

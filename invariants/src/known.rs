@@ -22,7 +22,11 @@ pub(crate) fn leaderless(members: &[MemberStatus]) -> String {
         return String::new();
     }
     let terms: Vec<String> = reachable.iter().filter_map(|m| m.raft_term.map(|t| format!("{} {t}", m.name))).collect();
-    let terms = if terms.is_empty() { String::new() } else { format!(" Raft term of each member's last applied entry (what etcd's status reports: campaigns that elected nobody do not show in it): {}.", terms.join(", ")) };
+    let terms = if terms.is_empty() {
+        String::new()
+    } else {
+        format!(" Raft term of each member's last applied entry (what etcd's status reports: campaigns that elected nobody do not show in it): {}.", terms.join(", "))
+    };
     format!(
         ". Known etcd behaviour: {} — raft without pre-vote (--pre-vote is off by default before 3.5): a member back from isolation or a pause returns at a higher term, the leader steps down, and the returning member's campaigns can keep the cluster leaderless for several election timeouts (etcd-io/etcd#9333, #12959; docs/findings.md, finding 3); etcd 3.5, or --pre-vote=true, avoids it.{terms}",
         without.join(", ")
@@ -138,7 +142,10 @@ mod tests {
     fn pre_vote_is_named_for_3_4_members_with_their_terms() {
         let said = leaderless(&[status("m0", "3.4.23", 9), status("m1", "3.5.16", 9)]);
         assert!(said.contains("m0 runs etcd 3.4.23") && !said.contains("m1 runs"), "{said}");
-        assert!(said.contains("etcd-io/etcd#9333") && said.contains("campaigns that elected nobody do not show in it): m0 9, m1 9."), "{said}");
+        assert!(
+            said.contains("etcd-io/etcd#9333") && said.contains("campaigns that elected nobody do not show in it): m0 9, m1 9."),
+            "{said}"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use super::cache::CpMachine;
 use super::etcd::{EtcdTls, MemberReader, Status};
 use super::profile::EtcdSpec;
 use super::KubeError;
-use crate::targets::local::observe::{is_quiet_point, SETTLE_TRIES};
+use crate::targets::local::observe::{fill_consistency, is_quiet_point, Settled, SETTLE_TRIES};
 
 /// The kubeadm name of a Node's etcd static pod.
 pub fn pod_of(node: &str) -> String {
@@ -178,18 +178,7 @@ impl EtcdView {
             (name.clone(), reader.hash_kv(rev).await.ok().map(|h| ((rev, h.hash), h.compact_revision)))
         });
         let (again, hashes) = tokio::join!(futures::future::join_all(again), futures::future::join_all(hashes));
-        for (name, (after, settled)) in again {
-            if let Some(m) = obs.members.iter_mut().find(|m| m.name == name) {
-                m.revision_after = after;
-                m.settled = settled;
-            }
-        }
-        for (name, h) in hashes {
-            if let Some(m) = obs.members.iter_mut().find(|m| m.name == name) {
-                m.hash = h.map(|(h, _)| h);
-                m.hash_from = h.map_or(0, |(_, from)| from);
-            }
-        }
+        fill_consistency(obs, again, hashes);
     }
 
     /// What the run is told at the start: where etcd is read from.
@@ -204,7 +193,7 @@ impl EtcdView {
 /// Status again until two answers in a row agree with nothing committed beyond the applied
 /// index (a quiet point), at most [`SETTLE_TRIES`] times: the next answer's revision and the
 /// quiet point, as the local target reads them.
-async fn settle(reader: &MemberReader, first: Option<(i64, u64)>) -> (Option<i64>, Option<(i64, u64)>) {
+async fn settle(reader: &MemberReader, first: Option<(i64, u64)>) -> Settled {
     let mut after = None;
     let mut previous = first;
     for _ in 0..SETTLE_TRIES {

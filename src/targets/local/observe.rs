@@ -259,18 +259,7 @@ impl LocalTarget {
         if wants(InvariantId::Linearizability) {
             obs.history = Some(self.workload.requests_view());
         }
-        for (name, (after, settled)) in again {
-            if let Some(m) = obs.members.iter_mut().find(|m| m.name == name) {
-                m.revision_after = after;
-                m.settled = settled;
-            }
-        }
-        for (name, h) in hashes {
-            if let Some(m) = obs.members.iter_mut().find(|m| m.name == name) {
-                m.hash = h.map(|(h, _)| h);
-                m.hash_from = h.map_or(0, |(_, from)| from);
-            }
-        }
+        fill_consistency(&mut obs, again, hashes);
         obs.probes = probes;
         obs.durability = durability;
         obs.leases = leases;
@@ -284,6 +273,27 @@ impl LocalTarget {
             }
         }
         obs
+    }
+}
+
+/// Each member's second status answer and quiet point (`again`) and its hash at the common
+/// revision with the compaction it starts from (`hashes`), by member name, into `obs`: what
+/// `consistency` reads, as the local and kube targets gather it.
+pub(crate) type Settled = (Option<i64>, Option<(i64, u64)>);
+/// ((revision, hash), the compacted revision the hash starts from).
+pub(crate) type Hashed = Option<((i64, u32), i64)>;
+pub(crate) fn fill_consistency(obs: &mut Observation, again: Vec<(String, Settled)>, hashes: Vec<(String, Hashed)>) {
+    for (name, (after, settled)) in again {
+        if let Some(m) = obs.members.iter_mut().find(|m| m.name == name) {
+            m.revision_after = after;
+            m.settled = settled;
+        }
+    }
+    for (name, h) in hashes {
+        if let Some(m) = obs.members.iter_mut().find(|m| m.name == name) {
+            m.hash = h.map(|(h, _)| h);
+            m.hash_from = h.map_or(0, |(_, from)| from);
+        }
     }
 }
 
