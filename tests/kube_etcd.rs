@@ -483,6 +483,8 @@ async fn etcd_is_read_through_cluster_apis_path_and_a_member_restored_from_an_ol
         !ev.iter().any(|e| e["event"] == "unchecked" && e["invariants"].to_string().contains("consistency")),
         "consistency is checked with [etcd]"
     );
+    let up = ev.iter().find(|e| e["event"] == "bring-up").expect("a bring-up event");
+    assert_eq!(up["versions"]["etcd"], "3.5.16", "the members' etcd release, read at connect: {up}");
     let paused = ev.iter().filter(|e| e["event"] == "op-start" && e["op"]["op"] == "pause").count();
     assert!(paused >= 1, "the plan paused a member");
     // Extra requests: each member's port-forward once (kept across steps), then nothing new

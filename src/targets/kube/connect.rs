@@ -315,6 +315,11 @@ impl KubeTarget {
             Err(why) => Err(why),
         };
         t.rebind();
+        if let Ok(view) = &mut t.etcd {
+            if let Some(v) = view.versions(&cp_machines(&t.cache.machines.objects())).await {
+                t.versions.insert("etcd".into(), v);
+            }
+        }
         t.connected = t.counter.snapshot();
         Ok(t)
     }

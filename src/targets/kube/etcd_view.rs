@@ -96,6 +96,17 @@ impl EtcdView {
             .clone()
     }
 
+    /// The etcd releases the members of `machines` answer with (`3.5.16`, or `3.4.23, 3.5.16`
+    /// mid-upgrade), read once at connect for the run's versions; `None` when none answered
+    /// (the first check says why).
+    pub(super) async fn versions(&mut self, machines: &[CpMachine]) -> Option<String> {
+        let readers: Vec<MemberReader> =
+            machines.iter().filter(|m| !m.deleting).filter_map(|m| m.node.clone()).map(|n| self.reader(&n)).collect();
+        let answers = futures::future::join_all(readers.iter().map(MemberReader::status)).await;
+        let seen: std::collections::BTreeSet<String> = answers.into_iter().flatten().map(|s| s.version).collect();
+        (!seen.is_empty()).then(|| seen.into_iter().collect::<Vec<_>>().join(", "))
+    }
+
     /// Fills `obs.members` and `obs.member_list` from etcd (and, with `consistency`, each
     /// member's quiet point and hash). `machines`: the control-plane Machines; `bound`: which
     /// plan member each stands for.
