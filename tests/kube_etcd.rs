@@ -175,28 +175,17 @@ async fn machine_nodes(client: &Client) -> Vec<String> {
 /// so this client skips the name check — it is the test's, not what is tested): `args` after
 /// the endpoints and credentials.
 fn etcdctl(node: &Node, pki: &Path, endpoint: &str, args: &[&str]) -> String {
-    let p = |f: &str| pki.join(f).display().to_string();
-    let (ca, cert, key) = (p("ca.crt"), p("test-client.crt"), p("test-client.key"));
-    let all: Vec<&str> = [
-        &[
-            "--endpoints",
-            endpoint,
-            "--cacert",
-            &ca,
-            "--cert",
-            &cert,
-            "--key",
-            &key,
-            "--insecure-skip-tls-verify",
-            "--command-timeout",
-            "10s",
-        ][..],
-        args,
-    ]
-    .concat();
-    let out = shakedown::node::cleanup::in_netns(&node.layout, &format!("{ETCD_DIR}/etcdctl"), &all).unwrap();
+    let out = etcdctl_output(node, pki, endpoint, &[&["--command-timeout", "10s"][..], args].concat());
     assert!(out.status.success(), "etcdctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// etcdctl as [`etcdctl`] runs it, whatever it exits with.
+fn etcdctl_output(node: &Node, pki: &Path, endpoints: &str, args: &[&str]) -> std::process::Output {
+    let p = |f: &str| pki.join(f).display().to_string();
+    let (ca, cert, key) = (p("ca.crt"), p("test-client.crt"), p("test-client.key"));
+    let creds = ["--endpoints", endpoints, "--cacert", &ca, "--cert", &cert, "--key", &key, "--insecure-skip-tls-verify"];
+    shakedown::node::cleanup::in_netns(&node.layout, &format!("{ETCD_DIR}/etcdctl"), &[&creds[..], args].concat()).unwrap()
 }
 
 /// Writes `n` keys `prefix<i>` through the member at `endpoint`.
@@ -225,30 +214,9 @@ async fn pod_endpoints(client: &Client) -> Vec<String> {
 async fn etcd_healthy(node: &Node, client: &Client, pki: &Path) -> Vec<String> {
     let pod_ips = pod_endpoints(client).await;
     let endpoints = pod_ips.join(",");
-    let p = |f: &str| pki.join(f).display().to_string();
-    let (ca, cert, key) = (p("ca.crt"), p("test-client.crt"), p("test-client.key"));
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let out = shakedown::node::cleanup::in_netns(
-            &node.layout,
-            &format!("{ETCD_DIR}/etcdctl"),
-            &[
-                "--endpoints",
-                &endpoints,
-                "--cacert",
-                &ca,
-                "--cert",
-                &cert,
-                "--key",
-                &key,
-                "--insecure-skip-tls-verify",
-                "endpoint",
-                "health",
-                "--command-timeout",
-                "3s",
-            ],
-        )
-        .unwrap();
+        let out = etcdctl_output(node, pki, &endpoints, &["endpoint", "health", "--command-timeout", "3s"]);
         if out.status.success() {
             return pod_ips;
         }
