@@ -258,26 +258,11 @@ async fn delete_pods(client: &Client) {
 }
 
 fn plan_profile() -> String {
-    // The kube tests' plan profile with pauses and resumes only (the stand-in makes no etcd
-    // member for a new Machine) and every check but `leaks` (see the top of this file).
-    let mut p = kube_common::plan_profile("etcd-path", "members paused and resumed by hooks, etcd read through Cluster API's path", 6)
+    // Pauses and resumes only (the stand-in makes no etcd member for a new Machine), every check
+    // but `leaks` (see the top of this file).
+    kube_common::plan_profile_weighted("etcd-path", "members paused and resumed by hooks, etcd read through Cluster API's path", 6, &[("pause", 3), ("resume", 3)])
         .replace("versions = [\"3.4\", \"3.5\"]", "versions = [\"3.5\"]\ninvariants = [\"membership\", \"members\", \"quorum\", \"consistency\", \"api-reachability\", \"api-durability\", \"api-watch\"]")
-        .replace("converge = \"20s\"", "converge = \"30s\"");
-    for (op, was, now) in [
-        ("rolling-upgrade", 3, 0),
-        ("rolling-replace", 3, 0),
-        ("crash", 2, 0),
-        ("restart", 4, 0),
-        ("site-outage", 1, 0),
-        ("site-recover", 4, 0),
-        ("pause", 0, 3),
-        ("resume", 0, 3),
-    ] {
-        let line = format!("\n{op} = {was}\n");
-        assert!(p.contains(&line), "kube_common::plan_profile has {line:?}");
-        p = p.replace(&line, &format!("\n{op} = {now}\n"));
-    }
-    p
+        .replace("converge = \"20s\"", "converge = \"30s\"")
 }
 
 /// `[etcd]` and `[api]` on; pause and resume stop and continue the member's etcd process.
@@ -396,29 +381,9 @@ async fn etcd_is_read_through_cluster_apis_path_and_a_member_restored_from_an_ol
     let runs = files.join("runs");
     let kc = node.kubeconfig.display().to_string();
     let run = |seed: &'static str, kube: PathBuf| {
-        let (profile, runs, seeds, kc) = (profile.clone(), runs.clone(), files.join("seeds"), kc.clone());
-        async move {
-            kube_common::shakedown(&[
-                "run",
-                "--seed",
-                seed,
-                "--target",
-                "kube",
-                "--kubeconfig",
-                &kc,
-                "--cluster",
-                "chaos/c",
-                "--profile",
-                profile.to_str().unwrap(),
-                "--kube-profile",
-                kube.to_str().unwrap(),
-                "--runs-dir",
-                runs.to_str().unwrap(),
-                "--seeds-dir",
-                seeds.to_str().unwrap(),
-            ])
-            .await
-        }
+        let str = |p: &Path| p.to_str().unwrap().to_string();
+        let args = kube_common::run_args(seed, &kc, &str(&profile), &str(&kube), &str(&runs), &str(&files.join("seeds")));
+        async move { kube_common::shakedown(&args.iter().map(String::as_str).collect::<Vec<_>>()).await }
     };
 
     // A Secret that is not there is bad input, said before anything is written (exit 2).

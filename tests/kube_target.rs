@@ -655,32 +655,16 @@ impl PodSandbox {
 }
 
 /// The plan profile of the storage test: disk ops and Velero, with Machine churn between them.
-const STORAGE_PROFILE: &str = r#"
-name = "kube-storage"
-description = "kube target tests: disk detach/reattach in the workload cluster, Velero backup and restore"
-steps = 8
-versions = ["3.4", "3.5"]
-[weights]
-rolling-upgrade = 0
-rolling-replace = 1
-crash = 1
-restart = 3
-site-outage = 0
-site-recover = 0
-pause = 0
-resume = 0
-disk-detach = 3
-disk-reattach = 3
-backup = 2
-restore = 2
-disk-replace = 0
-defrag = 0
-partition-until-snapshot = 0
-[timeouts]
-converge = "20s"
-liveness = "60s"
-op = "60s"
-"#;
+fn storage_profile() -> String {
+    let weights =
+        [("rolling-replace", 1), ("crash", 1), ("restart", 3), ("disk-detach", 3), ("disk-reattach", 3), ("backup", 2), ("restore", 2)];
+    kube_common::plan_profile_weighted(
+        "kube-storage",
+        "kube target tests: disk detach/reattach in the workload cluster, Velero backup and restore",
+        8,
+        &weights,
+    )
+}
 
 fn storage_kube_profile(env: &KubeEnv) -> String {
     format!(
@@ -740,7 +724,7 @@ async fn workload_cluster_leaks_disks_and_velero() {
     let env = KubeEnv::start(&bin).await;
     let client = env.client().await;
     let files = Files::new(&env);
-    std::fs::write(files.p("storage.toml"), STORAGE_PROFILE).unwrap();
+    std::fs::write(files.p("storage.toml"), storage_profile()).unwrap();
     std::fs::write(files.p("kube-storage.toml"), storage_kube_profile(&env)).unwrap();
     for ns in ["chaos", "probe", "velero"] {
         namespace(&client, ns).await;
@@ -964,30 +948,7 @@ async fn interrupted_runs_and_a_lost_apiserver_clean_up() {
     settled(&client, "chaos", "c").await;
     let kc = env.kubeconfig.to_string_lossy().to_string();
     let (runs, seeds, profile) = (files.p("runs"), files.p("seeds"), files.p("profile.toml"));
-    let args = |seed: &str, kube: &str| -> Vec<String> {
-        [
-            "run",
-            "--seed",
-            seed,
-            "--target",
-            "kube",
-            "--kubeconfig",
-            &kc,
-            "--cluster",
-            "chaos/c",
-            "--profile",
-            &profile,
-            "--kube-profile",
-            kube,
-            "--runs-dir",
-            &runs,
-            "--seeds-dir",
-            &seeds,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    };
+    let args = |seed: &str, kube: &str| kube_common::run_args(seed, &kc, &profile, kube, &runs, &seeds);
     let spawn = |a: Vec<String>| {
         let refs: Vec<&str> = a.iter().map(String::as_str).collect();
         shakedown_spawn(&refs)

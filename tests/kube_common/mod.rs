@@ -400,32 +400,62 @@ pub async fn shakedown(args: &[&str]) -> (i32, String, String) {
 /// The plan profile of the kube target's tests: the ops the kube target runs without hooks
 /// (rolling ops, crash/restart, power loss of a site), short bounds.
 pub fn plan_profile(name: &str, description: &str, steps: usize) -> String {
+    let weights = [("rolling-upgrade", 3), ("rolling-replace", 3), ("crash", 2), ("restart", 4), ("site-outage", 1), ("site-recover", 4)];
+    plan_profile_weighted(name, description, steps, &weights)
+}
+
+/// A plan profile of the kube target's tests with `weights` (every other op kind 0), versions
+/// 3.4 and 3.5, short bounds.
+pub fn plan_profile_weighted(name: &str, description: &str, steps: usize, weights: &[(&str, u32)]) -> String {
+    const KINDS: [&str; 15] = [
+        "rolling-upgrade",
+        "rolling-replace",
+        "crash",
+        "restart",
+        "site-outage",
+        "site-recover",
+        "pause",
+        "resume",
+        "disk-detach",
+        "disk-reattach",
+        "backup",
+        "restore",
+        "disk-replace",
+        "defrag",
+        "partition-until-snapshot",
+    ];
+    for (k, _) in weights {
+        assert!(KINDS.contains(k), "no op kind {k}");
+    }
+    let lines: String = KINDS.iter().map(|k| format!("{k} = {}\n", weights.iter().find(|(w, _)| w == k).map_or(0, |(_, n)| *n))).collect();
     format!(
-        r#"
-name = "{name}"
-description = "{description}"
-steps = {steps}
-versions = ["3.4", "3.5"]
-[weights]
-rolling-upgrade = 3
-rolling-replace = 3
-crash = 2
-restart = 4
-site-outage = 1
-site-recover = 4
-pause = 0
-resume = 0
-disk-detach = 0
-disk-reattach = 0
-backup = 0
-restore = 0
-disk-replace = 0
-defrag = 0
-partition-until-snapshot = 0
-[timeouts]
-converge = "20s"
-liveness = "60s"
-op = "60s"
-"#
+        "\nname = \"{name}\"\ndescription = \"{description}\"\nsteps = {steps}\nversions = [\"3.4\", \"3.5\"]\n[weights]\n{lines}[timeouts]\nconverge = \"20s\"\nliveness = \"60s\"\nop = \"60s\"\n"
     )
+}
+
+/// The arguments of `shakedown run` against Cluster `chaos/c` with a plan profile, a kube
+/// profile, and the run and seed directories.
+pub fn run_args(seed: &str, kubeconfig: &str, profile: &str, kube_profile: &str, runs: &str, seeds: &str) -> Vec<String> {
+    [
+        "run",
+        "--seed",
+        seed,
+        "--target",
+        "kube",
+        "--kubeconfig",
+        kubeconfig,
+        "--cluster",
+        "chaos/c",
+        "--profile",
+        profile,
+        "--kube-profile",
+        kube_profile,
+        "--runs-dir",
+        runs,
+        "--seeds-dir",
+        seeds,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }

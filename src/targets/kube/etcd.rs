@@ -23,6 +23,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use tonic::transport::{Channel, Endpoint};
 
+use super::command::error_chain;
+
 /// The messages of the three requests, as etcd's `rpc.proto` numbers their fields (etcd 3.4 and
 /// 3.5; fields this client does not read are left out: protobuf skips them).
 mod pb {
@@ -284,7 +286,7 @@ impl MemberReader {
         let failed = |detail: String| EtcdReadError::Failed { what, pod: self.pod.clone(), detail };
         let call = async {
             let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-            grpc.ready().await.map_err(|e| failed(causes(&e)))?;
+            grpc.ready().await.map_err(|e| failed(error_chain(&e)))?;
             let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
             grpc.unary(tonic::Request::new(req), PathAndQuery::from_static(path), codec)
                 .await
@@ -331,26 +333,10 @@ impl MemberReader {
 fn status_text(s: &tonic::Status) -> String {
     let code = s.code().description().trim_end_matches('.').to_lowercase();
     let head = if s.message().is_empty() { code } else { format!("{code}: {}", s.message()) };
-    match std::error::Error::source(s) {
-        Some(c) => merge(head, c),
-        None => head,
+    match std::error::Error::source(s).map(error_chain) {
+        Some(chain) if !head.contains(&chain) => format!("{head}: {chain}"),
+        _ => head,
     }
-}
-
-fn causes(e: &(dyn std::error::Error + 'static)) -> String {
-    merge(String::new(), e).trim_start_matches(": ").to_string()
-}
-
-fn merge(mut text: String, e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause = Some(e);
-    while let Some(c) = cause {
-        let words = c.to_string();
-        if !words.is_empty() && !text.contains(&words) {
-            text = if text.is_empty() { words } else { format!("{text}: {words}") };
-        }
-        cause = c.source();
-    }
-    text
 }
 
 #[cfg(test)]

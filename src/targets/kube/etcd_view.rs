@@ -16,7 +16,7 @@ use super::cache::CpMachine;
 use super::etcd::{EtcdTls, MemberReader, Status};
 use super::profile::EtcdSpec;
 use super::KubeError;
-use crate::targets::local::observe::{fill_consistency, is_quiet_point, Settled, SETTLE_TRIES};
+use crate::targets::local::observe::{fill_consistency, settle_with};
 
 /// The kubeadm name of a Node's etcd static pod.
 pub fn pod_of(node: &str) -> String {
@@ -181,9 +181,10 @@ impl EtcdView {
             return;
         }
         let lowest = answered.iter().map(|(_, _, s)| s.revision).filter(|r| *r > 0).min();
-        let again = answered
-            .iter()
-            .map(|(name, reader, s)| async move { (name.clone(), settle(reader, Some((s.revision, s.applied_index))).await) });
+        let again = answered.iter().map(|(name, reader, s)| async move {
+            let status = || async { reader.status().await.ok().map(|s| (s.revision, s.applied_index, s.raft_index)) };
+            (name.clone(), settle_with(Some((s.revision, s.applied_index)), status).await)
+        });
         let hashes = answered.iter().filter(|_| lowest.is_some()).map(|(name, reader, _)| async move {
             let rev = lowest.unwrap_or(0);
             (name.clone(), reader.hash_kv(rev).await.ok().map(|h| ((rev, h.hash), h.compact_revision)))
@@ -199,22 +200,4 @@ impl EtcdView {
             self.secret, self.spec.namespace, self.spec.port
         )
     }
-}
-
-/// Status again until two answers in a row agree with nothing committed beyond the applied
-/// index (a quiet point), at most [`SETTLE_TRIES`] times: the next answer's revision and the
-/// quiet point, as the local target reads them.
-async fn settle(reader: &MemberReader, first: Option<(i64, u64)>) -> Settled {
-    let mut after = None;
-    let mut previous = first;
-    for _ in 0..SETTLE_TRIES {
-        let Ok(s) = reader.status().await else { break };
-        let now = (s.revision, s.applied_index);
-        after.get_or_insert(now.0);
-        if is_quiet_point(previous, now, s.raft_index) {
-            return (after, Some(now));
-        }
-        previous = Some(now);
-    }
-    (after, None)
 }

@@ -298,7 +298,7 @@ pub(crate) fn fill_consistency(obs: &mut Observation, again: Vec<(String, Settle
 }
 
 /// How many status answers after the first one [`settle`] asks for at most.
-pub(crate) const SETTLE_TRIES: usize = 6;
+const SETTLE_TRIES: usize = 6;
 
 #[cfg(test)]
 mod quiet_point_tests {
@@ -320,18 +320,38 @@ fn revision_and_applied(s: &etcd_client::StatusResponse) -> (i64, u64) {
     (s.header().map(|h| h.revision()).unwrap_or(0), s.raft_applied_index())
 }
 
-/// Asks the member at `url` for its status until it answers a quiet point, at most
-/// [`SETTLE_TRIES`] times after `first`. Returns the next answer's revision after `first`
-/// (`revision_after`) and the quiet point, `None` where there was none or no answer.
-async fn settle(url: &str, first: Option<(i64, u64)>, request: std::time::Duration) -> (Option<i64>, Option<(i64, u64)>) {
-    let Ok(mut c) = etcd::connect(url, request).await else { return (None, None) };
+/// Asks the member at `url` for its status until it answers a quiet point (see
+/// [`settle_with`]).
+async fn settle(url: &str, first: Option<(i64, u64)>, request: std::time::Duration) -> Settled {
+    let Ok(c) = etcd::connect(url, request).await else { return (None, None) };
+    settle_with(first, || {
+        let mut c = c.clone();
+        async move {
+            let s = etcd::bounded("status", request, c.status()).await.ok()?;
+            let (revision, applied) = revision_and_applied(&s);
+            Some((revision, applied, s.raft_index()))
+        }
+    })
+    .await
+}
+
+/// Asks `status` — a member's `(revision, applied index, committed index)`, `None` when it did
+/// not answer — until it answers a quiet point, at most [`SETTLE_TRIES`] times after `first`.
+/// Returns the next answer's revision after `first` (`revision_after`) and the quiet point,
+/// `None` where there was none or no answer. The local and the kube target ask through their
+/// own clients.
+pub(crate) async fn settle_with<F, Fut>(first: Option<(i64, u64)>, mut status: F) -> Settled
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<(i64, u64, u64)>>,
+{
     let mut after = None;
     let mut previous = first;
     for _ in 0..SETTLE_TRIES {
-        let Ok(s) = etcd::bounded("status", request, c.status()).await else { break };
-        let now = revision_and_applied(&s);
+        let Some((revision, applied, committed)) = status().await else { break };
+        let now = (revision, applied);
         after.get_or_insert(now.0);
-        if is_quiet_point(previous, now, s.raft_index()) {
+        if is_quiet_point(previous, now, committed) {
             return (after, Some(now));
         }
         previous = Some(now);
@@ -349,7 +369,7 @@ async fn settle(url: &str, first: Option<(i64, u64)>, request: std::time::Durati
 /// bookkeeping all that time (seen once in a soak on 3.4.23 under load: a member 4 revisions
 /// ahead of another with 3 entries more, named a divergence). An entry in the applier's hands
 /// is committed, so a committed index equal to the applied one rules that out.
-pub(crate) fn is_quiet_point(previous: Option<(i64, u64)>, now: (i64, u64), committed: u64) -> bool {
+fn is_quiet_point(previous: Option<(i64, u64)>, now: (i64, u64), committed: u64) -> bool {
     previous == Some(now) && now.0 > 0 && now.1 > 0 && committed == now.1
 }
 
